@@ -1,0 +1,34 @@
+//! `vpcnet`: the operator CLI.
+//!
+//! Subcommands live in one module each: `max_pods` (kubelet max pods per instance type),
+//! `lab` (the local VPC lab), `inspect` (agent state as tables).
+
+use clap::{Parser, Subcommand};
+
+mod max_pods;
+
+#[derive(Parser)]
+#[command(name = "vpcnet", version, about = "vpcnet operator CLI")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Max pods for instance types (flags of AWS's max-pods-calculator.sh).
+    MaxPods(max_pods::Args),
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::MaxPods(args) => max_pods::run(args),
+    }
+}

@@ -1,0 +1,1 @@
+//! vpcnet-cni: the CNI plugin binary the container runtime executes per pod

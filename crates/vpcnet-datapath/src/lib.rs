@@ -1,0 +1,1 @@
+//! Pod and node datapath over netlink: veth, addresses, routes, policy rules, neighbours, ENI route tables

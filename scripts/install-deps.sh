@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs everything vpcnet's build, lab and tests need on a fresh Debian 12 machine.
+# Idempotent: skips what is already present. Needs root (apt-get, pip).
+set -euo pipefail
+
+need_pkgs=()
+have() { command -v "$1" >/dev/null 2>&1; }
+have containerd || need_pkgs+=(containerd)
+have runc || need_pkgs+=(runc)
+have ip || need_pkgs+=(iproute2)
+have nft || need_pkgs+=(nftables)
+have iptables || need_pkgs+=(iptables)
+have protoc || need_pkgs+=(protobuf-compiler)
+have hyperfine || need_pkgs+=(hyperfine)
+[ -x /bin/busybox ] || need_pkgs+=(busybox-static)
+[ -x /usr/lib/cni/portmap ] || need_pkgs+=(containernetworking-plugins)
+
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  echo "==> installing Debian packages: ${need_pkgs[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+fi
+
+if ! python3 -c 'import moto.server' >/dev/null 2>&1; then
+  echo "==> installing moto[server] from PyPI (wire cross-check peer)" >&2
+  python3 -m pip install -q 'moto[server]'
+fi
+echo "==> dependencies present" >&2
