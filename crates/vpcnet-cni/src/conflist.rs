@@ -1,0 +1,137 @@
+//! The network configuration list (conflist) the agent writes for the container runtime.
+//!
+//! Mirrors the VPC CNI's `10-aws.conflist`: our plugin first, then Debian's / the reference
+//! `portmap` plugin (capabilities `portMappings`, `snat: true`) chained after it. CNI spec section
+//! "Network configuration lists".
+
+use serde_json::{json, Value};
+
+/// Default conflist file name in the runtime's CNI config directory (`/etc/cni/net.d`).
+pub const DEFAULT_FILE_NAME: &str = "10-vpcnet.conflist";
+/// Default network name (the VPC CNI's).
+pub const DEFAULT_NETWORK_NAME: &str = "aws-cni";
+/// Default `cniVersion` of the conflist: 1.0.0 is accepted by containerd 1.6's libcni.
+pub const DEFAULT_CNI_VERSION: &str = "1.0.0";
+/// Plugin binary name (`type` in the conflist).
+pub const PLUGIN_TYPE: &str = "vpcnet-cni";
+/// Default host-side veth prefix (`AWS_VPC_K8S_CNI_VETHPREFIX`).
+pub const DEFAULT_VETH_PREFIX: &str = "eni";
+/// Default pod MTU in bytes (`AWS_VPC_ENI_MTU`).
+pub const DEFAULT_MTU: u32 = 9001;
+/// Default agent socket path.
+pub const DEFAULT_AGENT_SOCKET: &str = "/var/run/vpcnet/agent.sock";
+/// Default deadline for one agent call, rendered as `agentTimeout` (a duration string).
+pub const DEFAULT_AGENT_TIMEOUT: &str = "10s";
+/// Default plugin log file (`AWS_VPC_K8S_PLUGIN_LOG_FILE` in the VPC CNI).
+pub const DEFAULT_PLUGIN_LOG_FILE: &str = "/var/log/aws-routed-eni/plugin.log";
+/// Default plugin log level (`AWS_VPC_K8S_PLUGIN_LOG_LEVEL`).
+pub const DEFAULT_PLUGIN_LOG_LEVEL: &str = "Debug";
+
+/// What the agent puts in the conflist. `Default` gives the VPC CNI's defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConflistSettings {
+    /// Network name (`name`), e.g. "aws-cni".
+    pub name: String,
+    /// `cniVersion` of the list, e.g. "1.0.0" (0.4.0, 1.0.0 and 1.1.0 are supported).
+    pub cni_version: String,
+    /// Host veth prefix, 1 to 4 characters (`AWS_VPC_K8S_CNI_VETHPREFIX`).
+    pub veth_prefix: String,
+    /// Pod interface MTU in bytes (`AWS_VPC_ENI_MTU`).
+    pub mtu: u32,
+    /// Path of the agent's gRPC Unix socket.
+    pub agent_socket: String,
+    /// Deadline for each agent call as a duration string ("10s", "500ms").
+    pub agent_timeout: String,
+    /// Plugin log file path; "stderr" logs to stderr, "" disables logging.
+    pub plugin_log_file: String,
+    /// Plugin log level: Debug, Info, Warn or Error.
+    pub plugin_log_level: String,
+    /// Chain the reference `portmap` plugin (hostPort support) after ours.
+    pub portmap: bool,
+}
+
+impl Default for ConflistSettings {
+    fn default() -> Self {
+        Self {
+            name: DEFAULT_NETWORK_NAME.into(),
+            cni_version: DEFAULT_CNI_VERSION.into(),
+            veth_prefix: DEFAULT_VETH_PREFIX.into(),
+            mtu: DEFAULT_MTU,
+            agent_socket: DEFAULT_AGENT_SOCKET.into(),
+            agent_timeout: DEFAULT_AGENT_TIMEOUT.into(),
+            plugin_log_file: DEFAULT_PLUGIN_LOG_FILE.into(),
+            plugin_log_level: DEFAULT_PLUGIN_LOG_LEVEL.into(),
+            portmap: true,
+        }
+    }
+}
+
+/// Renders the conflist as pretty JSON (ends with a newline), ready to be written atomically
+/// (write a temp file in the same directory, then rename) to `/etc/cni/net.d/10-vpcnet.conflist`.
+///
+/// `mtu` is rendered as a string, as the VPC CNI does; the plugin accepts a string or a number.
+pub fn render(settings: &ConflistSettings) -> String {
+    let mut plugins: Vec<Value> = vec![json!({
+        "type": PLUGIN_TYPE,
+        "vethPrefix": settings.veth_prefix,
+        "mtu": settings.mtu.to_string(),
+        "agentSocket": settings.agent_socket,
+        "agentTimeout": settings.agent_timeout,
+        "pluginLogFile": settings.plugin_log_file,
+        "pluginLogLevel": settings.plugin_log_level,
+    })];
+    if settings.portmap {
+        plugins.push(json!({
+            "type": "portmap",
+            "capabilities": { "portMappings": true },
+            "snat": true,
+        }));
+    }
+    let list = json!({
+        "cniVersion": settings.cni_version,
+        "name": settings.name,
+        "disableCheck": false,
+        "plugins": plugins,
+    });
+    let mut out = serde_json::to_string_pretty(&list).expect("a JSON value always serializes");
+    out.push('\n');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_conflist_chains_portmap_after_us() {
+        let v: Value = serde_json::from_str(&render(&ConflistSettings::default())).unwrap();
+        assert_eq!(v["cniVersion"], "1.0.0");
+        assert_eq!(v["name"], "aws-cni");
+        let plugins = v["plugins"].as_array().unwrap();
+        assert_eq!(plugins.len(), 2);
+        assert_eq!(plugins[0]["type"], "vpcnet-cni");
+        assert_eq!(plugins[0]["vethPrefix"], "eni");
+        assert_eq!(plugins[0]["mtu"], "9001");
+        assert_eq!(plugins[0]["agentSocket"], "/var/run/vpcnet/agent.sock");
+        assert_eq!(plugins[1]["type"], "portmap");
+        assert_eq!(plugins[1]["capabilities"]["portMappings"], true);
+        assert_eq!(plugins[1]["snat"], true);
+    }
+
+    #[test]
+    fn settings_are_rendered_and_portmap_can_be_left_out() {
+        let s = ConflistSettings {
+            veth_prefix: "pod".into(),
+            mtu: 1500,
+            agent_socket: "/run/x.sock".into(),
+            portmap: false,
+            ..Default::default()
+        };
+        let v: Value = serde_json::from_str(&render(&s)).unwrap();
+        let plugins = v["plugins"].as_array().unwrap();
+        assert_eq!(plugins.len(), 1);
+        assert_eq!(plugins[0]["vethPrefix"], "pod");
+        assert_eq!(plugins[0]["mtu"], "1500");
+        assert_eq!(plugins[0]["agentSocket"], "/run/x.sock");
+    }
+}
