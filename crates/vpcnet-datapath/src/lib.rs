@@ -1,1 +1,33 @@
-//! Pod and node datapath over netlink: veth, addresses, routes, policy rules, neighbours, ENI route tables
+//! Pod and node datapath over netlink (rtnetlink): veth pairs, addresses, routes, policy rules,
+//! neighbours and the per-ENI route tables. The shape is the VPC CNI's:
+//!
+//! - pod: its VPC IPv4 as a /32 on the pod interface, `169.254.1.1` scope link, default via
+//!   `169.254.1.1`, a permanent neighbour `169.254.1.1 → host veth MAC` ([`pod`]);
+//! - node: a /32 route to the pod via the host veth, rule `to <ip> lookup main` at priority 512
+//!   and, for an IP on a secondary ENI, `from <ip> lookup <table>` at priority 1536 ([`host`]);
+//! - node: one route table per secondary ENI (table N = device number N) ([`node`]).
+//!
+//! Every function takes an [`rtnetlink::Handle`] bound to the namespace it acts in; use
+//! [`netns::connect`] / [`netns::connect_in`] to get one. No function changes the calling
+//! thread's network namespace.
+
+pub mod error;
+pub mod host;
+pub mod names;
+pub mod netns;
+pub mod nl;
+pub mod node;
+pub mod pod;
+
+pub use error::{Error, Result};
+
+use std::net::Ipv4Addr;
+
+/// Link-local next hop of every pod (the VPC CNI's): resolved by a permanent neighbour entry.
+pub const POD_GATEWAY: Ipv4Addr = Ipv4Addr::new(169, 254, 1, 1);
+/// Priority of the rule `to <pod ip> lookup main` (VPC CNI `toContainerRulePriority`).
+pub const PRIO_TO_POD: u32 = 512;
+/// Priority of the rule `from <pod ip> lookup <ENI table>` (VPC CNI `fromContainerRulePriority`).
+pub const PRIO_FROM_POD: u32 = 1536;
+/// The main routing table id.
+pub const MAIN_TABLE: u32 = 254;

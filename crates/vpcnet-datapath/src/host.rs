@@ -1,0 +1,1 @@
+//! Node side of a pod (filled below).

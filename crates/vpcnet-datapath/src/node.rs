@@ -1,0 +1,316 @@
+//! Node side of secondary ENIs: interface setup and one route table per ENI.
+//!
+//! For the ENI with device number N (attached as `ethN`), table N holds
+//! `<subnet> dev ethN scope link` and `default via <subnet gateway> dev ethN`, where the gateway
+//! is the subnet's first address (the VPC router, e.g. 10.0.1.1 in 10.0.1.0/24). Pods whose IP
+//! lives on that ENI reach it through the rule `from <pod ip> lookup N` (priority 1536, see
+//! [`crate::host`]). This mirrors the VPC CNI's `setupENINetwork`.
+
+use std::net::Ipv4Addr;
+
+use ipnet::Ipv4Net;
+use rtnetlink::packet_route::route::RouteScope;
+use rtnetlink::{Handle, LinkUnspec, RouteMessageBuilder};
+
+use crate::error::{errno, errnos, nl};
+use crate::names::{format_mac, parse_mac};
+use crate::nl::{addrs_v4, delete_route, links, routes_v4, Link, Route};
+use crate::{Error, Result, MAIN_TABLE};
+
+/// Desired node state of one secondary ENI.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EniSpec {
+    /// ENI MAC address as IMDS and EC2 report it, `aa:bb:cc:dd:ee:ff`.
+    pub mac: String,
+    /// Attachment device number (1 for eth1, ...); also the route table id. Must be ≥ 1
+    /// (the primary ENI, 0, uses the main table and is not managed here).
+    pub device_number: u32,
+    /// The ENI's subnet CIDR, e.g. 10.0.1.0/24; the gateway is its first address.
+    pub subnet: Ipv4Net,
+    /// Interface MTU in bytes (`AWS_VPC_ENI_MTU`, default 9001).
+    pub mtu: u32,
+    /// The ENI's primary private IPv4, put on the interface with the subnet's prefix length when
+    /// given (as the VPC CNI does); the kernel's subnet route it creates in main is removed, so
+    /// only table N routes the subnet via this ENI. `None` leaves addresses alone.
+    pub primary_ip: Option<Ipv4Addr>,
+}
+
+impl EniSpec {
+    /// The subnet gateway: the subnet's first address (VPC router).
+    pub fn gateway(&self) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from(self.subnet.network()) + 1)
+    }
+
+    fn check(&self) -> Result<[u8; 6]> {
+        if self.device_number == 0 || self.device_number >= 253 {
+            return Err(Error::Invalid(format!(
+                "ENI {}: device number {} has no table of its own: use 1..=252 (the primary ENI, 0, uses main)",
+                self.mac, self.device_number
+            )));
+        }
+        if self.subnet.prefix_len() > 28 {
+            return Err(Error::Invalid(format!(
+                "ENI {}: subnet {} is smaller than a VPC subnet may be (/28)",
+                self.mac, self.subnet
+            )));
+        }
+        if !(68..=65535).contains(&self.mtu) {
+            return Err(Error::Invalid(format!(
+                "ENI {}: MTU {} is out of range 68..=65535",
+                self.mac, self.mtu
+            )));
+        }
+        parse_mac(&self.mac)
+    }
+}
+
+/// The interface found for an ENI and its table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EniLink {
+    /// Interface name, e.g. "eth1".
+    pub name: String,
+    pub index: u32,
+    /// Route table id (= device number).
+    pub table: u32,
+}
+
+/// Finds the interface whose MAC is `mac` (`aa:bb:..`). `Ok(None)` when no interface has it
+/// (the ENI is not attached yet, or udev has not created the device yet: retry later).
+pub async fn find_link_by_mac(h: &Handle, mac: &str) -> Result<Option<Link>> {
+    let want = parse_mac(mac)?;
+    Ok(links(h).await?.into_iter().find(|l| l.mac == want))
+}
+
+/// Sets up a secondary ENI on the node: finds its interface by MAC, sets the MTU, brings it up,
+/// optionally puts its primary IP on it, and (re)writes table N = device number with the subnet
+/// route and the default route via the subnet gateway. Idempotent: every write is a replace, and
+/// stale routes in table N (other than these two) are removed, so calling it again reconciles.
+///
+/// Errors: [`Error::Invalid`] for a bad spec; [`Error::NotFound`] when no interface has the MAC;
+/// [`Error::Netlink`] naming the failed step.
+pub async fn setup_eni(h: &Handle, spec: &EniSpec) -> Result<EniLink> {
+    spec.check()?;
+    let link = find_link_by_mac(h, &spec.mac).await?.ok_or_else(|| {
+        Error::NotFound(format!(
+            "no interface has MAC {} (ENI device {}): is the ENI attached?",
+            spec.mac, spec.device_number
+        ))
+    })?;
+    let table = spec.device_number;
+    let what = |s: &str| format!("ENI {} ({}): {s}", spec.mac, link.name);
+
+    nl(
+        h.link()
+            .set(
+                LinkUnspec::new_with_index(link.index)
+                    .mtu(spec.mtu)
+                    .up()
+                    .build(),
+            )
+            .execute()
+            .await,
+        || what("set MTU and up"),
+    )?;
+
+    if let Some(ip) = spec.primary_ip {
+        let present = addrs_v4(h, link.index).await?;
+        if !present.contains(&(ip, spec.subnet.prefix_len())) {
+            let r = h
+                .address()
+                .add(link.index, ip.into(), spec.subnet.prefix_len())
+                .execute()
+                .await;
+            match r {
+                Err(e) if errno(&e) == Some(errnos::EEXIST) => {}
+                r => nl(r, || what("add primary IP"))?,
+            }
+        }
+        // The kernel adds "<subnet> dev ethN proto kernel" to main; only table N may route it.
+        for r in routes_v4(h).await? {
+            if r.table == MAIN_TABLE
+                && r.oif == Some(link.index)
+                && r.dst == spec.subnet.network()
+                && r.dst_len == spec.subnet.prefix_len()
+            {
+                delete_route(h, &r).await?;
+            }
+        }
+    }
+
+    let subnet_route = RouteMessageBuilder::<Ipv4Addr>::new()
+        .destination_prefix(spec.subnet.network(), spec.subnet.prefix_len())
+        .output_interface(link.index)
+        .scope(RouteScope::Link)
+        .table_id(table)
+        .build();
+    nl(
+        h.route().add(subnet_route).replace().execute().await,
+        || what(&format!("replace {} in table {table}", spec.subnet)),
+    )?;
+    let default = RouteMessageBuilder::<Ipv4Addr>::new()
+        .gateway(spec.gateway())
+        .output_interface(link.index)
+        .table_id(table)
+        .build();
+    nl(h.route().add(default).replace().execute().await, || {
+        what(&format!(
+            "replace default via {} in table {table}",
+            spec.gateway()
+        ))
+    })?;
+
+    for r in eni_table(h, table).await? {
+        if !is_wanted(&r, spec, link.index) {
+            delete_route(h, &r).await?;
+        }
+    }
+    Ok(EniLink {
+        name: link.name,
+        index: link.index,
+        table,
+    })
+}
+
+fn is_wanted(r: &Route, spec: &EniSpec, index: u32) -> bool {
+    let subnet = r.dst == spec.subnet.network()
+        && r.dst_len == spec.subnet.prefix_len()
+        && r.gateway.is_none()
+        && r.oif == Some(index);
+    let default = r.dst_len == 0 && r.gateway == Some(spec.gateway()) && r.oif == Some(index);
+    subnet || default
+}
+
+/// Routes of table `table` (IPv4).
+pub async fn eni_table(h: &Handle, table: u32) -> Result<Vec<Route>> {
+    Ok(routes_v4(h)
+        .await?
+        .into_iter()
+        .filter(|r| r.table == table)
+        .collect())
+}
+
+/// Removes the node state of ENI device `device_number`: flushes table N. The interface itself
+/// is left alone (it disappears when EC2 detaches the ENI). Idempotent.
+///
+/// Errors: [`Error::Invalid`] for device number 0; [`Error::Netlink`].
+pub async fn teardown_eni(h: &Handle, device_number: u32) -> Result<()> {
+    if device_number == 0 || device_number >= 253 {
+        return Err(Error::Invalid(format!(
+            "device number {device_number} has no ENI table (use 1..=252)"
+        )));
+    }
+    for r in eni_table(h, device_number).await? {
+        delete_route(h, &r).await?;
+    }
+    Ok(())
+}
+
+/// Compares the node state of one ENI with `spec`. Returns the differences as sentences
+/// (empty = in sync), e.g. "eth1: MTU 1500, want 9001" or "table 1: missing default via
+/// 10.0.1.1 dev eth1". Call [`setup_eni`] to repair.
+///
+/// Errors: [`Error::Invalid`] for a bad spec, [`Error::Netlink`].
+pub async fn verify_eni(h: &Handle, spec: &EniSpec) -> Result<Vec<String>> {
+    let want_mac = spec.check()?;
+    let mut drift = Vec::new();
+    let Some(link) = find_link_by_mac(h, &spec.mac).await? else {
+        drift.push(format!("no interface has MAC {}", format_mac(&want_mac)));
+        return Ok(drift);
+    };
+    let n = &link.name;
+    if link.mtu != spec.mtu {
+        drift.push(format!("{n}: MTU {}, want {}", link.mtu, spec.mtu));
+    }
+    if !link.up {
+        drift.push(format!("{n}: interface is down"));
+    }
+    if let Some(ip) = spec.primary_ip {
+        if !addrs_v4(h, link.index)
+            .await?
+            .contains(&(ip, spec.subnet.prefix_len()))
+        {
+            drift.push(format!(
+                "{n}: missing address {ip}/{}",
+                spec.subnet.prefix_len()
+            ));
+        }
+    }
+    let table = eni_table(h, spec.device_number).await?;
+    let t = spec.device_number;
+    if !table
+        .iter()
+        .any(|r| r.dst_len != 0 && is_wanted(r, spec, link.index))
+    {
+        drift.push(format!(
+            "table {t}: missing {} dev {n} scope link",
+            spec.subnet
+        ));
+    }
+    if !table
+        .iter()
+        .any(|r| r.dst_len == 0 && is_wanted(r, spec, link.index))
+    {
+        drift.push(format!(
+            "table {t}: missing default via {} dev {n}",
+            spec.gateway()
+        ));
+    }
+    for r in table.iter().filter(|r| !is_wanted(r, spec, link.index)) {
+        drift.push(format!(
+            "table {t}: unexpected route {}/{} via {:?} oif {:?}",
+            r.dst, r.dst_len, r.gateway, r.oif
+        ));
+    }
+    Ok(drift)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> EniSpec {
+        EniSpec {
+            mac: "02:00:00:00:00:01".into(),
+            device_number: 1,
+            subnet: "10.0.1.0/24".parse().unwrap(),
+            mtu: 9001,
+            primary_ip: None,
+        }
+    }
+
+    #[test]
+    fn gateway_is_first_subnet_address() {
+        assert_eq!(spec().gateway(), Ipv4Addr::new(10, 0, 1, 1));
+        let s = EniSpec {
+            subnet: "10.0.64.0/18".parse().unwrap(),
+            ..spec()
+        };
+        assert_eq!(s.gateway(), Ipv4Addr::new(10, 0, 64, 1));
+    }
+
+    #[test]
+    fn bad_specs_are_rejected() {
+        assert!(spec().check().is_ok());
+        for s in [
+            EniSpec {
+                device_number: 0,
+                ..spec()
+            },
+            EniSpec {
+                device_number: 254,
+                ..spec()
+            },
+            EniSpec {
+                mac: "nope".into(),
+                ..spec()
+            },
+            EniSpec { mtu: 10, ..spec() },
+            EniSpec {
+                subnet: "10.0.1.0/30".parse().unwrap(),
+                ..spec()
+            },
+        ] {
+            assert!(s.check().is_err(), "{s:?} accepted");
+        }
+    }
+}
