@@ -1,0 +1,205 @@
+//! Client-side token buckets, one per action class, so the agent rate-limits itself before
+//! EC2 has to (EC2 itself meters every account with the same algorithm).
+
+use std::time::{Duration, Instant};
+
+use crate::ActionClass;
+
+/// Size and refill rate of one token bucket.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BucketConfig {
+    /// Burst size: tokens the bucket holds when full (≥ 1).
+    pub capacity: u32,
+    /// Tokens added per second (> 0).
+    pub refill_per_sec: f64,
+}
+
+impl BucketConfig {
+    /// Default for Describe actions: burst 100, refill 20/s (EC2's non-mutating request-token
+    /// bucket).
+    pub const DESCRIBE: BucketConfig = BucketConfig {
+        capacity: 100,
+        refill_per_sec: 20.0,
+    };
+    /// Default for mutating actions: burst 20, refill 5/s (a node's share of EC2's mutating
+    /// bucket, whose refill rate is 5/s per account).
+    pub const MUTATING: BucketConfig = BucketConfig {
+        capacity: 20,
+        refill_per_sec: 5.0,
+    };
+}
+
+/// A token bucket that hands out reservations: every caller takes a token at once, possibly
+/// driving the balance negative, and is told how long to wait until its token exists. Callers
+/// are thus served in arrival order without polling. Pure: time is passed in.
+#[derive(Debug, Clone)]
+pub struct TokenBucket {
+    capacity: f64,
+    refill_per_sec: f64,
+    tokens: f64,
+    last: Instant,
+}
+
+impl TokenBucket {
+    /// A full bucket at `now`. Capacity is raised to at least 1 and the refill rate to at least
+    /// 0.001/s, so a bad configuration slows callers down but never deadlocks them.
+    pub fn new(config: BucketConfig, now: Instant) -> Self {
+        let capacity = f64::from(config.capacity.max(1));
+        TokenBucket {
+            capacity,
+            refill_per_sec: config.refill_per_sec.max(0.001),
+            tokens: capacity,
+            last: now,
+        }
+    }
+
+    fn refill(&mut self, now: Instant) {
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.refill_per_sec).min(self.capacity);
+        self.last = self.last.max(now);
+    }
+
+    /// Reserve one token at `now`; returns how long the caller must wait before sending
+    /// (zero when a token was available).
+    pub fn reserve(&mut self, now: Instant) -> Duration {
+        self.refill(now);
+        self.tokens -= 1.0;
+        if self.tokens >= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(-self.tokens / self.refill_per_sec)
+        }
+    }
+
+    /// Tokens available at `now` (negative while reservations are outstanding).
+    pub fn available(&mut self, now: Instant) -> f64 {
+        self.refill(now);
+        self.tokens
+    }
+}
+
+/// The two buckets of an [`crate::Ec2`] client, shared by all its calls.
+#[derive(Debug)]
+pub struct RateLimiter {
+    describe: std::sync::Mutex<TokenBucket>,
+    mutating: std::sync::Mutex<TokenBucket>,
+}
+
+impl RateLimiter {
+    pub fn new(describe: BucketConfig, mutating: BucketConfig) -> Self {
+        let now = Instant::now();
+        RateLimiter {
+            describe: std::sync::Mutex::new(TokenBucket::new(describe, now)),
+            mutating: std::sync::Mutex::new(TokenBucket::new(mutating, now)),
+        }
+    }
+
+    /// Wait until a token of `class` is available; returns the time waited.
+    pub async fn acquire(&self, class: ActionClass) -> Duration {
+        let bucket = match class {
+            ActionClass::Describe => &self.describe,
+            ActionClass::Mutating => &self.mutating,
+        };
+        let wait = bucket
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .reserve(Instant::now());
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+        wait
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn burst_then_refill_rate() {
+        let t0 = Instant::now();
+        let mut b = TokenBucket::new(
+            BucketConfig {
+                capacity: 3,
+                refill_per_sec: 2.0,
+            },
+            t0,
+        );
+        assert_eq!(b.reserve(t0), Duration::ZERO);
+        assert_eq!(b.reserve(t0), Duration::ZERO);
+        assert_eq!(b.reserve(t0), Duration::ZERO);
+        // Bucket empty: the next reservations queue up at 0.5 s intervals.
+        assert_eq!(b.reserve(t0), ms(500));
+        assert_eq!(b.reserve(t0), ms(1000));
+        // 1 s later two tokens have been refilled, both already promised.
+        assert_eq!(b.reserve(t0 + ms(1000)), ms(500));
+    }
+
+    #[test]
+    fn never_exceeds_capacity_after_idle() {
+        let t0 = Instant::now();
+        let mut b = TokenBucket::new(
+            BucketConfig {
+                capacity: 2,
+                refill_per_sec: 10.0,
+            },
+            t0,
+        );
+        let later = t0 + Duration::from_secs(60);
+        assert_eq!(b.available(later), 2.0);
+        assert_eq!(b.reserve(later), Duration::ZERO);
+        assert_eq!(b.reserve(later), Duration::ZERO);
+        assert_eq!(b.reserve(later), ms(100));
+    }
+
+    #[test]
+    fn long_run_rate_matches_refill() {
+        // Over 10 s at 5/s with burst 20, exactly 20 + 50 reservations are immediate-or-due.
+        let t0 = Instant::now();
+        let mut b = TokenBucket::new(BucketConfig::MUTATING, t0);
+        let mut served_by_10s = 0;
+        for _ in 0..200 {
+            if b.reserve(t0) <= Duration::from_secs(10) {
+                served_by_10s += 1;
+            }
+        }
+        assert_eq!(served_by_10s, 70);
+    }
+
+    #[test]
+    fn zero_config_is_clamped_not_deadlocked() {
+        let t0 = Instant::now();
+        let mut b = TokenBucket::new(
+            BucketConfig {
+                capacity: 0,
+                refill_per_sec: 0.0,
+            },
+            t0,
+        );
+        assert_eq!(b.reserve(t0), Duration::ZERO);
+        assert!(b.reserve(t0) > Duration::ZERO);
+    }
+
+    #[tokio::test]
+    async fn limiter_separates_classes() {
+        let l = RateLimiter::new(
+            BucketConfig {
+                capacity: 1,
+                refill_per_sec: 1000.0,
+            },
+            BucketConfig {
+                capacity: 1,
+                refill_per_sec: 0.5,
+            },
+        );
+        assert_eq!(l.acquire(ActionClass::Mutating).await, Duration::ZERO);
+        // Mutating is now empty for 2 s, but Describe is unaffected.
+        assert_eq!(l.acquire(ActionClass::Describe).await, Duration::ZERO);
+        let w = l.acquire(ActionClass::Describe).await;
+        assert!(w <= ms(2), "{w:?}");
+    }
+}

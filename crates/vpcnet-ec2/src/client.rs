@@ -1,0 +1,170 @@
+//! Building an [`Ec2`] client the standard SDK way.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_config::imds::region::ImdsRegionProvider;
+use aws_config::meta::region::RegionProviderChain;
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
+use aws_config::{BehaviorVersion, SdkConfig};
+use aws_credential_types::Credentials;
+use aws_types::region::Region;
+
+use crate::call::{CallSettings, Caller};
+use crate::{Ec2Error, Ec2Observer, NoopObserver};
+
+/// Access key credentials given explicitly (tests, the lab). In production leave
+/// [`Ec2Options::credentials`] unset: the SDK's default chain then reads the environment
+/// (`AWS_ACCESS_KEY_ID`, ...), web identity (IRSA), ECS/EKS Pod Identity or IMDS.
+#[derive(Clone, PartialEq, Eq)]
+pub struct StaticCredentials {
+    pub access_key_id: String,
+    pub secret_access_key: String,
+    pub session_token: Option<String>,
+}
+
+impl fmt::Debug for StaticCredentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StaticCredentials")
+            .field("access_key_id", &self.access_key_id)
+            .field("secret_access_key", &"** redacted **")
+            .finish()
+    }
+}
+
+/// How to reach EC2.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Ec2Options {
+    /// Region; when `None`: `AWS_REGION` / `AWS_DEFAULT_REGION`, then IMDS `placement/region`.
+    pub region: Option<String>,
+    /// EC2 endpoint URL; when `None` the SDK honours `AWS_ENDPOINT_URL_EC2`, then
+    /// `AWS_ENDPOINT_URL`, then the region's public endpoint.
+    pub endpoint_url: Option<String>,
+    /// IMDS endpoint used to find the region; when `None`, `AWS_EC2_METADATA_SERVICE_ENDPOINT`
+    /// or `http://169.254.169.254`.
+    pub imds_endpoint: Option<String>,
+    /// Explicit credentials; `None` = the SDK's default credential chain.
+    pub credentials: Option<StaticCredentials>,
+    /// Deadlines, retries and rate limits.
+    pub calls: CallSettings,
+}
+
+/// The EC2 adapter: typed async methods over aws-sdk-ec2 (see `ec2.rs` for the actions),
+/// each under [`CallSettings`]. Cheap to clone; clones share the token buckets.
+#[derive(Clone)]
+pub struct Ec2 {
+    pub(crate) client: aws_sdk_ec2::Client,
+    pub(crate) caller: Caller,
+    region: String,
+}
+
+impl fmt::Debug for Ec2 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ec2")
+            .field("region", &self.region)
+            .field("settings", &*self.caller.settings)
+            .finish()
+    }
+}
+
+impl Ec2 {
+    /// Build a client from `options`, reporting every request to `observer`.
+    ///
+    /// Errors: [`Ec2Error::Config`] when no region can be found (set `AWS_REGION`, or run on
+    /// an instance whose IMDS answers `placement/region`) or an endpoint URL is malformed.
+    pub async fn connect(
+        options: Ec2Options,
+        observer: Arc<dyn Ec2Observer>,
+    ) -> Result<Ec2, Ec2Error> {
+        let sdk = load_sdk_config(&options).await?;
+        Ec2::from_sdk_config(&sdk, options.calls, observer)
+    }
+
+    /// Build a client from an already loaded SDK configuration. The SDK's own retries are
+    /// turned off: [`CallSettings`] governs retries.
+    pub fn from_sdk_config(
+        sdk: &SdkConfig,
+        calls: CallSettings,
+        observer: Arc<dyn Ec2Observer>,
+    ) -> Result<Ec2, Ec2Error> {
+        let region = sdk.region().map(|r| r.to_string()).ok_or_else(|| {
+            Ec2Error::Config(
+                "no AWS region: set AWS_REGION, or run where IMDS answers placement/region".into(),
+            )
+        })?;
+        let conf = aws_sdk_ec2::config::Builder::from(sdk)
+            .retry_config(RetryConfig::disabled())
+            .build();
+        Ok(Ec2 {
+            client: aws_sdk_ec2::Client::from_conf(conf),
+            caller: Caller::new(calls, observer),
+            region,
+        })
+    }
+
+    /// [`Ec2::connect`] without an observer.
+    pub async fn connect_unobserved(options: Ec2Options) -> Result<Ec2, Ec2Error> {
+        Ec2::connect(options, Arc::new(NoopObserver)).await
+    }
+
+    /// The region requests go to.
+    pub fn region(&self) -> &str {
+        &self.region
+    }
+
+    /// Deadlines, retries and rate limits in force.
+    pub fn settings(&self) -> &CallSettings {
+        &self.caller.settings
+    }
+}
+
+fn imds_client(endpoint: Option<&str>) -> Result<aws_config::imds::Client, Ec2Error> {
+    let builder = aws_config::imds::Client::builder();
+    let builder = match endpoint {
+        Some(url) => builder
+            .endpoint(url)
+            .map_err(|e| Ec2Error::Config(format!("bad IMDS endpoint {url:?}: {e}")))?,
+        None => builder,
+    };
+    Ok(builder.build())
+}
+
+/// Load the SDK configuration: region explicit > env > IMDS, endpoint explicit >
+/// `AWS_ENDPOINT_URL_EC2` > `AWS_ENDPOINT_URL`, credentials explicit > default chain.
+async fn load_sdk_config(options: &Ec2Options) -> Result<SdkConfig, Ec2Error> {
+    let imds_region = ImdsRegionProvider::builder()
+        .imds_client(imds_client(options.imds_endpoint.as_deref())?)
+        .build();
+    let region = RegionProviderChain::first_try(options.region.clone().map(Region::new))
+        .or_else(aws_config::environment::region::EnvironmentVariableRegionProvider::new())
+        .or_else(imds_region);
+    let connect_timeout = options.calls.attempt_timeout.min(Duration::from_secs(5));
+    let mut loader = aws_config::defaults(BehaviorVersion::latest())
+        .region(region)
+        .retry_config(RetryConfig::disabled())
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(connect_timeout)
+                .build(),
+        );
+    if let Some(url) = &options.endpoint_url {
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(Ec2Error::Config(format!(
+                "EC2 endpoint URL {url:?} must start with http:// or https://"
+            )));
+        }
+        loader = loader.endpoint_url(url);
+    }
+    if let Some(c) = &options.credentials {
+        loader = loader.credentials_provider(Credentials::new(
+            c.access_key_id.clone(),
+            c.secret_access_key.clone(),
+            c.session_token.clone(),
+            None,
+            "vpcnet-static",
+        ));
+    }
+    Ok(loader.load().await)
+}

@@ -1,0 +1,286 @@
+//! The typed error of every EC2 call, and the classification of EC2 error codes into
+//! throttling, transient (retryable) and permanent errors.
+
+use std::time::Duration;
+
+use crate::Action;
+
+/// How an error code / HTTP status should be treated by the retry loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// EC2 throttled the request (`RequestLimitExceeded`, ...): retry after backoff.
+    Throttle,
+    /// A server-side or transport fault (5xx, `InternalError`, ...): retry after backoff.
+    Transient,
+    /// A client error (validation, not found, limits): retrying cannot help.
+    Never,
+}
+
+/// Error codes EC2 (and the SDK family) use for throttling.
+const THROTTLE_CODES: &[&str] = &[
+    "RequestLimitExceeded",
+    "Throttling",
+    "ThrottlingException",
+    "ThrottledException",
+    "RequestThrottled",
+    "RequestThrottledException",
+    "TooManyRequestsException",
+    "ProvisionedThroughputExceededException",
+    "TransactionInProgressException",
+    "SlowDown",
+    "PriorRequestNotComplete",
+    "EC2ThrottledException",
+    "BandwidthLimitExceeded",
+];
+
+/// Error codes that mean "the service failed, try again".
+const TRANSIENT_CODES: &[&str] = &[
+    "InternalError",
+    "InternalFailure",
+    "ServiceUnavailable",
+    "Unavailable",
+    "RequestTimeout",
+    "RequestTimeoutException",
+    "IDPCommunicationError",
+];
+
+/// Classify an EC2 error code and HTTP status (if any) for the retry loop.
+///
+/// Throttling codes win over the status; then known transient codes; then any 5xx status
+/// (and HTTP 429) counts as transient; everything else (4xx validation, `*.NotFound`,
+/// limit errors) is never retried.
+pub fn classify(code: &str, status: Option<u16>) -> Retry {
+    if THROTTLE_CODES.contains(&code) || status == Some(429) {
+        Retry::Throttle
+    } else if TRANSIENT_CODES.contains(&code) || status.is_some_and(|s| (500..600).contains(&s)) {
+        Retry::Transient
+    } else {
+        Retry::Never
+    }
+}
+
+/// Error of an EC2 call made through [`crate::Ec2`].
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Ec2Error {
+    /// EC2 answered with an error document (`<Response><Errors><Error><Code>`).
+    #[error("EC2 {action} failed: {code}: {message}{}", status.map(|s| format!(" (HTTP {s})")).unwrap_or_default())]
+    Api {
+        action: Action,
+        /// EC2's error code, e.g. `AttachmentLimitExceeded`.
+        code: String,
+        message: String,
+        /// HTTP status of the answer, when one was received.
+        status: Option<u16>,
+        /// Whether the retry loop treats the error as retryable (throttling or transient).
+        retryable: bool,
+    },
+    /// The call's deadline (operation timeout) or a single attempt's timeout expired.
+    #[error("EC2 {action} did not complete within {after:?} ({attempts} attempt(s)); raise the EC2 operation timeout or check connectivity to the EC2 endpoint")]
+    Timeout {
+        action: Action,
+        after: Duration,
+        attempts: u32,
+    },
+    /// The request never got an answer: connection refused, DNS, TLS, I/O.
+    #[error("EC2 {action}: transport error: {message}; check the EC2 endpoint (AWS_ENDPOINT_URL_EC2) and network")]
+    Transport { action: Action, message: String },
+    /// EC2 answered but the answer lacked a field vpcnet needs or could not be parsed.
+    #[error("EC2 {action}: unexpected response: {message}")]
+    InvalidResponse { action: Action, message: String },
+    /// The request could not be built or sent (bad argument, missing credentials/region).
+    #[error("EC2 {action}: cannot send request: {message}")]
+    Request { action: Action, message: String },
+    /// Client construction failed (no region, bad endpoint URL, ...).
+    #[error("EC2 client configuration: {0}")]
+    Config(String),
+}
+
+impl Ec2Error {
+    /// The action that failed (`None` for [`Ec2Error::Config`]).
+    pub fn action(&self) -> Option<Action> {
+        match self {
+            Ec2Error::Api { action, .. }
+            | Ec2Error::Timeout { action, .. }
+            | Ec2Error::Transport { action, .. }
+            | Ec2Error::InvalidResponse { action, .. }
+            | Ec2Error::Request { action, .. } => Some(*action),
+            Ec2Error::Config(_) => None,
+        }
+    }
+
+    /// EC2's error code for [`Ec2Error::Api`]; a short code for the others
+    /// (`Timeout`, `Transport`, `InvalidResponse`, `Request`, `Config`), suitable as a
+    /// metrics label.
+    pub fn code(&self) -> &str {
+        match self {
+            Ec2Error::Api { code, .. } => code,
+            Ec2Error::Timeout { .. } => "Timeout",
+            Ec2Error::Transport { .. } => "Transport",
+            Ec2Error::InvalidResponse { .. } => "InvalidResponse",
+            Ec2Error::Request { .. } => "Request",
+            Ec2Error::Config(_) => "Config",
+        }
+    }
+
+    /// HTTP status of an API error answer.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            Ec2Error::Api { status, .. } => *status,
+            _ => None,
+        }
+    }
+
+    /// Whether retrying the same request may succeed: throttling, 5xx, transport faults and
+    /// attempt timeouts. Never true for 4xx validation, not-found or limit errors.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Ec2Error::Api { retryable, .. } => *retryable,
+            Ec2Error::Timeout { .. } | Ec2Error::Transport { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// EC2 throttled the request (`RequestLimitExceeded` and kin).
+    pub fn is_throttle(&self) -> bool {
+        matches!(self, Ec2Error::Api { code, status, .. } if classify(code, *status) == Retry::Throttle)
+    }
+
+    /// The instance is at an ENI or IP limit: `AttachmentLimitExceeded` (no more ENIs on the
+    /// instance) or `PrivateIpAddressLimitExceeded` (no more addresses/prefixes on the ENI).
+    pub fn is_limit(&self) -> bool {
+        matches!(
+            self.code(),
+            "AttachmentLimitExceeded" | "PrivateIpAddressLimitExceeded"
+        )
+    }
+
+    /// The referenced resource does not exist (`InvalidNetworkInterfaceID.NotFound`,
+    /// `InvalidAttachmentID.NotFound`, `InvalidInstanceID.NotFound`, ...).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Ec2Error::Api { code, .. } if code.ends_with(".NotFound"))
+    }
+
+    /// The subnet has no free addresses (`InsufficientFreeAddressesInSubnet`) or no free
+    /// aligned /28 block (`InsufficientCidrBlocks`).
+    pub fn is_insufficient_addresses(&self) -> bool {
+        matches!(
+            self.code(),
+            "InsufficientFreeAddressesInSubnet" | "InsufficientCidrBlocks"
+        )
+    }
+
+    /// Build an [`Ec2Error::Api`] from a code, message and status, classifying it.
+    pub fn api(
+        action: Action,
+        code: impl Into<String>,
+        message: impl Into<String>,
+        status: Option<u16>,
+    ) -> Self {
+        let code = code.into();
+        let retryable = classify(&code, status) != Retry::Never;
+        Ec2Error::Api {
+            action,
+            code,
+            message: message.into(),
+            status,
+            retryable,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: Action = Action::AssignPrivateIpAddresses;
+
+    #[test]
+    fn throttling_is_retryable_and_flagged() {
+        let e = Ec2Error::api(
+            A,
+            "RequestLimitExceeded",
+            "Request limit exceeded.",
+            Some(503),
+        );
+        assert!(e.is_throttle());
+        assert!(e.is_retryable());
+        assert!(!e.is_limit());
+        assert_eq!(classify("Throttling", Some(400)), Retry::Throttle);
+        assert_eq!(classify("", Some(429)), Retry::Throttle);
+    }
+
+    #[test]
+    fn server_errors_are_transient() {
+        for (code, status) in [
+            ("InternalError", Some(500)),
+            ("Unavailable", Some(503)),
+            ("Whatever", Some(502)),
+            ("InternalError", None),
+        ] {
+            assert_eq!(
+                classify(code, status),
+                Retry::Transient,
+                "{code} {status:?}"
+            );
+            let e = Ec2Error::api(A, code, "", status);
+            assert!(e.is_retryable());
+            assert!(!e.is_throttle());
+        }
+    }
+
+    #[test]
+    fn client_errors_are_never_retried() {
+        for code in [
+            "InvalidParameterValue",
+            "PrivateIpAddressLimitExceeded",
+            "AttachmentLimitExceeded",
+            "InvalidNetworkInterfaceID.NotFound",
+            "InsufficientFreeAddressesInSubnet",
+            "UnauthorizedOperation",
+        ] {
+            let e = Ec2Error::api(A, code, "m", Some(400));
+            assert!(!e.is_retryable(), "{code}");
+            assert!(!e.is_throttle(), "{code}");
+        }
+    }
+
+    #[test]
+    fn helper_predicates() {
+        assert!(Ec2Error::api(A, "AttachmentLimitExceeded", "", Some(400)).is_limit());
+        assert!(Ec2Error::api(A, "PrivateIpAddressLimitExceeded", "", Some(400)).is_limit());
+        assert!(!Ec2Error::api(A, "InvalidParameterValue", "", Some(400)).is_limit());
+        assert!(
+            Ec2Error::api(A, "InvalidNetworkInterfaceID.NotFound", "", Some(400)).is_not_found()
+        );
+        assert!(Ec2Error::api(A, "InvalidAttachmentID.NotFound", "", Some(400)).is_not_found());
+        assert!(
+            !Ec2Error::api(A, "InvalidNetworkInterfaceID.Malformed", "", Some(400)).is_not_found()
+        );
+        assert!(
+            Ec2Error::api(A, "InsufficientFreeAddressesInSubnet", "", Some(400))
+                .is_insufficient_addresses()
+        );
+        assert!(
+            Ec2Error::api(A, "InsufficientCidrBlocks", "", Some(400)).is_insufficient_addresses()
+        );
+        let t = Ec2Error::Timeout {
+            action: A,
+            after: Duration::from_secs(1),
+            attempts: 2,
+        };
+        assert!(t.is_retryable() && !t.is_throttle() && t.code() == "Timeout");
+        assert_eq!(t.action(), Some(A));
+    }
+
+    #[test]
+    fn display_names_action_code_and_status() {
+        let e = Ec2Error::api(A, "PrivateIpAddressLimitExceeded", "too many", Some(400));
+        let s = e.to_string();
+        assert!(
+            s.contains("AssignPrivateIpAddresses")
+                && s.contains("PrivateIpAddressLimitExceeded")
+                && s.contains("400"),
+            "{s}"
+        );
+    }
+}
