@@ -1,1 +1,154 @@
-//! Node side of a pod (filled below).
+//! Node side of a pod: the /32 route to the pod via its host veth and the policy rules
+//! `to <ip> lookup main` (priority 512) and `from <ip> lookup <ENI table>` (priority 1536).
+
+use std::net::Ipv4Addr;
+
+use rtnetlink::packet_route::route::RouteScope;
+use rtnetlink::packet_route::rule::RuleAction;
+use rtnetlink::{Handle, RouteMessageBuilder};
+
+use crate::error::{errno, errnos, nl};
+use crate::nl::{delete_route, delete_rule, link_by_name, routes_v4, rules_v4, Route, Rule};
+use crate::{Result, MAIN_TABLE, PRIO_FROM_POD, PRIO_TO_POD};
+
+/// Adds the node side of a pod: `<ip>/32 dev <host veth> scope link` in main (replace),
+/// rule `to <ip>/32 lookup main` at 512 and, when `route_table != 0`, rule
+/// `from <ip>/32 lookup <route_table>` at 1536. Rules that already exist are kept (idempotent).
+///
+/// Errors: [`crate::Error::Netlink`] naming the failed step.
+pub async fn add(h: &Handle, ip: Ipv4Addr, host_index: u32, route_table: u32) -> Result<()> {
+    let route = RouteMessageBuilder::<Ipv4Addr>::new()
+        .destination_prefix(ip, 32)
+        .output_interface(host_index)
+        .scope(RouteScope::Link)
+        .build();
+    let route = async {
+        nl(h.route().add(route).replace().execute().await, || {
+            format!("add route {ip}/32 via host veth")
+        })
+    };
+    let to_rule = async {
+        let r = h
+            .rule()
+            .add()
+            .v4()
+            .destination_prefix(ip, 32)
+            .table_id(MAIN_TABLE)
+            .priority(PRIO_TO_POD)
+            .action(RuleAction::ToTable)
+            .execute()
+            .await;
+        ok_if_exists(r, || {
+            format!("add rule to {ip} lookup main priority {PRIO_TO_POD}")
+        })
+    };
+    let from_rule = async {
+        if route_table == 0 {
+            return Ok(());
+        }
+        let r = h
+            .rule()
+            .add()
+            .v4()
+            .source_prefix(ip, 32)
+            .table_id(route_table)
+            .priority(PRIO_FROM_POD)
+            .action(RuleAction::ToTable)
+            .execute()
+            .await;
+        ok_if_exists(r, || {
+            format!("add rule from {ip} lookup {route_table} priority {PRIO_FROM_POD}")
+        })
+    };
+    let (a, b, c) = futures::join!(route, to_rule, from_rule);
+    a.and(b).and(c)
+}
+
+fn ok_if_exists(r: Result<(), rtnetlink::Error>, what: impl FnOnce() -> String) -> Result<()> {
+    match r {
+        Err(e) if errno(&e) == Some(errnos::EEXIST) => Ok(()),
+        r => nl(r, what),
+    }
+}
+
+/// Whether `rule` is one of ours for `ip`: `to ip/32` at 512 or `from ip/32` at 1536.
+pub fn is_pod_rule(rule: &Rule, ip: Ipv4Addr) -> bool {
+    (rule.priority == PRIO_TO_POD && rule.dst == Some((ip, 32)) && rule.src.is_none())
+        || (rule.priority == PRIO_FROM_POD && rule.src == Some((ip, 32)) && rule.dst.is_none())
+}
+
+/// The pod rules present for `ip` (see [`is_pod_rule`]).
+pub async fn pod_rules(h: &Handle, ip: Ipv4Addr) -> Result<Vec<Rule>> {
+    Ok(rules_v4(h)
+        .await?
+        .into_iter()
+        .filter(|r| is_pod_rule(r, ip))
+        .collect())
+}
+
+/// Main-table /32 routes to `ip`.
+pub async fn pod_routes(h: &Handle, ip: Ipv4Addr) -> Result<Vec<Route>> {
+    Ok(routes_v4(h)
+        .await?
+        .into_iter()
+        .filter(|r| r.table == MAIN_TABLE && r.dst == ip && r.dst_len == 32)
+        .collect())
+}
+
+/// The pod IP a host veth routes to: the destination of a main-table /32 route via it.
+pub async fn ip_of_host_veth(h: &Handle, host_index: u32) -> Result<Option<Ipv4Addr>> {
+    Ok(routes_v4(h)
+        .await?
+        .into_iter()
+        .find(|r| r.table == MAIN_TABLE && r.dst_len == 32 && r.oif == Some(host_index))
+        .map(|r| r.dst))
+}
+
+/// What [`remove`] found and removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Removed {
+    /// The host veth existed and was deleted (with its pod peer and routes via it).
+    pub veth: bool,
+    /// The pod IP used for rule cleanup (given, or read from the veth's /32 route).
+    pub ip: Option<Ipv4Addr>,
+    /// Number of rules deleted.
+    pub rules: usize,
+    /// Rules were kept because another interface now routes the IP (it was reassigned).
+    pub ip_in_use_elsewhere: bool,
+}
+
+/// Removes the node side of a pod, idempotently: deletes the host veth named `host_veth` if it
+/// exists (the kernel then drops the pod-side peer and routes via it), then the pod rules and any
+/// leftover /32 route for the IP. The IP is `ip` when given, otherwise read from the veth's /32
+/// route. If another interface routes the IP (it was already given to another pod), that pod's
+/// route and rules are left alone.
+///
+/// Errors: [`crate::Error::Netlink`] for failures other than "already gone".
+pub async fn remove(h: &Handle, host_veth: &str, ip: Option<Ipv4Addr>) -> Result<Removed> {
+    let mut out = Removed::default();
+    let link = link_by_name(h, host_veth).await?;
+    let mut ip = ip;
+    if let Some(link) = &link {
+        if ip.is_none() {
+            ip = ip_of_host_veth(h, link.index).await?;
+        }
+        crate::nl::delete_link(h, link.index, host_veth).await?;
+        out.veth = true;
+    }
+    out.ip = ip;
+    let Some(ip) = ip else { return Ok(out) };
+    let routes = pod_routes(h, ip).await?;
+    let our_index = link.as_ref().map(|l| l.index);
+    if routes.iter().any(|r| r.oif.is_some() && r.oif != our_index) {
+        out.ip_in_use_elsewhere = true;
+        return Ok(out);
+    }
+    for r in &routes {
+        delete_route(h, r).await?;
+    }
+    for r in pod_rules(h, ip).await? {
+        delete_rule(h, &r).await?;
+        out.rules += 1;
+    }
+    Ok(out)
+}

@@ -1,0 +1,262 @@
+//! Kernel tests of the datapath, each inside namespaces it creates (needs root).
+
+mod netns_guard;
+
+use std::net::Ipv4Addr;
+
+use netns_guard::TestNetns;
+use vpcnet_datapath::{host, netns, node, pod};
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn handle(ns: &TestNetns) -> rtnetlink::Handle {
+    let fd = netns::open(&ns.path()).unwrap();
+    netns::connect_in(&fd, &ns.path()).unwrap()
+}
+
+#[test]
+fn setup_eni_builds_table_n_and_reconciles() {
+    let ns = TestNetns::new();
+    // No dummy module here: a veth end stands in for the ENI's interface.
+    ns.ip(&[
+        "link",
+        "add",
+        "eth2",
+        "address",
+        "02:aa:bb:cc:dd:02",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "peer2",
+    ]);
+    ns.ip(&["link", "set", "peer2", "up"]);
+    let spec = node::EniSpec {
+        mac: "02:AA:BB:CC:DD:02".into(),
+        device_number: 2,
+        subnet: "10.0.2.0/24".parse().unwrap(),
+        mtu: 9001,
+        primary_ip: Some(Ipv4Addr::new(10, 0, 2, 10)),
+    };
+    rt().block_on(async {
+        let h = handle(&ns);
+        let link = node::setup_eni(&h, &spec).await.unwrap();
+        assert_eq!((link.name.as_str(), link.table), ("eth2", 2));
+        let table = ns.ip(&["-4", "route", "show", "table", "2"]);
+        assert_eq!(
+            table.lines().map(str::trim).collect::<Vec<_>>(),
+            [
+                "default via 10.0.2.1 dev eth2 proto static",
+                "10.0.2.0/24 dev eth2 proto static scope link"
+            ],
+            "table 2:\n{table}"
+        );
+        let main = ns.ip(&["-4", "route", "show", "table", "main"]);
+        assert!(
+            !main.contains("10.0.2.0/24"),
+            "main still routes the subnet:\n{main}"
+        );
+        let l = ns.ip(&["link", "show", "eth2"]);
+        assert!(l.contains("mtu 9001") && l.contains(",UP"), "{l}");
+        assert!(node::verify_eni(&h, &spec).await.unwrap().is_empty());
+
+        // Drift: remove the default route, add a stray one; verify names both, setup repairs.
+        ns.ip(&["route", "del", "default", "table", "2"]);
+        ns.ip(&["route", "add", "192.0.2.0/24", "dev", "eth2", "table", "2"]);
+        ns.ip(&["link", "set", "eth2", "mtu", "1500"]);
+        let drift = node::verify_eni(&h, &spec).await.unwrap();
+        assert_eq!(drift.len(), 3, "{drift:?}");
+        assert!(
+            drift
+                .iter()
+                .any(|d| d.contains("missing default via 10.0.2.1")),
+            "{drift:?}"
+        );
+        assert!(
+            drift.iter().any(|d| d.contains("MTU 1500, want 9001")),
+            "{drift:?}"
+        );
+        assert!(
+            drift
+                .iter()
+                .any(|d| d.contains("unexpected route 192.0.2.0/24")),
+            "{drift:?}"
+        );
+        node::setup_eni(&h, &spec).await.unwrap();
+        node::setup_eni(&h, &spec).await.unwrap();
+        assert!(node::verify_eni(&h, &spec).await.unwrap().is_empty());
+        assert_eq!(
+            ns.ip(&["-4", "route", "show", "table", "2"])
+                .lines()
+                .count(),
+            2
+        );
+
+        node::teardown_eni(&h, 2).await.unwrap();
+        assert_eq!(ns.ip(&["-4", "route", "show", "table", "2"]), "");
+        node::teardown_eni(&h, 2).await.unwrap();
+
+        let missing = node::EniSpec {
+            mac: "02:00:00:00:00:99".into(),
+            ..spec.clone()
+        };
+        let e = node::setup_eni(&h, &missing).await.unwrap_err();
+        assert!(e.to_string().contains("no interface has MAC"), "{e}");
+    });
+}
+
+#[test]
+fn pod_setup_check_and_remove() {
+    let node_ns = TestNetns::new();
+    let pod_ns = TestNetns::new();
+    let spec = pod::PodSpec {
+        ip: Ipv4Addr::new(10, 0, 1, 20),
+        host_veth: "enitest0000001".into(),
+        container_ifname: "eth0".into(),
+        mtu: 9001,
+        route_table: 1,
+    };
+    node_ns.ip(&[
+        "link",
+        "add",
+        "eth1",
+        "address",
+        "02:00:00:00:01:01",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "x1",
+    ]);
+    rt().block_on(async {
+        let node = handle(&node_ns);
+        let eni = node::EniSpec {
+            mac: "02:00:00:00:01:01".into(),
+            device_number: 1,
+            subnet: "10.0.1.0/24".parse().unwrap(),
+            mtu: 9001,
+            primary_ip: None,
+        };
+        node::setup_eni(&node, &eni).await.unwrap();
+        let pod_fd = netns::open(&pod_ns.path()).unwrap();
+        let links = pod::setup(&node, &pod_fd, &pod_ns.path(), &spec)
+            .await
+            .unwrap();
+        let pod = handle(&pod_ns);
+        let exp = pod::Expected {
+            ip: spec.ip,
+            host_veth: spec.host_veth.clone(),
+            container_ifname: "eth0".into(),
+            mtu: Some(9001),
+        };
+        assert_eq!(
+            pod::check(&node, Some(&pod), &exp).await.unwrap(),
+            Vec::<String>::new()
+        );
+
+        let rules = node_ns.ip(&["-4", "rule", "show"]);
+        let ours: Vec<_> = rules
+            .lines()
+            .filter(|l| l.contains("10.0.1.20"))
+            .map(str::trim)
+            .collect();
+        assert_eq!(
+            ours,
+            [
+                "512:\tfrom all to 10.0.1.20 lookup main",
+                "1536:\tfrom 10.0.1.20 lookup 1"
+            ],
+            "{rules}"
+        );
+        let r = node_ns.ip(&["-4", "route", "show", "10.0.1.20/32"]);
+        assert_eq!(
+            r.trim(),
+            "10.0.1.20 dev enitest0000001 proto static scope link"
+        );
+        let n = pod_ns.ip(&["neigh", "show", "169.254.1.1"]);
+        let mac = vpcnet_datapath::names::format_mac(&links.host_mac);
+        assert_eq!(
+            n.trim(),
+            format!("169.254.1.1 dev eth0 lladdr {mac} PERMANENT")
+        );
+        let pr = pod_ns.ip(&["-4", "route", "show"]);
+        assert_eq!(
+            pr.lines().map(str::trim).collect::<Vec<_>>(),
+            [
+                "default via 169.254.1.1 dev eth0 proto static",
+                "169.254.1.1 dev eth0 proto static scope link"
+            ]
+        );
+        assert!(pod_ns.ip(&["link", "show", "eth0"]).contains("mtu 9001"));
+
+        // CHECK names a broken neighbour and a missing rule.
+        pod_ns.ip(&["neigh", "del", "169.254.1.1", "dev", "eth0"]);
+        node_ns.ip(&["rule", "del", "priority", "512"]);
+        let bad = pod::check(&node, Some(&pod), &exp).await.unwrap();
+        assert_eq!(bad.len(), 2, "{bad:?}");
+        assert!(bad[0].contains("to 10.0.1.20 lookup main"), "{bad:?}");
+        assert!(bad[1].contains("neighbour 169.254.1.1"), "{bad:?}");
+
+        // Idempotent setup over a stale veth; then removal leaves nothing.
+        pod_ns.ip(&["link", "del", "eth0"]);
+        pod::setup(&node, &pod_fd, &pod_ns.path(), &spec)
+            .await
+            .unwrap();
+        assert!(pod::check(&node, Some(&pod), &exp)
+            .await
+            .unwrap()
+            .is_empty());
+        let removed = host::remove(&node, &spec.host_veth, None).await.unwrap();
+        assert_eq!(removed.ip, Some(spec.ip));
+        assert!(removed.veth);
+        assert_eq!(removed.rules, 2);
+        assert!(!node_ns.ip(&["-4", "rule", "show"]).contains("10.0.1.20"));
+        assert!(!node_ns.ip(&["-4", "route", "show"]).contains("10.0.1.20"));
+        assert!(!pod_ns.ip(&["link"]).contains("eth0"));
+        let again = host::remove(&node, &spec.host_veth, Some(spec.ip))
+            .await
+            .unwrap();
+        assert_eq!((again.veth, again.rules), (false, 0));
+    });
+}
+
+#[test]
+fn failed_setup_leaves_nothing() {
+    let node_ns = TestNetns::new();
+    let pod_ns = TestNetns::new();
+    // Pod already has eth0: veth creation fails; nothing must remain on the node.
+    pod_ns.ip(&[
+        "link", "add", "eth0", "type", "veth", "peer", "name", "other0",
+    ]);
+    let before = (
+        node_ns.ip(&["link"]),
+        node_ns.ip(&["-4", "rule"]),
+        node_ns.ip(&["-4", "route"]),
+    );
+    let spec = pod::PodSpec {
+        ip: Ipv4Addr::new(10, 0, 1, 21),
+        host_veth: "enitest0000002".into(),
+        container_ifname: "eth0".into(),
+        mtu: 1500,
+        route_table: 0,
+    };
+    rt().block_on(async {
+        let node = handle(&node_ns);
+        let pod_fd = netns::open(&pod_ns.path()).unwrap();
+        let e = pod::setup(&node, &pod_fd, &pod_ns.path(), &spec)
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("create veth enitest0000002"), "{e}");
+    });
+    let after = (
+        node_ns.ip(&["link"]),
+        node_ns.ip(&["-4", "rule"]),
+        node_ns.ip(&["-4", "route"]),
+    );
+    assert_eq!(before, after);
+}
