@@ -1,1 +1,16 @@
-//! The local VPC lab: namespaces, VPC fabric, per-node containerd, driven by vpcnet-emu hooks
+//! The local VPC lab: namespaces, VPC fabric, per-node containerd, driven by vpcnet-emu hooks.
+//!
+//! Everything the lab creates (network namespaces, processes, containers, mounts, directories)
+//! is recorded in `/run/vpcnet-lab/<name>/state.json` before it is created, and
+//! [`teardown::teardown`] removes all of it, on `lab down` and on any failure. The root network
+//! namespace is never changed.
+
+pub mod cmd;
+pub mod containerd;
+pub mod fabric;
+pub mod image;
+pub mod netns;
+pub mod procs;
+pub mod spawn;
+pub mod state;
+pub mod teardown;

@@ -1,0 +1,58 @@
+//! Running the external tools the lab drives (`ip`, `ctr`, `sysctl` via `ip netns exec`), with
+//! errors that carry the command line and its stderr.
+
+use std::process::{Command, Output, Stdio};
+
+use anyhow::{bail, Context, Result};
+
+/// Runs `program args...`, returns its stdout as UTF-8 (lossy). Errors: the program cannot be
+/// started (names it and suggests `scripts/install-deps.sh`) or exits non-zero (includes stderr).
+pub fn run(program: &str, args: &[&str]) -> Result<String> {
+    let out = output(program, args)?;
+    if !out.status.success() {
+        bail!(
+            "`{} {}` failed ({}): {}",
+            program,
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Runs `program args...` and returns its full output whatever the exit status.
+pub fn output(program: &str, args: &[&str]) -> Result<Output> {
+    Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| {
+            format!("cannot run `{program}`: is it installed? (run scripts/install-deps.sh)")
+        })
+}
+
+/// `ip -n <netns> args...`: iproute2 in a named network namespace.
+pub fn ip_in(netns: &str, args: &[&str]) -> Result<String> {
+    let mut full = vec!["-n", netns];
+    full.extend_from_slice(args);
+    run("ip", &full)
+}
+
+/// Like [`ip_in`] but ignores failure (for idempotent deletes during cleanup); returns whether
+/// the command succeeded.
+pub fn ip_in_quiet(netns: &str, args: &[&str]) -> bool {
+    let mut full = vec!["-n", netns];
+    full.extend_from_slice(args);
+    output("ip", &full)
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+/// Sets a sysctl inside a network namespace (`ip netns exec <ns> sysctl -qw key=value`); only
+/// per-namespace keys (net.*) are meaningful here.
+pub fn sysctl_in(netns: &str, key: &str, value: &str) -> Result<()> {
+    let kv = format!("{key}={value}");
+    run("ip", &["netns", "exec", netns, "sysctl", "-qw", &kv])?;
+    Ok(())
+}

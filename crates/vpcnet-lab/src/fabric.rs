@@ -1,0 +1,263 @@
+//! The VPC fabric inside the lab's `vpc` namespace: one Linux bridge per subnet with the
+//! subnet's router (first address) on it, a dummy interface holding the IMDS address
+//! 169.254.169.254 on its loopback, and one veth pair per attached ENI (one end on the subnet's bridge, the
+//! other moved into the node's namespace as `eth<device index>` with the ENI's MAC).
+//!
+//! Routing of ENI-owned addresses mirrors the VPC's: the fabric does not learn who owns an
+//! address by ARP; each secondary IP (/32) and prefix (/28) gets a route to the subnet's bridge
+//! and a permanent neighbour entry per address pointing at the owning ENI's MAC. The bridges
+//! answer ARP for the whole subnet (proxy ARP on the same port, as the VPC router does), so a
+//! node reaches any address of the subnet through the fabric.
+
+use std::net::Ipv4Addr;
+
+use anyhow::{Context, Result};
+use ipnet::Ipv4Net;
+
+use crate::cmd::{self, ip_in, ip_in_quiet};
+
+/// IMDS link-local address, as on EC2.
+pub const IMDS_ADDR: Ipv4Addr = Ipv4Addr::new(169, 254, 169, 254);
+/// Interface holding [`IMDS_ADDR`] in the VPC namespace (its loopback: the address is local to
+/// the fabric, like the VPC's own link-local services).
+pub const IMDS_LINK: &str = "lo";
+
+/// The subnet's router address: network address + 1 (EC2's reserved "VPC router").
+pub fn gateway(subnet: Ipv4Net) -> Ipv4Addr {
+    Ipv4Addr::from(u32::from(subnet.network()) + 1)
+}
+
+/// Bridge name of the subnet at `index` (0-based) in the VPC namespace: "br0", "br1", ...
+pub fn bridge_name(index: usize) -> String {
+    format!("br{index}")
+}
+
+/// Bridge-side veth name of an ENI: "p" + the last 14 characters of the ENI id (interface
+/// names are at most 15 bytes; ENI ids end in 17 hex digits, unique per emulator).
+pub fn port_name(eni_id: &str) -> String {
+    let tail: String = eni_id
+        .chars()
+        .rev()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .take(14)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    format!("p{tail}")
+}
+
+/// The node-side interface name for an ENI at `device_index`: "eth0", "eth1", ...
+pub fn node_link_name(device_index: u32) -> String {
+    format!("eth{device_index}")
+}
+
+/// Every /32 address covered by `cidr` (one for a /32, sixteen for a /28).
+pub fn addresses(cidr: Ipv4Net) -> Vec<Ipv4Addr> {
+    cidr.hosts_all()
+}
+
+trait HostsAll {
+    fn hosts_all(&self) -> Vec<Ipv4Addr>;
+}
+
+impl HostsAll for Ipv4Net {
+    fn hosts_all(&self) -> Vec<Ipv4Addr> {
+        let start = u32::from(self.network());
+        let n = 1u64 << (32 - self.prefix_len());
+        (0..n).map(|i| Ipv4Addr::from(start + i as u32)).collect()
+    }
+}
+
+/// Builds the fabric in the (new, empty) VPC namespace `vpc`: forwarding on, redirects off,
+/// one bridge per subnet with its gateway address and proxy ARP, and the IMDS address.
+pub fn setup_vpc(vpc: &str, subnets: &[Ipv4Net]) -> Result<()> {
+    cmd::sysctl_in(vpc, "net.ipv4.ip_forward", "1")?;
+    cmd::sysctl_in(vpc, "net.ipv4.conf.all.send_redirects", "0")?;
+    cmd::sysctl_in(vpc, "net.ipv4.conf.default.send_redirects", "0")?;
+    for (i, subnet) in subnets.iter().enumerate() {
+        let br = bridge_name(i);
+        let gw = format!("{}/{}", gateway(*subnet), subnet.prefix_len());
+        ip_in(vpc, &["link", "add", &br, "type", "bridge"])?;
+        ip_in(vpc, &["addr", "add", &gw, "dev", &br])?;
+        cmd::sysctl_in(vpc, &format!("net.ipv4.conf.{br}.proxy_arp"), "1")?;
+        cmd::sysctl_in(vpc, &format!("net.ipv4.conf.{br}.proxy_arp_pvlan"), "1")?;
+        cmd::sysctl_in(vpc, &format!("net.ipv4.neigh.{br}.proxy_delay"), "0")?;
+        ip_in(vpc, &["link", "set", &br, "up"])?;
+    }
+    ip_in(
+        vpc,
+        &["addr", "add", &format!("{IMDS_ADDR}/32"), "dev", IMDS_LINK],
+    )?;
+    Ok(())
+}
+
+/// Index of the subnet (and so the bridge) that contains `cidr`, if any.
+pub fn subnet_index(subnets: &[Ipv4Net], cidr: Ipv4Net) -> Option<usize> {
+    subnets.iter().position(|s| s.contains(&cidr))
+}
+
+/// An ENI as the fabric sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EniPort {
+    /// `eni-...`
+    pub eni_id: String,
+    /// `02:..` MAC of the ENI (set on the node-side interface).
+    pub mac: String,
+    /// Bridge of the ENI's subnet in the VPC namespace.
+    pub bridge: String,
+    /// Node namespace the ENI is attached to.
+    pub node_netns: String,
+    /// EC2 device index (node-side interface `eth<index>`).
+    pub device_index: u32,
+}
+
+/// Creates the ENI's veth pair: bridge side [`port_name`] enslaved to its bridge and up; node
+/// side `eth<device index>` with the ENI's MAC, created directly in the node namespace and left
+/// down and unconfigured (the agent configures secondary ENIs; [`configure_primary`] does eth0).
+/// Idempotent: an existing port is replaced.
+pub fn plug(vpc: &str, eni: &EniPort) -> Result<()> {
+    let port = port_name(&eni.eni_id);
+    ip_in_quiet(vpc, &["link", "del", &port]);
+    let node_link = node_link_name(eni.device_index);
+    ip_in_quiet(&eni.node_netns, &["link", "del", &node_link]);
+    ip_in(
+        vpc,
+        &[
+            "link",
+            "add",
+            &port,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &node_link,
+            "address",
+            &eni.mac,
+            "netns",
+            &eni.node_netns,
+        ],
+    )
+    .with_context(|| format!("plugging {} into {}", eni.eni_id, eni.node_netns))?;
+    ip_in(vpc, &["link", "set", &port, "master", &eni.bridge])?;
+    ip_in(vpc, &["link", "set", &port, "up"])?;
+    // The bridge forwards frames for the ENI's MAC to this port without waiting to learn it.
+    ip_in(
+        vpc,
+        &[
+            "link",
+            "set",
+            &port,
+            "type",
+            "bridge_slave",
+            "learning",
+            "off",
+        ],
+    )?;
+    cmd::run(
+        "bridge",
+        &[
+            "-n", vpc, "fdb", "replace", &eni.mac, "dev", &port, "master", "static",
+        ],
+    )?;
+    Ok(())
+}
+
+/// Removes the ENI's veth pair (both ends). Idempotent.
+pub fn unplug(vpc: &str, eni_id: &str) {
+    ip_in_quiet(vpc, &["link", "del", &port_name(eni_id)]);
+}
+
+/// Configures the primary ENI's interface in the node namespace as the instance's OS does at
+/// boot (DHCP on EC2): `eth0` up with `ip/prefix_len`, default route via the subnet router.
+pub fn configure_primary(node: &str, ip: Ipv4Addr, subnet: Ipv4Net) -> Result<()> {
+    let link = node_link_name(0);
+    let addr = format!("{ip}/{}", subnet.prefix_len());
+    ip_in(node, &["addr", "replace", &addr, "dev", &link])?;
+    ip_in(node, &["link", "set", &link, "up"])?;
+    ip_in(
+        node,
+        &[
+            "route",
+            "replace",
+            "default",
+            "via",
+            &gateway(subnet).to_string(),
+            "dev",
+            &link,
+        ],
+    )?;
+    Ok(())
+}
+
+/// Routes `cidr` (a /32 or /28 owned by the ENI with `mac`) through `bridge`: a route for the
+/// CIDR and a permanent neighbour entry for each of its addresses.
+pub fn route(vpc: &str, bridge: &str, cidr: Ipv4Net, mac: &str) -> Result<()> {
+    ip_in(vpc, &["route", "replace", &cidr.to_string(), "dev", bridge])?;
+    for a in addresses(cidr) {
+        ip_in(
+            vpc,
+            &[
+                "neigh",
+                "replace",
+                &a.to_string(),
+                "lladdr",
+                mac,
+                "dev",
+                bridge,
+                "nud",
+                "permanent",
+            ],
+        )?;
+    }
+    Ok(())
+}
+
+/// Removes what [`route`] added for `cidr`. Idempotent.
+pub fn unroute(vpc: &str, bridge: &str, cidr: Ipv4Net) {
+    ip_in_quiet(vpc, &["route", "del", &cidr.to_string(), "dev", bridge]);
+    for a in addresses(cidr) {
+        ip_in_quiet(vpc, &["neigh", "del", &a.to_string(), "dev", bridge]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gateway_is_first_address() {
+        assert_eq!(
+            gateway("10.0.1.0/24".parse().unwrap()),
+            Ipv4Addr::new(10, 0, 1, 1)
+        );
+    }
+
+    #[test]
+    fn port_names_fit_and_differ() {
+        let a = port_name("eni-0123456789abcdef0");
+        let b = port_name("eni-0123456789abcdef1");
+        assert!(a.len() <= 15, "{a}");
+        assert_ne!(a, b);
+        assert_eq!(a, "p3456789abcdef0");
+    }
+
+    #[test]
+    fn prefix_covers_sixteen_addresses() {
+        let v = addresses("10.0.1.32/28".parse().unwrap());
+        assert_eq!(v.len(), 16);
+        assert_eq!(v[0], Ipv4Addr::new(10, 0, 1, 32));
+        assert_eq!(v[15], Ipv4Addr::new(10, 0, 1, 47));
+        assert_eq!(addresses("10.0.1.5/32".parse().unwrap()).len(), 1);
+    }
+
+    #[test]
+    fn subnet_lookup() {
+        let s: Vec<Ipv4Net> = vec![
+            "10.0.1.0/24".parse().unwrap(),
+            "10.0.2.0/24".parse().unwrap(),
+        ];
+        assert_eq!(subnet_index(&s, "10.0.2.16/28".parse().unwrap()), Some(1));
+        assert_eq!(subnet_index(&s, "10.0.3.1/32".parse().unwrap()), None);
+    }
+}

@@ -1,0 +1,116 @@
+//! Long-lived lab processes (emulator daemon, containerd, agent, `ctr run`): started detached
+//! in their own process group with output to a log file, recorded by pid and kernel start time
+//! (so a recycled pid is never signalled), and stopped with SIGTERM then SIGKILL.
+
+use std::fs::{self, File};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::spawn::Place;
+
+/// A process the lab started: role (e.g. "containerd n1"), pid and start time in clock ticks
+/// since boot (field 22 of `/proc/<pid>/stat`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcRecord {
+    /// What it is, for messages: "emulator", "containerd n1", "agent n1", "ctr c1".
+    pub role: String,
+    /// Process id.
+    pub pid: i32,
+    /// Start time in clock ticks since boot; identifies the process across pid reuse.
+    pub start_time: u64,
+}
+
+/// Start time (clock ticks since boot) and state letter of `pid`, if it exists.
+fn stat(pid: i32) -> Option<(u64, char)> {
+    let s = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let state = fields.first()?.chars().next()?;
+    // rest starts at field 3 (state); start time is field 22.
+    let start = fields.get(19)?.parse().ok()?;
+    Some((start, state))
+}
+
+impl ProcRecord {
+    /// Whether this exact process is still running (not exited, not a zombie).
+    pub fn alive(&self) -> bool {
+        reap(self.pid);
+        matches!(stat(self.pid), Some((st, state)) if st == self.start_time && state != 'Z')
+    }
+
+    /// Sends `signal` if this exact process is still running.
+    pub fn signal(&self, signal: i32) {
+        if self.alive() {
+            // SAFETY: plain kill(2) on a pid we verified by start time.
+            unsafe { libc::kill(self.pid, signal) };
+        }
+    }
+
+    /// SIGTERM, wait up to `grace`, then SIGKILL and wait up to 5 s more. Returns whether the
+    /// process is gone.
+    pub fn stop(&self, grace: Duration) -> bool {
+        self.signal(libc::SIGTERM);
+        if wait_gone(self, grace) {
+            return true;
+        }
+        self.signal(libc::SIGKILL);
+        wait_gone(self, Duration::from_secs(5))
+    }
+}
+
+fn wait_gone(p: &ProcRecord, timeout: Duration) -> bool {
+    let t0 = Instant::now();
+    while t0.elapsed() < timeout {
+        if !p.alive() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    !p.alive()
+}
+
+/// Collects `pid`'s exit status if it is our child (no effect otherwise), so it does not
+/// linger as a zombie.
+pub fn reap(pid: i32) {
+    let mut status = 0;
+    // SAFETY: waitpid with WNOHANG on one pid; ECHILD when it is not our child.
+    unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+}
+
+/// Kills a pid (SIGKILL) that was found by a scan (namespace or cgroup), not recorded.
+pub fn kill_pid(pid: i32) {
+    // SAFETY: kill(2); the pid was just found in one of the lab's own namespaces or cgroups.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    reap(pid);
+}
+
+/// Starts `cmd` in `place`, detached from our process group (Ctrl-C on the CLI does not hit
+/// it), stdin from /dev/null, stdout and stderr appended to `log`. Errors: the program cannot
+/// be started or the namespace is missing.
+pub fn spawn(role: &str, mut cmd: Command, place: &Place, log: &Path) -> Result<ProcRecord> {
+    let log_file = File::options()
+        .create(true)
+        .append(true)
+        .open(log)
+        .with_context(|| format!("opening log {}", log.display()))?;
+    cmd.stdin(Stdio::null())
+        .stdout(log_file.try_clone()?)
+        .stderr(log_file)
+        .process_group(0);
+    place.apply(&mut cmd)?;
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("starting {role} ({:?})", cmd.get_program()))?;
+    let pid = child.id() as i32;
+    let start_time = stat(pid).map(|(s, _)| s).unwrap_or(0);
+    Ok(ProcRecord {
+        role: role.to_string(),
+        pid,
+        start_time,
+    })
+}

@@ -1,0 +1,217 @@
+//! The lab's record of everything it created (`/run/vpcnet-lab/<name>/state.json`), written
+//! before each thing is created so `lab down` and failure paths can remove all of it.
+
+use std::fs::{self, File};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::procs::ProcRecord;
+
+/// Root of all lab state directories.
+pub const LAB_ROOT: &str = "/run/vpcnet-lab";
+
+/// One node (EC2 instance) of the lab.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeRecord {
+    /// Short name used on the command line: "n1", "n2", ...
+    pub name: String,
+    /// Network namespace of the node.
+    pub netns: String,
+    /// EC2 instance id in the emulator ("i-..."), once known.
+    pub instance_id: String,
+    /// Primary private IPv4 address of the instance (on `eth0`).
+    pub primary_ip: String,
+    /// Node directory (containerd root/state, CNI dirs, agent files).
+    pub dir: PathBuf,
+}
+
+impl NodeRecord {
+    /// containerd's gRPC socket of this node.
+    pub fn containerd_socket(&self) -> PathBuf {
+        self.dir.join("containerd.sock")
+    }
+    /// CNI configuration directory bind-mounted on `/etc/cni/net.d` for this node's `ctr`.
+    pub fn cni_conf_dir(&self) -> PathBuf {
+        self.dir.join("cni/net.d")
+    }
+    /// CNI plugin directory bind-mounted on `/opt/cni/bin` for this node's `ctr`.
+    pub fn cni_bin_dir(&self) -> PathBuf {
+        self.dir.join("cni/bin")
+    }
+    /// containerd namespace the lab's containers live in on this node (unique per lab run,
+    /// so cgroup paths of concurrent labs never collide).
+    pub fn ctr_namespace(&self) -> String {
+        self.netns.clone()
+    }
+    /// The agent's gRPC socket (what the conflist's `agentSocket` names).
+    pub fn agent_socket(&self) -> PathBuf {
+        self.dir.join("agent.sock")
+    }
+    /// The agent's checkpoint file.
+    pub fn checkpoint_path(&self) -> PathBuf {
+        self.dir.join("ipam.json")
+    }
+}
+
+/// A container started by `lab run`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerRecord {
+    /// containerd container id.
+    pub id: String,
+    /// Node name ("n1").
+    pub node: String,
+}
+
+/// Everything one lab created, in creation order.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LabState {
+    /// Lab name (directory name under [`LAB_ROOT`]).
+    pub name: String,
+    /// Per-run prefix of every namespace name, e.g. "vl3f2a1".
+    pub prefix: String,
+    /// EC2 instance type of the nodes, e.g. "m5.large".
+    pub instance_type: String,
+    /// Network namespaces created (VPC first, then nodes).
+    pub namespaces: Vec<String>,
+    /// Processes started (stopped in reverse order).
+    pub processes: Vec<ProcRecord>,
+    /// Nodes.
+    pub nodes: Vec<NodeRecord>,
+    /// Containers started.
+    pub containers: Vec<ContainerRecord>,
+    /// EC2 endpoint URL as seen from a node, once the emulator runs.
+    pub ec2_endpoint: Option<String>,
+}
+
+/// Directory of the lab named `name`.
+pub fn lab_dir(name: &str) -> PathBuf {
+    Path::new(LAB_ROOT).join(name)
+}
+
+/// Checks a lab name: 1 to 32 of `[a-z0-9-]`, so it is safe as a directory name.
+pub fn check_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 32
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if !ok {
+        bail!("invalid lab name {name:?}: use 1 to 32 characters of a-z, 0-9 and '-'");
+    }
+    Ok(())
+}
+
+impl LabState {
+    /// The state file path.
+    pub fn path(dir: &Path) -> PathBuf {
+        dir.join("state.json")
+    }
+
+    /// Loads the state of the lab in `dir`. Errors name the lab and say how to list labs.
+    pub fn load(dir: &Path) -> Result<LabState> {
+        let p = Self::path(dir);
+        let text = fs::read_to_string(&p).with_context(|| {
+            format!(
+                "no lab state at {} (is the lab up? `vpcnet lab up`; labs live in {LAB_ROOT})",
+                p.display()
+            )
+        })?;
+        serde_json::from_str(&text).with_context(|| format!("corrupt lab state {}", p.display()))
+    }
+
+    /// Writes the state atomically (temp file + rename).
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        let p = Self::path(dir);
+        let tmp = dir.join("state.json.tmp");
+        fs::write(&tmp, serde_json::to_vec_pretty(self)?)?;
+        fs::rename(&tmp, &p).with_context(|| format!("writing {}", p.display()))?;
+        Ok(())
+    }
+
+    /// Node by name ("n1"). Errors list the nodes there are.
+    pub fn node(&self, name: &str) -> Result<&NodeRecord> {
+        self.nodes.iter().find(|n| n.name == name).with_context(|| {
+            let names: Vec<&str> = self.nodes.iter().map(|n| n.name.as_str()).collect();
+            format!(
+                "no node {name:?} in lab {} (nodes: {})",
+                self.name,
+                names.join(", ")
+            )
+        })
+    }
+}
+
+/// Runs `f` on the lab state under an exclusive lock (`state.lock`), saving it afterwards even
+/// when `f` fails (so what was recorded before the failure is kept for cleanup).
+pub fn update<T>(dir: &Path, f: impl FnOnce(&mut LabState) -> Result<T>) -> Result<T> {
+    let lock = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("state.lock"))
+        .with_context(|| format!("locking lab state in {}", dir.display()))?;
+    // SAFETY: flock(2) on an fd we own; released when `lock` is dropped.
+    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        bail!(
+            "flock {}: {}",
+            dir.display(),
+            std::io::Error::last_os_error()
+        );
+    }
+    let mut state = LabState::load(dir)?;
+    let result = f(&mut state);
+    state.save(dir)?;
+    result
+}
+
+/// Names of the labs that have a state directory.
+pub fn list_labs() -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(LAB_ROOT)
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.path().join("state.json").exists())
+                .filter_map(|e| e.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked() {
+        assert!(check_name("lab").is_ok());
+        assert!(check_name("e2e-123-4").is_ok());
+        assert!(check_name("").is_err());
+        assert!(check_name("../etc").is_err());
+        assert!(check_name("Lab").is_err());
+        assert!(check_name(&"a".repeat(33)).is_err());
+    }
+
+    #[test]
+    fn update_saves_what_was_recorded_before_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        LabState {
+            name: "t".into(),
+            ..Default::default()
+        }
+        .save(dir.path())
+        .unwrap();
+        let r: Result<()> = update(dir.path(), |s| {
+            s.namespaces.push("vlx-vpc".into());
+            bail!("boom")
+        });
+        assert!(r.is_err());
+        assert_eq!(
+            LabState::load(dir.path()).unwrap().namespaces,
+            vec!["vlx-vpc"]
+        );
+    }
+}
