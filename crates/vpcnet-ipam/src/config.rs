@@ -1,0 +1,155 @@
+//! Warm-pool settings: the VPC CNI's WARM_ENI_TARGET, WARM_IP_TARGET, MINIMUM_IP_TARGET,
+//! WARM_PREFIX_TARGET, ENABLE_PREFIX_DELEGATION and MAX_ENI, plus the instance limits.
+
+use serde::{Deserialize, Serialize};
+use vpcnet_limits::InstanceLimits;
+
+/// Default cooldown after a release before an address is handed out again: 30 s
+/// (the VPC CNI's `IP_COOLDOWN_PERIOD`).
+pub const DEFAULT_COOLDOWN_MS: u64 = 30_000;
+
+/// Addresses in one /28 prefix.
+pub const IPS_PER_PREFIX: u32 = 16;
+
+/// Inputs of the warm-pool decision.
+///
+/// Semantics (the VPC CNI's, see its `docs/eni-and-ip-target.md`), with vpcnet's fixes:
+/// - `warm_ip_target` / `minimum_ip_target` set: IP mode. Keep at least `warm_ip_target` free
+///   addresses and at least `minimum_ip_target` addresses attached in total;
+///   `warm_eni_target` is ignored. When only `minimum_ip_target` is set the warm target is 1,
+///   so the pool keeps growing with the pods instead of stopping at the floor (VPC CNI #2650).
+/// - neither set: ENI mode. Keep at least `warm_eni_target` × (addresses per ENI) free
+///   addresses, growing and shrinking by whole ENIs, each filled to its limit.
+/// - `prefix_delegation`: addresses come in /28 prefixes (16 each). Without WARM_IP_TARGET /
+///   MINIMUM_IP_TARGET, keep `warm_prefix_target` wholly free prefixes.
+/// - Cooling-down addresses count as unavailable (VPC CNI #2896).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WarmConfig {
+    /// WARM_ENI_TARGET: free ENIs' worth of addresses to keep (a count of ENIs). Default 1.
+    pub warm_eni_target: u32,
+    /// WARM_IP_TARGET: free addresses to keep (a count of IPv4 /32s).
+    pub warm_ip_target: Option<u32>,
+    /// MINIMUM_IP_TARGET: addresses to keep attached in total, assigned or not.
+    pub minimum_ip_target: Option<u32>,
+    /// WARM_PREFIX_TARGET: wholly free /28 prefixes to keep in prefix mode. Default 1.
+    pub warm_prefix_target: u32,
+    /// ENABLE_PREFIX_DELEGATION: assign /28 prefixes instead of secondary addresses.
+    pub prefix_delegation: bool,
+    /// MAX_ENI: cap on attached ENIs (the primary included), below the instance limit.
+    pub max_eni: Option<u32>,
+    /// Instance type limit: ENIs on the default network card.
+    pub eni_limit: u32,
+    /// Instance type limit: IPv4 addresses per ENI, the primary address included
+    /// (each /28 prefix takes one of these slots).
+    pub ipv4_per_eni: u32,
+    /// Milliseconds a released address cools down before it can be handed out again.
+    pub cooldown_ms: u64,
+    /// Milliseconds an address must have been free (not assigned, not cooling) before it
+    /// counts as surplus that may be returned to EC2. Damps assign/unassign churn under pod
+    /// rolls (VPC CNI #730). Default 30 s.
+    pub surplus_hold_ms: u64,
+}
+
+/// Which target family drives the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WarmMode {
+    /// WARM_ENI_TARGET: grow and shrink by whole ENIs.
+    Eni { warm_enis: u32 },
+    /// WARM_IP_TARGET / MINIMUM_IP_TARGET: grow and shrink by single addresses.
+    Ip { warm_ips: u32, minimum_ips: u32 },
+    /// Prefix delegation with WARM_PREFIX_TARGET.
+    Prefix { warm_prefixes: u32 },
+    /// Prefix delegation with WARM_IP_TARGET / MINIMUM_IP_TARGET (converted to prefixes).
+    PrefixIp { warm_ips: u32, minimum_ips: u32 },
+}
+
+/// A setting that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("instance limits are unusable: {0}")]
+    Limits(String),
+    #[error("MAX_ENI={0} is invalid: it must be at least 1 (the primary ENI)")]
+    MaxEni(u32),
+}
+
+impl WarmConfig {
+    /// Defaults (WARM_ENI_TARGET=1, 30 s cooldown) for an instance type's limits.
+    pub fn for_limits(limits: &InstanceLimits) -> Self {
+        WarmConfig {
+            warm_eni_target: 1,
+            warm_ip_target: None,
+            minimum_ip_target: None,
+            warm_prefix_target: 1,
+            prefix_delegation: false,
+            max_eni: None,
+            eni_limit: limits.eni_limit,
+            ipv4_per_eni: limits.ipv4_per_eni,
+            cooldown_ms: DEFAULT_COOLDOWN_MS,
+            surplus_hold_ms: DEFAULT_COOLDOWN_MS,
+        }
+    }
+
+    /// Checks the limits and MAX_ENI.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.eni_limit == 0 || self.ipv4_per_eni < 2 {
+            return Err(ConfigError::Limits(format!(
+                "{} ENIs with {} IPv4 addresses each leaves no address for pods",
+                self.eni_limit, self.ipv4_per_eni
+            )));
+        }
+        if self.max_eni == Some(0) {
+            return Err(ConfigError::MaxEni(0));
+        }
+        Ok(())
+    }
+
+    /// ENIs the pool may use: min(instance limit, MAX_ENI).
+    pub fn max_enis(&self) -> u32 {
+        self.max_eni
+            .map_or(self.eni_limit, |m| m.min(self.eni_limit))
+            .max(1)
+    }
+
+    /// Slots per ENI for pods: secondary addresses (or prefixes) per ENI, i.e. the
+    /// instance's IPv4 per ENI minus the primary address.
+    pub fn slots_per_eni(&self) -> u32 {
+        self.ipv4_per_eni.saturating_sub(1)
+    }
+
+    /// Pod addresses one full ENI holds (slots × 16 in prefix mode).
+    pub fn ips_per_eni(&self) -> u32 {
+        if self.prefix_delegation {
+            self.slots_per_eni() * IPS_PER_PREFIX
+        } else {
+            self.slots_per_eni()
+        }
+    }
+
+    /// Pod addresses the whole node can hold.
+    pub fn max_ips(&self) -> u32 {
+        self.max_enis() * self.ips_per_eni()
+    }
+
+    /// The target family in force.
+    pub fn mode(&self) -> WarmMode {
+        let ip_mode = self.warm_ip_target.is_some() || self.minimum_ip_target.is_some();
+        let warm_ips = self.warm_ip_target.unwrap_or(1);
+        let minimum_ips = self.minimum_ip_target.unwrap_or(0);
+        match (self.prefix_delegation, ip_mode) {
+            (false, false) => WarmMode::Eni {
+                warm_enis: self.warm_eni_target,
+            },
+            (false, true) => WarmMode::Ip {
+                warm_ips,
+                minimum_ips,
+            },
+            (true, false) => WarmMode::Prefix {
+                warm_prefixes: self.warm_prefix_target,
+            },
+            (true, true) => WarmMode::PrefixIp {
+                warm_ips,
+                minimum_ips,
+            },
+        }
+    }
+}

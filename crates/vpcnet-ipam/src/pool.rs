@@ -1,0 +1,700 @@
+//! The pool: EC2's view of the node's ENIs plus assignments and cooldowns.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::Ipv4Addr;
+
+use ipnet::Ipv4Net;
+use serde::Serialize;
+
+use crate::checkpoint::{
+    Checkpoint, CheckpointAssignment, CheckpointCooldown, CheckpointError, CHECKPOINT_VERSION,
+};
+use crate::config::WarmConfig;
+use crate::model::{Assignment, Eni, EniObservation, IpSet, PodKey, PodRef};
+use crate::plan::Action;
+
+/// Why no address could be handed out.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AssignError {
+    /// Nothing free right now, but the pool can still grow or addresses are cooling down:
+    /// retry shortly (gRPC UNAVAILABLE).
+    #[error("no free IP right now ({cooling} cooling down, {pending_growth} more can be attached); the agent is allocating more, retry")]
+    PoolEmpty { cooling: u32, pending_growth: u32 },
+    /// Every ENI the node may attach is attached and full, and every address is assigned:
+    /// permanent for this node (gRPC RESOURCE_EXHAUSTED).
+    #[error("node is at its ENI/IP limit: {assigned} IPs assigned on {enis} ENIs (limit {max_enis} ENIs × {ips_per_eni} pod IPs each)")]
+    AtLimit {
+        assigned: u32,
+        enis: u32,
+        max_enis: u32,
+        ips_per_eni: u32,
+    },
+}
+
+/// The address handed to a pod, with the facts the plugin needs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Granted {
+    pub ip: Ipv4Addr,
+    pub eni_id: String,
+    /// Attachment device index of the ENI (0 = primary).
+    pub device_number: u32,
+    pub primary_eni: bool,
+    pub subnet_cidr: Ipv4Net,
+    /// Whether this was an earlier assignment returned again (idempotent ADD).
+    pub existing: bool,
+}
+
+/// What a reconcile changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ReconcileReport {
+    pub added_enis: Vec<String>,
+    pub removed_enis: Vec<String>,
+    pub added_ips: Vec<Ipv4Addr>,
+    pub dropped_ips: Vec<Ipv4Addr>,
+    /// Assignments whose address EC2 no longer lists on the node (flagged, kept until the
+    /// pod is deleted; the address is never handed out again from this pool).
+    pub orphaned: Vec<(PodKey, Ipv4Addr)>,
+}
+
+/// How to treat addresses EC2 lists that the pool does not know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnknownIpPolicy {
+    /// Adopt as free (normal operation, fresh node, trusted checkpoint).
+    Free,
+    /// Adopt as just released, so they cool down first (rebuilding after a lost or corrupt
+    /// checkpoint: a running pod may still use them).
+    Cooling,
+}
+
+/// Counts for status, introspection and metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PoolSummary {
+    /// Attached ENIs (the primary included).
+    pub enis: u32,
+    pub max_enis: u32,
+    /// Pod addresses attached (secondary /32s plus prefix /32s).
+    pub total_ips: u32,
+    pub assigned_ips: u32,
+    pub cooling_ips: u32,
+    /// Assignable now.
+    pub available_ips: u32,
+    /// Being returned to EC2.
+    pub releasing_ips: u32,
+    pub prefixes: u32,
+    pub max_ips: u32,
+    /// Assignments whose address EC2 no longer lists.
+    pub orphaned: u32,
+}
+
+/// Per-ENI counts used by the plan.
+#[derive(Debug, Clone)]
+pub(crate) struct EniStats {
+    pub id: String,
+    pub device_number: u32,
+    pub primary: bool,
+    pub deleting: bool,
+    pub slots_used: u32,
+    pub total: u32,
+    pub assigned: u32,
+    pub cooling: u32,
+    /// Assignable now.
+    pub available: Vec<Ipv4Addr>,
+    /// Assignable and free for at least the surplus hold.
+    pub held_free: Vec<Ipv4Addr>,
+    /// Prefixes whose every address is assignable and held.
+    pub held_free_prefixes: Vec<Ipv4Net>,
+    /// Prefixes whose every address is assignable.
+    pub free_prefixes: u32,
+}
+
+/// The node's address pool. See the crate docs.
+#[derive(Debug, Clone)]
+pub struct Pool {
+    cfg: WarmConfig,
+    enis: BTreeMap<String, Eni>,
+    assignments: BTreeMap<PodKey, Assignment>,
+    by_ip: BTreeMap<Ipv4Addr, PodKey>,
+    /// Address → release time (ms since the epoch).
+    cooldowns: BTreeMap<Ipv4Addr, u64>,
+    releasing: IpSet,
+    releasing_prefixes: BTreeSet<Ipv4Net>,
+}
+
+impl Pool {
+    /// An empty pool (no ENIs known yet: feed [`Pool::reconcile`] with EC2's view).
+    pub fn new(cfg: WarmConfig) -> Self {
+        Pool {
+            cfg,
+            enis: BTreeMap::new(),
+            assignments: BTreeMap::new(),
+            by_ip: BTreeMap::new(),
+            cooldowns: BTreeMap::new(),
+            releasing: IpSet::new(),
+            releasing_prefixes: BTreeSet::new(),
+        }
+    }
+
+    pub fn config(&self) -> &WarmConfig {
+        &self.cfg
+    }
+
+    /// Replaces the settings (limits, targets); takes effect at the next plan.
+    pub fn set_config(&mut self, cfg: WarmConfig) {
+        self.cfg = cfg;
+    }
+
+    pub fn enis(&self) -> impl Iterator<Item = &Eni> {
+        self.enis.values()
+    }
+
+    pub fn eni(&self, id: &str) -> Option<&Eni> {
+        self.enis.get(id)
+    }
+
+    pub fn assignments(&self) -> impl Iterator<Item = (&PodKey, &Assignment)> {
+        self.assignments.iter()
+    }
+
+    pub fn assignment(&self, key: &PodKey) -> Option<&Assignment> {
+        self.assignments.get(key)
+    }
+
+    /// Release times of addresses still known to the pool (cooling or cooled).
+    pub fn cooldowns(&self) -> impl Iterator<Item = (Ipv4Addr, u64)> + '_ {
+        self.cooldowns.iter().map(|(ip, t)| (*ip, *t))
+    }
+
+    /// Whether `ip` is cooling down at `now_ms`.
+    pub fn is_cooling(&self, ip: Ipv4Addr, now_ms: u64) -> bool {
+        self.cooldowns
+            .get(&ip)
+            .is_some_and(|r| now_ms < r.saturating_add(self.cfg.cooldown_ms))
+    }
+
+    /// ENI holding `ip`, if any.
+    pub fn eni_of(&self, ip: Ipv4Addr) -> Option<&Eni> {
+        self.enis.values().find(|e| e.holds(ip))
+    }
+
+    fn assignable(&self, ip: Ipv4Addr, now_ms: u64) -> bool {
+        !self.by_ip.contains_key(&ip)
+            && !self.releasing.contains(&ip)
+            && !self.is_cooling(ip, now_ms)
+            && !self.releasing_prefixes.iter().any(|p| p.contains(&ip))
+    }
+
+    fn free_since(&self, ip: Ipv4Addr, added_ms: u64) -> u64 {
+        let cooled = self
+            .cooldowns
+            .get(&ip)
+            .map_or(0, |r| r.saturating_add(self.cfg.cooldown_ms));
+        added_ms.max(cooled)
+    }
+
+    fn assigned_per_eni(&self) -> BTreeMap<&str, u32> {
+        let mut m = BTreeMap::new();
+        for a in self.assignments.values() {
+            *m.entry(a.eni_id.as_str()).or_insert(0) += 1;
+        }
+        m
+    }
+
+    /// Hands `ip` of a free address to `key`. Idempotent: an existing assignment for the key
+    /// is returned again. New pods are packed onto the ENI with the most assignments, so
+    /// lightly used ENIs drain and can be freed. Never returns an address EC2 did not list
+    /// (the pool only holds addresses from EC2 results), a cooling one, or one being released.
+    pub fn assign(
+        &mut self,
+        key: PodKey,
+        pod: PodRef,
+        now_ms: u64,
+    ) -> Result<Granted, AssignError> {
+        if let Some(a) = self.assignments.get(&key) {
+            let eni = self.enis.get(&a.eni_id);
+            return Ok(Granted {
+                ip: a.ip,
+                eni_id: a.eni_id.clone(),
+                device_number: eni.map_or(0, |e| e.info.device_number),
+                primary_eni: eni.is_some_and(|e| e.info.primary),
+                subnet_cidr: eni.map_or_else(|| Ipv4Net::from(a.ip), |e| e.info.subnet_cidr),
+                existing: true,
+            });
+        }
+        let per_eni = self.assigned_per_eni();
+        let mut order: Vec<&Eni> = self.enis.values().filter(|e| !e.deleting).collect();
+        order.sort_by_key(|e| {
+            (
+                std::cmp::Reverse(per_eni.get(e.info.id.as_str()).copied().unwrap_or(0)),
+                e.info.device_number,
+            )
+        });
+        let mut chosen = None;
+        for eni in order {
+            // Secondary addresses first, then the fullest prefix, so whole prefixes stay free.
+            let mut prefixes: Vec<Ipv4Net> = eni.prefixes.keys().copied().collect();
+            prefixes.sort_by_key(|p| {
+                std::cmp::Reverse(self.by_ip.range(p.network()..=p.broadcast()).count())
+            });
+            let mut candidates = eni
+                .ips
+                .keys()
+                .copied()
+                .chain(prefixes.into_iter().flat_map(Eni::prefix_addresses));
+            if let Some(ip) = candidates.find(|ip| self.assignable(*ip, now_ms)) {
+                chosen = Some((ip, eni.info.clone()));
+                break;
+            }
+        }
+        let Some((ip, info)) = chosen else {
+            return Err(self.empty_error(now_ms));
+        };
+        let a = Assignment {
+            ip,
+            eni_id: info.id.clone(),
+            pod,
+            assigned_at_ms: now_ms,
+        };
+        self.by_ip.insert(ip, key.clone());
+        self.assignments.insert(key, a);
+        self.cooldowns.remove(&ip);
+        Ok(Granted {
+            ip,
+            eni_id: info.id,
+            device_number: info.device_number,
+            primary_eni: info.primary,
+            subnet_cidr: info.subnet_cidr,
+            existing: false,
+        })
+    }
+
+    fn empty_error(&self, now_ms: u64) -> AssignError {
+        let s = self.summary(now_ms);
+        let growth = s.max_ips.saturating_sub(s.total_ips);
+        let can_grow = growth > 0
+            && (s.enis < s.max_enis
+                || self
+                    .enis
+                    .values()
+                    .any(|e| !e.deleting && e.slots_used() < self.cfg.slots_per_eni()));
+        if s.cooling_ips == 0 && s.releasing_ips == 0 && !can_grow {
+            AssignError::AtLimit {
+                assigned: s.assigned_ips,
+                enis: s.enis,
+                max_enis: s.max_enis,
+                ips_per_eni: self.cfg.ips_per_eni(),
+            }
+        } else {
+            AssignError::PoolEmpty {
+                cooling: s.cooling_ips,
+                pending_growth: if can_grow { growth } else { 0 },
+            }
+        }
+    }
+
+    /// Releases the address of `key`; it cools down from `now_ms`. `None` for an unknown key
+    /// (CNI DEL is idempotent). An orphaned address (EC2 no longer lists it) is just dropped.
+    pub fn release(&mut self, key: &PodKey, now_ms: u64) -> Option<Assignment> {
+        let a = self.assignments.remove(key)?;
+        self.by_ip.remove(&a.ip);
+        if self.eni_of(a.ip).is_some() {
+            self.cooldowns.insert(a.ip, now_ms);
+        }
+        Some(a)
+    }
+
+    /// CNI GC: releases every assignment whose key is not in `valid`.
+    pub fn garbage_collect(
+        &mut self,
+        valid: &BTreeSet<PodKey>,
+        now_ms: u64,
+    ) -> Vec<(PodKey, Assignment)> {
+        let stale: Vec<PodKey> = self
+            .assignments
+            .keys()
+            .filter(|k| !valid.contains(*k))
+            .cloned()
+            .collect();
+        stale
+            .into_iter()
+            .filter_map(|k| self.release(&k, now_ms).map(|a| (k, a)))
+            .collect()
+    }
+
+    /// Assignments whose address EC2 no longer lists on the node.
+    pub fn orphaned(&self) -> Vec<(PodKey, Ipv4Addr)> {
+        self.assignments
+            .iter()
+            .filter(|(_, a)| self.eni_of(a.ip).is_none())
+            .map(|(k, a)| (k.clone(), a.ip))
+            .collect()
+    }
+
+    pub(crate) fn eni_stats(&self, now_ms: u64) -> Vec<EniStats> {
+        let per_eni = self.assigned_per_eni();
+        let hold = self.cfg.surplus_hold_ms;
+        self.enis
+            .values()
+            .map(|e| {
+                let mut s = EniStats {
+                    id: e.info.id.clone(),
+                    device_number: e.info.device_number,
+                    primary: e.info.primary,
+                    deleting: e.deleting,
+                    slots_used: e.slots_used(),
+                    total: 0,
+                    assigned: per_eni.get(e.info.id.as_str()).copied().unwrap_or(0),
+                    cooling: 0,
+                    available: Vec::new(),
+                    held_free: Vec::new(),
+                    held_free_prefixes: Vec::new(),
+                    free_prefixes: 0,
+                };
+                for (ip, added) in e.ips.iter().map(|(i, t)| (*i, *t)) {
+                    if self.releasing.contains(&ip) {
+                        continue;
+                    }
+                    s.total += 1;
+                    if self.is_cooling(ip, now_ms) && !self.by_ip.contains_key(&ip) {
+                        s.cooling += 1;
+                    }
+                    if self.assignable(ip, now_ms) {
+                        s.available.push(ip);
+                        if self.free_since(ip, added).saturating_add(hold) <= now_ms {
+                            s.held_free.push(ip);
+                        }
+                    }
+                }
+                for (p, added) in e.prefixes.iter().map(|(p, t)| (*p, *t)) {
+                    if self.releasing_prefixes.contains(&p) {
+                        continue;
+                    }
+                    let (mut all_free, mut all_held) = (true, true);
+                    for ip in Eni::prefix_addresses(p) {
+                        s.total += 1;
+                        if self.is_cooling(ip, now_ms) && !self.by_ip.contains_key(&ip) {
+                            s.cooling += 1;
+                        }
+                        if self.assignable(ip, now_ms) {
+                            s.available.push(ip);
+                            if self.free_since(ip, added).saturating_add(hold) > now_ms {
+                                all_held = false;
+                            }
+                        } else {
+                            all_free = false;
+                        }
+                    }
+                    if all_free {
+                        s.free_prefixes += 1;
+                        if all_held {
+                            s.held_free_prefixes.push(p);
+                        }
+                    }
+                }
+                s
+            })
+            .collect()
+    }
+
+    /// Counts at `now_ms`.
+    pub fn summary(&self, now_ms: u64) -> PoolSummary {
+        let stats = self.eni_stats(now_ms);
+        PoolSummary {
+            enis: self.enis.len() as u32,
+            max_enis: self.cfg.max_enis(),
+            total_ips: stats.iter().map(|s| s.total).sum(),
+            assigned_ips: self.assignments.len() as u32,
+            cooling_ips: stats.iter().map(|s| s.cooling).sum(),
+            available_ips: stats
+                .iter()
+                .filter(|s| !s.deleting)
+                .map(|s| s.available.len() as u32)
+                .sum(),
+            releasing_ips: self.releasing.len() as u32
+                + self.releasing_prefixes.len() as u32 * crate::IPS_PER_PREFIX,
+            prefixes: self.enis.values().map(|e| e.prefixes.len() as u32).sum(),
+            max_ips: self.cfg.max_ips(),
+            orphaned: self.orphaned().len() as u32,
+        }
+    }
+
+    /// The warm-pool decision at `now_ms`: the EC2 actions to take (empty when the pool is
+    /// on target). Pure; call [`Pool::begin`] before executing an action.
+    pub fn plan(&self, now_ms: u64) -> Vec<Action> {
+        crate::plan::plan(&self.cfg, &self.eni_stats(now_ms), self.enis.len() as u32)
+    }
+
+    /// Marks what `action` will take away (addresses or prefixes being unassigned, an ENI
+    /// being deleted) so nothing is handed out from it while the EC2 call runs.
+    pub fn begin(&mut self, action: &Action) {
+        match action {
+            Action::UnassignIps { ips, .. } => self.releasing.extend(ips.iter().copied()),
+            Action::UnassignPrefixes { prefixes, .. } => {
+                self.releasing_prefixes.extend(prefixes.iter().copied())
+            }
+            Action::DeleteEni { eni_id } => {
+                if let Some(e) = self.enis.get_mut(eni_id) {
+                    e.deleting = true;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Undoes [`Pool::begin`] after the EC2 call failed.
+    pub fn abort(&mut self, action: &Action) {
+        match action {
+            Action::UnassignIps { ips, .. } => ips.iter().for_each(|ip| {
+                self.releasing.remove(ip);
+            }),
+            Action::UnassignPrefixes { prefixes, .. } => prefixes.iter().for_each(|p| {
+                self.releasing_prefixes.remove(p);
+            }),
+            Action::DeleteEni { eni_id } => {
+                if let Some(e) = self.enis.get_mut(eni_id) {
+                    e.deleting = false;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Result of CreateEni + Attach: the new attached ENI with its addresses.
+    pub fn add_eni(&mut self, obs: EniObservation, now_ms: u64) {
+        let mut eni = Eni::new(obs.info);
+        eni.ips = obs
+            .secondary_ips
+            .into_iter()
+            .filter(|ip| *ip != eni.info.primary_ip)
+            .map(|ip| (ip, now_ms))
+            .collect();
+        eni.prefixes = obs.prefixes.into_iter().map(|p| (p, now_ms)).collect();
+        self.enis.insert(eni.info.id.clone(), eni);
+    }
+
+    /// Result of AssignPrivateIpAddresses: `ips` now belong to `eni_id`. Unknown ENI:
+    /// ignored (the next reconcile adopts them).
+    pub fn add_ips(&mut self, eni_id: &str, ips: &[Ipv4Addr], now_ms: u64) {
+        if let Some(e) = self.enis.get_mut(eni_id) {
+            for ip in ips {
+                if *ip != e.info.primary_ip {
+                    e.ips.entry(*ip).or_insert(now_ms);
+                }
+            }
+        }
+    }
+
+    /// Result of AssignPrivateIpAddresses with Ipv4PrefixCount.
+    pub fn add_prefixes(&mut self, eni_id: &str, prefixes: &[Ipv4Net], now_ms: u64) {
+        if let Some(e) = self.enis.get_mut(eni_id) {
+            for p in prefixes {
+                e.prefixes.entry(*p).or_insert(now_ms);
+            }
+        }
+    }
+
+    /// Result of UnassignPrivateIpAddresses: `ips` left `eni_id`.
+    pub fn remove_ips(&mut self, eni_id: &str, ips: &[Ipv4Addr]) {
+        for ip in ips {
+            self.releasing.remove(ip);
+            self.cooldowns.remove(ip);
+            if let Some(e) = self.enis.get_mut(eni_id) {
+                e.ips.remove(ip);
+            }
+        }
+    }
+
+    /// Result of UnassignPrivateIpAddresses with prefixes.
+    pub fn remove_prefixes(&mut self, eni_id: &str, prefixes: &[Ipv4Net]) {
+        for p in prefixes {
+            self.releasing_prefixes.remove(p);
+            self.cooldowns.retain(|ip, _| !p.contains(ip));
+            if let Some(e) = self.enis.get_mut(eni_id) {
+                e.prefixes.remove(p);
+            }
+        }
+    }
+
+    /// Result of Detach + DeleteNetworkInterface.
+    pub fn remove_eni(&mut self, eni_id: &str) {
+        if let Some(e) = self.enis.remove(eni_id) {
+            for (ip, _) in e.addresses() {
+                self.releasing.remove(&ip);
+                self.cooldowns.remove(&ip);
+            }
+            for p in e.prefixes.keys() {
+                self.releasing_prefixes.remove(p);
+            }
+        }
+    }
+
+    /// Adopts EC2's view of the instance's attached ENIs (DescribeNetworkInterfaces,
+    /// `attachment.instance-id`). EC2 is the truth: ENIs and addresses it does not list are
+    /// dropped, except assigned addresses, which stay with their pod and are reported as
+    /// orphaned; addresses it lists that the pool does not know are adopted per `unknown`.
+    /// Never call this with IMDS data.
+    pub fn reconcile(
+        &mut self,
+        view: &[EniObservation],
+        unknown: UnknownIpPolicy,
+        now_ms: u64,
+    ) -> ReconcileReport {
+        let mut report = ReconcileReport::default();
+        let seen: BTreeSet<&str> = view.iter().map(|o| o.info.id.as_str()).collect();
+        let gone: Vec<String> = self
+            .enis
+            .keys()
+            .filter(|id| !seen.contains(id.as_str()))
+            .cloned()
+            .collect();
+        for id in gone {
+            if let Some(e) = self.enis.remove(&id) {
+                report.dropped_ips.extend(e.addresses().map(|(ip, _)| ip));
+            }
+            report.removed_enis.push(id);
+        }
+        for obs in view {
+            let new_ips: BTreeSet<Ipv4Addr> = obs
+                .secondary_ips
+                .iter()
+                .copied()
+                .filter(|ip| *ip != obs.info.primary_ip)
+                .collect();
+            let new_prefixes: BTreeSet<Ipv4Net> = obs.prefixes.iter().copied().collect();
+            let eni = self.enis.entry(obs.info.id.clone()).or_insert_with(|| {
+                report.added_enis.push(obs.info.id.clone());
+                Eni::new(obs.info.clone())
+            });
+            eni.info = obs.info.clone();
+            let dropped: Vec<Ipv4Addr> = eni
+                .ips
+                .keys()
+                .filter(|ip| !new_ips.contains(ip))
+                .copied()
+                .collect();
+            for ip in &dropped {
+                eni.ips.remove(ip);
+            }
+            report.dropped_ips.extend(dropped);
+            let dropped_p: Vec<Ipv4Net> = eni
+                .prefixes
+                .keys()
+                .filter(|p| !new_prefixes.contains(p))
+                .copied()
+                .collect();
+            for p in &dropped_p {
+                eni.prefixes.remove(p);
+                report.dropped_ips.extend(Eni::prefix_addresses(*p));
+            }
+            let mut fresh = Vec::new();
+            for ip in &new_ips {
+                if !eni.ips.contains_key(ip) {
+                    eni.ips.insert(*ip, now_ms);
+                    fresh.push(*ip);
+                }
+            }
+            for p in &new_prefixes {
+                if !eni.prefixes.contains_key(p) {
+                    eni.prefixes.insert(*p, now_ms);
+                    fresh.extend(Eni::prefix_addresses(*p));
+                }
+            }
+            for ip in &fresh {
+                if unknown == UnknownIpPolicy::Cooling
+                    && !self.by_ip.contains_key(ip)
+                    && !self.cooldowns.contains_key(ip)
+                {
+                    self.cooldowns.insert(*ip, now_ms);
+                }
+            }
+            report.added_ips.extend(fresh);
+        }
+        // Addresses that left: forget their cooldowns and release marks.
+        let held: BTreeSet<Ipv4Addr> = self
+            .enis
+            .values()
+            .flat_map(|e| e.addresses().map(|(ip, _)| ip))
+            .collect();
+        self.cooldowns.retain(|ip, _| held.contains(ip));
+        self.releasing.retain(|ip| held.contains(ip));
+        let prefixes: BTreeSet<Ipv4Net> = self
+            .enis
+            .values()
+            .flat_map(|e| e.prefixes.keys().copied())
+            .collect();
+        self.releasing_prefixes.retain(|p| prefixes.contains(p));
+        // Assignments follow their address to the ENI EC2 says holds it.
+        let owners: BTreeMap<Ipv4Addr, String> = self
+            .enis
+            .values()
+            .flat_map(|e| {
+                e.addresses()
+                    .map(|(ip, _)| (ip, e.info.id.clone()))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        for (k, a) in self.assignments.iter_mut() {
+            match owners.get(&a.ip) {
+                Some(owner) => a.eni_id = owner.clone(),
+                None => report.orphaned.push((k.clone(), a.ip)),
+            }
+        }
+        report
+    }
+
+    /// The persisted model: every assignment and every cooldown timestamp.
+    pub fn checkpoint(&self) -> Checkpoint {
+        Checkpoint {
+            version: CHECKPOINT_VERSION,
+            assignments: self
+                .assignments
+                .iter()
+                .map(|(k, a)| CheckpointAssignment {
+                    container_id: k.container_id.clone(),
+                    if_name: k.if_name.clone(),
+                    ip: a.ip,
+                    eni_id: a.eni_id.clone(),
+                    namespace: a.pod.namespace.clone(),
+                    name: a.pod.name.clone(),
+                    assigned_at_ms: a.assigned_at_ms,
+                })
+                .collect(),
+            cooldowns: self
+                .cooldowns
+                .iter()
+                .map(|(ip, t)| CheckpointCooldown {
+                    ip: *ip,
+                    released_at_ms: *t,
+                })
+                .collect(),
+        }
+    }
+
+    /// Loads assignments and cooldowns from a checkpoint into a pool that has none yet
+    /// (call before [`Pool::reconcile`], which then checks them against EC2).
+    /// Errors when the checkpoint assigns one address twice.
+    pub fn restore(&mut self, cp: &Checkpoint) -> Result<(), CheckpointError> {
+        cp.check()?;
+        for a in &cp.assignments {
+            let key = PodKey::new(a.container_id.clone(), a.if_name.clone());
+            self.by_ip.insert(a.ip, key.clone());
+            self.assignments.insert(
+                key,
+                Assignment {
+                    ip: a.ip,
+                    eni_id: a.eni_id.clone(),
+                    pod: PodRef {
+                        namespace: a.namespace.clone(),
+                        name: a.name.clone(),
+                    },
+                    assigned_at_ms: a.assigned_at_ms,
+                },
+            );
+        }
+        for c in &cp.cooldowns {
+            if !self.by_ip.contains_key(&c.ip) {
+                self.cooldowns.insert(c.ip, c.released_at_ms);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,236 @@
+//! Property tests: random sequences of assign / release / clock ticks / EC2 results
+//! (success, partial, failure) and EC2 changes behind the pool's back.
+
+mod common;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::Ipv4Addr;
+
+use common::*;
+use proptest::prelude::*;
+use vpcnet_ipam::*;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Assign(usize),
+    Release(usize),
+    Tick(u64),
+    /// Execute the current plan; outcome per action, cycled.
+    Run(Vec<Outcome>),
+    /// EC2 loses the n-th secondary address of the node, then the pool reconciles.
+    Steal(usize),
+    Gc(Vec<usize>),
+}
+
+fn outcome() -> impl Strategy<Value = Outcome> {
+    prop_oneof![6 => Just(Outcome::Success), 2 => Just(Outcome::Partial), 2 => Just(Outcome::Failure)]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0usize..40).prop_map(Op::Assign),
+        4 => (0usize..40).prop_map(Op::Release),
+        3 => (0u64..40_000).prop_map(Op::Tick),
+        5 => prop::collection::vec(outcome(), 1..4).prop_map(Op::Run),
+        1 => (0usize..64).prop_map(Op::Steal),
+        1 => prop::collection::vec(0usize..40, 0..20).prop_map(Op::Gc),
+    ]
+}
+
+fn config() -> impl Strategy<Value = WarmConfig> {
+    (
+        prop::sample::select(vec!["t3.small", "t3.medium", "m5.large"]),
+        0u32..4,
+        prop::option::of(0u32..8),
+        prop::option::of(0u32..14),
+        prop::option::of(1u32..4),
+        any::<bool>(),
+        0u64..20_000,
+    )
+        .prop_map(|(ty, warm_eni, warm_ip, min_ip, max_eni, prefix, hold)| {
+            let mut c = limits(ty);
+            c.warm_eni_target = warm_eni;
+            c.warm_ip_target = warm_ip;
+            c.minimum_ip_target = min_ip;
+            c.max_eni = max_eni;
+            c.prefix_delegation = prefix;
+            c.surplus_hold_ms = hold;
+            c
+        })
+}
+
+struct Model {
+    released: BTreeMap<Ipv4Addr, u64>,
+    live: BTreeMap<usize, Ipv4Addr>,
+}
+
+fn ec2_addresses(ec2: &FakeEc2) -> BTreeSet<Ipv4Addr> {
+    ec2.enis
+        .values()
+        .flat_map(|e| {
+            e.secondary_ips
+                .iter()
+                .copied()
+                .chain(e.prefixes.iter().flat_map(|p| Eni::prefix_addresses(*p)))
+        })
+        .collect()
+}
+
+fn check_invariants(
+    pool: &Pool,
+    ec2: &FakeEc2,
+    model: &Model,
+    now: u64,
+) -> Result<(), TestCaseError> {
+    let cfg = pool.config();
+    // Never double-assigned.
+    let ips: Vec<Ipv4Addr> = pool.assignments().map(|(_, a)| a.ip).collect();
+    let uniq: BTreeSet<_> = ips.iter().collect();
+    prop_assert_eq!(uniq.len(), ips.len(), "double assignment");
+    // Limits.
+    prop_assert!(pool.enis().count() as u32 <= cfg.max_enis());
+    for e in pool.enis() {
+        prop_assert!(
+            e.slots_used() <= cfg.slots_per_eni(),
+            "ENI {} over its IP limit",
+            e.info.id
+        );
+    }
+    // The pool holds exactly what EC2 lists (results are fed back as they come).
+    let ours: BTreeSet<Ipv4Addr> = pool
+        .enis()
+        .flat_map(|e| e.addresses().map(|(ip, _)| ip))
+        .collect();
+    prop_assert_eq!(&ours, &ec2_addresses(ec2));
+    // Model agrees with the pool on who holds what.
+    for (i, ip) in &model.live {
+        prop_assert_eq!(pool.assignment(&key(*i)).map(|a| a.ip), Some(*ip));
+    }
+    prop_assert_eq!(pool.assignments().count(), model.live.len());
+    let s = pool.summary(now);
+    prop_assert_eq!(s.assigned_ips as usize, model.live.len());
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn pool_invariants_and_convergence(cfg in config(), ops in prop::collection::vec(op(), 1..120)) {
+        let (mut pool, mut ec2) = start(cfg.clone());
+        let mut model = Model { released: BTreeMap::new(), live: BTreeMap::new() };
+        let mut now = 1_000u64;
+        for op in ops {
+            match op {
+                Op::Assign(i) => {
+                    let held_before = model.live.get(&i).copied();
+                    let ec2_has = ec2_addresses(&ec2);
+                    match pool.assign(key(i), pod(i), now) {
+                        Ok(g) => {
+                            if let Some(ip) = held_before {
+                                prop_assert_eq!(g.ip, ip, "idempotent add changed the address");
+                                prop_assert!(g.existing);
+                            } else {
+                                prop_assert!(ec2_has.contains(&g.ip), "handed out {} which EC2 does not list", g.ip);
+                                if let Some(r) = model.released.get(&g.ip) {
+                                    prop_assert!(now >= r + cfg.cooldown_ms, "handed out {} during its cooldown", g.ip);
+                                }
+                                prop_assert!(!model.live.values().any(|ip| *ip == g.ip), "double assignment of {}", g.ip);
+                                model.live.insert(i, g.ip);
+                            }
+                        }
+                        Err(AssignError::AtLimit { .. }) => {
+                            // Permanent only when truly at capacity.
+                            let s = pool.summary(now);
+                            prop_assert_eq!(s.total_ips, s.max_ips);
+                            prop_assert_eq!(s.assigned_ips - s.orphaned, s.max_ips);
+                        }
+                        Err(AssignError::PoolEmpty { .. }) => {
+                            prop_assert_eq!(pool.summary(now).available_ips, 0);
+                        }
+                    }
+                }
+                Op::Release(i) => {
+                    let r = pool.release(&key(i), now);
+                    prop_assert_eq!(r.as_ref().map(|a| a.ip), model.live.remove(&i));
+                    if let Some(a) = r {
+                        model.released.insert(a.ip, now);
+                    }
+                }
+                Op::Tick(ms) => now += ms,
+                Op::Run(outcomes) => {
+                    for (n, a) in pool.plan(now).iter().enumerate() {
+                        ec2.execute(&mut pool, a, outcomes[n % outcomes.len()], now);
+                    }
+                }
+                Op::Steal(n) => {
+                    let all: Vec<(String, Ipv4Addr)> = ec2.enis.iter().flat_map(|(id, e)| e.secondary_ips.iter().map(move |ip| (id.clone(), *ip))).collect();
+                    if !all.is_empty() {
+                        let (id, ip) = all[n % all.len()].clone();
+                        ec2.enis.get_mut(&id).unwrap().secondary_ips.retain(|x| *x != ip);
+                        let report = pool.reconcile(&ec2.view(), UnknownIpPolicy::Free, now);
+                        prop_assert!(report.dropped_ips.contains(&ip));
+                        // An assigned address stays with its pod, flagged.
+                        if let Some((i, _)) = model.live.iter().find(|(_, x)| **x == ip) {
+                            prop_assert!(report.orphaned.contains(&(key(*i), ip)));
+                        }
+                    }
+                }
+                Op::Gc(valid) => {
+                    let valid_keys: BTreeSet<PodKey> = valid.iter().map(|i| key(*i)).collect();
+                    let gone = pool.garbage_collect(&valid_keys, now);
+                    for (k, a) in gone {
+                        let i: usize = k.container_id[1..].parse().unwrap();
+                        prop_assert!(!valid.contains(&i));
+                        prop_assert_eq!(model.live.remove(&i), Some(a.ip));
+                        model.released.insert(a.ip, now);
+                    }
+                }
+            }
+            check_invariants(&pool, &ec2, &model, now)?;
+        }
+        // Convergence: once EC2 calls succeed and cooldowns/holds pass, the plan empties and
+        // the targets hold.
+        now += cfg.cooldown_ms + cfg.surplus_hold_ms + 1;
+        ec2.settle(&mut pool, now);
+        // Orphans are not part of the pool; drop them as their pods would be deleted.
+        for (k, _) in pool.orphaned() {
+            pool.release(&k, now);
+            let i: usize = k.container_id[1..].parse().unwrap();
+            model.live.remove(&i);
+        }
+        ec2.settle(&mut pool, now);
+        check_invariants(&pool, &ec2, &model, now)?;
+        let s = pool.summary(now);
+        let headroom = s.max_ips - s.assigned_ips;
+        match cfg.mode() {
+            WarmMode::Eni { warm_enis } => {
+                prop_assert!(s.available_ips >= (warm_enis * cfg.ips_per_eni()).min(headroom));
+                // No ENI without pods beyond what the warm target needs.
+                let spare: u32 = s.available_ips.saturating_sub(warm_enis * cfg.ips_per_eni());
+                for e in pool.enis().filter(|e| !e.info.primary) {
+                    let n = e.addresses().count() as u32;
+                    let used = pool.assignments().filter(|(_, a)| a.eni_id == e.info.id).count();
+                    prop_assert!(used > 0 || n > spare, "ENI {} is surplus but kept", e.info.id);
+                }
+            }
+            WarmMode::Ip { warm_ips, minimum_ips } => {
+                prop_assert!(s.available_ips >= warm_ips.min(headroom));
+                prop_assert!(s.total_ips >= minimum_ips.min(s.max_ips));
+                prop_assert!(s.total_ips <= (s.assigned_ips + warm_ips).max(minimum_ips), "surplus kept: {:?}", s);
+            }
+            WarmMode::Prefix { warm_prefixes } => {
+                let slots_left = cfg.max_enis() * cfg.slots_per_eni() - pool.enis().map(|e| e.slots_used()).sum::<u32>();
+                prop_assert!(s.available_ips >= (warm_prefixes * IPS_PER_PREFIX).min(headroom).min(s.available_ips + slots_left * IPS_PER_PREFIX));
+            }
+            WarmMode::PrefixIp { warm_ips, minimum_ips } => {
+                prop_assert!(s.available_ips >= warm_ips.min(headroom));
+                prop_assert!(s.total_ips >= minimum_ips.min(s.max_ips));
+                // No wholly free prefix could be returned without breaking a target.
+                let whole_free = pool.enis().flat_map(|e| e.prefixes.keys().copied().collect::<Vec<_>>()).filter(|p| {
+                    Eni::prefix_addresses(*p).all(|ip| !pool.assignments().any(|(_, a)| a.ip == ip) && !pool.is_cooling(ip, now))
+                }).count() as u32;
+                prop_assert!(whole_free == 0 || s.available_ips < warm_ips + IPS_PER_PREFIX || s.total_ips < minimum_ips + IPS_PER_PREFIX, "surplus kept: {:?}", s);
+            }
+        }
+    }
+}
