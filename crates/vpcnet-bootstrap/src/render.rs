@@ -1,0 +1,395 @@
+//! The pure core: settings + instance facts → the files to write. No I/O.
+
+use serde_json::{json, Map, Value};
+
+use crate::cluster_dns::cluster_dns;
+use crate::facts::InstanceFacts;
+use crate::hosts::with_apiserver_entries;
+use crate::max_pods::LimitsSource;
+use crate::reserved;
+use crate::settings::Settings;
+use crate::version::KubeletVersion;
+
+pub const KUBELET_CONFIG_PATH: &str = "/etc/kubernetes/kubelet/kubelet-config.json";
+pub const CA_PATH: &str = "/etc/kubernetes/pki/ca.crt";
+pub const KUBECONFIG_PATH: &str = "/var/lib/kubelet/kubeconfig";
+pub const BOOTSTRAP_KUBECONFIG_PATH: &str = "/var/lib/kubelet/bootstrap-kubeconfig";
+pub const DROPIN_DIR: &str = "/etc/systemd/system/kubelet.service.d";
+pub const HOSTS_PATH: &str = "/etc/hosts";
+const CONTAINERD_SOCKET: &str = "unix:///run/containerd/containerd.sock";
+/// Kubelet's own default when nobody sets max pods.
+const KUBELET_DEFAULT_MAX_PODS: u32 = 110;
+
+/// One file of the node: absolute path on the node, contents (`None`: must not exist), mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeFile {
+    pub path: String,
+    pub content: Option<String>,
+    pub mode: u32,
+}
+
+/// Where the max pods in effect comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaxPodsOrigin {
+    /// `--max-pods` in the extra kubelet flags (flags beat the config file).
+    ExtraArgs,
+    /// `maxPods` in NodeConfig `kubelet.config`.
+    NodeConfig,
+    /// Computed from the instance type's ENI limits.
+    InstanceType(LimitsSource),
+    /// Nothing set: kubelet's default.
+    KubeletDefault,
+}
+
+impl std::fmt::Display for MaxPodsOrigin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            MaxPodsOrigin::ExtraArgs => "--max-pods in the extra kubelet flags",
+            MaxPodsOrigin::NodeConfig => "maxPods in NodeConfig kubelet.config",
+            MaxPodsOrigin::InstanceType(LimitsSource::Table) => "instance type, vpcnet's table",
+            MaxPodsOrigin::InstanceType(LimitsSource::Ec2) => {
+                "instance type, EC2 DescribeInstanceTypes"
+            }
+            MaxPodsOrigin::InstanceType(LimitsSource::Fallback) => {
+                "instance type unknown, fallback"
+            }
+            MaxPodsOrigin::KubeletDefault => "kubelet default",
+        })
+    }
+}
+
+/// The result of [`render`]: files in write order and warnings for the operator.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub files: Vec<NodeFile>,
+    pub warnings: Vec<String>,
+    /// Max pods kubelet will run with, and where it comes from.
+    pub max_pods: u32,
+    pub max_pods_origin: MaxPodsOrigin,
+    /// `external` or `aws`.
+    pub cloud_provider: &'static str,
+}
+
+/// Whether kubelet runs with `--cloud-provider=external`: always on local clusters on
+/// Outposts; on regular clusters from kubelet 1.26 (older kubelets use the in-tree `aws`).
+pub fn uses_external_provider(settings: &Settings, kubelet: KubeletVersion) -> bool {
+    settings.outpost_cluster_id.is_some() || kubelet >= KubeletVersion::new(1, 26, 0)
+}
+
+/// Renders every file bootstrap writes. Deterministic: the same inputs give the same bytes.
+///
+/// Files: kubelet config JSON, CA, kubeconfig (or the bootstrap kubeconfig on Outposts),
+/// drop-ins 10-kubelet-args.conf, 20-kubelet-cloud-provider.conf and 30-kubelet-extra-args.conf
+/// (present only with extra args; otherwise a stale one is removed), and /etc/hosts on Outposts.
+pub fn render(s: &Settings, f: &InstanceFacts) -> Plan {
+    let mut warnings = s.warnings.clone();
+    let external = uses_external_provider(s, f.kubelet_version);
+    let cloud_provider = if external { "external" } else { "aws" };
+
+    // Max pods actually in effect: kubelet flags beat its config file.
+    let (max_pods, max_pods_origin) = if let Some(n) = s.max_pods_flag {
+        (n, MaxPodsOrigin::ExtraArgs)
+    } else if let Some(n) = s.max_pods_config {
+        (n, MaxPodsOrigin::NodeConfig)
+    } else if s.use_max_pods {
+        (
+            f.max_pods.max_pods,
+            MaxPodsOrigin::InstanceType(f.max_pods.source),
+        )
+    } else {
+        (KUBELET_DEFAULT_MAX_PODS, MaxPodsOrigin::KubeletDefault)
+    };
+    if let (MaxPodsOrigin::InstanceType(LimitsSource::Fallback), Some(w)) =
+        (max_pods_origin, &f.max_pods.warning)
+    {
+        warnings.push(w.clone());
+    }
+
+    let mut files = Vec::new();
+
+    // Kubelet config.
+    let mut cfg = base_kubelet_config(f.kubelet_version);
+    let dns: Vec<String> = cluster_dns(s, &f.vpc_ipv4_cidrs)
+        .iter()
+        .map(|ip| ip.to_string())
+        .collect();
+    cfg.insert("clusterDNS".into(), json!(dns));
+    cfg.insert(
+        "kubeReserved".into(),
+        json!({
+            "cpu": format!("{}m", reserved::cpu_millicores_to_reserve(f.vcpus)),
+            "ephemeral-storage": reserved::EPHEMERAL_STORAGE_TO_RESERVE,
+            "memory": format!("{}Mi", reserved::memory_mebibytes_to_reserve(max_pods)),
+        }),
+    );
+    cfg.insert(
+        "evictionHard".into(),
+        Value::Object(
+            reserved::EVICTION_HARD
+                .iter()
+                .map(|(k, v)| (k.to_string(), json!(v)))
+                .collect(),
+        ),
+    );
+    if !s.reserved_cpus_flag {
+        cfg.insert("kubeReservedCgroup".into(), json!("/runtime"));
+        cfg.insert("systemReservedCgroup".into(), json!("/system"));
+    }
+    if s.use_max_pods {
+        cfg.insert("maxPods".into(), json!(max_pods));
+    }
+    if external {
+        cfg.insert(
+            "providerID".into(),
+            json!(format!("aws:///{}/{}", f.availability_zone, f.instance_id)),
+        );
+    }
+    let mut cfg = Value::Object(cfg);
+    merge(&mut cfg, &Value::Object(s.kubelet_config_overrides.clone()));
+    files.push(NodeFile {
+        path: KUBELET_CONFIG_PATH.into(),
+        content: Some(to_json(&cfg)),
+        mode: 0o644,
+    });
+
+    // CA and kubeconfig.
+    files.push(NodeFile {
+        path: CA_PATH.into(),
+        content: Some(s.ca_pem.clone()),
+        mode: 0o644,
+    });
+    let (kubeconfig_path, kubeconfig_cluster) = match &s.outpost_cluster_id {
+        Some(id) => (BOOTSTRAP_KUBECONFIG_PATH, id.as_str()),
+        None => (KUBECONFIG_PATH, s.cluster_name.as_str()),
+    };
+    files.push(NodeFile {
+        path: kubeconfig_path.into(),
+        content: Some(kubeconfig(
+            &s.apiserver_endpoint,
+            kubeconfig_cluster,
+            &f.region,
+        )),
+        mode: 0o644,
+    });
+
+    // Drop-ins.
+    let mut args = vec![format!("--node-ip={}", f.node_ip), "--v=2".to_string()];
+    if let (true, Some(dns_name)) = (external, &f.private_dns_name) {
+        args.push(format!("--hostname-override={dns_name}"));
+    }
+    if f.kubelet_version < KubeletVersion::new(1, 27, 0) {
+        args.push("--container-runtime=remote".into());
+        args.push(format!("--container-runtime-endpoint={CONTAINERD_SOCKET}"));
+    }
+    files.push(dropin(
+        "10-kubelet-args.conf",
+        "KUBELET_ARGS",
+        &args.join(" "),
+    ));
+    files.push(dropin(
+        "20-kubelet-cloud-provider.conf",
+        "KUBELET_CLOUD_PROVIDER",
+        cloud_provider,
+    ));
+    let mut extra = Vec::new();
+    if s.outpost_cluster_id.is_some() {
+        extra.push(format!(
+            "--bootstrap-kubeconfig {BOOTSTRAP_KUBECONFIG_PATH}"
+        ));
+    }
+    if !s.kubelet_extra_args.is_empty() {
+        extra.push(s.kubelet_extra_args.clone());
+    }
+    if extra.is_empty() {
+        files.push(NodeFile {
+            path: format!("{DROPIN_DIR}/30-kubelet-extra-args.conf"),
+            content: None,
+            mode: 0o644,
+        });
+    } else {
+        files.push(dropin(
+            "30-kubelet-extra-args.conf",
+            "KUBELET_EXTRA_ARGS",
+            &extra.join(" "),
+        ));
+    }
+
+    // /etc/hosts on Outposts.
+    if s.outpost_cluster_id.is_some() {
+        let existing = f.existing_hosts.clone().unwrap_or_default();
+        files.push(NodeFile {
+            path: HOSTS_PATH.into(),
+            content: Some(with_apiserver_entries(
+                &existing,
+                &s.apiserver_host,
+                &f.apiserver_ips,
+                &f.instance_id,
+            )),
+            mode: 0o644,
+        });
+    }
+
+    Plan {
+        files,
+        warnings,
+        max_pods,
+        max_pods_origin,
+        cloud_provider,
+    }
+}
+
+fn base_kubelet_config(v: KubeletVersion) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("apiVersion".into(), json!("kubelet.config.k8s.io/v1beta1"));
+    m.insert("kind".into(), json!("KubeletConfiguration"));
+    m.insert("address".into(), json!("0.0.0.0"));
+    m.insert(
+        "authentication".into(),
+        json!({
+            "anonymous": {"enabled": false},
+            "webhook": {"cacheTTL": "2m0s", "enabled": true},
+            "x509": {"clientCAFile": CA_PATH},
+        }),
+    );
+    m.insert(
+        "authorization".into(),
+        json!({"mode": "Webhook", "webhook": {"cacheAuthorizedTTL": "5m0s", "cacheUnauthorizedTTL": "30s"}}),
+    );
+    m.insert("cgroupDriver".into(), json!("systemd"));
+    m.insert("cgroupRoot".into(), json!("/"));
+    m.insert("clusterDomain".into(), json!("cluster.local"));
+    if v >= KubeletVersion::new(1, 27, 0) {
+        m.insert("containerRuntimeEndpoint".into(), json!(CONTAINERD_SOCKET));
+    }
+    if v >= KubeletVersion::new(1, 22, 0) && v < KubeletVersion::new(1, 27, 0) {
+        // Kubelets before 1.27 default to 5/10, too low with API priority and fairness.
+        m.insert("kubeAPIQPS".into(), json!(10));
+        m.insert("kubeAPIBurst".into(), json!(20));
+    }
+    m.insert(
+        "featureGates".into(),
+        json!({"RotateKubeletServerCertificate": true}),
+    );
+    m.insert("hairpinMode".into(), json!("hairpin-veth"));
+    m.insert("protectKernelDefaults".into(), json!(true));
+    m.insert("readOnlyPort".into(), json!(0));
+    m.insert("serializeImagePulls".into(), json!(false));
+    m.insert("serverTLSBootstrap".into(), json!(true));
+    m.insert(
+        "tlsCipherSuites".into(),
+        json!([
+            "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+            "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+            "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305",
+            "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+            "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+            "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305",
+        ]),
+    );
+    m
+}
+
+/// Merges `over` into `base`: objects key by key, anything else replaces; `null` deletes.
+fn merge(base: &mut Value, over: &Value) {
+    match (base, over) {
+        (Value::Object(b), Value::Object(o)) => {
+            for (k, v) in o {
+                if v.is_null() {
+                    b.remove(k);
+                } else if let Some(slot) = b.get_mut(k) {
+                    merge(slot, v);
+                } else {
+                    b.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        (b, o) => *b = o.clone(),
+    }
+}
+
+/// Pretty JSON with keys sorted at every level (stable whatever serde_json's map feature).
+fn to_json(v: &Value) -> String {
+    fn sorted(v: &Value) -> Value {
+        match v {
+            Value::Object(m) => {
+                let mut keys: Vec<&String> = m.keys().collect();
+                keys.sort();
+                Value::Object(
+                    keys.into_iter()
+                        .map(|k| (k.clone(), sorted(&m[k])))
+                        .collect(),
+                )
+            }
+            Value::Array(a) => Value::Array(a.iter().map(sorted).collect()),
+            other => other.clone(),
+        }
+    }
+    let mut s = serde_json::to_string_pretty(&sorted(v)).expect("JSON values serialize");
+    s.push('\n');
+    s
+}
+
+/// The kubelet kubeconfig: the cluster's endpoint and CA, credentials from
+/// `aws eks get-token --cluster-name <cluster> --region <region>`.
+fn kubeconfig(endpoint: &str, cluster: &str, region: &str) -> String {
+    // Field order matters for readers; build the YAML through serde so values are quoted safely.
+    #[derive(serde::Serialize)]
+    struct Kubeconfig<'a> {
+        #[serde(rename = "apiVersion")]
+        api_version: &'a str,
+        kind: &'a str,
+        clusters: Value,
+        contexts: Value,
+        #[serde(rename = "current-context")]
+        current_context: &'a str,
+        users: Value,
+    }
+    let k = Kubeconfig {
+        api_version: "v1",
+        kind: "Config",
+        clusters: json!([{"name": "kubernetes", "cluster": {"certificate-authority": CA_PATH, "server": endpoint}}]),
+        contexts: json!([{"name": "kubelet", "context": {"cluster": "kubernetes", "user": "kubelet"}}]),
+        current_context: "kubelet",
+        users: json!([{"name": "kubelet", "user": {"exec": {
+            "apiVersion": "client.authentication.k8s.io/v1beta1",
+            "command": "aws",
+            "args": ["eks", "get-token", "--cluster-name", cluster, "--region", region],
+        }}}]),
+    };
+    serde_yaml::to_string(&k).expect("kubeconfig serializes")
+}
+
+/// A kubelet drop-in setting one environment variable. `%` and `\` are escaped for systemd;
+/// `'` and line breaks were rejected by [`Settings::new`].
+fn dropin(name: &str, var: &str, value: &str) -> NodeFile {
+    let escaped = value.replace('\\', "\\\\").replace('%', "%%");
+    NodeFile {
+        path: format!("{DROPIN_DIR}/{name}"),
+        content: Some(format!("# Written by vpcnet-bootstrap; rerunning it rewrites this file.\n[Service]\nEnvironment='{var}={escaped}'\n")),
+        mode: 0o644,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_rules() {
+        let mut b = json!({"a": {"x": 1, "y": 2}, "b": [1], "c": 3});
+        merge(
+            &mut b,
+            &json!({"a": {"y": 5}, "b": [2, 3], "c": null, "d": true}),
+        );
+        assert_eq!(b, json!({"a": {"x": 1, "y": 5}, "b": [2, 3], "d": true}));
+    }
+
+    #[test]
+    fn dropin_escapes_systemd_specifiers() {
+        let f = dropin("30-x.conf", "V", "--a=50% --b=c\\d");
+        assert!(f
+            .content
+            .unwrap()
+            .contains("Environment='V=--a=50%% --b=c\\\\d'"));
+    }
+}

@@ -1,0 +1,377 @@
+//! Golden-file tests: each case runs vpcnet-bootstrap against fake IMDS/EC2/host into a
+//! temporary root and compares every file (plus the command line and stderr) with
+//! tests/golden/<case>/. Regenerate with `UPDATE_GOLDEN=1 cargo test -p vpcnet-bootstrap
+//! --test golden` and review the diff by eye.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+
+use clap::Parser;
+use common::*;
+use vpcnet_bootstrap::BootstrapArgs;
+use vpcnet_limits::{Hypervisor, InstanceLimits, NetworkCard};
+
+const ENDPOINT: &str = "https://0123456789ABCDEF0123456789ABCDEF.gr7.us-west-2.eks.amazonaws.com";
+
+struct Case {
+    name: &'static str,
+    args: Vec<String>,
+    instance: Instance,
+    ec2: FakeEc2,
+    vcpus: u32,
+    kubelet: &'static str,
+    apiserver_ips: Vec<IpAddr>,
+    preseed: Vec<(&'static str, &'static str)>,
+    config: Option<&'static str>,
+}
+
+impl Case {
+    fn new(name: &'static str, extra: &[&str]) -> Self {
+        let mut args: Vec<String> = vec![
+            "my-cluster".into(),
+            "--apiserver-endpoint".into(),
+            ENDPOINT.into(),
+            "--b64-cluster-ca".into(),
+            test_ca_b64(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Case {
+            name,
+            args,
+            instance: Instance::simple("m5.large", vec!["192.168.0.0/16"]),
+            ec2: FakeEc2::default(),
+            vcpus: 2,
+            kubelet: "Kubernetes v1.31.2-eks-7f9249a",
+            apiserver_ips: vec![],
+            preseed: vec![],
+            config: None,
+        }
+    }
+
+    async fn run(self) {
+        let root = tempfile::tempdir().unwrap();
+        for (p, c) in &self.preseed {
+            let f = root.path().join(p.trim_start_matches('/'));
+            std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+            std::fs::write(f, c).unwrap();
+        }
+        let cfg_dir = tempfile::tempdir().unwrap();
+        let mut argv = vec!["vpcnet-bootstrap".to_string()];
+        argv.extend(self.args.iter().cloned());
+        if let Some(yaml) = self.config {
+            let p = cfg_dir.path().join("nodeconfig.yaml");
+            std::fs::write(&p, yaml).unwrap();
+            argv.push("--config".into());
+            argv.push(p.display().to_string());
+        }
+        argv.push("--root".into());
+        argv.push(root.path().display().to_string());
+        let args = BootstrapArgs::try_parse_from(&argv).unwrap();
+        let imds = self.instance.imds();
+        let host = FakeHost {
+            root: root.path().to_path_buf(),
+            vcpus: self.vcpus,
+            kubelet_version: self.kubelet.into(),
+            apiserver_ips: self.apiserver_ips.clone(),
+        };
+
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        vpcnet_bootstrap::run(&args, &imds, &self.ec2, &host, &mut out, &mut err)
+            .await
+            .unwrap();
+        let first = tree(root.path());
+
+        // Idempotent: a second run changes nothing.
+        let (mut out2, mut err2) = (Vec::new(), Vec::new());
+        vpcnet_bootstrap::run(&args, &imds, &self.ec2, &host, &mut out2, &mut err2)
+            .await
+            .unwrap();
+        let out2 = String::from_utf8(out2).unwrap();
+        assert!(
+            out2.lines()
+                .all(|l| l.starts_with("unchanged") || l.starts_with("absent")),
+            "{}: second run changed files:\n{out2}",
+            self.name
+        );
+        assert_eq!(
+            first,
+            tree(root.path()),
+            "{}: second run changed the tree",
+            self.name
+        );
+
+        // Dry run prints exactly what was written, and writes nothing.
+        let empty = tempfile::tempdir().unwrap();
+        let mut dry_argv = argv.clone();
+        let n = dry_argv.len();
+        dry_argv[n - 1] = empty.path().display().to_string();
+        dry_argv.push("--dry-run".into());
+        let dry_args = BootstrapArgs::try_parse_from(&dry_argv).unwrap();
+        let dry_host = FakeHost {
+            root: root.path().to_path_buf(),
+            ..host
+        };
+        let mut dry = Vec::new();
+        vpcnet_bootstrap::run(
+            &dry_args,
+            &imds,
+            &self.ec2,
+            &dry_host,
+            &mut dry,
+            &mut Vec::new(),
+        )
+        .await
+        .unwrap();
+        let dry = String::from_utf8(dry).unwrap();
+        for (rel, content) in &first {
+            assert!(
+                dry.contains(&format!("### /{rel} (mode 0644)\n{content}")),
+                "{}: dry run lacks {rel}:\n{dry}",
+                self.name
+            );
+        }
+        assert!(
+            tree(empty.path()).is_empty(),
+            "{}: dry run wrote files",
+            self.name
+        );
+
+        let mut golden: BTreeMap<String, String> = first
+            .into_iter()
+            .map(|(k, v)| (format!("root/{k}"), v))
+            .collect();
+        let ca = test_ca_b64();
+        let shown: Vec<String> = self
+            .args
+            .iter()
+            .map(|a| {
+                if *a == ca {
+                    "<base64 test CA>".to_string()
+                } else {
+                    shell_word(a)
+                }
+            })
+            .collect();
+        let mut cmdline = format!("vpcnet-bootstrap {}", shown.join(" "))
+            .trim_end()
+            .to_string();
+        if self.config.is_some() {
+            cmdline.push_str(" --config config.yaml");
+        }
+        golden.insert(
+            "cmdline.txt".into(),
+            format!(
+                "{cmdline}\n# kubelet: {}; CPUs: {}\n",
+                self.kubelet, self.vcpus
+            ),
+        );
+        golden.insert("stderr.txt".into(), String::from_utf8(err).unwrap());
+        if let Some(c) = self.config {
+            golden.insert("config.yaml".into(), c.into());
+        }
+        check_golden(self.name, &golden);
+    }
+}
+
+fn shell_word(a: &str) -> String {
+    if a.chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_./:=,".contains(c))
+    {
+        a.to_string()
+    } else {
+        format!("'{a}'")
+    }
+}
+
+#[tokio::test]
+async fn regular_cluster() {
+    let mut c = Case::new(
+        "regular",
+        &[
+            "--kubelet-extra-args",
+            "--node-labels=team=a,env=prod --register-with-taints=dedicated=a:NoSchedule",
+        ],
+    );
+    c.instance = Instance::simple("m5.large", vec!["10.0.0.0/16"]);
+    c.run().await;
+}
+
+#[tokio::test]
+async fn regular_cluster_old_kubelet_uses_aws_provider() {
+    let mut c = Case::new("regular-kubelet-1.25", &["--kubelet-version", "1.25.16"]);
+    c.kubelet = "(not run: --kubelet-version given)";
+    c.vcpus = 32;
+    c.instance = Instance::simple("c5.9xlarge", vec!["10.0.0.0/16"]);
+    c.run().await;
+}
+
+#[tokio::test]
+async fn local_cluster_on_outposts() {
+    let mut c = Case::new(
+        "outpost",
+        &[
+            "--enable-local-outpost",
+            "true",
+            "--cluster-id",
+            "0123abcd-4567-89ef-0123-456789abcdef",
+        ],
+    );
+    c.apiserver_ips = vec![
+        "10.0.1.12".parse().unwrap(),
+        "10.0.2.12".parse().unwrap(),
+        "10.0.3.12".parse().unwrap(),
+    ];
+    c.preseed = vec![("/etc/hosts", "127.0.0.1   localhost localhost.localdomain\n::1         localhost6 localhost6.localdomain6\n")];
+    c.instance = Instance::simple("m5.xlarge", vec!["10.0.0.0/16"]);
+    c.vcpus = 4;
+    c.run().await;
+}
+
+#[tokio::test]
+async fn ipv6_cluster() {
+    let mut c = Case::new(
+        "ipv6",
+        &[
+            "--ip-family",
+            "ipv6",
+            "--service-ipv6-cidr",
+            "fd00:c0de:7e57::/108",
+        ],
+    );
+    c.instance.enis[0].ipv6s = vec![
+        "2600:1f14:abc:de00:1234:5678:9abc:def0",
+        "2600:1f14:abc:de00::99",
+    ];
+    c.run().await;
+}
+
+#[tokio::test]
+async fn custom_service_cidr() {
+    let mut c = Case::new(
+        "service-ipv4-cidr",
+        &["--service-ipv4-cidr", "172.16.0.0/16"],
+    );
+    // The VPC heuristic would say 172.20.0.10; the service CIDR wins.
+    c.instance = Instance::simple("m5.large", vec!["10.0.0.0/16"]);
+    c.run().await;
+}
+
+#[tokio::test]
+async fn dns_heuristic_any_ten_slash_eight_vpc_cidr() {
+    let mut c = Case::new("dns-vpc-10", &[]);
+    c.instance = Instance::simple("m5.large", vec!["192.168.0.0/16", "10.0.0.0/16"]);
+    c.run().await;
+}
+
+#[tokio::test]
+async fn dns_heuristic_110_is_not_ten() {
+    let mut c = Case::new("dns-vpc-110", &[]);
+    c.instance = Instance::simple("m5.large", vec!["110.0.0.0/16"]);
+    c.run().await;
+}
+
+#[tokio::test]
+async fn primary_mac_is_not_first_in_listing() {
+    let mut c = Case::new("two-macs", &[]);
+    c.instance.enis = vec![
+        // Listed first: a secondary ENI in another VPC CIDR (10.x → would give 172.20.0.10).
+        Eni {
+            mac: "0a:00:00:00:00:0a",
+            local_ipv4s: vec!["10.1.5.6"],
+            ipv6s: vec![],
+            vpc_ipv4_cidrs: vec!["10.1.0.0/16"],
+        },
+        Eni {
+            mac: "0a:00:00:00:00:0b",
+            local_ipv4s: vec!["192.168.7.8", "192.168.7.9"],
+            ipv6s: vec![],
+            vpc_ipv4_cidrs: vec!["192.168.0.0/16"],
+        },
+    ];
+    c.instance.primary = 1;
+    c.run().await;
+}
+
+#[tokio::test]
+async fn max_pods_from_extra_args_drives_kube_reserved() {
+    let c = Case::new(
+        "use-max-pods-false",
+        &[
+            "--use-max-pods",
+            "false",
+            "--kubelet-extra-args",
+            "--max-pods=20 --node-labels=a=b",
+        ],
+    );
+    c.run().await;
+}
+
+fn unknown_type_limits() -> InstanceLimits {
+    InstanceLimits {
+        instance_type: "q9z.4xlarge".into(),
+        eni_limit: 8,
+        ipv4_per_eni: 30,
+        default_network_card: 0,
+        network_cards: vec![
+            NetworkCard {
+                index: 0,
+                max_enis: 8,
+            },
+            NetworkCard {
+                index: 1,
+                max_enis: 8,
+            },
+        ],
+        hypervisor: Hypervisor::Nitro,
+        bare_metal: false,
+        vcpus: Some(16),
+    }
+}
+
+#[tokio::test]
+async fn unknown_instance_type_answered_by_ec2() {
+    let mut c = Case::new("unknown-type-ec2", &[]);
+    c.instance = Instance::simple("q9z.4xlarge", vec!["192.168.0.0/16"]);
+    c.ec2.types = HashMap::from([("q9z.4xlarge".to_string(), unknown_type_limits())]);
+    c.vcpus = 16;
+    c.run().await;
+}
+
+#[tokio::test]
+async fn unknown_instance_type_ec2_denied() {
+    let mut c = Case::new("unknown-type-ec2-denied", &[]);
+    c.instance = Instance::simple("q9z.4xlarge", vec!["192.168.0.0/16"]);
+    c.ec2.deny_describe_instance_types = true;
+    c.vcpus = 16;
+    c.run().await;
+}
+
+#[tokio::test]
+async fn node_config_file() {
+    let mut c = Case::new("nodeconfig", &[]);
+    c.args.clear();
+    c.config = Some(
+        "apiVersion: node.eks.aws/v1alpha1
+kind: NodeConfig
+spec:
+  cluster:
+    name: cfg-cluster
+    apiServerEndpoint: https://0123456789ABCDEF0123456789ABCDEF.gr7.us-west-2.eks.amazonaws.com
+    certificateAuthority: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tClRVbEpRMWxFUTBOQlkybG5RWGRKUWtGblNVbFVaWE4wUTBFSwotLS0tLUVORCBDRVJUSUZJQ0FURS0tLS0tCg==
+    cidr: 10.96.0.0/12
+  kubelet:
+    config:
+      shutdownGracePeriod: 30s
+      featureGates:
+        DisableKubeletCloudCredentialProviders: true
+    flags:
+      - --node-labels=pool=pd
+    maxPodsPolicy:
+      prefixDelegation: true
+",
+    );
+    c.instance = Instance::simple("m5.large", vec!["10.0.0.0/16"]);
+    c.run().await;
+}
