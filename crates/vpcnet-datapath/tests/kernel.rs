@@ -1,10 +1,10 @@
 //! Kernel tests of the datapath, each inside namespaces it creates (needs root).
 
-mod netns_guard;
+mod common;
 
 use std::net::Ipv4Addr;
 
-use netns_guard::TestNetns;
+use common::TestNetns;
 use vpcnet_datapath::{host, netns, node, pod};
 
 fn rt() -> tokio::runtime::Runtime {

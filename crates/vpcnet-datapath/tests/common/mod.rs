@@ -6,10 +6,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
+#[allow(dead_code)]
 pub struct TestNetns {
     pub name: String,
 }
 
+#[allow(clippy::new_without_default, dead_code)]
 impl TestNetns {
     pub fn new() -> Self {
         let n = COUNTER.fetch_add(1, Ordering::SeqCst);
