@@ -1,1 +1,47 @@
-//! Lab and test cloud: EC2 Query API, IMDSv2 (and later ELBv2, Kubernetes) with EC2's limits, errors and faults
+//! `vpcnet-emu`: the lab and test cloud. It speaks the subset of the EC2 Query API and IMDSv2
+//! that vpcnet uses, with EC2's limits, error codes and injectable faults, so the unmodified
+//! aws-sdk-ec2 client (through its endpoint override) cannot tell it from EC2.
+//!
+//! - [`Emulator`]: the cloud (cloneable handle). Set it up in-process (`create_vpc`,
+//!   `create_subnet`, `create_security_group`, `run_instance`, `register_instance_type`), inject
+//!   faults (`set_faults`, `set_action_faults`, `set_imds_lag`, `set_empty_private_dns_names`),
+//!   act behind the agent's back (`unassign_behind_back`, `detach_behind_back`), read call
+//!   counts (`calls`).
+//! - Serving: [`Emulator::spawn`] (tests; 127.0.0.1 on a free port) or [`Emulator::serve`] for
+//!   EC2 + the JSON control API under `/_emu/` ([`control`]); IMDS per instance with
+//!   [`Emulator::imds_endpoint`] or shared by source address with [`Emulator::serve_imds`].
+//! - [`FabricHooks`]: what the lab implements to mirror ENI attach/detach and address changes.
+//!
+//! EC2 actions served: DescribeInstances, DescribeInstanceTypes, DescribeSubnets, DescribeVpcs,
+//! DescribeNetworkInterfaces (filters, MaxResults/NextToken), CreateNetworkInterface,
+//! AttachNetworkInterface, DetachNetworkInterface, DeleteNetworkInterface,
+//! ModifyNetworkInterfaceAttribute, AssignPrivateIpAddresses, UnassignPrivateIpAddresses,
+//! CreateTags, DeleteTags, TerminateInstances.
+//!
+//! # Binary
+//!
+//! `vpcnet-emu --listen 127.0.0.1:8080 --seed 1 [--config lab.json] [--imds-listen ADDR]`
+//! builds the cloud described by the JSON file ([`config::LabConfig`]), prints the created IDs
+//! as one JSON line on stdout, and serves until killed.
+
+pub mod config;
+pub mod control;
+mod emulator;
+pub mod error;
+pub mod faults;
+pub mod hooks;
+mod imds;
+pub mod model;
+pub mod query;
+mod server;
+
+pub use control::InstanceTypeSpec;
+pub use emulator::{
+    AttachmentInfo, Emulator, EmulatorOptions, EniInfo, InstanceInfo, RunInstance, VpcInfo,
+};
+pub use error::Ec2Error;
+pub use faults::{ActionFaults, CallCounts, Faults, InstanceCalls};
+pub use hooks::{
+    AddressesChanged, EniAttached, EniDetached, FabricEvent, FabricHooks, HookFuture, NoHooks,
+};
+pub use server::EmuServer;

@@ -1,0 +1,162 @@
+//! The binary's setup file: VPCs with subnets, security groups and instances, extra instance
+//! types and faults. Example:
+//!
+//! ```json
+//! {
+//!   "region": "us-east-1",
+//!   "instance_types": [],
+//!   "faults": { "actions": { "AssignPrivateIpAddresses": { "throttle": { "capacity": 10, "refill_per_sec": 1.0 } } } },
+//!   "vpcs": [{
+//!     "name": "lab", "cidr": "10.0.0.0/16", "extra_cidrs": ["100.64.0.0/16"],
+//!     "security_groups": ["nodes"],
+//!     "subnets": [{ "name": "a", "cidr": "10.0.0.0/24", "availability_zone": "us-east-1a" }],
+//!     "instances": [{ "name": "node1", "instance_type": "m5.large", "subnet": "a", "security_groups": ["nodes"] }]
+//!   }]
+//! }
+//! ```
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+
+use anyhow::{anyhow, Context};
+use ipnet::Ipv4Net;
+use serde::{Deserialize, Serialize};
+
+use crate::control::InstanceTypeSpec;
+use crate::emulator::{Emulator, InstanceInfo, RunInstance};
+use crate::faults::Faults;
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LabConfig {
+    /// Defaults to `us-east-1`.
+    #[serde(default)]
+    pub region: Option<String>,
+    #[serde(default)]
+    pub instance_types: Vec<InstanceTypeSpec>,
+    #[serde(default)]
+    pub faults: Option<Faults>,
+    #[serde(default)]
+    pub vpcs: Vec<VpcConfig>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VpcConfig {
+    pub name: String,
+    pub cidr: Ipv4Net,
+    #[serde(default)]
+    pub extra_cidrs: Vec<Ipv4Net>,
+    /// Security group names to create.
+    #[serde(default)]
+    pub security_groups: Vec<String>,
+    #[serde(default)]
+    pub subnets: Vec<SubnetConfig>,
+    #[serde(default)]
+    pub instances: Vec<InstanceConfig>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubnetConfig {
+    pub name: String,
+    pub cidr: Ipv4Net,
+    pub availability_zone: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InstanceConfig {
+    pub name: String,
+    pub instance_type: String,
+    /// Subnet name (from `subnets`).
+    pub subnet: String,
+    /// Security group names (from `security_groups`, or `default`).
+    #[serde(default)]
+    pub security_groups: Vec<String>,
+    #[serde(default)]
+    pub private_ip: Option<Ipv4Addr>,
+}
+
+/// IDs created for one VPC of the config, by the names the config gave.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct VpcIds {
+    pub vpc_id: String,
+    pub default_security_group_id: String,
+    pub subnets: BTreeMap<String, String>,
+    pub security_groups: BTreeMap<String, String>,
+    pub instances: BTreeMap<String, InstanceInfo>,
+}
+
+/// Everything [`apply`] created, by VPC name.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct LabIds {
+    pub vpcs: BTreeMap<String, VpcIds>,
+}
+
+/// Build the cloud `cfg` describes in `emu`. Errors name the config item at fault.
+pub async fn apply(emu: &Emulator, cfg: &LabConfig) -> anyhow::Result<LabIds> {
+    for t in &cfg.instance_types {
+        emu.register_instance_type(t.to_limits().map_err(|e| anyhow!("instance_types: {e}"))?);
+    }
+    if let Some(f) = &cfg.faults {
+        emu.set_faults(f.clone())
+            .map_err(|e| anyhow!("faults: {e}"))?;
+    }
+    let mut out = LabIds::default();
+    for v in &cfg.vpcs {
+        let ctx = |what: &str| format!("vpcs[{}].{what}", v.name);
+        let info = emu
+            .create_vpc(v.cidr, &v.extra_cidrs)
+            .map_err(|e| anyhow!("{}: {e}", ctx("cidr")))?;
+        let mut ids = VpcIds {
+            vpc_id: info.vpc_id.clone(),
+            default_security_group_id: info.default_security_group_id.clone(),
+            ..Default::default()
+        };
+        ids.security_groups
+            .insert("default".into(), info.default_security_group_id.clone());
+        for g in &v.security_groups {
+            let id = emu
+                .create_security_group(&info.vpc_id, g)
+                .map_err(|e| anyhow!("{}: {e}", ctx(&format!("security_groups[{g}]"))))?;
+            ids.security_groups.insert(g.clone(), id);
+        }
+        for s in &v.subnets {
+            let id = emu
+                .create_subnet(&info.vpc_id, s.cidr, &s.availability_zone)
+                .map_err(|e| anyhow!("{}: {e}", ctx(&format!("subnets[{}]", s.name))))?;
+            ids.subnets.insert(s.name.clone(), id);
+        }
+        for i in &v.instances {
+            let what = ctx(&format!("instances[{}]", i.name));
+            let subnet_id = ids
+                .subnets
+                .get(&i.subnet)
+                .cloned()
+                .with_context(|| format!("{what}: no subnet named {:?}", i.subnet))?;
+            let mut groups = Vec::new();
+            for g in &i.security_groups {
+                groups.push(
+                    ids.security_groups
+                        .get(g)
+                        .cloned()
+                        .with_context(|| format!("{what}: no security group named {g:?}"))?,
+                );
+            }
+            let info = emu
+                .run_instance(RunInstance {
+                    instance_type: i.instance_type.clone(),
+                    subnet_id,
+                    security_group_ids: groups,
+                    private_ip: i.private_ip,
+                    tags: vec![("Name".into(), i.name.clone())],
+                })
+                .await
+                .map_err(|e| anyhow!("{what}: {e}"))?;
+            ids.instances.insert(i.name.clone(), info);
+        }
+        out.vpcs.insert(v.name.clone(), ids);
+    }
+    Ok(out)
+}

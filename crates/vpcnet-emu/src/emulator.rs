@@ -1,0 +1,568 @@
+//! [`Emulator`]: the cheaply cloneable handle to one emulated cloud, with the in-process control
+//! methods the lab and other crates' tests use (mirrored by the HTTP control API under `/_emu/`).
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use ipnet::Ipv4Net;
+use serde::{Deserialize, Serialize};
+use vpcnet_limits::InstanceLimits;
+
+use crate::error::Ec2Error;
+use crate::faults::{ActionFaults, CallCounts, FaultState, Faults};
+use crate::hooks::{deliver, FabricEvent, FabricHooks, NoHooks};
+use crate::model::{Cloud, Eni, Instance, InstanceState, RunInstanceRequest};
+use crate::query::actions::{self, Ctx};
+use crate::query::error_body;
+use crate::query::params::Params;
+use crate::query::render::Clock;
+
+/// Settings fixed at creation.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmulatorOptions {
+    /// Seed of every random choice (IDs, MACs, addresses, fault draws): a run reproduces.
+    pub seed: u64,
+    /// Region, e.g. `us-east-1`; availability zones must start with it.
+    #[serde(default = "default_region")]
+    pub region: String,
+    /// The 12-digit owner ID reported on resources.
+    #[serde(default = "default_account")]
+    pub account_id: String,
+}
+
+fn default_region() -> String {
+    "us-east-1".into()
+}
+fn default_account() -> String {
+    "123456789012".into()
+}
+
+/// The answer of [`Emulator::create_vpc`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VpcInfo {
+    pub vpc_id: String,
+    pub default_security_group_id: String,
+}
+
+/// What [`Emulator::run_instance`] takes. JSON shape of `POST /_emu/instances`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunInstance {
+    /// EC2 instance type, e.g. `m5.large` (compiled-in table or registered).
+    pub instance_type: String,
+    pub subnet_id: String,
+    /// Security groups of the primary ENI; empty → the VPC's default group.
+    #[serde(default)]
+    pub security_group_ids: Vec<String>,
+    /// Primary private IPv4 address; None → a free one of the subnet.
+    #[serde(default)]
+    pub private_ip: Option<Ipv4Addr>,
+    #[serde(default)]
+    pub tags: Vec<(String, String)>,
+}
+
+/// An ENI's attachment, as the control API reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttachmentInfo {
+    pub attachment_id: String,
+    pub instance_id: String,
+    pub device_index: u32,
+    pub network_card: u32,
+    pub delete_on_termination: bool,
+    /// `attaching` or `attached`.
+    pub status: String,
+}
+
+/// An ENI, as the control API reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EniInfo {
+    pub eni_id: String,
+    pub subnet_id: String,
+    pub vpc_id: String,
+    pub availability_zone: String,
+    pub mac: String,
+    pub description: String,
+    pub primary_ip: Ipv4Addr,
+    pub secondary_ips: Vec<Ipv4Addr>,
+    pub prefixes: Vec<Ipv4Net>,
+    pub security_group_ids: Vec<String>,
+    pub tags: Vec<(String, String)>,
+    pub attachment: Option<AttachmentInfo>,
+}
+
+/// An instance, as the control API reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceInfo {
+    pub instance_id: String,
+    pub instance_type: String,
+    /// `running` or `terminated`.
+    pub state: String,
+    pub availability_zone: String,
+    pub subnet_id: String,
+    pub vpc_id: String,
+    pub private_ip: Ipv4Addr,
+    pub private_dns_name: String,
+    pub security_group_ids: Vec<String>,
+    /// The primary ENI (device index 0); None once terminated.
+    pub primary_eni: Option<EniInfo>,
+}
+
+fn eni_info(e: &Eni, now: Instant) -> EniInfo {
+    EniInfo {
+        eni_id: e.id.clone(),
+        subnet_id: e.subnet_id.clone(),
+        vpc_id: e.vpc_id.clone(),
+        availability_zone: e.az.clone(),
+        mac: e.mac.clone(),
+        description: e.description.clone(),
+        primary_ip: e.primary_ip,
+        secondary_ips: e.secondary_ips.clone(),
+        prefixes: e.prefixes.clone(),
+        security_group_ids: e.groups.clone(),
+        tags: e.tags.0.clone(),
+        attachment: e.attachment.as_ref().map(|a| AttachmentInfo {
+            attachment_id: a.id.clone(),
+            instance_id: a.instance_id.clone(),
+            device_index: a.device_index,
+            network_card: a.network_card,
+            delete_on_termination: a.delete_on_termination,
+            status: a.status(now).to_string(),
+        }),
+    }
+}
+
+fn instance_info(c: &Cloud, i: &Instance, now: Instant) -> InstanceInfo {
+    InstanceInfo {
+        instance_id: i.id.clone(),
+        instance_type: i.instance_type.clone(),
+        state: i.state.code_name().1.to_string(),
+        availability_zone: i.az.clone(),
+        subnet_id: i.subnet_id.clone(),
+        vpc_id: i.vpc_id.clone(),
+        private_ip: i.private_ip,
+        private_dns_name: c.private_dns_name(i.private_ip),
+        security_group_ids: i.groups.clone(),
+        primary_eni: c.eni(&i.primary_eni).map(|e| eni_info(e, now)),
+    }
+}
+
+pub(crate) struct ImdsTokens {
+    pub(crate) tokens: HashMap<String, (String, Instant)>,
+    pub(crate) endpoints: HashMap<String, String>,
+    pub(crate) seq: u64,
+}
+
+pub(crate) struct Inner {
+    seed: u64,
+    cloud: Mutex<Cloud>,
+    faults: Mutex<FaultState>,
+    counts: Mutex<CallCounts>,
+    hooks: RwLock<Arc<dyn FabricHooks>>,
+    /// Serializes mutations with their hook calls, so hooks see changes in order.
+    mutation: tokio::sync::Mutex<()>,
+    base_instant: Instant,
+    base_wall: DateTime<Utc>,
+    request_seq: AtomicU64,
+    pub(crate) imds: Mutex<ImdsTokens>,
+}
+
+/// The emulated cloud. Cheap to clone (an `Arc` inside); every clone is the same cloud.
+///
+/// Mutating methods that the lab's fabric must see (`run_instance`, `terminate_instance`,
+/// `unassign_behind_back`, `detach_behind_back`, and every mutating EC2 call) are `async`:
+/// they return after the [`FabricHooks`] have run.
+#[derive(Clone)]
+pub struct Emulator {
+    pub(crate) inner: Arc<Inner>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // a panic while holding the lock cannot leave the model half-changed in a way worth
+    // refusing service for; keep serving
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Emulator {
+    /// An empty cloud in us-east-1 with account 123456789012, randomness seeded by `seed`.
+    pub fn new(seed: u64) -> Self {
+        Self::with_options(EmulatorOptions {
+            seed,
+            region: default_region(),
+            account_id: default_account(),
+        })
+    }
+
+    pub fn with_options(o: EmulatorOptions) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                seed: o.seed,
+                cloud: Mutex::new(Cloud::new(o.seed, &o.region, &o.account_id)),
+                faults: Mutex::new(FaultState::new(o.seed)),
+                counts: Mutex::new(CallCounts::default()),
+                hooks: RwLock::new(Arc::new(NoHooks)),
+                mutation: tokio::sync::Mutex::new(()),
+                base_instant: Instant::now(),
+                base_wall: Utc::now(),
+                request_seq: AtomicU64::new(0),
+                imds: Mutex::new(ImdsTokens {
+                    tokens: HashMap::new(),
+                    endpoints: HashMap::new(),
+                    seq: 0,
+                }),
+            }),
+        }
+    }
+
+    pub fn seed(&self) -> u64 {
+        self.inner.seed
+    }
+
+    pub fn region(&self) -> String {
+        lock(&self.inner.cloud).region.clone()
+    }
+
+    /// Install the lab's hooks (replacing any before).
+    pub fn set_hooks(&self, hooks: Arc<dyn FabricHooks>) {
+        *self.inner.hooks.write().unwrap_or_else(|e| e.into_inner()) = hooks;
+    }
+
+    /// Read the model directly (tests and the lab): `f` runs under the state lock.
+    pub fn with_cloud<R>(&self, f: impl FnOnce(&Cloud) -> R) -> R {
+        f(&lock(&self.inner.cloud))
+    }
+
+    pub(crate) fn with_cloud_mut<R>(&self, f: impl FnOnce(&mut Cloud) -> R) -> R {
+        f(&mut lock(&self.inner.cloud))
+    }
+
+    pub(crate) fn clock(&self, now: Instant) -> Clock {
+        Clock {
+            now,
+            base_instant: self.inner.base_instant,
+            base_wall: self.inner.base_wall,
+        }
+    }
+
+    pub(crate) fn next_request_id(&self) -> String {
+        let n = self.inner.request_seq.fetch_add(1, Ordering::Relaxed);
+        let s = self.inner.seed;
+        format!(
+            "{:08x}-{:04x}-4{:03x}-a{:03x}-{:012x}",
+            (s >> 32) as u32,
+            (s >> 16) as u16,
+            (s & 0xfff) as u16,
+            (n >> 48) as u16 & 0xfff,
+            n & 0xffff_ffff_ffff
+        )
+    }
+
+    /// Run a state change, refresh IMDS's view, then deliver the hooks in order (outside the
+    /// state lock, inside the mutation lock). An attachment to complete later is scheduled.
+    pub(crate) async fn mutate<R>(
+        &self,
+        f: impl FnOnce(&mut Cloud, Instant) -> Result<(R, Option<(String, String, Instant)>), Ec2Error>,
+    ) -> Result<R, Ec2Error> {
+        let order = self.inner.mutation.lock().await;
+        let now = Instant::now();
+        let result = self.apply_and_collect(now, |cloud| {
+            let result = f(cloud, now);
+            if let Ok((_, Some((eni, att, at)))) = &result {
+                if *at <= now {
+                    cloud.complete_attachment(eni, att);
+                }
+            }
+            result
+        });
+        let (result, events) = result;
+        self.deliver_all(events).await;
+        drop(order);
+        let (r, pending) = result?;
+        if let Some((eni, att, at)) = pending {
+            if at > now {
+                let emu = self.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep_until(at.into()).await;
+                    emu.finish_attachment(&eni, &att).await;
+                });
+            }
+        }
+        Ok(r)
+    }
+
+    /// Complete a delayed attachment (status `attached`, visible to IMDS, reported to hooks).
+    async fn finish_attachment(&self, eni: &str, att: &str) {
+        let _order = self.inner.mutation.lock().await;
+        let (_, events) =
+            self.apply_and_collect(Instant::now(), |c| c.complete_attachment(eni, att));
+        self.deliver_all(events).await;
+    }
+
+    /// Run `f` under the state lock, refresh IMDS's view, and take the queued fabric events.
+    fn apply_and_collect<T>(
+        &self,
+        now: Instant,
+        f: impl FnOnce(&mut Cloud) -> T,
+    ) -> (T, Vec<FabricEvent>) {
+        let faults = lock(&self.inner.faults).config().clone();
+        let mut cloud = lock(&self.inner.cloud);
+        let out = f(&mut cloud);
+        cloud.refresh_imds(now, &|id| faults.imds_lag(id));
+        (out, cloud.take_events())
+    }
+
+    async fn deliver_all(&self, events: Vec<FabricEvent>) {
+        if events.is_empty() {
+            return;
+        }
+        let hooks = self
+            .inner
+            .hooks
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for ev in events {
+            deliver(hooks.as_ref(), ev).await;
+        }
+    }
+
+    /// Create a VPC with primary CIDR `cidr` and secondary CIDRs `extra` (each /16../28), plus
+    /// its default security group. Errors: `InvalidParameterValue` (size, overlap).
+    pub fn create_vpc(&self, cidr: Ipv4Net, extra: &[Ipv4Net]) -> Result<VpcInfo, Ec2Error> {
+        let (vpc_id, sg) = lock(&self.inner.cloud).create_vpc(cidr, extra)?;
+        Ok(VpcInfo {
+            vpc_id,
+            default_security_group_id: sg,
+        })
+    }
+
+    /// Create a subnet (`cidr` /16../28 inside a VPC CIDR) in availability zone `az`, which must
+    /// start with the region (e.g. `us-east-1a`). Returns the subnet ID.
+    pub fn create_subnet(&self, vpc_id: &str, cidr: Ipv4Net, az: &str) -> Result<String, Ec2Error> {
+        lock(&self.inner.cloud).create_subnet(vpc_id, cidr, az)
+    }
+
+    /// Create security group `name` in `vpc_id`. Returns the group ID (`sg-...`).
+    pub fn create_security_group(&self, vpc_id: &str, name: &str) -> Result<String, Ec2Error> {
+        lock(&self.inner.cloud).create_security_group(vpc_id, name, name)
+    }
+
+    /// Make an instance type not in the compiled-in table known to this cloud (EC2 answers it in
+    /// DescribeInstanceTypes and launches it), or override a known type's limits.
+    pub fn register_instance_type(&self, limits: InstanceLimits) {
+        lock(&self.inner.cloud).register_instance_type(limits);
+    }
+
+    /// Launch an instance with its primary ENI (device index 0, DeleteOnTermination=true),
+    /// reported to the hooks as attached. Errors: `InvalidInstanceType`,
+    /// `InvalidSubnetID.NotFound`, `InvalidGroup.NotFound`, `InsufficientFreeAddressesInSubnet`,
+    /// `PrivateIpAddressInUse`.
+    pub async fn run_instance(&self, req: RunInstance) -> Result<InstanceInfo, Ec2Error> {
+        let id = self
+            .mutate(|c, now| {
+                let id = c.run_instance(
+                    RunInstanceRequest {
+                        instance_type: req.instance_type,
+                        subnet_id: req.subnet_id,
+                        groups: req.security_group_ids,
+                        private_ip: req.private_ip,
+                        tags: req.tags,
+                    },
+                    now,
+                )?;
+                Ok((id, None))
+            })
+            .await?;
+        Ok(self.instance(&id).expect("launched"))
+    }
+
+    /// Terminate an instance as TerminateInstances does.
+    pub async fn terminate_instance(&self, instance_id: &str) -> Result<(), Ec2Error> {
+        let ids = [instance_id.to_string()];
+        self.mutate(|c, _| c.terminate_instances(&ids).map(|_| ((), None)))
+            .await
+    }
+
+    /// Unassign secondary IPs / prefixes from an ENI behind the agent's back (as another actor
+    /// or a console user would). Same checks and hooks as UnassignPrivateIpAddresses.
+    pub async fn unassign_behind_back(
+        &self,
+        eni_id: &str,
+        ips: &[Ipv4Addr],
+        prefixes: &[Ipv4Net],
+    ) -> Result<(), Ec2Error> {
+        self.mutate(|c, _| c.unassign(eni_id, ips, prefixes).map(|_| ((), None)))
+            .await
+    }
+
+    /// Detach an ENI (any device index, even the primary) behind the agent's back.
+    /// Errors: `InvalidNetworkInterfaceID.NotFound`, `InvalidAttachmentID.NotFound` (not attached).
+    pub async fn detach_behind_back(&self, eni_id: &str) -> Result<(), Ec2Error> {
+        self.mutate(|c, _| c.force_detach(eni_id).map(|_| ((), None)))
+            .await
+    }
+
+    /// Replace every fault setting (token buckets restart full).
+    /// Errors: `InvalidParameterValue` naming the bad field.
+    pub fn set_faults(&self, faults: Faults) -> Result<(), Ec2Error> {
+        faults.validate().map_err(Ec2Error::invalid_value)?;
+        lock(&self.inner.faults).set(faults);
+        Ok(())
+    }
+
+    /// Set (Some) or clear (None) the faults of one EC2 action, or of every action (`*`).
+    pub fn set_action_faults(
+        &self,
+        action: &str,
+        faults: Option<ActionFaults>,
+    ) -> Result<(), Ec2Error> {
+        if let Some(f) = &faults {
+            let mut probe = Faults::default();
+            probe.actions.insert(action.to_string(), f.clone());
+            probe.validate().map_err(Ec2Error::invalid_value)?;
+        }
+        lock(&self.inner.faults).set_action(action, faults);
+        Ok(())
+    }
+
+    /// IMDS lag for one instance (Some) or the default for all (None). Applies to changes made
+    /// from now on.
+    pub fn set_imds_lag(&self, instance_id: Option<&str>, lag: Duration) {
+        lock(&self.inner.faults).set_imds_lag(instance_id, lag);
+    }
+
+    /// The next `calls` DescribeInstances calls answer an empty `PrivateDnsName`.
+    pub fn set_empty_private_dns_names(&self, calls: u32) {
+        lock(&self.inner.faults).set_empty_private_dns_names(calls);
+    }
+
+    pub fn faults(&self) -> Faults {
+        lock(&self.inner.faults).config().clone()
+    }
+
+    /// Call counters since start or the last [`Emulator::reset_calls`].
+    pub fn calls(&self) -> CallCounts {
+        lock(&self.inner.counts).clone()
+    }
+
+    pub fn reset_calls(&self) {
+        *lock(&self.inner.counts) = CallCounts::default();
+    }
+
+    pub(crate) fn count_imds(&self, instance_id: &str) {
+        lock(&self.inner.counts)
+            .per_instance
+            .entry(instance_id.to_string())
+            .or_default()
+            .imds += 1;
+    }
+
+    pub fn eni(&self, eni_id: &str) -> Option<EniInfo> {
+        let now = Instant::now();
+        self.with_cloud(|c| c.eni(eni_id).map(|e| eni_info(e, now)))
+    }
+
+    /// Every ENI, sorted by ID.
+    pub fn enis(&self) -> Vec<EniInfo> {
+        let now = Instant::now();
+        self.with_cloud(|c| c.enis().map(|e| eni_info(e, now)).collect())
+    }
+
+    pub fn instance(&self, instance_id: &str) -> Option<InstanceInfo> {
+        let now = Instant::now();
+        self.with_cloud(|c| c.instance(instance_id).map(|i| instance_info(c, i, now)))
+    }
+
+    pub fn instances(&self) -> Vec<InstanceInfo> {
+        let now = Instant::now();
+        self.with_cloud(|c| c.instances().map(|i| instance_info(c, i, now)).collect())
+    }
+
+    /// EC2 `AvailableIpAddressCount` of a subnet.
+    pub fn subnet_available(&self, subnet_id: &str) -> Option<u32> {
+        self.with_cloud(|c| c.subnet(subnet_id).map(|s| s.available()))
+    }
+
+    /// Answer one EC2 Query call: returns (HTTP status, XML body). `peer` attributes the call to
+    /// an instance when it is that instance's primary private IP.
+    pub async fn ec2_call(&self, params: Params, peer: Option<IpAddr>) -> (u16, String) {
+        let request_id = self.next_request_id();
+        let fail = |e: Ec2Error| (e.status(), error_body(&e, &request_id));
+        let action = match params.required("Action") {
+            Ok(a) => a.to_string(),
+            Err(e) => return fail(e),
+        };
+        let Some(mutating) = actions::is_mutating(&action) else {
+            return fail(actions::invalid_action(&action));
+        };
+        let caller = match peer {
+            Some(IpAddr::V4(ip)) => {
+                self.with_cloud(|c| c.instance_by_primary_ip(ip).map(|i| i.id.clone()))
+            }
+            _ => None,
+        };
+        {
+            let mut counts = lock(&self.inner.counts);
+            *counts.per_action.entry(action.clone()).or_default() += 1;
+            if mutating {
+                counts.mutating += 1;
+            }
+            if let Some(i) = &caller {
+                *counts
+                    .per_instance
+                    .entry(i.clone())
+                    .or_default()
+                    .ec2
+                    .entry(action.clone())
+                    .or_default() += 1;
+            }
+        }
+        let admission = lock(&self.inner.faults).admit(&action, Instant::now());
+        if admission.throttled {
+            *lock(&self.inner.counts)
+                .throttled
+                .entry(action.clone())
+                .or_default() += 1;
+        }
+        let attach_delay = if action == "AttachNetworkInterface" {
+            admission.latency
+        } else {
+            if !admission.latency.is_zero() {
+                tokio::time::sleep(admission.latency).await;
+            }
+            Duration::ZERO
+        };
+        if let Some(e) = admission.error {
+            return fail(e);
+        }
+        let empty_dns = action == "DescribeInstances" && lock(&self.inner.faults).take_empty_dns();
+        let run = |cloud: &mut Cloud, now: Instant| {
+            let mut ctx = Ctx {
+                cloud,
+                clock: self.clock(now),
+                attach_delay,
+                empty_dns,
+                request_id: request_id.clone(),
+            };
+            actions::handle(&action, &params, &mut ctx).map(|d| (d.body, d.attachment))
+        };
+        let result = if mutating {
+            self.mutate(run).await
+        } else {
+            let now = Instant::now();
+            self.with_cloud_mut(|c| run(c, now).map(|(b, _)| b))
+        };
+        match result {
+            Ok(body) => (200, body),
+            Err(e) => fail(e),
+        }
+    }
+
+    pub(crate) fn instance_state(&self, instance_id: &str) -> Option<InstanceState> {
+        self.with_cloud(|c| c.instance(instance_id).map(|i| i.state))
+    }
+}

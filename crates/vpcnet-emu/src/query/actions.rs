@@ -1,0 +1,611 @@
+//! The EC2 actions: parse parameters, apply them to the [`Cloud`], render the response.
+
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+use ipnet::Ipv4Net;
+
+use super::filter::{matches, page, tag_values};
+use super::params::{parse_prefix, Params};
+use super::render::{self, Clock};
+use super::xml::Xml;
+use crate::error::Ec2Error;
+use crate::model::{AssignRequest, Cloud, CreateEniRequest, Eni, Instance, ModifyEniRequest};
+
+/// Every action served, and whether it mutates state.
+pub const ACTIONS: &[(&str, bool)] = &[
+    ("DescribeInstances", false),
+    ("DescribeInstanceTypes", false),
+    ("DescribeSubnets", false),
+    ("DescribeVpcs", false),
+    ("DescribeNetworkInterfaces", false),
+    ("CreateNetworkInterface", true),
+    ("AttachNetworkInterface", true),
+    ("DetachNetworkInterface", true),
+    ("DeleteNetworkInterface", true),
+    ("ModifyNetworkInterfaceAttribute", true),
+    ("AssignPrivateIpAddresses", true),
+    ("UnassignPrivateIpAddresses", true),
+    ("CreateTags", true),
+    ("DeleteTags", true),
+    ("TerminateInstances", true),
+];
+
+/// Whether `action` mutates; None for an action this emulator does not serve.
+pub fn is_mutating(action: &str) -> Option<bool> {
+    ACTIONS.iter().find(|(a, _)| *a == action).map(|(_, m)| *m)
+}
+
+/// What one call needs besides its parameters.
+pub struct Ctx<'a> {
+    pub cloud: &'a mut Cloud,
+    pub clock: Clock,
+    /// AttachNetworkInterface: time until the attachment completes.
+    pub attach_delay: Duration,
+    /// DescribeInstances: answer an empty PrivateDnsName.
+    pub empty_dns: bool,
+    pub request_id: String,
+}
+
+/// A successful call: the XML body, and an attachment to complete later (ENI, attachment ID,
+/// completion time) for AttachNetworkInterface.
+pub struct Done {
+    pub body: String,
+    pub attachment: Option<(String, String, Instant)>,
+}
+
+impl Done {
+    fn body(body: String) -> Self {
+        Done {
+            body,
+            attachment: None,
+        }
+    }
+}
+
+/// Run `action`. Errors are EC2's, ready for the error envelope.
+pub fn handle(action: &str, p: &Params, ctx: &mut Ctx) -> Result<Done, Ec2Error> {
+    if p.bool("DryRun")? == Some(true) {
+        return Err(Ec2Error::new(
+            "DryRunOperation",
+            "Request would have succeeded, but DryRun flag is set.",
+        ));
+    }
+    match action {
+        "DescribeInstances" => describe_instances(p, ctx).map(Done::body),
+        "DescribeInstanceTypes" => describe_instance_types(p, ctx).map(Done::body),
+        "DescribeSubnets" => describe_subnets(p, ctx).map(Done::body),
+        "DescribeVpcs" => describe_vpcs(p, ctx).map(Done::body),
+        "DescribeNetworkInterfaces" => describe_network_interfaces(p, ctx).map(Done::body),
+        "CreateNetworkInterface" => create_network_interface(p, ctx).map(Done::body),
+        "AttachNetworkInterface" => attach_network_interface(p, ctx),
+        "DetachNetworkInterface" => detach_network_interface(p, ctx).map(Done::body),
+        "DeleteNetworkInterface" => delete_network_interface(p, ctx).map(Done::body),
+        "ModifyNetworkInterfaceAttribute" => {
+            modify_network_interface_attribute(p, ctx).map(Done::body)
+        }
+        "AssignPrivateIpAddresses" => assign_private_ip_addresses(p, ctx).map(Done::body),
+        "UnassignPrivateIpAddresses" => unassign_private_ip_addresses(p, ctx).map(Done::body),
+        "CreateTags" => create_tags(p, ctx).map(Done::body),
+        "DeleteTags" => delete_tags(p, ctx).map(Done::body),
+        "TerminateInstances" => terminate_instances(p, ctx).map(Done::body),
+        other => Err(invalid_action(other)),
+    }
+}
+
+pub fn invalid_action(action: &str) -> Ec2Error {
+    Ec2Error::new(
+        "InvalidAction",
+        format!("The action {action} is not valid for this web service."),
+    )
+}
+
+fn start(action: &str, ctx: &Ctx) -> (Xml, String) {
+    let root = format!("{action}Response");
+    let mut x = Xml::response(&root);
+    x.leaf("requestId", &ctx.request_id);
+    (x, root)
+}
+
+fn simple_ok(action: &str, ctx: &Ctx) -> String {
+    let (mut x, root) = start(action, ctx);
+    x.leaf("return", true);
+    x.finish(&root)
+}
+
+fn tag_or<'a>(
+    tags: &crate::model::Tags,
+    name: &str,
+    f: impl FnOnce(&str) -> Option<Vec<String>> + 'a,
+) -> Option<Vec<String>> {
+    tag_values(tags, name).or_else(|| f(name))
+}
+
+fn eni_filter_values(cloud: &Cloud, now: Instant, e: &Eni, name: &str) -> Option<Vec<String>> {
+    let one = |s: String| Some(vec![s]);
+    let att = e.attachment.as_ref();
+    tag_or(&e.tags, name, |name| match name {
+        "network-interface-id" => one(e.id.clone()),
+        "subnet-id" => one(e.subnet_id.clone()),
+        "vpc-id" => one(e.vpc_id.clone()),
+        "availability-zone" => one(e.az.clone()),
+        "status" => one(e.status().to_string()),
+        "description" => one(e.description.clone()),
+        "mac-address" => one(e.mac.clone()),
+        "owner-id" => one(cloud.account_id.clone()),
+        "interface-type" => one("interface".into()),
+        "requester-managed" => one("false".into()),
+        "source-dest-check" => one(e.source_dest_check.to_string()),
+        "group-id" => Some(e.groups.clone()),
+        "private-ip-address" | "addresses.private-ip-address" => Some(
+            std::iter::once(e.primary_ip)
+                .chain(e.secondary_ips.iter().copied())
+                .map(|i| i.to_string())
+                .collect(),
+        ),
+        "ipv4-prefix" => Some(e.prefixes.iter().map(|p| p.to_string()).collect()),
+        "attachment.instance-id" => Some(att.map(|a| a.instance_id.clone()).into_iter().collect()),
+        "attachment.attachment-id" => Some(att.map(|a| a.id.clone()).into_iter().collect()),
+        "attachment.device-index" => Some(
+            att.map(|a| a.device_index.to_string())
+                .into_iter()
+                .collect(),
+        ),
+        "attachment.network-card-index" => Some(
+            att.map(|a| a.network_card.to_string())
+                .into_iter()
+                .collect(),
+        ),
+        "attachment.status" => Some(att.map(|a| a.status(now).to_string()).into_iter().collect()),
+        "attachment.delete-on-termination" => Some(
+            att.map(|a| a.delete_on_termination.to_string())
+                .into_iter()
+                .collect(),
+        ),
+        _ => None,
+    })
+}
+
+fn describe_network_interfaces(p: &Params, ctx: &mut Ctx) -> Result<String, Ec2Error> {
+    let ids = p.strings("NetworkInterfaceId")?;
+    let filters = p.filters()?;
+    let max = p.u32("MaxResults")?;
+    let cloud = &*ctx.cloud;
+    for id in &ids {
+        if cloud.eni(id).is_none() {
+            return Err(Ec2Error::eni_not_found(id));
+        }
+    }
+    let mut selected = Vec::new();
+    for e in cloud.enis() {
+        if !ids.is_empty() && !ids.contains(&e.id) {
+            continue;
+        }
+        if matches(&filters, |n| eni_filter_values(cloud, ctx.clock.now, e, n))? {
+            selected.push((e.id.clone(), e));
+        }
+    }
+    let (items, token) = page(selected, max, (5, 1000), p.get("NextToken"))?;
+    let (mut x, root) = start("DescribeNetworkInterfaces", ctx);
+    x.set("networkInterfaceSet", items, |x, e| {
+        render::network_interface(x, cloud, &ctx.clock, e)
+    });
+    if let Some(t) = token {
+        x.leaf("nextToken", t);
+    }
+    Ok(x.finish(&root))
+}
+
+fn instance_filter_values(cloud: &Cloud, i: &Instance, name: &str) -> Option<Vec<String>> {
+    let one = |s: String| Some(vec![s]);
+    let enis: Vec<&Eni> = cloud
+        .enis()
+        .filter(|e| e.attachment.as_ref().is_some_and(|a| a.instance_id == i.id))
+        .collect();
+    tag_or(&i.tags, name, |name| match name {
+        "instance-id" => one(i.id.clone()),
+        "instance-type" => one(i.instance_type.clone()),
+        "instance-state-name" => one(i.state.code_name().1.to_string()),
+        "instance-state-code" => one(i.state.code_name().0.to_string()),
+        "vpc-id" => one(i.vpc_id.clone()),
+        "subnet-id" => one(i.subnet_id.clone()),
+        "availability-zone" => one(i.az.clone()),
+        "private-ip-address" => one(i.private_ip.to_string()),
+        "private-dns-name" => one(cloud.private_dns_name(i.private_ip)),
+        "image-id" => one(i.image_id.clone()),
+        "reservation-id" => one(i.reservation_id.clone()),
+        "network-interface.network-interface-id" => {
+            Some(enis.iter().map(|e| e.id.clone()).collect())
+        }
+        "network-interface.subnet-id" => Some(enis.iter().map(|e| e.subnet_id.clone()).collect()),
+        "network-interface.addresses.private-ip-address" => Some(
+            enis.iter()
+                .flat_map(|e| std::iter::once(e.primary_ip).chain(e.secondary_ips.iter().copied()))
+                .map(|ip| ip.to_string())
+                .collect(),
+        ),
+        _ => None,
+    })
+}
+
+fn describe_instances(p: &Params, ctx: &mut Ctx) -> Result<String, Ec2Error> {
+    let ids = p.strings("InstanceId")?;
+    let filters = p.filters()?;
+    let max = p.u32("MaxResults")?;
+    let cloud = &*ctx.cloud;
+    for id in &ids {
+        if cloud.instance(id).is_none() {
+            return Err(Ec2Error::instance_not_found(id));
+        }
+    }
+    let mut selected = Vec::new();
+    for i in cloud.instances() {
+        if !ids.is_empty() && !ids.contains(&i.id) {
+            continue;
+        }
+        if matches(&filters, |n| instance_filter_values(cloud, i, n))? {
+            selected.push((i.id.clone(), i));
+        }
+    }
+    let (items, token) = page(selected, max, (5, 1000), p.get("NextToken"))?;
+    let (mut x, root) = start("DescribeInstances", ctx);
+    x.set("reservationSet", items, |x, i| {
+        x.leaf("reservationId", &i.reservation_id)
+            .leaf("ownerId", &cloud.account_id);
+        x.set("groupSet", std::iter::empty::<()>(), |_, _| {});
+        x.set("instancesSet", [i], |x, i| {
+            render::instance(x, cloud, &ctx.clock, i, ctx.empty_dns)
+        });
+    });
+    if let Some(t) = token {
+        x.leaf("nextToken", t);
+    }
+    Ok(x.finish(&root))
+}
+
+fn describe_instance_types(p: &Params, ctx: &mut Ctx) -> Result<String, Ec2Error> {
+    let wanted = p.strings("InstanceType")?;
+    let filters = p.filters()?;
+    let max = p.u32("MaxResults")?;
+    let cloud = &*ctx.cloud;
+    let mut selected = Vec::new();
+    if wanted.is_empty() {
+        for l in cloud.all_instance_types() {
+            selected.push((l.instance_type.clone(), l));
+        }
+    } else {
+        let unknown: Vec<&String> = wanted
+            .iter()
+            .filter(|t| cloud.instance_limits(t).is_none())
+            .collect();
+        if !unknown.is_empty() {
+            let list: Vec<&str> = unknown.iter().map(|s| s.as_str()).collect();
+            return Err(Ec2Error::new(
+                "InvalidInstanceType",
+                format!(
+                    "The following supplied instance types do not exist: [{}]",
+                    list.join(", ")
+                ),
+            ));
+        }
+        for t in &wanted {
+            let l = cloud.instance_limits(t).expect("checked");
+            if !selected.iter().any(|(k, _)| k == t) {
+                selected.push((t.clone(), l));
+            }
+        }
+        selected.sort_by(|a, b| a.0.cmp(&b.0));
+    }
+    let mut kept = Vec::new();
+    for (k, l) in selected {
+        let ok = matches(&filters, |n| match n {
+            "instance-type" => Some(vec![l.instance_type.clone()]),
+            "bare-metal" => Some(vec![l.bare_metal.to_string()]),
+            "hypervisor" => Some(vec![format!("{:?}", l.hypervisor).to_lowercase()]),
+            _ => None,
+        })?;
+        if ok {
+            kept.push((k, l));
+        }
+    }
+    // EC2 pages DescribeInstanceTypes by 100 at most
+    let (items, token) = page(kept, Some(max.unwrap_or(100)), (5, 100), p.get("NextToken"))?;
+    let (mut x, root) = start("DescribeInstanceTypes", ctx);
+    x.set("instanceTypeSet", items, |x, l| {
+        render::instance_type(x, &l)
+    });
+    if let Some(t) = token {
+        x.leaf("nextToken", t);
+    }
+    Ok(x.finish(&root))
+}
+
+fn describe_subnets(p: &Params, ctx: &mut Ctx) -> Result<String, Ec2Error> {
+    let ids = p.strings("SubnetId")?;
+    let filters = p.filters()?;
+    let max = p.u32("MaxResults")?;
+    let cloud = &*ctx.cloud;
+    for id in &ids {
+        if cloud.subnet(id).is_none() {
+            return Err(Ec2Error::subnet_not_found(id));
+        }
+    }
+    let mut selected = Vec::new();
+    for s in cloud.subnets() {
+        if !ids.is_empty() && !ids.contains(&s.id) {
+            continue;
+        }
+        let one = |v: String| Some(vec![v]);
+        let ok = matches(&filters, |n| {
+            tag_or(&s.tags, n, |n| match n {
+                "subnet-id" => one(s.id.clone()),
+                "vpc-id" => one(s.vpc_id.clone()),
+                "availability-zone" => one(s.az.clone()),
+                "availability-zone-id" => one(s.az_id.clone()),
+                "cidr-block" | "cidr" | "cidrBlock" => one(s.cidr.to_string()),
+                "state" => one("available".into()),
+                "available-ip-address-count" => one(s.available().to_string()),
+                _ => None,
+            })
+        })?;
+        if ok {
+            selected.push((s.id.clone(), s));
+        }
+    }
+    let (items, token) = page(selected, max, (5, 1000), p.get("NextToken"))?;
+    let (mut x, root) = start("DescribeSubnets", ctx);
+    x.set("subnetSet", items, |x, s| render::subnet(x, cloud, s));
+    if let Some(t) = token {
+        x.leaf("nextToken", t);
+    }
+    Ok(x.finish(&root))
+}
+
+fn describe_vpcs(p: &Params, ctx: &mut Ctx) -> Result<String, Ec2Error> {
+    let ids = p.strings("VpcId")?;
+    let filters = p.filters()?;
+    let max = p.u32("MaxResults")?;
+    let cloud = &*ctx.cloud;
+    for id in &ids {
+        if cloud.vpc(id).is_none() {
+            return Err(Ec2Error::vpc_not_found(id));
+        }
+    }
+    let mut selected = Vec::new();
+    for v in cloud.vpcs() {
+        if !ids.is_empty() && !ids.contains(&v.id) {
+            continue;
+        }
+        let ok = matches(&filters, |n| {
+            tag_or(&v.tags, n, |n| match n {
+                "vpc-id" => Some(vec![v.id.clone()]),
+                "cidr" => Some(vec![v.cidrs[0].1.to_string()]),
+                "cidr-block-association.cidr-block" => {
+                    Some(v.cidrs.iter().map(|(_, c)| c.to_string()).collect())
+                }
+                "state" => Some(vec!["available".into()]),
+                "is-default" => Some(vec!["false".into()]),
+                _ => None,
+            })
+        })?;
+        if ok {
+            selected.push((v.id.clone(), v));
+        }
+    }
+    let (items, token) = page(selected, max, (5, 1000), p.get("NextToken"))?;
+    let (mut x, root) = start("DescribeVpcs", ctx);
+    x.set("vpcSet", items, |x, v| render::vpc(x, cloud, v));
+    if let Some(t) = token {
+        x.leaf("nextToken", t);
+    }
+    Ok(x.finish(&root))
+}
+
+fn count(p: &Params, name: &str) -> Result<u32, Ec2Error> {
+    Ok(p.u32(name)?.unwrap_or(0))
+}
+
+fn prefixes(p: &Params, name: &str, member: Option<&str>) -> Result<Vec<Ipv4Net>, Ec2Error> {
+    match member {
+        None => p
+            .list(name)
+            .into_iter()
+            .map(|(k, v)| parse_prefix(&k, v))
+            .collect(),
+        Some(m) => p
+            .structs(name)
+            .into_iter()
+            .map(|(k, s)| {
+                let key = format!("{k}.{m}");
+                let v = s.get(m).ok_or_else(|| Ec2Error::missing(&key))?;
+                parse_prefix(&key, v)
+            })
+            .collect(),
+    }
+}
+
+fn create_network_interface(p: &Params, ctx: &mut Ctx) -> Result<String, Ec2Error> {
+    let subnet_id = p.required("SubnetId")?.to_string();
+    let mut primary_ip: Option<Ipv4Addr> = p.parsed("PrivateIpAddress", "an IPv4 address")?;
+    let mut secondary_ips = Vec::new();
+    for (k, s) in p.structs("PrivateIpAddresses") {
+        let key = format!("{k}.PrivateIpAddress");
+        let v = s
+            .required("PrivateIpAddress")
+            .map_err(|_| Ec2Error::missing(&key))?;
+        let ip: Ipv4Addr = v
+            .parse()
+            .map_err(|_| Ec2Error::invalid(&key, v, "Expected an IPv4 address."))?;
+        if s.bool("Primary")? == Some(true) {
+            if primary_ip.is_some_and(|p| p != ip) {
+                return Err(Ec2Error::combination(
+                    "Only one primary private IP address can be specified",
+                ));
+            }
+            primary_ip = Some(ip);
+        } else {
+            secondary_ips.push(ip);
+        }
+    }
+    let req = CreateEniRequest {
+        subnet_id,
+        description: p.get("Description").unwrap_or("").to_string(),
+        groups: p.strings("SecurityGroupId")?,
+        tags: p.tag_specs("network-interface")?,
+        primary_ip,
+        secondary_ips,
+        secondary_count: count(p, "SecondaryPrivateIpAddressCount")?,
+        prefix_count: count(p, "Ipv4PrefixCount")?,
+        prefixes: prefixes(p, "Ipv4Prefix", Some("Ipv4Prefix"))?,
+    };
+    let id = ctx.cloud.create_eni(req)?;
+    let cloud = &*ctx.cloud;
+    let (mut x, root) = start("CreateNetworkInterface", ctx);
+    x.open("networkInterface");
+    render::network_interface(&mut x, cloud, &ctx.clock, cloud.eni(&id).expect("created"));
+    x.close("networkInterface");
+    if let Some(t) = p.get("ClientToken") {
+        x.leaf("clientToken", t);
+    }
+    Ok(x.finish(&root))
+}
+
+fn attach_network_interface(p: &Params, ctx: &mut Ctx) -> Result<Done, Ec2Error> {
+    let eni = p.required("NetworkInterfaceId")?;
+    let instance = p.required("InstanceId")?;
+    let device_index = p
+        .u32("DeviceIndex")?
+        .ok_or_else(|| Ec2Error::missing("DeviceIndex"))?;
+    let card = p.u32("NetworkCardIndex")?;
+    let now = ctx.clock.now;
+    let complete_at = now + ctx.attach_delay;
+    let att = ctx
+        .cloud
+        .attach_eni(eni, instance, device_index, card, now, complete_at)?;
+    let card = ctx
+        .cloud
+        .eni(eni)
+        .and_then(|e| e.attachment.as_ref())
+        .map(|a| a.network_card)
+        .unwrap_or(0);
+    let (mut x, root) = start("AttachNetworkInterface", ctx);
+    x.leaf("attachmentId", &att).leaf("networkCardIndex", card);
+    Ok(Done {
+        body: x.finish(&root),
+        attachment: Some((eni.to_string(), att, complete_at)),
+    })
+}
+
+fn detach_network_interface(p: &Params, ctx: &mut Ctx) -> Result<String, Ec2Error> {
+    let att = p.required("AttachmentId")?;
+    let force = p.bool("Force")?.unwrap_or(false);
+    ctx.cloud.detach_eni(att, force)?;
+    Ok(simple_ok("DetachNetworkInterface", ctx))
+}
+
+fn delete_network_interface(p: &Params, ctx: &mut Ctx) -> Result<String, Ec2Error> {
+    ctx.cloud.delete_eni(p.required("NetworkInterfaceId")?)?;
+    Ok(simple_ok("DeleteNetworkInterface", ctx))
+}
+
+fn modify_network_interface_attribute(p: &Params, ctx: &mut Ctx) -> Result<String, Ec2Error> {
+    let eni = p.required("NetworkInterfaceId")?;
+    let groups = p.strings("SecurityGroupId")?;
+    let att_id = p.get("Attachment.AttachmentId").filter(|s| !s.is_empty());
+    let delete_on_termination = match (att_id, p.bool("Attachment.DeleteOnTermination")?) {
+        (Some(a), Some(d)) => Some((a.to_string(), d)),
+        (None, None) => None,
+        (None, Some(_)) => return Err(Ec2Error::missing("Attachment.AttachmentId")),
+        (Some(_), None) => return Err(Ec2Error::missing("Attachment.DeleteOnTermination")),
+    };
+    let req = ModifyEniRequest {
+        description: p.get("Description.Value").map(str::to_string),
+        groups: (!groups.is_empty()).then_some(groups),
+        source_dest_check: p.bool("SourceDestCheck.Value")?,
+        delete_on_termination,
+    };
+    ctx.cloud.modify_eni(eni, req)?;
+    Ok(simple_ok("ModifyNetworkInterfaceAttribute", ctx))
+}
+
+fn assign_private_ip_addresses(p: &Params, ctx: &mut Ctx) -> Result<String, Ec2Error> {
+    let eni = p.required("NetworkInterfaceId")?.to_string();
+    let req = AssignRequest {
+        count: count(p, "SecondaryPrivateIpAddressCount")?,
+        ips: p.ipv4s("PrivateIpAddress")?,
+        prefix_count: count(p, "Ipv4PrefixCount")?,
+        prefixes: prefixes(p, "Ipv4Prefix", None)?,
+        allow_reassignment: p.bool("AllowReassignment")?.unwrap_or(false),
+    };
+    let (ips, prefixes) = ctx.cloud.assign(&eni, req)?;
+    let (mut x, root) = start("AssignPrivateIpAddresses", ctx);
+    x.leaf("networkInterfaceId", &eni);
+    x.set("assignedPrivateIpAddressesSet", ips, |x, ip| {
+        x.leaf("privateIpAddress", ip);
+    });
+    x.set("assignedIpv4PrefixSet", prefixes, |x, p| {
+        x.leaf("ipv4Prefix", p);
+    });
+    x.leaf("return", true);
+    Ok(x.finish(&root))
+}
+
+fn unassign_private_ip_addresses(p: &Params, ctx: &mut Ctx) -> Result<String, Ec2Error> {
+    let eni = p.required("NetworkInterfaceId")?.to_string();
+    let ips = p.ipv4s("PrivateIpAddress")?;
+    let prefixes = prefixes(p, "Ipv4Prefix", None)?;
+    ctx.cloud.unassign(&eni, &ips, &prefixes)?;
+    Ok(simple_ok("UnassignPrivateIpAddresses", ctx))
+}
+
+fn create_tags(p: &Params, ctx: &mut Ctx) -> Result<String, Ec2Error> {
+    let resources = p.strings("ResourceId")?;
+    if resources.is_empty() {
+        return Err(Ec2Error::missing("ResourceId.1"));
+    }
+    let tags = p.tags("Tag")?;
+    if tags.is_empty() {
+        return Err(Ec2Error::missing("Tag.1.Key"));
+    }
+    ctx.cloud.create_tags(&resources, &tags)?;
+    Ok(simple_ok("CreateTags", ctx))
+}
+
+fn delete_tags(p: &Params, ctx: &mut Ctx) -> Result<String, Ec2Error> {
+    let resources = p.strings("ResourceId")?;
+    if resources.is_empty() {
+        return Err(Ec2Error::missing("ResourceId.1"));
+    }
+    let mut tags = Vec::new();
+    for (k, t) in p.structs("Tag") {
+        let key = t
+            .required("Key")
+            .map_err(|_| Ec2Error::missing(&format!("{k}.Key")))?;
+        tags.push((key.to_string(), t.get("Value").map(str::to_string)));
+    }
+    ctx.cloud.delete_tags(&resources, &tags)?;
+    Ok(simple_ok("DeleteTags", ctx))
+}
+
+fn terminate_instances(p: &Params, ctx: &mut Ctx) -> Result<String, Ec2Error> {
+    let ids = p.strings("InstanceId")?;
+    if ids.is_empty() {
+        return Err(Ec2Error::missing("InstanceId.1"));
+    }
+    let changes = ctx.cloud.terminate_instances(&ids)?;
+    let (mut x, root) = start("TerminateInstances", ctx);
+    x.set("instancesSet", changes, |x, (id, prev, cur)| {
+        let (pc, pn) = prev.code_name();
+        let (cc, cn) = cur.code_name();
+        x.leaf("instanceId", id)
+            .open("currentState")
+            .leaf("code", cc)
+            .leaf("name", cn)
+            .close("currentState")
+            .open("previousState")
+            .leaf("code", pc)
+            .leaf("name", pn)
+            .close("previousState");
+    });
+    Ok(x.finish(&root))
+}

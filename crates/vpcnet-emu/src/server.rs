@@ -1,0 +1,102 @@
+//! The HTTP server: the EC2 Query API (`POST /`, form body; `GET /?Action=...` too) and the
+//! JSON control API under `/_emu/` on the same listener.
+
+use std::net::SocketAddr;
+
+use axum::body::{to_bytes, Body};
+use axum::extract::{ConnectInfo, Request, State};
+use axum::response::Response;
+use axum::Router;
+use http::StatusCode;
+use tokio::task::JoinHandle;
+
+use crate::emulator::Emulator;
+use crate::query::error_body;
+use crate::query::params::Params;
+
+/// Largest request body accepted (EC2 itself caps Query requests well below this).
+const MAX_BODY: usize = 1 << 20;
+
+async fn ec2(State(emu): State<Emulator>, req: Request) -> Response {
+    let peer = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    let query = req.uri().query().map(|q| Params::parse(q.as_bytes()));
+    let body = match to_bytes(req.into_body(), MAX_BODY).await {
+        Ok(b) => b,
+        Err(_) => {
+            let e = crate::error::Ec2Error::invalid_value(
+                "The request body is too large or unreadable",
+            );
+            return xml(e.status(), error_body(&e, &emu.next_request_id()));
+        }
+    };
+    let mut params = Params::parse(&body);
+    if let Some(q) = query {
+        params.merge_missing(q);
+    }
+    let (status, body) = emu.ec2_call(params, peer).await;
+    xml(status, body)
+}
+
+fn xml(status: u16, body: String) -> Response {
+    Response::builder()
+        .status(StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
+        .header(http::header::CONTENT_TYPE, "text/xml;charset=UTF-8")
+        .body(Body::from(body))
+        .expect("static response parts")
+}
+
+/// A running server started by [`Emulator::spawn`]; stops when dropped.
+pub struct EmuServer {
+    /// The bound address.
+    pub addr: SocketAddr,
+    /// `http://ADDR`: the EC2 endpoint URL (aws-sdk-ec2 `endpoint_url`); the control API is
+    /// under `{endpoint}/_emu/`.
+    pub endpoint: String,
+    task: JoinHandle<()>,
+}
+
+impl Drop for EmuServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Emulator {
+    /// The axum router: EC2 Query API on every path except `/_emu/...` (control API).
+    pub fn router(&self) -> Router {
+        Router::new()
+            .nest("/_emu", crate::control::router())
+            .fallback(ec2)
+            .with_state(self.clone())
+    }
+
+    /// Serve EC2 and the control API on `listener` until it fails.
+    pub async fn serve(&self, listener: tokio::net::TcpListener) -> std::io::Result<()> {
+        axum::serve(
+            listener,
+            self.router()
+                .into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+    }
+
+    /// Bind 127.0.0.1 on a free port and serve there in the background (tests).
+    pub async fn spawn(&self) -> std::io::Result<EmuServer> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let emu = self.clone();
+        let task = tokio::spawn(async move {
+            if let Err(e) = emu.serve(listener).await {
+                tracing::error!(error = %e, "vpcnet-emu server stopped");
+            }
+        });
+        Ok(EmuServer {
+            addr,
+            endpoint: format!("http://{addr}"),
+            task,
+        })
+    }
+}

@@ -1,0 +1,96 @@
+//! Shared test setup: an emulator served on 127.0.0.1 and an unmodified aws-sdk-ec2 client.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use vpcnet_ec2::aws_sdk_ec2::config::retry::RetryConfig;
+use vpcnet_ec2::aws_sdk_ec2::config::{BehaviorVersion, Credentials, Region};
+use vpcnet_ec2::aws_sdk_ec2::error::{ProvideErrorMetadata, SdkError};
+use vpcnet_ec2::aws_sdk_ec2::{Client, Config};
+use vpcnet_emu::{EmuServer, Emulator, RunInstance, VpcInfo};
+
+/// An aws-sdk-ec2 client for `endpoint`; `attempts` = 1 disables retries.
+pub fn client(endpoint: &str, attempts: u32) -> Client {
+    let retry = if attempts <= 1 {
+        RetryConfig::disabled()
+    } else {
+        RetryConfig::standard()
+            .with_max_attempts(attempts)
+            .with_initial_backoff(Duration::from_millis(1))
+            .with_max_backoff(Duration::from_millis(5))
+    };
+    let cfg = Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .endpoint_url(endpoint)
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new(
+            "AKIDEMU",
+            "secret",
+            None,
+            None,
+            "vpcnet-emu-tests",
+        ))
+        .retry_config(retry)
+        .build();
+    Client::from_conf(cfg)
+}
+
+pub struct Lab {
+    pub emu: Emulator,
+    pub server: EmuServer,
+    pub ec2: Client,
+    pub vpc: VpcInfo,
+    /// 10.0.0.0/24 in us-east-1a
+    pub subnet: String,
+}
+
+/// VPC 10.0.0.0/16 (+ 100.64.0.0/16) with subnet 10.0.0.0/24 in us-east-1a; SDK without retries.
+pub async fn lab(seed: u64) -> Lab {
+    let emu = Emulator::new(seed);
+    let vpc = emu
+        .create_vpc(
+            "10.0.0.0/16".parse().unwrap(),
+            &["100.64.0.0/16".parse().unwrap()],
+        )
+        .unwrap();
+    let subnet = emu
+        .create_subnet(&vpc.vpc_id, "10.0.0.0/24".parse().unwrap(), "us-east-1a")
+        .unwrap();
+    let server = emu.spawn().await.unwrap();
+    let ec2 = client(&server.endpoint, 1);
+    Lab {
+        emu,
+        server,
+        ec2,
+        vpc,
+        subnet,
+    }
+}
+
+impl Lab {
+    pub async fn instance(&self, instance_type: &str) -> vpcnet_emu::InstanceInfo {
+        self.emu
+            .run_instance(RunInstance {
+                instance_type: instance_type.into(),
+                subnet_id: self.subnet.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+    }
+}
+
+/// EC2 error code of an SDK error.
+pub fn code<E: ProvideErrorMetadata + std::fmt::Debug, R: std::fmt::Debug>(
+    e: &SdkError<E, R>,
+) -> String {
+    match e {
+        SdkError::ServiceError(s) => s.err().code().unwrap_or("<no code>").to_string(),
+        other => panic!("expected a service error, got {other:?}"),
+    }
+}
+
+/// HTTP status of an SDK error's raw response.
+pub fn status<E>(e: &SdkError<E, vpcnet_ec2::aws_sdk_ec2::config::http::HttpResponse>) -> u16 {
+    e.raw_response().map(|r| r.status().as_u16()).unwrap_or(0)
+}
