@@ -23,6 +23,8 @@ pub struct CallSettings {
     pub describe_bucket: BucketConfig,
     /// Client-side bucket for mutating actions. Default [`BucketConfig::MUTATING`].
     pub mutating_bucket: BucketConfig,
+    /// Page size (`MaxResults`) of paginated Describe calls, 5..=1000. Default 1000.
+    pub describe_page_size: u32,
 }
 
 impl Default for CallSettings {
@@ -33,6 +35,7 @@ impl Default for CallSettings {
             retry: RetryPolicy::default(),
             describe_bucket: BucketConfig::DESCRIBE,
             mutating_bucket: BucketConfig::MUTATING,
+            describe_page_size: 1000,
         }
     }
 }
@@ -150,6 +153,7 @@ mod tests {
             },
             describe_bucket: BucketConfig::DESCRIBE,
             mutating_bucket: BucketConfig::MUTATING,
+            describe_page_size: 1000,
         }
     }
 

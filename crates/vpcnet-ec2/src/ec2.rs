@@ -15,8 +15,6 @@ use crate::{
     NetworkInterface, Subnet, Tags,
 };
 
-/// Page size of paginated Describe calls (EC2 accepts 5..=1000).
-const PAGE_SIZE: i32 = 1000;
 /// Instance types per `DescribeInstanceTypes` request (EC2's maximum is 100).
 const TYPES_PER_REQUEST: usize = 100;
 
@@ -196,13 +194,16 @@ impl Ec2 {
             })
     }
 
-    /// `DescribeNetworkInterfaces` with `filters`, following every page (1000 per page).
+    /// `DescribeNetworkInterfaces` with `filters`, following every page
+    /// ([`crate::CallSettings::describe_page_size`] per page).
     pub async fn describe_network_interfaces(
         &self,
         filters: &[Filter],
     ) -> Result<Vec<NetworkInterface>, Ec2Error> {
         let action = Action::DescribeNetworkInterfaces;
         let filters = sdk_filters(filters);
+        // EC2 accepts MaxResults 5..=1000.
+        let page_size = self.caller.settings.describe_page_size.clamp(5, 1000) as i32;
         let mut all = Vec::new();
         let mut token: Option<String> = None;
         loop {
@@ -212,7 +213,7 @@ impl Ec2 {
                     self.client
                         .describe_network_interfaces()
                         .set_filters(Some(filters.clone()))
-                        .max_results(PAGE_SIZE)
+                        .max_results(page_size)
                         .set_next_token(token.clone())
                         .send()
                         .await
