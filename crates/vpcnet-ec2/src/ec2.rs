@@ -82,6 +82,10 @@ fn count_i32(action: Action, n: u32, what: &str) -> Result<i32, Ec2Error> {
     })
 }
 
+fn owned<S: AsRef<str>>(v: &[S]) -> Vec<String> {
+    v.iter().map(|s| s.as_ref().to_string()).collect()
+}
+
 fn random_token() -> String {
     use rand::Rng;
     let n: u128 = rand::rng().random();
@@ -118,16 +122,16 @@ impl Ec2 {
     /// `DescribeInstanceTypes` for `types` (any number; sent in batches of 100, paginated),
     /// converted into [`InstanceLimits`]. Types EC2 does not know are simply absent from the
     /// answer, or fail with `InvalidInstanceType`.
-    pub async fn describe_instance_types(
+    pub async fn describe_instance_types<S: AsRef<str>>(
         &self,
-        types: &[String],
+        types: &[S],
     ) -> Result<Vec<InstanceLimits>, Ec2Error> {
         let action = Action::DescribeInstanceTypes;
         let mut all = Vec::new();
         for chunk in types.chunks(TYPES_PER_REQUEST) {
             let wanted: Vec<sdk::InstanceType> = chunk
                 .iter()
-                .map(|t| sdk::InstanceType::from(t.as_str()))
+                .map(|t| sdk::InstanceType::from(t.as_ref()))
                 .collect();
             let mut token: Option<String> = None;
             loop {
@@ -159,14 +163,18 @@ impl Ec2 {
     }
 
     /// `DescribeSubnets` for `subnet_ids`.
-    pub async fn describe_subnets(&self, subnet_ids: &[String]) -> Result<Vec<Subnet>, Ec2Error> {
+    pub async fn describe_subnets<S: AsRef<str>>(
+        &self,
+        subnet_ids: &[S],
+    ) -> Result<Vec<Subnet>, Ec2Error> {
         let action = Action::DescribeSubnets;
+        let subnet_ids = owned(subnet_ids);
         let out = self
             .caller
             .run(action, || async {
                 self.client
                     .describe_subnets()
-                    .set_subnet_ids(Some(subnet_ids.to_vec()))
+                    .set_subnet_ids(Some(subnet_ids.clone()))
                     .send()
                     .await
                     .map_err(|e| sdk_error(action, e))
@@ -182,7 +190,7 @@ impl Ec2 {
     ///
     /// Errors: `InvalidSubnetID.NotFound` ([`Ec2Error::is_not_found`]).
     pub async fn describe_subnet(&self, subnet_id: &str) -> Result<Subnet, Ec2Error> {
-        self.describe_subnets(&[subnet_id.to_string()])
+        self.describe_subnets(&[subnet_id])
             .await?
             .into_iter()
             .find(|s| s.subnet_id == subnet_id)
@@ -277,17 +285,18 @@ impl Ec2 {
     /// `DescribeNetworkInterfaces` by ID (no pagination: EC2 forbids it with IDs).
     ///
     /// Errors: `InvalidNetworkInterfaceID.NotFound` if any ID is unknown.
-    pub async fn describe_network_interfaces_by_id(
+    pub async fn describe_network_interfaces_by_id<S: AsRef<str>>(
         &self,
-        eni_ids: &[String],
+        eni_ids: &[S],
     ) -> Result<Vec<NetworkInterface>, Ec2Error> {
         let action = Action::DescribeNetworkInterfaces;
+        let eni_ids = owned(eni_ids);
         let out = self
             .caller
             .run(action, || async {
                 self.client
                     .describe_network_interfaces()
-                    .set_network_interface_ids(Some(eni_ids.to_vec()))
+                    .set_network_interface_ids(Some(eni_ids.clone()))
                     .send()
                     .await
                     .map_err(|e| sdk_error(action, e))
@@ -533,14 +542,19 @@ impl Ec2 {
     }
 
     /// `CreateTags` on `resource_ids` (ENIs, instances, ...).
-    pub async fn create_tags(&self, resource_ids: &[String], tags: &Tags) -> Result<(), Ec2Error> {
+    pub async fn create_tags<S: AsRef<str>>(
+        &self,
+        resource_ids: &[S],
+        tags: &Tags,
+    ) -> Result<(), Ec2Error> {
         let action = Action::CreateTags;
+        let resource_ids = owned(resource_ids);
         let tags = sdk_tags(tags);
         self.caller
             .run(action, || async {
                 self.client
                     .create_tags()
-                    .set_resources(Some(resource_ids.to_vec()))
+                    .set_resources(Some(resource_ids.clone()))
                     .set_tags(Some(tags.clone()))
                     .send()
                     .await
