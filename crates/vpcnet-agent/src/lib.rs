@@ -1,1 +1,22 @@
-//! Node agent (the VPC CNI's ipamd): warm pool, EC2 adapter use, checkpoint, gRPC for the plugin, introspection, metrics
+//! `vpcnet-agent`: the node agent (the VPC CNI's ipamd). Keeps a warm pool of VPC addresses
+//! on the node's ENIs through EC2, answers the CNI plugin over gRPC on a Unix socket,
+//! checkpoints its state, serves introspection and Prometheus metrics.
+//!
+//! Entry points: [`start`] (in-process, returns an [`AgentHandle`] once the pool can serve;
+//! used by the integration tests) and [`run`] (until SIGTERM; the binary). Options:
+//! [`AgentOptions`], built from the environment by [`options_from_config`] +
+//! [`config::Config::from_process_env`].
+
+mod agent;
+pub mod checkpoint_file;
+pub mod config;
+pub mod grpc;
+pub mod introspection;
+pub mod metrics;
+pub mod node;
+pub mod options;
+pub mod reconciler;
+pub mod state;
+
+pub use agent::{options_from_config, run, start, AgentHandle};
+pub use options::{AgentOptions, Targets};

@@ -1,0 +1,364 @@
+//! Startup and lifetime of the agent: IMDS facts, one batched describe, checkpoint restore,
+//! reconcile against EC2, fill the pool, serve. Never waits for Kubernetes.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use vpcnet_ec2::{Ec2, Ec2Options, Imds};
+use vpcnet_ipam::{Pool, UnknownIpPolicy, WarmConfig};
+
+use crate::checkpoint_file::{self, Loaded};
+use crate::config::BindAddress;
+use crate::metrics::Metrics;
+use crate::options::AgentOptions;
+use crate::state::{now_ms, NodeFacts, Shared};
+
+/// A running agent. Drop or [`AgentHandle::shutdown`] stops it.
+pub struct AgentHandle {
+    pub shared: Arc<Shared>,
+    /// Where introspection listens (the bound address when the option asked for port 0).
+    pub introspection_addr: Option<SocketAddr>,
+    pub metrics_addr: Option<SocketAddr>,
+    pub socket_path: PathBuf,
+    /// Time from `start` to the pool being able to serve.
+    pub time_to_ready: Duration,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl AgentHandle {
+    /// Stops every task and waits for them; the socket file is removed.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks.drain(..) {
+            let _ = t.await;
+        }
+        let _ = std::fs::remove_file(&self.socket_path);
+    }
+}
+
+impl Drop for AgentHandle {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+async fn read_facts(imds: &Imds, opts: &AgentOptions) -> anyhow::Result<NodeFacts> {
+    let (instance_id, instance_type, mac) =
+        tokio::try_join!(imds.instance_id(), imds.instance_type(), imds.mac())
+            .context("reading instance identity from IMDS")?;
+    let (iface, region, primary_ip) = tokio::try_join!(
+        imds.interface(&mac),
+        async {
+            match &opts.region {
+                Some(r) => Ok(r.clone()),
+                None => imds.region().await,
+            }
+        },
+        imds.local_ipv4()
+    )
+    .context("reading the primary ENI from IMDS")?;
+    Ok(NodeFacts {
+        instance_id,
+        instance_type,
+        region,
+        primary_mac: mac.to_ascii_lowercase(),
+        primary_ip,
+        subnet_id: opts.subnet_id.clone().unwrap_or(iface.subnet_id),
+        subnet_cidr: iface.subnet_cidr,
+        vpc_cidrs: iface.vpc_cidrs,
+        security_groups: if opts.security_groups.is_empty() {
+            iface.security_group_ids
+        } else {
+            opts.security_groups.clone()
+        },
+    })
+}
+
+fn warm_config(
+    opts: &AgentOptions,
+    limits: &vpcnet_limits::InstanceLimits,
+) -> anyhow::Result<WarmConfig> {
+    let t = &opts.targets;
+    let mut c = WarmConfig::for_limits(limits);
+    c.warm_eni_target = t.warm_eni_target;
+    c.warm_ip_target = t.warm_ip_target;
+    c.minimum_ip_target = t.minimum_ip_target;
+    c.warm_prefix_target = t.warm_prefix_target;
+    c.prefix_delegation = t.prefix_delegation;
+    c.max_eni = t.max_eni;
+    c.cooldown_ms = opts.cooldown.as_millis() as u64;
+    c.surplus_hold_ms = opts.surplus_hold.as_millis() as u64;
+    c.validate().map_err(|e| anyhow!("{e}"))?;
+    if c.prefix_delegation && !limits.supports_prefix_delegation() {
+        anyhow::bail!("ENABLE_PREFIX_DELEGATION=true needs a Nitro instance type; {} is not (unset ENABLE_PREFIX_DELEGATION)", limits.instance_type);
+    }
+    Ok(c)
+}
+
+async fn bind_tcp(addr: SocketAddr, what: &str) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot bind {what} on {addr}"))
+}
+
+/// Starts the agent and returns once the pool can serve (or startup failed).
+///
+/// Errors: IMDS unreachable, EC2 client configuration, unknown instance type, the socket
+/// or a listener cannot be bound. A corrupt checkpoint is not an error (see README).
+pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
+    let started = Instant::now();
+    let (stop, stop_rx) = watch::channel(false);
+    let listener = crate::grpc::bind(&opts.socket_path)?;
+    let imds = match &opts.imds_endpoint {
+        Some(e) => Imds::with_endpoint(e, Some(Duration::from_secs(2)))
+            .map_err(|e| anyhow!("IMDS endpoint: {e}"))?,
+        None => Imds::new(),
+    };
+    let facts = read_facts(&imds, &opts).await?;
+    tracing::info!(instance = %facts.instance_id, r#type = %facts.instance_type, subnet = %facts.subnet_id, "instance facts from IMDS");
+    let metrics = Arc::new(Metrics::new());
+    let ec2 = Ec2::connect(
+        Ec2Options {
+            region: Some(facts.region.clone()),
+            endpoint_url: opts.ec2_endpoint.clone(),
+            imds_endpoint: opts.imds_endpoint.clone(),
+            credentials: opts.credentials.clone(),
+            calls: opts.ec2_calls.clone(),
+        },
+        metrics.clone(),
+    )
+    .await
+    .map_err(|e| anyhow!("{e}"))?;
+    let limits = match vpcnet_limits::lookup(&facts.instance_type) {
+        Some(l) => l.clone(),
+        None => ec2
+            .describe_instance_types(std::slice::from_ref(&facts.instance_type))
+            .await
+            .map_err(|e| anyhow!("instance type {} is not in the built-in table and DescribeInstanceTypes failed: {e}", facts.instance_type))?
+            .into_iter()
+            .next()
+            .ok_or_else(|| anyhow!("EC2 does not know instance type {}", facts.instance_type))?,
+    };
+    let mut pool = Pool::new(warm_config(&opts, &limits)?);
+    let policy = match checkpoint_file::load(&opts.checkpoint_path, now_ms()) {
+        Loaded::Missing => UnknownIpPolicy::Free,
+        Loaded::Valid(cp) => match pool.restore(&cp) {
+            Ok(()) => {
+                tracing::info!(
+                    assignments = cp.assignments.len(),
+                    cooldowns = cp.cooldowns.len(),
+                    "restored checkpoint"
+                );
+                UnknownIpPolicy::Free
+            }
+            Err(e) => {
+                tracing::error!(
+                    "checkpoint {} is inconsistent ({e}); rebuilding from EC2",
+                    opts.checkpoint_path.display()
+                );
+                pool = Pool::new(pool.config().clone());
+                UnknownIpPolicy::Cooling
+            }
+        },
+        Loaded::Corrupt { reason, moved_to } => {
+            tracing::error!(
+                path = %opts.checkpoint_path.display(),
+                moved_to = ?moved_to,
+                "checkpoint is corrupt ({reason}); rebuilding from EC2: addresses already on the node cool down before reuse, since running pods may hold them"
+            );
+            UnknownIpPolicy::Cooling
+        }
+    };
+    let shared = Arc::new(Shared::new(opts.clone(), facts, pool, metrics.clone()));
+    let mut tasks = Vec::new();
+    tasks.push(tokio::spawn(crate::grpc::serve(
+        shared.clone(),
+        listener,
+        stop_rx.clone(),
+    )));
+
+    crate::reconciler::sync_from_ec2(&shared, &ec2, policy)
+        .await
+        .map_err(|e| anyhow!("describing the instance's ENIs: {e}"))?;
+    shared.persist().await;
+    if let Some(node) = &opts.node_network {
+        let enis: Vec<_> = shared
+            .pool()
+            .enis()
+            .filter(|e| !e.info.primary)
+            .map(|e| e.info.clone())
+            .collect();
+        for e in enis {
+            let spec = crate::node::NodeEni {
+                mac: e.mac,
+                device_number: e.device_number,
+                subnet: e.subnet_cidr,
+                primary_ip: e.primary_ip,
+                mtu: opts.mtu,
+            };
+            if let Err(err) = node.setup_eni(&spec).await {
+                tracing::error!(eni = %e.id, "node setup failed: {err:#}");
+            }
+        }
+    }
+    // Fill the pool; EC2 errors are retried by the reconciler, but serve as soon as one
+    // address is available.
+    if let Err(e) = crate::reconciler::fill(&shared, &ec2).await {
+        tracing::warn!("initial pool fill failed: {e}; the reconciler retries");
+        shared.set_error(Some(e.to_string()));
+        shared.wake.notify_one();
+    }
+    shared.ready.store(true, Ordering::Release);
+    let time_to_ready = started.elapsed();
+    shared.update_gauges();
+    tracing::info!(summary = ?shared.pool().summary(now_ms()), ?time_to_ready, "pool ready; serving");
+
+    if let Some(path) = &opts.conflist_path {
+        let mut settings = opts.conflist.clone();
+        settings.agent_socket = opts.socket_path.display().to_string();
+        settings.mtu = opts.mtu;
+        write_conflist(path, &vpcnet_cni::conflist::render(&settings))
+            .with_context(|| format!("writing CNI conflist {}", path.display()))?;
+    }
+    tasks.push(tokio::spawn(crate::reconciler::run(
+        shared.clone(),
+        ec2.clone(),
+        stop_rx.clone(),
+    )));
+    {
+        let (shared, ec2) = (shared.clone(), ec2.clone());
+        tasks.push(tokio::spawn(async move {
+            crate::reconciler::sweep_leaked(&shared, &ec2).await
+        }));
+    }
+    let mut introspection_addr = None;
+    if let Some(addr) = opts.introspection_addr {
+        let l = bind_tcp(addr, "introspection").await?;
+        introspection_addr = Some(l.local_addr()?);
+        tasks.push(tokio::spawn(crate::introspection::serve(
+            crate::introspection::router(shared.clone()),
+            l,
+            stop_rx.clone(),
+        )));
+    }
+    let mut metrics_addr = None;
+    if let Some(addr) = opts.metrics_addr {
+        let l = bind_tcp(addr, "metrics").await?;
+        metrics_addr = Some(l.local_addr()?);
+        tasks.push(tokio::spawn(crate::introspection::serve(
+            crate::introspection::metrics_router(metrics),
+            l,
+            stop_rx.clone(),
+        )));
+    }
+    Ok(AgentHandle {
+        shared,
+        introspection_addr,
+        metrics_addr,
+        socket_path: opts.socket_path.clone(),
+        time_to_ready,
+        stop,
+        tasks,
+    })
+}
+
+fn write_conflist(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(std::path::Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(
+        ".{}.tmp",
+        path.file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("conflist")
+    ));
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Runs the agent until SIGINT/SIGTERM.
+pub async fn run(opts: AgentOptions) -> anyhow::Result<()> {
+    let handle = start(opts).await?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutting down");
+    handle.shutdown().await;
+    Ok(())
+}
+
+/// Options from the environment configuration (`config.rs`).
+pub fn options_from_config(c: &crate::config::Config) -> anyhow::Result<AgentOptions> {
+    let tcp = |b: &BindAddress, var: &str| -> anyhow::Result<SocketAddr> {
+        match b {
+            BindAddress::Tcp(a) => Ok(*a),
+            BindAddress::Unix(p) => anyhow::bail!(
+                "{var}=unix:{} is not supported by this agent yet; use host:port",
+                p.display()
+            ),
+        }
+    };
+    let conflist = vpcnet_cni::conflist::ConflistSettings {
+        veth_prefix: c.veth_prefix.clone(),
+        ..Default::default()
+    };
+    Ok(AgentOptions {
+        targets: crate::options::Targets {
+            warm_eni_target: c.warm_eni_target,
+            warm_ip_target: c.warm_ip_target,
+            minimum_ip_target: c.minimum_ip_target,
+            warm_prefix_target: c.warm_prefix_target.unwrap_or(1),
+            prefix_delegation: c.enable_prefix_delegation,
+            max_eni: c.max_eni,
+        },
+        cooldown: c.ip_cooldown(),
+        reconcile_interval: c.reconcile_interval(),
+        socket_path: c.agent_socket.clone(),
+        checkpoint_path: c.checkpoint_path.clone(),
+        introspection_addr: if c.disable_introspection {
+            None
+        } else {
+            Some(tcp(
+                &c.introspection_bind_address,
+                "INTROSPECTION_BIND_ADDRESS",
+            )?)
+        },
+        metrics_addr: if c.disable_metrics {
+            None
+        } else {
+            Some(tcp(&c.metrics_bind_address, "VPCNET_METRICS_BIND_ADDRESS")?)
+        },
+        conflist_path: Some(c.cni_conflist.clone()),
+        conflist,
+        cluster_name: c.cluster_name.clone(),
+        external_snat: c.external_snat,
+        mtu: c.eni_mtu,
+        ec2_endpoint: c.ec2.endpoint.clone(),
+        imds_endpoint: std::env::var("AWS_EC2_METADATA_SERVICE_ENDPOINT")
+            .ok()
+            .filter(|s| !s.is_empty()),
+        ec2_calls: c.ec2_call_settings(),
+        node_network: if c.node_datapath {
+            Some(Arc::new(crate::node::NetlinkNode::default()))
+        } else {
+            None
+        },
+        env_settings: c
+            .env_settings()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+        ..AgentOptions::default()
+    })
+}

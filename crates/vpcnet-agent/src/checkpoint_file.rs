@@ -1,0 +1,105 @@
+//! The checkpoint on disk: JSON, mode 0600, written atomically (temp file in the same
+//! directory, fsync, rename, fsync of the directory).
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use vpcnet_ipam::Checkpoint;
+
+/// What was found at the checkpoint path.
+#[derive(Debug)]
+pub enum Loaded {
+    /// No file: a fresh node.
+    Missing,
+    Valid(Checkpoint),
+    /// Unreadable or invalid; the file was moved to `moved_to` (`<path>.corrupt-<ms>`).
+    Corrupt {
+        reason: String,
+        moved_to: Option<PathBuf>,
+    },
+}
+
+/// Reads the checkpoint; a corrupt file is moved aside so the next write does not
+/// destroy the evidence.
+pub fn load(path: &Path, now_ms: u64) -> Loaded {
+    let text = match fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Loaded::Missing,
+        Err(e) => return corrupt(path, format!("cannot read {}: {e}", path.display()), now_ms),
+    };
+    match Checkpoint::from_json(&text) {
+        Ok(cp) => Loaded::Valid(cp),
+        Err(e) => corrupt(path, e.to_string(), now_ms),
+    }
+}
+
+fn corrupt(path: &Path, reason: String, now_ms: u64) -> Loaded {
+    let aside = PathBuf::from(format!("{}.corrupt-{now_ms}", path.display()));
+    let moved_to = fs::rename(path, &aside).ok().map(|_| aside);
+    Loaded::Corrupt { reason, moved_to }
+}
+
+/// Writes `cp` to `path` atomically with mode 0600.
+pub fn write(path: &Path, cp: &Checkpoint) -> std::io::Result<()> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(
+        ".{}.tmp",
+        path.file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("ipam.json")
+    ));
+    {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.set_permissions(fs::Permissions::from_mode(0o600))?;
+        f.write_all(cp.to_json().as_bytes())?;
+        f.sync_all()?;
+    }
+    fs::rename(&tmp, path)?;
+    if let Ok(d) = fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roundtrip_mode_and_corrupt_file_moved_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("ipam.json");
+        assert!(matches!(load(&p, 1), Loaded::Missing));
+        let cp = Checkpoint {
+            version: vpcnet_ipam::CHECKPOINT_VERSION,
+            assignments: vec![],
+            cooldowns: vec![],
+        };
+        write(&p, &cp).unwrap();
+        assert_eq!(
+            fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert!(matches!(load(&p, 1), Loaded::Valid(c) if c == cp));
+        fs::write(&p, "{garbage").unwrap();
+        match load(&p, 42) {
+            Loaded::Corrupt { reason, moved_to } => {
+                assert!(reason.contains("JSON"), "{reason}");
+                assert_eq!(moved_to.unwrap(), dir.path().join("ipam.json.corrupt-42"));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(!p.exists());
+    }
+}

@@ -1,0 +1,227 @@
+//! The plugin's gRPC API (`vpcnet.cni.v1.CniBackend`) on a Unix socket.
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use tonic::{Request, Response, Status};
+use vpcnet_ipam::{AssignError, PodKey, PodRef};
+use vpcnet_proto::cni_backend_server::{CniBackend, CniBackendServer};
+use vpcnet_proto::*;
+
+use crate::state::{now_ms, Shared};
+
+/// The service.
+pub struct Backend {
+    pub shared: Arc<Shared>,
+}
+
+fn key_of(container_id: &str, if_name: &str) -> Result<PodKey, Status> {
+    if container_id.trim().is_empty() {
+        return Err(Status::invalid_argument(
+            "container_id is empty: the CNI runtime must pass CNI_CONTAINERID",
+        ));
+    }
+    let if_name = if if_name.is_empty() { "eth0" } else { if_name };
+    Ok(PodKey::new(container_id, if_name))
+}
+
+impl Backend {
+    fn route_table(primary: bool, device_number: u32) -> u32 {
+        if primary {
+            0
+        } else {
+            device_number
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl CniBackend for Backend {
+    async fn add_network(
+        &self,
+        req: Request<AddNetworkRequest>,
+    ) -> Result<Response<AddNetworkReply>, Status> {
+        let _timer = self.shared.metrics.action("AddNetwork");
+        self.shared.metrics.inc_add_ip_req();
+        let r = req.into_inner();
+        let key = key_of(&r.container_id, &r.if_name)?;
+        if !self.shared.is_ready() {
+            return Err(Status::failed_precondition(
+                "the agent is starting: its address pool is not filled yet, retry",
+            ));
+        }
+        let pod = PodRef {
+            namespace: r.k8s_pod_namespace.clone(),
+            name: r.k8s_pod_name.clone(),
+        };
+        let result = self.shared.pool().assign(key.clone(), pod, now_ms());
+        // Whatever happened, the reconciler looks at the pool now (no sleep on this path).
+        self.shared.wake.notify_one();
+        let g = match result {
+            Ok(g) => g,
+            Err(e @ AssignError::PoolEmpty { .. }) => {
+                self.shared.metrics.inc_no_available_ip();
+                return Err(Status::unavailable(e.to_string()));
+            }
+            Err(e @ AssignError::AtLimit { .. }) => {
+                self.shared.metrics.inc_no_available_ip();
+                let cfg = self.shared.pool().config().clone();
+                return Err(Status::resource_exhausted(format!(
+                    "{e}: instance type {} allows {} ENIs with {} IPv4 addresses each{}",
+                    self.shared.facts.instance_type,
+                    cfg.eni_limit,
+                    cfg.ipv4_per_eni,
+                    cfg.max_eni
+                        .map(|m| format!(" (MAX_ENI={m})"))
+                        .unwrap_or_default()
+                )));
+            }
+        };
+        if !g.existing {
+            self.shared.persist().await;
+            self.shared.update_gauges();
+        }
+        tracing::info!(container = %key.container_id, ifname = %key.if_name, pod = %format!("{}/{}", r.k8s_pod_namespace, r.k8s_pod_name), ip = %g.ip, eni = %g.eni_id, "assigned");
+        Ok(Response::new(AddNetworkReply {
+            ipv4_addr: g.ip.to_string(),
+            device_number: g.device_number,
+            route_table: Self::route_table(g.primary_eni, g.device_number),
+            vpc_cidrs: self
+                .shared
+                .facts
+                .vpc_cidrs
+                .iter()
+                .map(|c| c.to_string())
+                .collect(),
+            use_external_snat: self.shared.opts.external_snat,
+            eni_id: g.eni_id,
+            mtu: self.shared.opts.mtu,
+        }))
+    }
+
+    async fn del_network(
+        &self,
+        req: Request<DelNetworkRequest>,
+    ) -> Result<Response<DelNetworkReply>, Status> {
+        let _timer = self.shared.metrics.action("DelNetwork");
+        self.shared.metrics.inc_del_ip_req("PodDeleted");
+        let r = req.into_inner();
+        let key = key_of(&r.container_id, &r.if_name)?;
+        let released = {
+            let mut pool = self.shared.pool();
+            pool.release(&key, now_ms()).map(|a| {
+                let eni = pool
+                    .eni(&a.eni_id)
+                    .map(|e| (e.info.primary, e.info.device_number));
+                (a, eni)
+            })
+        };
+        let reply = match released {
+            Some((a, eni)) => {
+                self.shared.persist().await;
+                self.shared.update_gauges();
+                self.shared.wake.notify_one();
+                tracing::info!(container = %key.container_id, ifname = %key.if_name, ip = %a.ip, "released");
+                let (primary, dev) = eni.unwrap_or((true, 0));
+                DelNetworkReply {
+                    released: true,
+                    ipv4_addr: a.ip.to_string(),
+                    device_number: dev,
+                    route_table: Self::route_table(primary, dev),
+                }
+            }
+            None => DelNetworkReply::default(),
+        };
+        Ok(Response::new(reply))
+    }
+
+    async fn status(&self, _req: Request<StatusRequest>) -> Result<Response<StatusReply>, Status> {
+        let s = self.shared.pool().summary(now_ms());
+        let ready = self.shared.is_ready();
+        let err = self
+            .shared
+            .last_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let message = if !ready {
+            "starting: filling the address pool".to_string()
+        } else if s.available_ips == 0 {
+            format!(
+                "no free IP right now ({} assigned, {} cooling down){}",
+                s.assigned_ips,
+                s.cooling_ips,
+                err.map(|e| format!("; last EC2 error: {e}"))
+                    .unwrap_or_default()
+            )
+        } else {
+            format!("{} free IPs", s.available_ips)
+        };
+        Ok(Response::new(StatusReply {
+            ready: ready && s.available_ips > 0,
+            available_ips: s.available_ips,
+            message,
+        }))
+    }
+
+    async fn garbage_collect(
+        &self,
+        req: Request<GarbageCollectRequest>,
+    ) -> Result<Response<GarbageCollectReply>, Status> {
+        let _timer = self.shared.metrics.action("GarbageCollect");
+        let r = req.into_inner();
+        let mut valid = BTreeSet::new();
+        for a in &r.valid_attachments {
+            valid.insert(key_of(&a.container_id, &a.if_name)?);
+        }
+        let gone = self.shared.pool().garbage_collect(&valid, now_ms());
+        if !gone.is_empty() {
+            self.shared.persist().await;
+            self.shared.update_gauges();
+            self.shared.wake.notify_one();
+            tracing::info!(released = gone.len(), "garbage collected stale assignments");
+        }
+        Ok(Response::new(GarbageCollectReply {
+            released: gone.into_iter().map(|(_, a)| a.ip.to_string()).collect(),
+        }))
+    }
+}
+
+/// Binds the Unix socket (removing a stale one), mode 0660.
+pub fn bind(path: &Path) -> anyhow::Result<tokio::net::UnixListener> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            anyhow::anyhow!("cannot create socket directory {}: {e}", dir.display())
+        })?;
+    }
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => anyhow::bail!("cannot remove stale socket {}: {e}", path.display()),
+    }
+    let l = tokio::net::UnixListener::bind(path)
+        .map_err(|e| anyhow::anyhow!("cannot bind gRPC socket {}: {e}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
+    Ok(l)
+}
+
+/// Serves until `stop` flips.
+pub async fn serve(
+    shared: Arc<Shared>,
+    listener: tokio::net::UnixListener,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+    let svc = CniBackendServer::new(Backend { shared });
+    let res = tonic::transport::Server::builder()
+        .add_service(svc)
+        .serve_with_incoming_shutdown(incoming, async move {
+            let _ = stop.changed().await;
+        })
+        .await;
+    if let Err(e) = res {
+        tracing::error!("gRPC server failed: {e}");
+    }
+}

@@ -1,0 +1,39 @@
+//! `vpcnet-agent` binary: configuration from the environment (the VPC CNI's variable
+//! names), then run until SIGTERM.
+
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let config = match vpcnet_agent::config::Config::from_process_env() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("vpcnet-agent: invalid configuration: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let filter = EnvFilter::try_from_env("RUST_LOG").unwrap_or_else(|_| {
+        EnvFilter::new(
+            config
+                .log_level
+                .to_ascii_lowercase()
+                .replace("fatal", "error"),
+        )
+    });
+    tracing_subscriber::fmt().with_env_filter(filter).init();
+    let opts = match vpcnet_agent::options_from_config(&config) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("vpcnet-agent: invalid configuration: {e:#}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    match vpcnet_agent::run(opts).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("vpcnet-agent failed: {e:#}");
+            eprintln!("vpcnet-agent: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! Everything `run` needs, already parsed and validated. Built from the environment by
+//! `config.rs` (the VPC CNI's variable names) or directly by tests.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use vpcnet_ec2::{CallSettings, StaticCredentials};
+
+use crate::node::NodeNetwork;
+
+/// Default checkpoint path.
+pub const DEFAULT_CHECKPOINT: &str = "/var/run/vpcnet/ipam.json";
+/// Default conflist path.
+pub const DEFAULT_CONFLIST: &str = "/etc/cni/net.d/10-vpcnet.conflist";
+/// Description prefix of the ENIs the agent creates (how leaked ones are found).
+pub const ENI_DESCRIPTION_PREFIX: &str = "vpcnet-cni: ";
+/// Tag keys the agent puts on ENIs it creates (the VPC CNI's).
+pub const TAG_INSTANCE_ID: &str = "node.k8s.amazonaws.com/instance_id";
+pub const TAG_CLUSTER_NAME: &str = "cluster.k8s.amazonaws.com/name";
+pub const TAG_CREATED_AT: &str = "node.k8s.amazonaws.com/createdAt";
+/// ENIs carrying this tag (any value but "false") are never touched (the VPC CNI's).
+pub const TAG_NO_MANAGE: &str = "node.k8s.amazonaws.com/no_manage";
+
+/// Warm-pool targets (the instance limits come from the instance type at start).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Targets {
+    /// WARM_ENI_TARGET (default 1).
+    pub warm_eni_target: u32,
+    /// WARM_IP_TARGET.
+    pub warm_ip_target: Option<u32>,
+    /// MINIMUM_IP_TARGET.
+    pub minimum_ip_target: Option<u32>,
+    /// WARM_PREFIX_TARGET (default 1).
+    pub warm_prefix_target: u32,
+    /// ENABLE_PREFIX_DELEGATION.
+    pub prefix_delegation: bool,
+    /// MAX_ENI.
+    pub max_eni: Option<u32>,
+}
+
+impl Default for Targets {
+    fn default() -> Self {
+        Targets {
+            warm_eni_target: 1,
+            warm_ip_target: None,
+            minimum_ip_target: None,
+            warm_prefix_target: 1,
+            prefix_delegation: false,
+            max_eni: None,
+        }
+    }
+}
+
+/// Agent settings.
+#[derive(Clone)]
+pub struct AgentOptions {
+    pub targets: Targets,
+    /// Cooldown of a released address before reuse (IP_COOLDOWN_PERIOD, default 30 s).
+    pub cooldown: Duration,
+    /// How long an address must stay free before it is returned to EC2 as surplus.
+    pub surplus_hold: Duration,
+    /// Period of the full reconcile pass (describe + plan incl. freeing surplus). Default 30 s.
+    pub reconcile_interval: Duration,
+    /// gRPC Unix socket (default /var/run/vpcnet/agent.sock), created with mode 0660.
+    pub socket_path: PathBuf,
+    /// Checkpoint file (default /var/run/vpcnet/ipam.json), mode 0600.
+    pub checkpoint_path: PathBuf,
+    /// Introspection bind address (default 127.0.0.1:61679); `None` = DISABLE_INTROSPECTION.
+    pub introspection_addr: Option<SocketAddr>,
+    /// Metrics bind address (default 0.0.0.0:61678); `None` = DISABLE_METRICS.
+    pub metrics_addr: Option<SocketAddr>,
+    /// Conflist to write once the pool can serve; `None` = do not write one.
+    pub conflist_path: Option<PathBuf>,
+    /// Conflist contents (socket path is filled from `socket_path`).
+    pub conflist: vpcnet_cni::conflist::ConflistSettings,
+    /// CLUSTER_NAME, tagged on created ENIs.
+    pub cluster_name: String,
+    /// AWS_VPC_K8S_CNI_EXTERNALSNAT.
+    pub external_snat: bool,
+    /// AWS_VPC_ENI_MTU (default 9001).
+    pub mtu: u32,
+    /// Security groups for new ENIs; empty = the primary ENI's (from IMDS).
+    pub security_groups: Vec<String>,
+    /// Subnet for new ENIs; `None` = the primary ENI's.
+    pub subnet_id: Option<String>,
+    /// IMDS endpoint (`AWS_EC2_METADATA_SERVICE_ENDPOINT`); `None` = 169.254.169.254.
+    pub imds_endpoint: Option<String>,
+    /// EC2 endpoint (`AWS_ENDPOINT_URL_EC2`); `None` = the SDK's resolution.
+    pub ec2_endpoint: Option<String>,
+    /// Region; `None` = IMDS `placement/region`.
+    pub region: Option<String>,
+    /// Explicit credentials (tests, lab); `None` = the SDK chain.
+    pub credentials: Option<StaticCredentials>,
+    /// Deadlines, retries and client-side rate limits of EC2 calls.
+    pub ec2_calls: CallSettings,
+    /// Node-side setup of secondary ENIs (interface, MTU, route table N); `None` = off
+    /// (emulator-only tests). The lab and production use [`crate::node::NetlinkNode`].
+    pub node_network: Option<Arc<dyn NodeNetwork>>,
+    /// Environment shown by /v1/env-settings (name → value).
+    pub env_settings: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for AgentOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentOptions")
+            .field("targets", &self.targets)
+            .field("cooldown", &self.cooldown)
+            .field("socket_path", &self.socket_path)
+            .field("checkpoint_path", &self.checkpoint_path)
+            .field("introspection_addr", &self.introspection_addr)
+            .field("metrics_addr", &self.metrics_addr)
+            .field("node_network", &self.node_network.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for AgentOptions {
+    fn default() -> Self {
+        AgentOptions {
+            targets: Targets::default(),
+            cooldown: Duration::from_millis(vpcnet_ipam::DEFAULT_COOLDOWN_MS),
+            surplus_hold: Duration::from_millis(vpcnet_ipam::DEFAULT_COOLDOWN_MS),
+            reconcile_interval: Duration::from_secs(30),
+            socket_path: PathBuf::from(vpcnet_proto::DEFAULT_SOCKET),
+            checkpoint_path: PathBuf::from(DEFAULT_CHECKPOINT),
+            introspection_addr: Some(SocketAddr::from(([127, 0, 0, 1], 61679))),
+            metrics_addr: Some(SocketAddr::from(([0, 0, 0, 0], 61678))),
+            conflist_path: Some(PathBuf::from(DEFAULT_CONFLIST)),
+            conflist: vpcnet_cni::conflist::ConflistSettings::default(),
+            cluster_name: String::new(),
+            external_snat: false,
+            mtu: 9001,
+            security_groups: Vec::new(),
+            subnet_id: None,
+            imds_endpoint: None,
+            ec2_endpoint: None,
+            region: None,
+            credentials: None,
+            ec2_calls: CallSettings::default(),
+            node_network: None,
+            env_settings: Vec::new(),
+        }
+    }
+}

@@ -1,0 +1,124 @@
+//! State shared by the gRPC handlers, the reconciler and introspection.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use ipnet::Ipv4Net;
+use tokio::sync::Notify;
+use vpcnet_ipam::Pool;
+
+use crate::options::AgentOptions;
+
+/// Facts about the node, read once at start (IMDS hints confirmed by EC2 where it matters).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct NodeFacts {
+    pub instance_id: String,
+    pub instance_type: String,
+    pub region: String,
+    pub primary_mac: String,
+    pub primary_ip: Ipv4Addr,
+    /// Subnet for new ENIs.
+    pub subnet_id: String,
+    pub subnet_cidr: Ipv4Net,
+    pub vpc_cidrs: Vec<Ipv4Net>,
+    /// Security groups for new ENIs.
+    pub security_groups: Vec<String>,
+}
+
+/// Milliseconds since the Unix epoch, the core's clock.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Everything the agent's tasks share.
+pub struct Shared {
+    pub opts: AgentOptions,
+    pub facts: NodeFacts,
+    pool: Mutex<Pool>,
+    /// Wakes the reconciler (an ADD took the pool below target, or a DEL freed something).
+    pub wake: Notify,
+    /// The pool has been filled once: ADD may be served.
+    pub ready: AtomicBool,
+    /// ENI id → attachment id, from EC2 (needed to detach).
+    pub attachments: Mutex<BTreeMap<String, String>>,
+    /// Device indexes taken by ENIs the agent does not manage.
+    pub foreign_devices: Mutex<Vec<u32>>,
+    /// Last EC2 error of the reconciler (shown by Status and introspection).
+    pub last_error: Mutex<Option<String>>,
+    /// Serialises checkpoint writes so an older snapshot never overwrites a newer one.
+    persist_lock: tokio::sync::Mutex<()>,
+    pub metrics: std::sync::Arc<crate::metrics::Metrics>,
+}
+
+impl Shared {
+    pub fn new(
+        opts: AgentOptions,
+        facts: NodeFacts,
+        pool: Pool,
+        metrics: std::sync::Arc<crate::metrics::Metrics>,
+    ) -> Self {
+        Shared {
+            opts,
+            facts,
+            pool: Mutex::new(pool),
+            wake: Notify::new(),
+            ready: AtomicBool::new(false),
+            attachments: Mutex::new(BTreeMap::new()),
+            foreign_devices: Mutex::new(Vec::new()),
+            last_error: Mutex::new(None),
+            persist_lock: tokio::sync::Mutex::new(()),
+            metrics,
+        }
+    }
+
+    /// The pool, locked (keep the guard short; never across an await).
+    pub fn pool(&self) -> MutexGuard<'_, Pool> {
+        self.pool.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// Writes the checkpoint (atomic, 0600). Errors are logged: the pool keeps working, and
+    /// the next change retries the write.
+    pub async fn persist(&self) {
+        let _g = self.persist_lock.lock().await;
+        let cp = self.pool().checkpoint();
+        if let Err(e) = crate::checkpoint_file::write(&self.opts.checkpoint_path, &cp) {
+            tracing::error!(path = %self.opts.checkpoint_path.display(), "cannot write checkpoint: {e}");
+        }
+    }
+
+    pub fn set_error(&self, e: Option<String>) {
+        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = e;
+    }
+
+    /// Pool gauges (`awscni_total_ip_addresses`, ...) after a change.
+    pub fn update_gauges(&self) {
+        let m = &self.metrics;
+        let pool = self.pool();
+        let s = pool.summary(now_ms());
+        m.set_total_ip_addresses(s.total_ips as u64);
+        m.set_assigned_ip_addresses(s.assigned_ips as u64);
+        m.set_cooldown_ip_addresses(s.cooling_ips as u64);
+        m.set_eni_allocated(s.enis as u64);
+        m.set_eni_max(s.max_enis as u64);
+        m.set_ip_max(s.max_ips as u64);
+        m.set_total_ipv4_prefixes(s.prefixes as u64);
+        let mut per_eni: BTreeMap<&str, u64> =
+            pool.enis().map(|e| (e.info.id.as_str(), 0)).collect();
+        for (_, a) in pool.assignments() {
+            if let Some(n) = per_eni.get_mut(a.eni_id.as_str()) {
+                *n += 1;
+            }
+        }
+        m.set_assigned_ip_per_eni(per_eni);
+    }
+}

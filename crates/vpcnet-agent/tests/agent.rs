@@ -1,0 +1,328 @@
+//! Issue 3 acceptance: in-process emulator + in-process agent + gRPC over a temp Unix socket.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::net::Ipv4Addr;
+use std::os::unix::fs::PermissionsExt;
+use std::time::{Duration, Instant};
+
+use common::*;
+use vpcnet_agent::Targets;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn m5_large_defaults_fill_27_pods_then_limit() {
+    let lab = lab("m5.large").await;
+    let agent = vpcnet_agent::start(lab.options()).await.unwrap();
+    // m5.large: 3 ENIs × 10 IPv4 (9 for pods each); WARM_ENI_TARGET=1 keeps one ENI's worth
+    // (9) of free IPs. Fresh node: the primary ENI with 9 secondary IPs, nothing else.
+    let enis = lab.ec2_enis();
+    assert_eq!(enis.len(), 1, "{enis:?}");
+    assert_eq!(enis.values().next().unwrap().len(), 9);
+    assert_eq!(agent_enis(&agent), enis);
+    // Files: socket 0660, checkpoint 0600, conflist written once the pool can serve.
+    assert_eq!(
+        std::fs::metadata(lab.socket())
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o660
+    );
+    assert_eq!(
+        std::fs::metadata(lab.checkpoint())
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
+    let conflist =
+        std::fs::read_to_string(lab.dir.path().join("net.d/10-vpcnet.conflist")).unwrap();
+    assert!(
+        conflist.contains(&lab.socket().display().to_string()),
+        "{conflist}"
+    );
+
+    let mut c = client(&lab.socket()).await;
+    let mut ips = BTreeSet::new();
+    for i in 0..27 {
+        let r = add_retry(&mut c, &format!("c{i}"), Duration::from_secs(20))
+            .await
+            .unwrap();
+        let ip: Ipv4Addr = r.ipv4_addr.parse().unwrap();
+        assert!(ips.insert(ip), "IP {ip} handed out twice");
+        assert!(lab.ec2_ips().contains(&ip), "{ip} not listed by EC2");
+        // Route table: 0 for the primary ENI (eth0), else the device number.
+        let expect_table = if r.device_number == 0 {
+            0
+        } else {
+            r.device_number
+        };
+        assert_eq!(r.route_table, expect_table);
+        assert_eq!(r.vpc_cidrs, vec!["10.0.0.0/16".to_string()]);
+        if i == 0 {
+            // First pod: 8 free < 9 → a second ENI with 9 IPs.
+            eventually(
+                "2 ENIs / 18 IPs after the first pod",
+                Duration::from_secs(10),
+                || {
+                    let e = lab.ec2_enis();
+                    e.len() == 2 && e.values().map(|s| s.len()).sum::<usize>() == 18
+                },
+            )
+            .await;
+        }
+        if i == 9 {
+            // Tenth pod: 8 free again → the third ENI.
+            eventually(
+                "3 ENIs / 27 IPs after the tenth pod",
+                Duration::from_secs(10),
+                || {
+                    let e = lab.ec2_enis();
+                    e.len() == 3 && e.values().map(|s| s.len()).sum::<usize>() == 27
+                },
+            )
+            .await;
+        }
+    }
+    assert_eq!(ips.len(), 27);
+    let err = c.add_network(add_req("c27")).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::ResourceExhausted, "{err:?}");
+    assert!(
+        err.message().contains("ENI/IP limit")
+            && err.message().contains("m5.large")
+            && err.message().contains("3 ENIs"),
+        "{}",
+        err.message()
+    );
+    // Idempotent ADD returns the same IP.
+    let again = c.add_network(add_req("c3")).await.unwrap().into_inner();
+    assert!(ips.contains(&again.ipv4_addr.parse().unwrap()));
+    agent.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warm_ip_target_rolls_cost_at_most_one_call_each() {
+    let lab = lab("m5.xlarge").await;
+    let mut o = lab.options();
+    o.targets = Targets {
+        warm_ip_target: Some(5),
+        minimum_ip_target: Some(10),
+        ..Targets::default()
+    };
+    o.cooldown = Duration::from_secs(1);
+    o.surplus_hold = Duration::from_secs(2);
+    o.reconcile_interval = Duration::from_secs(1);
+    let agent = vpcnet_agent::start(o).await.unwrap();
+    let mut c = client(&lab.socket()).await;
+    for i in 0..10 {
+        add_retry(&mut c, &format!("p{i}"), Duration::from_secs(10))
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    lab.emu.reset_calls();
+    // 100 rolls: delete one pod, create one, every 50 ms.
+    for roll in 0..100 {
+        let next = roll + 10;
+        c.del_network(del_req(&format!("p{roll}"))).await.unwrap();
+        add_retry(&mut c, &format!("p{next}"), Duration::from_secs(10))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Let the surplus (IPs that cooled down meanwhile) go back to EC2 and count that too.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let calls = lab.emu.calls();
+    let per_roll = calls.mutating as f64 / 100.0;
+    println!("WARM_IP_TARGET=5 MINIMUM_IP_TARGET=10, 100 pod rolls: {} mutating EC2 calls = {per_roll:.2} per roll; by action: {:?}", calls.mutating, calls.per_action);
+    assert!(per_roll <= 1.0, "{per_roll} mutating calls per roll");
+    let s = agent.shared.pool().summary(vpcnet_agent::state::now_ms());
+    assert_eq!(s.assigned_ips, 10);
+    assert!(s.available_ips >= 5, "{s:?}");
+    agent.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_keeps_assignments_and_cooldown() {
+    let lab = lab("m5.large").await;
+    let mut o = lab.options();
+    // One ENI (9 pod IPs) so the only free IP is the released one; 8 s cooldown.
+    o.targets.max_eni = Some(1);
+    o.cooldown = Duration::from_secs(8);
+    let agent = vpcnet_agent::start(o.clone()).await.unwrap();
+    let mut c = client(&lab.socket()).await;
+    let mut held = Vec::new();
+    for i in 0..9 {
+        held.push(
+            add_retry(&mut c, &format!("k{i}"), Duration::from_secs(10))
+                .await
+                .unwrap()
+                .ipv4_addr,
+        );
+    }
+    let released = c.del_network(del_req("k8")).await.unwrap().into_inner();
+    assert!(released.released);
+    let released_at = Instant::now();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    agent.shutdown().await;
+    drop(c);
+
+    let agent = vpcnet_agent::start(o).await.unwrap();
+    let mut c = client(&lab.socket()).await;
+    for (i, ip) in held.iter().enumerate().take(8) {
+        let r = c
+            .add_network(add_req(&format!("k{i}")))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            &r.ipv4_addr, ip,
+            "assignment of k{i} changed across restart"
+        );
+    }
+    assert_eq!(agent.shared.pool().assignments().count(), 8);
+    // The released IP cools down until 8 s after its release, across the restart.
+    let mut first_ok = None;
+    while released_at.elapsed() < Duration::from_secs(12) {
+        match c.add_network(add_req("new")).await {
+            Ok(r) => {
+                first_ok = Some((released_at.elapsed(), r.into_inner().ipv4_addr));
+                break;
+            }
+            Err(s) => assert_eq!(s.code(), tonic::Code::Unavailable, "{s:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (after, ip) = first_ok.expect("the cooled-down IP is handed out after its cooldown");
+    assert_eq!(ip, released.ipv4_addr);
+    assert!(
+        after >= Duration::from_secs(8),
+        "handed out {after:?} after release, cooldown is 8 s"
+    );
+    agent.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttling_and_5xx_50_pods_no_leaks() {
+    let mut lab = lab("m5.2xlarge").await;
+    let (front, counts) = faulty_front(lab.emu.clone(), 0.30, 0.05, 11).await;
+    lab.endpoint = front;
+    let mut o = lab.options();
+    o.ec2_calls.retry.max_attempts = 8;
+    let agent = vpcnet_agent::start(o).await.unwrap();
+    let mut c = client(&lab.socket()).await;
+    let mut ips = BTreeSet::new();
+    for i in 0..50 {
+        let r = add_retry(&mut c, &format!("f{i}"), Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert!(ips.insert(r.ipv4_addr.clone()), "double assignment");
+    }
+    // Let the reconciler finish (warm ENI), then compare with EC2 exactly.
+    eventually("agent and EC2 agree", Duration::from_secs(30), || {
+        agent_enis(&agent) == lab.ec2_enis()
+            && agent
+                .shared
+                .pool()
+                .plan(vpcnet_agent::state::now_ms())
+                .is_empty()
+    })
+    .await;
+    assert!(
+        lab.detached_enis().is_empty(),
+        "leaked ENIs: {:?}",
+        lab.detached_enis()
+    );
+    let ec2_ips = lab.ec2_ips();
+    for ip in &ips {
+        assert!(ec2_ips.contains(&ip.parse().unwrap()));
+    }
+    use std::sync::atomic::Ordering::Relaxed;
+    println!(
+        "fault front: {} EC2 requests, {} throttled ({:.0} %), {} InternalError ({:.0} %); {} ENIs, {} IPs",
+        counts.total.load(Relaxed),
+        counts.throttled.load(Relaxed),
+        100.0 * counts.throttled.load(Relaxed) as f64 / counts.total.load(Relaxed) as f64,
+        counts.server_errors.load(Relaxed),
+        100.0 * counts.server_errors.load(Relaxed) as f64 / counts.total.load(Relaxed) as f64,
+        lab.ec2_enis().len(),
+        ec2_ips.len()
+    );
+    agent.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn imds_lag_never_hands_out_unlisted_ips() {
+    let lab = lab("m5.large").await;
+    lab.emu
+        .set_imds_lag(Some(&lab.instance.instance_id), Duration::from_secs(10));
+    let agent = vpcnet_agent::start(lab.options()).await.unwrap();
+    let mut c = client(&lab.socket()).await;
+    let mut held = Vec::new();
+    for i in 0..20 {
+        let r = add_retry(&mut c, &format!("l{i}"), Duration::from_secs(20))
+            .await
+            .unwrap();
+        let ip: Ipv4Addr = r.ipv4_addr.parse().unwrap();
+        assert!(
+            lab.ec2_ips().contains(&ip),
+            "{ip} handed out but EC2 does not list it"
+        );
+        held.push(ip);
+    }
+    // Two periodic passes later, every assigned IP is still on the node in EC2.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let ec2 = lab.ec2_ips();
+    for ip in &held {
+        assert!(ec2.contains(ip), "assigned {ip} was released");
+    }
+    assert_eq!(agent_enis(&agent), lab.ec2_enis());
+    agent.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_and_corrupt_checkpoint() {
+    let lab = lab("m5.large").await;
+    std::fs::write(lab.checkpoint(), "{ this is not json").unwrap();
+    let agent = vpcnet_agent::start(lab.options()).await.unwrap();
+    let aside: Vec<_> = std::fs::read_dir(lab.dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with("ipam.json.corrupt-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "bad checkpoint kept aside");
+    assert!(vpcnet_ipam::Checkpoint::from_json(
+        &std::fs::read_to_string(lab.checkpoint()).unwrap()
+    )
+    .is_ok());
+    let mut c = client(&lab.socket()).await;
+    // Rebuilt from EC2: the 9 IPs found on the node cool down (a running pod may hold one),
+    // the pool grows around them, so a pod still gets an IP EC2 lists.
+    let r = add_retry(&mut c, "x", Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert!(lab.ec2_ips().contains(&r.ipv4_addr.parse().unwrap()));
+    let e = c.add_network(add_req("")).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(
+        e.message().contains("container_id is empty"),
+        "{}",
+        e.message()
+    );
+    let d = c
+        .del_network(del_req("never-seen"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!d.released);
+    let s = c
+        .status(vpcnet_proto::StatusRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(s.available_ips > 0 && s.ready, "{s:?}");
+    agent.shutdown().await;
+}

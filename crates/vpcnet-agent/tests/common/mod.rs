@@ -1,0 +1,240 @@
+//! In-process emulator + in-process agent + tonic client over a temp Unix socket.
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use rand::{Rng, SeedableRng};
+use tonic::transport::{Channel, Endpoint, Uri};
+use vpcnet_agent::{AgentHandle, AgentOptions};
+use vpcnet_ec2::StaticCredentials;
+use vpcnet_emu::{Emulator, InstanceInfo, RunInstance};
+use vpcnet_proto::cni_backend_client::CniBackendClient;
+use vpcnet_proto::*;
+
+pub struct Lab {
+    pub emu: Emulator,
+    pub server: vpcnet_emu::EmuServer,
+    pub instance: InstanceInfo,
+    pub imds: String,
+    pub dir: tempfile::TempDir,
+    /// EC2 endpoint the agent uses (the emulator, or a fault-injecting front).
+    pub endpoint: String,
+}
+
+pub async fn lab(instance_type: &str) -> Lab {
+    let emu = Emulator::new(7);
+    let vpc = emu.create_vpc("10.0.0.0/16".parse().unwrap(), &[]).unwrap();
+    let subnet = emu
+        .create_subnet(&vpc.vpc_id, "10.0.0.0/20".parse().unwrap(), "us-east-1a")
+        .unwrap();
+    let server = emu.spawn().await.unwrap();
+    let instance = emu
+        .run_instance(RunInstance {
+            instance_type: instance_type.into(),
+            subnet_id: subnet,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let imds = emu.imds_endpoint(&instance.instance_id).await.unwrap();
+    let endpoint = server.endpoint.clone();
+    Lab {
+        emu,
+        server,
+        instance,
+        imds,
+        dir: tempfile::tempdir().unwrap(),
+        endpoint,
+    }
+}
+
+impl Lab {
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("agent.sock")
+    }
+
+    pub fn checkpoint(&self) -> PathBuf {
+        self.dir.path().join("ipam.json")
+    }
+
+    /// Options for an agent on this lab's instance: no TCP listeners, files in the temp dir.
+    pub fn options(&self) -> AgentOptions {
+        AgentOptions {
+            socket_path: self.socket(),
+            checkpoint_path: self.checkpoint(),
+            introspection_addr: None,
+            metrics_addr: None,
+            conflist_path: Some(self.dir.path().join("net.d/10-vpcnet.conflist")),
+            imds_endpoint: Some(self.imds.clone()),
+            ec2_endpoint: Some(self.endpoint.clone()),
+            region: Some("us-east-1".into()),
+            credentials: Some(StaticCredentials {
+                access_key_id: "test".into(),
+                secret_access_key: "test".into(),
+                session_token: None,
+            }),
+            cluster_name: "lab".into(),
+            reconcile_interval: Duration::from_secs(2),
+            ..AgentOptions::default()
+        }
+    }
+
+    /// ENIs attached to the instance per EC2: id → secondary IPs.
+    pub fn ec2_enis(&self) -> BTreeMap<String, BTreeSet<Ipv4Addr>> {
+        self.emu
+            .enis()
+            .into_iter()
+            .filter(|e| {
+                e.attachment
+                    .as_ref()
+                    .is_some_and(|a| a.instance_id == self.instance.instance_id)
+            })
+            .map(|e| (e.eni_id, e.secondary_ips.into_iter().collect()))
+            .collect()
+    }
+
+    /// Every secondary IP EC2 lists on the instance.
+    pub fn ec2_ips(&self) -> BTreeSet<Ipv4Addr> {
+        self.ec2_enis().into_values().flatten().collect()
+    }
+
+    /// ENIs that are not attached anywhere (leaks).
+    pub fn detached_enis(&self) -> Vec<String> {
+        self.emu
+            .enis()
+            .into_iter()
+            .filter(|e| e.attachment.is_none())
+            .map(|e| e.eni_id)
+            .collect()
+    }
+}
+
+/// The agent's view: ENI id → secondary IPs.
+pub fn agent_enis(h: &AgentHandle) -> BTreeMap<String, BTreeSet<Ipv4Addr>> {
+    h.shared
+        .pool()
+        .enis()
+        .map(|e| (e.info.id.clone(), e.ips.keys().copied().collect()))
+        .collect()
+}
+
+pub async fn client(path: &Path) -> CniBackendClient<Channel> {
+    let path = path.to_path_buf();
+    let ch = Endpoint::try_from("http://[::]:50051")
+        .unwrap()
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let p = path.clone();
+            async move { tokio::net::UnixStream::connect(p).await.map(TokioIo::new) }
+        }))
+        .await
+        .unwrap();
+    CniBackendClient::new(ch)
+}
+
+pub fn add_req(id: &str) -> AddNetworkRequest {
+    AddNetworkRequest {
+        container_id: id.into(),
+        if_name: "eth0".into(),
+        netns: format!("/var/run/netns/{id}"),
+        k8s_pod_namespace: "default".into(),
+        k8s_pod_name: format!("pod-{id}"),
+        network_name: "aws-cni".into(),
+    }
+}
+
+pub fn del_req(id: &str) -> DelNetworkRequest {
+    DelNetworkRequest {
+        container_id: id.into(),
+        if_name: "eth0".into(),
+        ..Default::default()
+    }
+}
+
+/// ADD, retrying while the agent answers UNAVAILABLE (as the plugin's caller would).
+pub async fn add_retry(
+    c: &mut CniBackendClient<Channel>,
+    id: &str,
+    within: Duration,
+) -> Result<AddNetworkReply, tonic::Status> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match c.add_network(add_req(id)).await {
+            Ok(r) => return Ok(r.into_inner()),
+            Err(s)
+                if s.code() == tonic::Code::Unavailable
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(s) => return Err(s),
+        }
+    }
+}
+
+/// Waits until `f` holds (polling every 20 ms) or panics after `within`.
+pub async fn eventually(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + within;
+    while !f() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Counts of the fault-injecting front.
+#[derive(Default)]
+pub struct FrontCounts {
+    pub total: AtomicU64,
+    pub throttled: AtomicU64,
+    pub server_errors: AtomicU64,
+}
+
+/// An EC2 endpoint in front of the emulator that answers `throttle` of the requests with
+/// RequestLimitExceeded (HTTP 503) and `server_error` with InternalError (HTTP 500) before
+/// they reach the emulator (seeded), and forwards the rest.
+pub async fn faulty_front(
+    emu: Emulator,
+    throttle: f64,
+    server_error: f64,
+    seed: u64,
+) -> (String, Arc<FrontCounts>) {
+    let counts = Arc::new(FrontCounts::default());
+    let rng = Arc::new(Mutex::new(rand_chacha::ChaCha8Rng::seed_from_u64(seed)));
+    let c2 = counts.clone();
+    let app = axum::Router::new().fallback(move |body: axum::body::Bytes| {
+        let (emu, rng, counts) = (emu.clone(), rng.clone(), c2.clone());
+        async move {
+            counts.total.fetch_add(1, Ordering::Relaxed);
+            let draw: f64 = rng.lock().unwrap().random();
+            let fail = |code: &str, msg: &str, status: u16| {
+                let xml = format!("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>{code}</Code><Message>{msg}</Message></Error></Errors><RequestID>front</RequestID></Response>");
+                (axum::http::StatusCode::from_u16(status).unwrap(), [(axum::http::header::CONTENT_TYPE, "text/xml")], xml)
+            };
+            if draw < throttle {
+                counts.throttled.fetch_add(1, Ordering::Relaxed);
+                return fail("RequestLimitExceeded", "Request limit exceeded.", 503);
+            }
+            if draw < throttle + server_error {
+                counts.server_errors.fetch_add(1, Ordering::Relaxed);
+                return fail("InternalError", "An internal error has occurred.", 500);
+            }
+            let params = vpcnet_emu::query::params::Params::parse(&body);
+            let (status, xml) = emu.ec2_call(params, None).await;
+            (axum::http::StatusCode::from_u16(status).unwrap(), [(axum::http::header::CONTENT_TYPE, "text/xml")], xml)
+        }
+    });
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(l, app).await;
+    });
+    (format!("http://{addr}"), counts)
+}
