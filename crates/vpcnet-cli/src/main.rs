@@ -5,6 +5,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod lab;
 mod max_pods;
 
 #[derive(Parser)]
@@ -18,6 +19,8 @@ struct Cli {
 enum Command {
     /// Max pods for instance types (flags of AWS's max-pods-calculator.sh).
     MaxPods(max_pods::Args),
+    /// The local VPC lab: namespaces, emulated EC2, containerd + vpcnet on one machine.
+    Lab(lab::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -30,5 +33,6 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::MaxPods(args) => max_pods::run(args),
+        Command::Lab(args) => lab::run(args),
     }
 }

@@ -56,3 +56,30 @@ pub fn sysctl_in(netns: &str, key: &str, value: &str) -> Result<()> {
     run("ip", &["netns", "exec", netns, "sysctl", "-qw", &kv])?;
     Ok(())
 }
+
+/// Runs several iproute2 commands in one process (`ip -n <netns> -force -batch -`), one per
+/// line; with `-force` every line runs even if an earlier one failed. Returns whether all
+/// succeeded and stderr.
+pub fn ip_batch(netns: &str, lines: &[String]) -> Result<(bool, String)> {
+    use std::io::Write;
+    if lines.is_empty() {
+        return Ok((true, String::new()));
+    }
+    let mut child = Command::new("ip")
+        .args(["-n", netns, "-force", "-batch", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("cannot run `ip`: is iproute2 installed? (run scripts/install-deps.sh)")?;
+    {
+        let mut stdin = child.stdin.take().expect("piped");
+        stdin.write_all(lines.join("\n").as_bytes())?;
+        stdin.write_all(b"\n")?;
+    }
+    let out = child.wait_with_output()?;
+    Ok((
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}

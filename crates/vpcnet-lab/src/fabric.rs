@@ -78,7 +78,13 @@ pub fn setup_vpc(vpc: &str, subnets: &[Ipv4Net]) -> Result<()> {
     for (i, subnet) in subnets.iter().enumerate() {
         let br = bridge_name(i);
         let gw = format!("{}/{}", gateway(*subnet), subnet.prefix_len());
-        ip_in(vpc, &["link", "add", &br, "type", "bridge"])?;
+        // A fixed MAC: otherwise the bridge takes its lowest port's MAC, and each change of
+        // address flushes its neighbour table, permanent entries included.
+        let mac = format!("02:00:0a:00:00:{:02x}", i + 1);
+        ip_in(
+            vpc,
+            &["link", "add", &br, "address", &mac, "type", "bridge"],
+        )?;
         ip_in(vpc, &["addr", "add", &gw, "dev", &br])?;
         cmd::sysctl_in(vpc, &format!("net.ipv4.conf.{br}.proxy_arp"), "1")?;
         cmd::sysctl_in(vpc, &format!("net.ipv4.conf.{br}.proxy_arp_pvlan"), "1")?;
@@ -191,34 +197,30 @@ pub fn configure_primary(node: &str, ip: Ipv4Addr, subnet: Ipv4Net) -> Result<()
 }
 
 /// Routes `cidr` (a /32 or /28 owned by the ENI with `mac`) through `bridge`: a route for the
-/// CIDR and a permanent neighbour entry for each of its addresses.
+/// CIDR and a permanent neighbour entry for each of its addresses. One `ip -batch` process.
 pub fn route(vpc: &str, bridge: &str, cidr: Ipv4Net, mac: &str) -> Result<()> {
-    ip_in(vpc, &["route", "replace", &cidr.to_string(), "dev", bridge])?;
-    for a in addresses(cidr) {
-        ip_in(
-            vpc,
-            &[
-                "neigh",
-                "replace",
-                &a.to_string(),
-                "lladdr",
-                mac,
-                "dev",
-                bridge,
-                "nud",
-                "permanent",
-            ],
-        )?;
+    let mut lines = vec![format!("route replace {cidr} dev {bridge}")];
+    lines.extend(
+        addresses(cidr)
+            .into_iter()
+            .map(|a| format!("neigh replace {a} lladdr {mac} dev {bridge} nud permanent")),
+    );
+    let (ok, err) = cmd::ip_batch(vpc, &lines)?;
+    if !ok {
+        anyhow::bail!("routing {cidr} to {mac} on {bridge}: {}", err.trim());
     }
     Ok(())
 }
 
-/// Removes what [`route`] added for `cidr`. Idempotent.
+/// Removes what [`route`] added for `cidr`. Idempotent (missing entries are fine).
 pub fn unroute(vpc: &str, bridge: &str, cidr: Ipv4Net) {
-    ip_in_quiet(vpc, &["route", "del", &cidr.to_string(), "dev", bridge]);
-    for a in addresses(cidr) {
-        ip_in_quiet(vpc, &["neigh", "del", &a.to_string(), "dev", bridge]);
-    }
+    let mut lines = vec![format!("route del {cidr} dev {bridge}")];
+    lines.extend(
+        addresses(cidr)
+            .into_iter()
+            .map(|a| format!("neigh del {a} dev {bridge}")),
+    );
+    let _ = cmd::ip_batch(vpc, &lines);
 }
 
 #[cfg(test)]

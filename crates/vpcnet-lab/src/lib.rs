@@ -5,10 +5,14 @@
 //! [`teardown::teardown`] removes all of it, on `lab down` and on any failure. The root network
 //! namespace is never changed.
 
+pub mod api;
 pub mod cmd;
 pub mod containerd;
+pub mod daemon;
 pub mod fabric;
+pub mod hooks;
 pub mod image;
+pub mod lab;
 pub mod netns;
 pub mod procs;
 pub mod spawn;

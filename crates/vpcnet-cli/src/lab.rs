@@ -1,0 +1,361 @@
+//! `vpcnet lab ...`: the local VPC lab (issue 4). Namespaces, fabric, cloud daemon, per-node
+//! containerd and vpcnet-agent come from the `vpcnet-lab` crate; this module is the command
+//! line and the tables.
+
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+use clap::{Args as ClapArgs, Subcommand};
+use vpcnet_lab::lab::{progress, ContainerInfo, Lab, LabGuard, UpOptions};
+
+#[derive(ClapArgs)]
+pub struct Args {
+    #[command(subcommand)]
+    command: LabCommand,
+}
+
+#[derive(ClapArgs, Clone)]
+struct NameArg {
+    /// Lab name (state in /run/vpcnet-lab/<name>).
+    #[arg(long, default_value = "lab")]
+    name: String,
+}
+
+#[derive(ClapArgs, Clone)]
+struct UpArgs {
+    #[command(flatten)]
+    name: NameArg,
+    /// EC2 instance type of the nodes (sets ENI and IP limits).
+    #[arg(long, default_value = "m5.large")]
+    instance_type: String,
+    /// Number of nodes.
+    #[arg(long, default_value_t = 1)]
+    nodes: usize,
+    /// Extra agent environment, KEY=VALUE (e.g. WARM_IP_TARGET=5); repeatable.
+    #[arg(long = "agent-env", value_name = "KEY=VALUE")]
+    agent_env: Vec<String>,
+}
+
+#[derive(Subcommand)]
+enum LabCommand {
+    /// Build the lab: VPC namespace, nodes with containerd and vpcnet-agent.
+    Up(UpArgs),
+    /// Start containers (busybox) on a node through `ctr run --cni`.
+    Run {
+        #[command(flatten)]
+        name: NameArg,
+        /// Node to run on.
+        #[arg(long, default_value = "n1")]
+        node: String,
+        /// How many containers (named c<N>) when no names are given.
+        #[arg(long, default_value_t = 1)]
+        count: usize,
+        /// Container names.
+        names: Vec<String>,
+    },
+    /// Delete a container (CNI DEL runs as the task exits).
+    Rm {
+        #[command(flatten)]
+        name: NameArg,
+        /// Container names.
+        names: Vec<String>,
+    },
+    /// Containers with their IP, ENI and device number; the lab's ENIs.
+    Status {
+        #[command(flatten)]
+        name: NameArg,
+    },
+    /// Ping from a container to a container, a node (n1) or an IPv4 address.
+    Ping {
+        #[command(flatten)]
+        name: NameArg,
+        from: String,
+        to: String,
+    },
+    /// Remove everything the lab created.
+    Down {
+        #[command(flatten)]
+        name: NameArg,
+    },
+    /// Up, 12 containers, table, pings, down (always down, even on failure).
+    Demo {
+        #[command(flatten)]
+        up: UpArgs,
+        /// Containers to start.
+        #[arg(long, default_value_t = 12)]
+        count: usize,
+    },
+    /// (internal) The lab cloud daemon, run by `lab up` inside the VPC namespace.
+    #[command(hide = true)]
+    Serve {
+        #[arg(long)]
+        dir: PathBuf,
+    },
+}
+
+fn up_options(a: &UpArgs) -> Result<UpOptions> {
+    let mut o = UpOptions::new(&a.name.name);
+    o.instance_type = a.instance_type.clone();
+    o.nodes = a.nodes;
+    for kv in &a.agent_env {
+        let Some((k, v)) = kv.split_once('=') else {
+            bail!("--agent-env {kv:?}: expected KEY=VALUE");
+        };
+        o.agent_env.push((k.to_string(), v.to_string()));
+    }
+    Ok(o)
+}
+
+pub fn run(args: Args) -> Result<()> {
+    match args.command {
+        LabCommand::Up(a) => {
+            let lab = Lab::up(&up_options(&a)?)?;
+            let s = lab.state()?;
+            progress(&format!(
+                "lab {} is up ({} node(s)); `vpcnet lab run --name {}` starts a container",
+                s.name,
+                s.nodes.len(),
+                s.name
+            ));
+            Ok(())
+        }
+        LabCommand::Run {
+            name,
+            node,
+            count,
+            names,
+        } => {
+            let lab = Lab::open(&name.name)?;
+            let names = if names.is_empty() {
+                lab.next_names(count)?
+            } else {
+                names
+            };
+            let started = lab.run(&node, &names)?;
+            for c in started {
+                println!("{}\t{}\t{}", c.id, c.node, c.ip);
+            }
+            Ok(())
+        }
+        LabCommand::Rm { name, names } => {
+            let lab = Lab::open(&name.name)?;
+            for n in names {
+                lab.remove_container(&n)?;
+            }
+            Ok(())
+        }
+        LabCommand::Status { name } => {
+            let lab = Lab::open(&name.name)?;
+            print!("{}", status_text(&lab)?);
+            Ok(())
+        }
+        LabCommand::Ping { name, from, to } => {
+            let lab = Lab::open(&name.name)?;
+            let ip = lab.resolve(&to)?;
+            if lab.ping(&from, ip)? {
+                println!("{from} -> {to} ({ip}): ok");
+                Ok(())
+            } else {
+                bail!("{from} -> {to} ({ip}): no reply")
+            }
+        }
+        LabCommand::Down { name } => {
+            let lab = Lab::open(&name.name)?;
+            lab.down()?;
+            progress(&format!("lab {} removed", name.name));
+            Ok(())
+        }
+        LabCommand::Demo { up, count } => demo(&up, count),
+        LabCommand::Serve { dir } => vpcnet_lab::daemon::serve(&dir),
+    }
+}
+
+/// Formats rows as left-aligned columns separated by two spaces.
+fn table(rows: &[Vec<String>]) -> String {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|i| {
+            rows.iter()
+                .filter_map(|r| r.get(i))
+                .map(|c| c.len())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for r in rows {
+        let line: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
+            .collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn status_text(lab: &Lab) -> Result<String> {
+    let s = lab.state()?;
+    let enis = lab.enis()?;
+    let mut containers = lab.containers()?;
+    containers.sort_by_key(|c| (c.node.clone(), c.id.len(), c.id.clone()));
+    let mut rows = vec![vec![
+        "CONTAINER".into(),
+        "NODE".into(),
+        "IP".into(),
+        "ENI".into(),
+        "DEVICE".into(),
+    ]];
+    for c in &containers {
+        let (eni, dev) = match Lab::owner(&enis, c.ip) {
+            Some(o) => (o.eni_id, format!("eth{}", o.device_index)),
+            None => ("(not on any ENI!)".into(), "-".into()),
+        };
+        rows.push(vec![
+            c.id.clone(),
+            c.node.clone(),
+            c.ip.to_string(),
+            eni,
+            dev,
+        ]);
+    }
+    let mut out = table(&rows);
+    out.push('\n');
+    let mut rows = vec![vec![
+        "ENI".into(),
+        "NODE".into(),
+        "DEVICE".into(),
+        "MAC".into(),
+        "PRIMARY IP".into(),
+        "SECONDARY IPS".into(),
+        "PREFIXES".into(),
+    ]];
+    let mut ours: Vec<_> = enis
+        .iter()
+        .filter_map(|e| {
+            let a = e.attachment.as_ref()?;
+            let node = s.nodes.iter().find(|n| n.instance_id == a.instance_id)?;
+            Some((node.name.clone(), a.device_index, e))
+        })
+        .collect();
+    ours.sort_by_key(|(n, d, _)| (n.clone(), *d));
+    for (node, dev, e) in ours {
+        rows.push(vec![
+            e.eni_id.clone(),
+            node,
+            format!("eth{dev}"),
+            e.mac.clone(),
+            e.primary_ip.to_string(),
+            e.secondary_ips.len().to_string(),
+            e.prefixes.len().to_string(),
+        ]);
+    }
+    out.push_str(&table(&rows));
+    Ok(out)
+}
+
+fn demo(up: &UpArgs, count: usize) -> Result<()> {
+    let guard = LabGuard::new(Lab::up(&up_options(up)?)?);
+    let result = demo_steps(guard.lab(), count);
+    progress("tearing the lab down");
+    let down = guard.down();
+    let failed = result?;
+    down?;
+    if failed > 0 {
+        bail!("{failed} ping(s) failed");
+    }
+    println!(
+        "demo passed: every container has a VPC IP on one of the node's ENIs; all pings answered"
+    );
+    Ok(())
+}
+
+/// Runs the demo on a lab that is up; returns the number of failed pings.
+fn demo_steps(lab: &Lab, count: usize) -> Result<usize> {
+    progress(&format!(
+        "starting {count} containers on n1 (ctr run --cni -> vpcnet-cni)"
+    ));
+    let names = lab.next_names(count)?;
+    lab.run("n1", &names)?;
+    println!();
+    print!("{}", status_text(lab)?);
+    println!();
+    let enis = lab.enis()?;
+    let containers = lab.containers()?;
+    let on = |c: &ContainerInfo| Lab::owner(&enis, c.ip).map(|o| o.device_index);
+    let unowned: Vec<&ContainerInfo> = containers.iter().filter(|c| on(c).is_none()).collect();
+    if !unowned.is_empty() {
+        bail!("containers without an ENI-owned IP: {unowned:?}");
+    }
+    let mut pings: Vec<(String, String, String, Ipv4Addr)> = Vec::new();
+    // Same ENI, across ENIs (secondary ENI <-> eth0's pool), container -> node.
+    let mut by_dev: std::collections::BTreeMap<u32, Vec<&ContainerInfo>> = Default::default();
+    for c in &containers {
+        by_dev.entry(on(c).unwrap_or(0)).or_default().push(c);
+    }
+    if let Some(same) = by_dev.values().find(|v| v.len() >= 2) {
+        pings.push((
+            "same ENI".into(),
+            same[0].id.clone(),
+            same[1].id.clone(),
+            same[1].ip,
+        ));
+    }
+    let primary = by_dev.get(&0).and_then(|v| v.first());
+    let secondary = by_dev
+        .iter()
+        .find(|(d, _)| **d > 0)
+        .and_then(|(_, v)| v.first());
+    if let (Some(p), Some(s)) = (primary, secondary) {
+        pings.push(("across ENIs".into(), s.id.clone(), p.id.clone(), p.ip));
+        pings.push(("across ENIs".into(), p.id.clone(), s.id.clone(), s.ip));
+    }
+    let node_ip: Ipv4Addr = lab.state()?.node("n1")?.primary_ip.parse()?;
+    if let Some(c) = secondary.or(primary) {
+        pings.push((
+            "container -> node".into(),
+            c.id.clone(),
+            "n1".into(),
+            node_ip,
+        ));
+        let router = vpcnet_lab::fabric::gateway(vpcnet_lab::lab::SUBNET.parse()?);
+        pings.push((
+            "container -> VPC router".into(),
+            c.id.clone(),
+            "router".into(),
+            router,
+        ));
+    }
+    let mut rows = vec![vec![
+        "PING".into(),
+        "FROM".into(),
+        "TO".into(),
+        "RESULT".into(),
+    ]];
+    let mut failed = 0;
+    for (kind, from, to, ip) in &pings {
+        let ok = lab.ping(from, *ip)?;
+        if !ok {
+            failed += 1;
+        }
+        let dev = |id: &str| {
+            containers
+                .iter()
+                .find(|c| c.id == id)
+                .and_then(on)
+                .map(|d| format!(" (eth{d})"))
+                .unwrap_or_default()
+        };
+        rows.push(vec![
+            kind.clone(),
+            format!("{from}{}", dev(from)),
+            format!("{to} {ip}{}", dev(to)),
+            if ok { "ok".into() } else { "FAILED".into() },
+        ]);
+    }
+    print!("{}", table(&rows));
+    println!();
+    Ok(failed)
+}

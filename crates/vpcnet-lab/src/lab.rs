@@ -1,0 +1,692 @@
+//! The lab as a whole: `up` (VPC namespace with the fabric and the cloud daemon, one namespace
+//! per node with containerd and vpcnet-agent, the busybox image imported), `run` (containers
+//! through `ctr run --cni`, which executes vpcnet-cni), `status`, `ping`, container removal,
+//! agent stop/start, and `down`. Every step records what it creates first, and any failure
+//! tears the whole lab down before returning the error.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use ipnet::Ipv4Net;
+use vpcnet_emu::EniInfo;
+
+use crate::containerd;
+use crate::daemon::{self, DaemonSpec, NodeSpec, Ready};
+use crate::image;
+use crate::netns;
+use crate::procs::{self, ProcRecord};
+use crate::spawn::Place;
+use crate::state::{self, ContainerRecord, LabState, NodeRecord};
+use crate::teardown;
+use crate::{api, fabric};
+
+/// VPC CIDR of every lab.
+pub const VPC_CIDR: &str = "10.0.0.0/16";
+/// The lab's node subnet.
+pub const SUBNET: &str = "10.0.1.0/24";
+/// File name of the conflist the agent writes in the node's CNI directory.
+pub const CONFLIST: &str = "10-vpcnet.conflist";
+
+/// Prints a progress line on stderr.
+pub fn progress(msg: &str) {
+    eprintln!("==> {msg}");
+}
+
+/// What `lab up` builds.
+#[derive(Debug, Clone)]
+pub struct UpOptions {
+    /// Lab name (directory under /run/vpcnet-lab), `[a-z0-9-]{1,32}`.
+    pub name: String,
+    /// EC2 instance type of every node, e.g. "m5.large".
+    pub instance_type: String,
+    /// Number of nodes (1 to 8).
+    pub nodes: usize,
+    /// Directory holding the `vpcnet`, `vpcnet-agent` and `vpcnet-cni` binaries.
+    pub bin_dir: PathBuf,
+    /// Extra environment for every agent (e.g. WARM_IP_TARGET), applied last.
+    pub agent_env: Vec<(String, String)>,
+}
+
+impl UpOptions {
+    /// Defaults: one m5.large node, binaries next to the running executable.
+    pub fn new(name: &str) -> Self {
+        UpOptions {
+            name: name.to_string(),
+            instance_type: "m5.large".into(),
+            nodes: 1,
+            bin_dir: default_bin_dir(),
+            agent_env: Vec::new(),
+        }
+    }
+}
+
+/// The directory of the running executable (where cargo puts all the workspace's binaries).
+pub fn default_bin_dir() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// A running lab (a handle on its state directory).
+#[derive(Debug, Clone)]
+pub struct Lab {
+    /// The lab directory, `/run/vpcnet-lab/<name>`.
+    pub dir: PathBuf,
+}
+
+/// A running container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerInfo {
+    /// containerd id.
+    pub id: String,
+    /// Node name.
+    pub node: String,
+    /// The container's IPv4 address (on its eth0).
+    pub ip: Ipv4Addr,
+    /// Host pid of its init process.
+    pub pid: i32,
+}
+
+/// The ENI (and its device index on the node) that owns an address, from the emulator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    /// `eni-...`
+    pub eni_id: String,
+    /// EC2 device index (the node's `eth<N>`).
+    pub device_index: u32,
+    /// Instance the ENI is attached to.
+    pub instance_id: String,
+}
+
+static EXEC_SEQ: AtomicU64 = AtomicU64::new(0);
+
+fn random_prefix() -> String {
+    format!("vl{:05x}", rand::random::<u32>() & 0xf_ffff)
+}
+
+fn wait_for<T>(
+    what: &str,
+    timeout: Duration,
+    mut check: impl FnMut() -> Result<Option<T>>,
+) -> Result<T> {
+    let t0 = Instant::now();
+    loop {
+        if let Some(v) = check()? {
+            return Ok(v);
+        }
+        if t0.elapsed() > timeout {
+            bail!("timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn log_tail(path: &Path) -> String {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
+}
+
+impl Lab {
+    /// Builds a lab. On any failure everything created so far is removed and the error is
+    /// returned. Errors: invalid name, a lab of that name exists, a binary is missing
+    /// (build with `cargo build -p vpcnet-cli -p vpcnet-agent -p vpcnet-cni`), a component
+    /// failed to start (the error quotes its log).
+    pub fn up(opts: &UpOptions) -> Result<Lab> {
+        state::check_name(&opts.name)?;
+        if !(1..=8).contains(&opts.nodes) {
+            bail!("--nodes must be between 1 and 8 (got {})", opts.nodes);
+        }
+        if vpcnet_limits::lookup(&opts.instance_type).is_none() {
+            bail!(
+                "unknown instance type {:?}: use an EC2 type such as m5.large",
+                opts.instance_type
+            );
+        }
+        for b in ["vpcnet", "vpcnet-agent", "vpcnet-cni"] {
+            if !opts.bin_dir.join(b).is_file() {
+                bail!(
+                    "{} not found: build it with `cargo build -p vpcnet-cli -p vpcnet-agent -p vpcnet-cni`",
+                    opts.bin_dir.join(b).display()
+                );
+            }
+        }
+        let dir = state::lab_dir(&opts.name);
+        if dir.join("state.json").exists() {
+            bail!(
+                "lab {:?} already exists: remove it with `vpcnet lab down --name {}`",
+                opts.name,
+                opts.name
+            );
+        }
+        fs::create_dir_all(dir.join("logs"))
+            .with_context(|| format!("creating {}", dir.display()))?;
+        let prefix = random_prefix();
+        LabState {
+            name: opts.name.clone(),
+            prefix: prefix.clone(),
+            instance_type: opts.instance_type.clone(),
+            ..Default::default()
+        }
+        .save(&dir)?;
+        let lab = Lab { dir: dir.clone() };
+        match lab.build(opts, &prefix) {
+            Ok(()) => Ok(lab),
+            Err(e) => {
+                progress("lab up failed: tearing down");
+                let problems = teardown::teardown(&dir);
+                if !problems.is_empty() {
+                    eprintln!("teardown problems: {}", problems.join("; "));
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Opens an existing lab by name.
+    pub fn open(name: &str) -> Result<Lab> {
+        state::check_name(name)?;
+        let dir = state::lab_dir(name);
+        LabState::load(&dir)?;
+        Ok(Lab { dir })
+    }
+
+    /// The lab's recorded state.
+    pub fn state(&self) -> Result<LabState> {
+        LabState::load(&self.dir)
+    }
+
+    fn logs(&self) -> PathBuf {
+        self.dir.join("logs")
+    }
+
+    fn build(&self, opts: &UpOptions, prefix: &str) -> Result<()> {
+        let dir = &self.dir;
+        let vpc_ns = format!("{prefix}-vpc");
+        let subnet: Ipv4Net = SUBNET.parse().expect("constant");
+        progress(&format!(
+            "creating VPC namespace {vpc_ns} (bridge br0 {SUBNET}, router {})",
+            fabric::gateway(subnet)
+        ));
+        state::update(dir, |s| {
+            s.namespaces.push(vpc_ns.clone());
+            Ok(())
+        })?;
+        netns::create(&vpc_ns)?;
+        fabric::setup_vpc(&vpc_ns, &[subnet])?;
+
+        let mut nodes = Vec::new();
+        for i in 1..=opts.nodes {
+            let node = NodeRecord {
+                name: format!("n{i}"),
+                netns: format!("{prefix}-n{i}"),
+                dir: dir.join(format!("n{i}")),
+                ..Default::default()
+            };
+            state::update(dir, |s| {
+                s.namespaces.push(node.netns.clone());
+                s.nodes.push(node.clone());
+                Ok(())
+            })?;
+            netns::create(&node.netns)?;
+            // The instance OS forwards (EKS AMIs set this): pods route through the node.
+            crate::cmd::sysctl_in(&node.netns, "net.ipv4.ip_forward", "1")?;
+            for d in containerd::node_dirs(&node) {
+                fs::create_dir_all(d)?;
+            }
+            fs::copy(
+                opts.bin_dir.join("vpcnet-cni"),
+                node.cni_bin_dir().join("vpcnet-cni"),
+            )
+            .context("copying vpcnet-cni into the node's CNI bin dir")?;
+            for p in ["portmap", "loopback"] {
+                fs::copy(format!("/usr/lib/cni/{p}"), node.cni_bin_dir().join(p)).with_context(
+                    || format!("/usr/lib/cni/{p} missing: install containernetworking-plugins (scripts/install-deps.sh)"),
+                )?;
+            }
+            nodes.push(node);
+        }
+
+        progress(&format!(
+            "starting the lab cloud (vpcnet-emu) in {vpc_ns}: {} x {}",
+            opts.nodes, opts.instance_type
+        ));
+        let spec = DaemonSpec {
+            vpc_netns: vpc_ns.clone(),
+            vpc_cidr: VPC_CIDR.parse().expect("constant"),
+            subnets: vec![subnet],
+            nodes: nodes
+                .iter()
+                .map(|n| NodeSpec {
+                    name: n.name.clone(),
+                    netns: n.netns.clone(),
+                    instance_type: opts.instance_type.clone(),
+                    subnet: 0,
+                })
+                .collect(),
+            seed: rand::random(),
+        };
+        fs::write(daemon::spec_path(dir), serde_json::to_vec_pretty(&spec)?)?;
+        let mut c = Command::new(opts.bin_dir.join("vpcnet"));
+        c.args(["lab", "serve", "--dir"]).arg(dir);
+        let log = self.logs().join("emulator.log");
+        let p = procs::spawn("emulator", c, &Place::netns(&vpc_ns), &log)?;
+        state::update(dir, |s| {
+            s.processes.push(p.clone());
+            Ok(())
+        })?;
+        let ready: Ready = wait_for("the lab cloud", Duration::from_secs(30), || {
+            if let Ok(b) = fs::read(daemon::ready_path(dir)) {
+                return Ok(Some(serde_json::from_slice(&b)?));
+            }
+            if !p.alive() {
+                bail!("the lab cloud exited:\n{}", log_tail(&log));
+            }
+            Ok(None)
+        })?;
+        state::update(dir, |s| {
+            for n in &mut s.nodes {
+                if let Some(i) = ready.instances.get(&n.name) {
+                    n.instance_id = i.instance_id.clone();
+                    n.primary_ip = i.private_ip.to_string();
+                }
+            }
+            s.ec2_endpoint = ready.ec2_endpoints.first().cloned();
+            Ok(())
+        })?;
+
+        progress("building the busybox image (from /bin/busybox)");
+        let tarball = dir.join("busybox.tar");
+        image::build(&tarball)?;
+        containerd::ensure_cni_mount_targets()?;
+        let nodes = self.state()?.nodes;
+        for node in &nodes {
+            progress(&format!(
+                "node {}: {} {} eth0 {} — starting containerd",
+                node.name, node.instance_id, opts.instance_type, node.primary_ip
+            ));
+            let cd = containerd::start(node, &self.logs())?;
+            state::update(dir, |s| {
+                s.processes.push(cd);
+                Ok(())
+            })?;
+            containerd::import(node, &tarball)?;
+            progress(&format!("node {}: starting vpcnet-agent", node.name));
+            self.start_agent_with(node, opts)?;
+        }
+        Ok(())
+    }
+
+    fn agent_env(
+        &self,
+        node: &NodeRecord,
+        extra: &[(String, String)],
+    ) -> Result<Vec<(String, String)>> {
+        let s = self.state()?;
+        let ep = s
+            .ec2_endpoint
+            .clone()
+            .context("lab has no EC2 endpoint yet")?;
+        let mut env: BTreeMap<String, String> = [
+            ("AWS_REGION", daemon::REGION.to_string()),
+            ("AWS_DEFAULT_REGION", daemon::REGION.to_string()),
+            ("AWS_ACCESS_KEY_ID", "AKIDVPCNETLAB".to_string()),
+            ("AWS_SECRET_ACCESS_KEY", "vpcnet-lab".to_string()),
+            ("AWS_CONFIG_FILE", "/dev/null".to_string()),
+            ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null".to_string()),
+            ("AWS_ENDPOINT_URL_EC2", ep.clone()),
+            ("AWS_ENDPOINT_URL", ep.clone()),
+            ("AWS_EC2_ENDPOINT", ep),
+            (
+                "AWS_EC2_METADATA_SERVICE_ENDPOINT",
+                format!("http://{}", fabric::IMDS_ADDR),
+            ),
+            ("AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE", "IPv4".to_string()),
+            (
+                "VPCNET_AGENT_SOCKET",
+                node.agent_socket().display().to_string(),
+            ),
+            (
+                "VPCNET_CHECKPOINT_PATH",
+                node.checkpoint_path().display().to_string(),
+            ),
+            (
+                "VPCNET_CNI_CONFLIST",
+                node.cni_conf_dir().join(CONFLIST).display().to_string(),
+            ),
+            ("VPCNET_NODE_DATAPATH", "true".to_string()),
+            ("INTROSPECTION_BIND_ADDRESS", "127.0.0.1:61679".to_string()),
+            ("VPCNET_METRICS_BIND_ADDRESS", "127.0.0.1:61678".to_string()),
+            (
+                "AWS_VPC_K8S_PLUGIN_LOG_FILE",
+                node.dir.join("plugin.log").display().to_string(),
+            ),
+            ("AWS_VPC_K8S_CNI_LOG_FILE", "stderr".to_string()),
+            ("RUST_LOG", "info".to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        for (k, v) in extra {
+            env.insert(k.clone(), v.clone());
+        }
+        Ok(env.into_iter().collect())
+    }
+
+    fn start_agent_with(&self, node: &NodeRecord, opts: &UpOptions) -> Result<()> {
+        fs::write(
+            self.dir.join(format!("{}-agent-env.json", node.name)),
+            serde_json::to_vec(&opts.agent_env)?,
+        )?;
+        fs::write(
+            self.dir.join("bin_dir"),
+            opts.bin_dir.as_os_str().as_encoded_bytes(),
+        )?;
+        self.start_agent(&node.name)
+    }
+
+    /// Starts the node's vpcnet-agent (in the node namespace) and waits (60 s) until it has
+    /// written the conflist, i.e. can serve the plugin.
+    pub fn start_agent(&self, node_name: &str) -> Result<()> {
+        let s = self.state()?;
+        let node = s.node(node_name)?.clone();
+        let bin_dir =
+            PathBuf::from(fs::read_to_string(self.dir.join("bin_dir")).unwrap_or_default());
+        let extra: Vec<(String, String)> =
+            fs::read(self.dir.join(format!("{}-agent-env.json", node.name)))
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .unwrap_or_default();
+        let conflist = node.cni_conf_dir().join(CONFLIST);
+        let _ = fs::remove_file(&conflist);
+        let mut c = Command::new(bin_dir.join("vpcnet-agent"));
+        c.envs(self.agent_env(&node, &extra)?);
+        let log = self.logs().join(format!("agent-{}.log", node.name));
+        let p = procs::spawn(
+            &format!("agent {}", node.name),
+            c,
+            &Place::netns(&node.netns),
+            &log,
+        )?;
+        state::update(&self.dir, |s| {
+            s.processes.push(p.clone());
+            Ok(())
+        })?;
+        wait_for(
+            &format!(
+                "vpcnet-agent on {} to write {}",
+                node.name,
+                conflist.display()
+            ),
+            Duration::from_secs(60),
+            || {
+                if conflist.exists() {
+                    return Ok(Some(()));
+                }
+                if !p.alive() {
+                    bail!("vpcnet-agent on {} exited:\n{}", node.name, log_tail(&log));
+                }
+                Ok(None)
+            },
+        )
+    }
+
+    /// Stops the node's vpcnet-agent (SIGTERM, then SIGKILL after 10 s).
+    pub fn stop_agent(&self, node_name: &str) -> Result<()> {
+        let role = format!("agent {node_name}");
+        let recs: Vec<ProcRecord> = self
+            .state()?
+            .processes
+            .into_iter()
+            .filter(|p| p.role == role)
+            .collect();
+        for p in &recs {
+            p.stop(Duration::from_secs(10));
+        }
+        state::update(&self.dir, |s| {
+            s.processes.retain(|p| p.role != role || p.alive());
+            Ok(())
+        })
+    }
+
+    /// Starts containers `ids` on `node_name` in parallel (`ctr run --cni`, busybox `sleep`),
+    /// and waits until each is running (its CNI ADD done). Errors name the failing container
+    /// and quote ctr's output (the plugin's error).
+    pub fn run(&self, node_name: &str, ids: &[String]) -> Result<Vec<ContainerInfo>> {
+        let s = self.state()?;
+        let node = s.node(node_name)?.clone();
+        for id in ids {
+            if id.is_empty()
+                || !id
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            {
+                bail!("invalid container name {id:?}: use letters, digits, '-' and '_'");
+            }
+            if s.containers.iter().any(|c| &c.id == id) {
+                bail!("container {id} already exists in lab {}", s.name);
+            }
+        }
+        let mut started = Vec::new();
+        for id in ids {
+            state::update(&self.dir, |s| {
+                s.containers.push(ContainerRecord {
+                    id: id.clone(),
+                    node: node.name.clone(),
+                });
+                Ok(())
+            })?;
+            let p = containerd::run_container(
+                &node,
+                image::IMAGE_REF,
+                id,
+                &["sleep", "86400"],
+                &self.logs(),
+            )?;
+            state::update(&self.dir, |s| {
+                s.processes.push(p.clone());
+                Ok(())
+            })?;
+            started.push((id.clone(), p));
+        }
+        let mut out = Vec::new();
+        for (id, p) in &started {
+            let t = containerd::wait_running(&node, id, p, Duration::from_secs(60), &self.logs())?;
+            let ip = containerd::container_ip(t.pid)?
+                .parse()
+                .context("container address")?;
+            out.push(ContainerInfo {
+                id: id.clone(),
+                node: node.name.clone(),
+                ip,
+                pid: t.pid,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Next free container names "c<N>" for `count` containers.
+    pub fn next_names(&self, count: usize) -> Result<Vec<String>> {
+        let s = self.state()?;
+        let mut n = s.containers.len() + 1;
+        let mut v = Vec::new();
+        while v.len() < count {
+            let id = format!("c{n}");
+            if !s.containers.iter().any(|c| c.id == id) {
+                v.push(id);
+            }
+            n += 1;
+        }
+        Ok(v)
+    }
+
+    /// Running containers of every node, with their addresses.
+    pub fn containers(&self) -> Result<Vec<ContainerInfo>> {
+        let s = self.state()?;
+        let mut out = Vec::new();
+        for c in &s.containers {
+            let node = s.node(&c.node)?;
+            let Some(t) = containerd::tasks(node)?
+                .into_iter()
+                .find(|t| t.id == c.id && t.status == "RUNNING")
+            else {
+                continue;
+            };
+            if let Ok(ip) = containerd::container_ip(t.pid) {
+                out.push(ContainerInfo {
+                    id: c.id.clone(),
+                    node: c.node.clone(),
+                    ip: ip.parse()?,
+                    pid: t.pid,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every ENI in the lab cloud (the emulator's view).
+    pub fn enis(&self) -> Result<Vec<EniInfo>> {
+        api::control_get(&daemon::api_socket(&self.dir), "enis")
+    }
+
+    /// One EC2 Query API call against the lab cloud; returns the response XML.
+    pub fn ec2(&self, action: &str, params: &[(&str, &str)]) -> Result<String> {
+        api::ec2_query(&daemon::api_socket(&self.dir), action, params)
+    }
+
+    /// The ENI holding `ip` as a secondary address or inside a prefix, per the emulator.
+    pub fn owner(enis: &[EniInfo], ip: Ipv4Addr) -> Option<Owner> {
+        enis.iter()
+            .find(|e| e.secondary_ips.contains(&ip) || e.prefixes.iter().any(|p| p.contains(&ip)))
+            .and_then(|e| {
+                let a = e.attachment.as_ref()?;
+                Some(Owner {
+                    eni_id: e.eni_id.clone(),
+                    device_index: a.device_index,
+                    instance_id: a.instance_id.clone(),
+                })
+            })
+    }
+
+    /// Resolves a ping target: a node name (its primary IP), a container id (its IP) or an
+    /// IPv4 address.
+    pub fn resolve(&self, target: &str) -> Result<Ipv4Addr> {
+        if let Ok(ip) = target.parse() {
+            return Ok(ip);
+        }
+        let s = self.state()?;
+        if let Some(n) = s.nodes.iter().find(|n| n.name == target) {
+            return Ok(n.primary_ip.parse()?);
+        }
+        self.containers()?
+            .into_iter()
+            .find(|c| c.id == target)
+            .map(|c| c.ip)
+            .with_context(|| {
+                format!("{target:?} is not a node, a running container or an IPv4 address")
+            })
+    }
+
+    /// Pings `to` once (2 s deadline) from inside container `from` (its own busybox `ping`).
+    /// Returns whether the echo came back.
+    pub fn ping(&self, from: &str, to: Ipv4Addr) -> Result<bool> {
+        let s = self.state()?;
+        let c = s
+            .containers
+            .iter()
+            .find(|c| c.id == from)
+            .with_context(|| format!("no container {from:?}"))?;
+        let node = s.node(&c.node)?;
+        let exec_id = format!(
+            "ping-{}-{}",
+            std::process::id(),
+            EXEC_SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let out = containerd::exec(
+            node,
+            from,
+            &exec_id,
+            &["ping", "-c", "1", "-W", "2", &to.to_string()],
+        )?;
+        Ok(out.status.success())
+    }
+
+    /// Stops and deletes a container the way a runtime does: SIGKILL its task; the `ctr run`
+    /// that owns it then calls the CNI DEL (empty netns path) and deletes the task; then the
+    /// container is deleted. Waits up to 20 s for the DEL.
+    pub fn remove_container(&self, id: &str) -> Result<()> {
+        let s = self.state()?;
+        let c = s
+            .containers
+            .iter()
+            .find(|c| c.id == id)
+            .with_context(|| format!("no container {id:?}"))?
+            .clone();
+        let node = s.node(&c.node)?.clone();
+        let role = format!("ctr {id}");
+        let ctr: Vec<ProcRecord> = s
+            .processes
+            .iter()
+            .filter(|p| p.role == role)
+            .cloned()
+            .collect();
+        containerd::kill(&node, id)?;
+        wait_for(
+            &format!("ctr run of {id} to exit (CNI DEL)"),
+            Duration::from_secs(20),
+            || Ok(ctr.iter().all(|p| !p.alive()).then_some(())),
+        )?;
+        containerd::delete(&node, id)?;
+        state::update(&self.dir, |s| {
+            s.containers.retain(|c| c.id != id);
+            s.processes.retain(|p| p.role != role);
+            Ok(())
+        })
+    }
+
+    /// Removes everything the lab created. Errors list what could not be removed.
+    pub fn down(&self) -> Result<()> {
+        teardown::teardown_checked(&self.dir)
+    }
+}
+
+/// Tears a lab down when dropped (tests and `lab demo`), unless [`LabGuard::keep`] was called.
+pub struct LabGuard {
+    lab: Option<Lab>,
+}
+
+impl LabGuard {
+    /// Guards `lab`.
+    pub fn new(lab: Lab) -> Self {
+        LabGuard { lab: Some(lab) }
+    }
+    /// The guarded lab.
+    pub fn lab(&self) -> &Lab {
+        self.lab.as_ref().expect("guard holds a lab until dropped")
+    }
+    /// Tears down now, reporting problems.
+    pub fn down(mut self) -> Result<()> {
+        match self.lab.take() {
+            Some(l) => l.down(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for LabGuard {
+    fn drop(&mut self) {
+        if let Some(l) = self.lab.take() {
+            let problems = teardown::teardown(&l.dir);
+            if !problems.is_empty() {
+                eprintln!("lab teardown problems: {}", problems.join("; "));
+            }
+        }
+    }
+}
