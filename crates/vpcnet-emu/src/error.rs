@@ -131,6 +131,7 @@ pub fn status_for_code(code: &str) -> u16 {
         "RequestLimitExceeded" | "Unavailable" | "ServiceUnavailable" => 503,
         "InternalError" | "InternalFailure" => 500,
         "UnauthorizedOperation" | "AuthFailure" | "Blocked" => 403,
+        "DryRunOperation" => 412,
         _ => 400,
     }
 }

@@ -1,0 +1,331 @@
+//! EC2 error codes surfaced by aws-sdk-ec2 with EC2's HTTP status and retryability, and
+//! throttling by token bucket.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{client, code, lab, status};
+use vpcnet_emu::ActionFaults;
+
+/// Calls the emulator saw for `action`.
+fn seen(lab: &common::Lab, action: &str) -> u64 {
+    lab.emu.calls().per_action.get(action).copied().unwrap_or(0)
+}
+
+#[tokio::test]
+async fn not_found_and_parameter_errors() {
+    let lab = lab(20).await;
+    let inst = lab.instance("m5.large").await;
+    let eni = inst.primary_eni.clone().unwrap().eni_id;
+
+    let e = lab
+        .ec2
+        .describe_instances()
+        .instance_ids("i-0123456789abcdef0")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (code(&e).as_str(), status(&e)),
+        ("InvalidInstanceID.NotFound", 400)
+    );
+    let e = lab
+        .ec2
+        .attach_network_interface()
+        .network_interface_id(&eni)
+        .instance_id("i-0123456789abcdef0")
+        .device_index(1)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "InvalidInstanceID.NotFound");
+    let e = lab
+        .ec2
+        .create_network_interface()
+        .subnet_id("subnet-0123456789abcdef0")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "InvalidSubnetID.NotFound");
+    let e = lab
+        .ec2
+        .describe_subnets()
+        .subnet_ids("subnet-0123456789abcdef0")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "InvalidSubnetID.NotFound");
+    let e = lab
+        .ec2
+        .delete_network_interface()
+        .network_interface_id("eni-0123456789abcdef0")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "InvalidNetworkInterfaceID.NotFound");
+    let e = lab
+        .ec2
+        .terminate_instances()
+        .instance_ids("i-0123456789abcdef0")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "InvalidInstanceID.NotFound");
+
+    // nothing to assign: MissingParameter naming what is missing
+    let e = lab
+        .ec2
+        .assign_private_ip_addresses()
+        .network_interface_id(&eni)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!((code(&e).as_str(), status(&e)), ("MissingParameter", 400));
+    assert!(e
+        .into_service_error()
+        .meta()
+        .message()
+        .unwrap()
+        .contains("SecondaryPrivateIpAddressCount"));
+    // the SDK does not check required members of EC2 inputs; the server does
+    let e = lab.ec2.create_network_interface().send().await.unwrap_err();
+    assert_eq!(code(&e), "MissingParameter");
+    assert!(e
+        .into_service_error()
+        .meta()
+        .message()
+        .unwrap()
+        .contains("SubnetId"));
+
+    let e = lab
+        .ec2
+        .unassign_private_ip_addresses()
+        .network_interface_id(&eni)
+        .private_ip_addresses(inst.private_ip.to_string())
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "InvalidParameterValue");
+    let e = lab
+        .ec2
+        .assign_private_ip_addresses()
+        .network_interface_id(&eni)
+        .private_ip_addresses("not-an-ip")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "InvalidParameterValue");
+    assert!(e
+        .into_service_error()
+        .meta()
+        .message()
+        .unwrap()
+        .contains("PrivateIpAddress.1"));
+    let e = lab
+        .ec2
+        .describe_network_interfaces()
+        .max_results(2)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "InvalidParameterValue");
+
+    // the primary ENI cannot be detached; an unknown attachment is not found
+    let att = inst.primary_eni.unwrap().attachment.unwrap().attachment_id;
+    let e = lab
+        .ec2
+        .detach_network_interface()
+        .attachment_id(&att)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "OperationNotPermitted");
+    let e = lab
+        .ec2
+        .detach_network_interface()
+        .attachment_id("eni-attach-0123456789abcdef0")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "InvalidAttachmentID.NotFound");
+}
+
+#[tokio::test]
+async fn in_use_is_not_retried() {
+    let lab = lab(21).await;
+    let inst = lab.instance("m5.large").await;
+    let retrying = client(&lab.server.endpoint, 3);
+    let eni = inst.primary_eni.unwrap().eni_id;
+    lab.emu.reset_calls();
+    let e = retrying
+        .delete_network_interface()
+        .network_interface_id(&eni)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (code(&e).as_str(), status(&e)),
+        ("InvalidNetworkInterface.InUse", 400)
+    );
+    assert_eq!(
+        seen(&lab, "DeleteNetworkInterface"),
+        1,
+        "client errors are not retried"
+    );
+}
+
+/// Injected errors: code, HTTP status, and whether the SDK's standard retry policy retries.
+#[tokio::test]
+async fn injected_errors_have_ec2_status_and_retryability() {
+    let lab = lab(22).await;
+    let retrying = client(&lab.server.endpoint, 3);
+    for (code_in, want_status, retried) in [
+        ("InternalError", 500, true),
+        ("Unavailable", 503, true),
+        ("RequestLimitExceeded", 503, true),
+        ("UnauthorizedOperation", 403, false),
+        ("InvalidParameterValue", 400, false),
+    ] {
+        lab.emu
+            .set_action_faults(
+                "DescribeSubnets",
+                Some(ActionFaults::default().error(1.0, code_in)),
+            )
+            .unwrap();
+        lab.emu.reset_calls();
+        let e = retrying.describe_subnets().send().await.unwrap_err();
+        assert_eq!(code(&e), code_in);
+        assert_eq!(status(&e), want_status, "{code_in}");
+        let calls = seen(&lab, "DescribeSubnets");
+        assert_eq!(
+            calls,
+            if retried { 3 } else { 1 },
+            "{code_in}: retried {calls} times"
+        );
+        // a call to another action is unaffected
+        lab.ec2.describe_vpcs().send().await.unwrap();
+    }
+    // a transient error rate: the retrying client gets through
+    lab.emu
+        .set_action_faults(
+            "DescribeSubnets",
+            Some(ActionFaults::default().error(0.3, "InternalError")),
+        )
+        .unwrap();
+    for _ in 0..10 {
+        retrying
+            .describe_subnets()
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{e:?}"));
+    }
+    lab.emu.set_action_faults("DescribeSubnets", None).unwrap();
+    lab.ec2.describe_subnets().send().await.unwrap();
+}
+
+#[tokio::test]
+async fn latency_is_applied() {
+    let lab = lab(23).await;
+    lab.emu
+        .set_action_faults(
+            "DescribeVpcs",
+            Some(ActionFaults::default().latency(Duration::from_millis(300))),
+        )
+        .unwrap();
+    let t = Instant::now();
+    lab.ec2.describe_vpcs().send().await.unwrap();
+    assert!(t.elapsed() >= Duration::from_millis(300));
+    lab.emu
+        .set_action_faults(
+            "DescribeVpcs",
+            Some(
+                ActionFaults::default()
+                    .latency_range(Duration::from_millis(50), Duration::from_millis(100)),
+            ),
+        )
+        .unwrap();
+    for _ in 0..3 {
+        let t = Instant::now();
+        lab.ec2.describe_vpcs().send().await.unwrap();
+        assert!(t.elapsed() >= Duration::from_millis(50));
+    }
+}
+
+#[tokio::test]
+async fn token_bucket_throttles_a_burst_and_recovers_at_refill_rate() {
+    let lab = lab(24).await;
+    lab.emu
+        .set_action_faults(
+            "DescribeNetworkInterfaces",
+            Some(ActionFaults::default().throttle(10, 1.0)),
+        )
+        .unwrap();
+    let mut throttled = 0;
+    let t0 = Instant::now();
+    for _ in 0..30 {
+        match lab.ec2.describe_network_interfaces().send().await {
+            Ok(_) => {}
+            Err(e) => {
+                assert_eq!(
+                    (code(&e).as_str(), status(&e)),
+                    ("RequestLimitExceeded", 503)
+                );
+                throttled += 1;
+            }
+        }
+    }
+    let burst = t0.elapsed().as_secs_f64();
+    // tokens refilled during the burst itself count: allow ±1 plus what the burst's duration earned
+    let expected = 20.0 - burst.floor();
+    assert!(
+        (throttled as f64 - expected).abs() <= 1.0,
+        "{throttled} throttled in a {burst:.2}s burst"
+    );
+    assert_eq!(
+        lab.emu.calls().throttled.get("DescribeNetworkInterfaces"),
+        Some(&(throttled as u64))
+    );
+
+    // recovery at 1 token per second: after ~3 s, 3 calls pass (±1) and the rest are throttled
+    tokio::time::sleep(Duration::from_millis(3050)).await;
+    let mut ok = 0;
+    for _ in 0..8 {
+        if lab.ec2.describe_network_interfaces().send().await.is_ok() {
+            ok += 1;
+        }
+    }
+    assert!((2..=4).contains(&ok), "{ok} calls passed after 3 s");
+    // other actions have their own buckets
+    lab.ec2.describe_subnets().send().await.unwrap();
+}
+
+#[tokio::test]
+async fn unknown_action_and_dry_run() {
+    let lab = lab(25).await;
+    // a raw Query call with an unknown action
+    let app = lab.emu.router();
+    use tower::ServiceExt;
+    let req = http::Request::post("/")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(axum::body::Body::from(
+            "Action=RunFooBar&Version=2016-11-15",
+        ))
+        .unwrap();
+    let resp = app.oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), 400);
+    let body = axum::body::to_bytes(resp.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    let body = String::from_utf8(body.to_vec()).unwrap();
+    assert!(body.contains("<Code>InvalidAction</Code>"), "{body}");
+
+    let e = lab
+        .ec2
+        .describe_vpcs()
+        .dry_run(true)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "DryRunOperation");
+}
