@@ -34,7 +34,9 @@ fn run_inner(
 ) -> Result<Option<serde_json::Value>, CniError> {
     let cmd = args::command(get)?;
     if cmd == args::Command::Version {
-        return Ok(Some(cni::version::version_info()));
+        return Ok(Some(cni::version::version_info(&config::sniff_version(
+            stdin,
+        ))));
     }
     let conf = config::parse(stdin)?;
     log::init(&conf.plugin_log_file, &conf.plugin_log_level);

@@ -20,9 +20,15 @@ pub fn has_status_and_gc(v: &str) -> bool {
     v == "1.1.0"
 }
 
-/// The VERSION verb's answer: `{"cniVersion": CURRENT, "supportedVersions": [...]}`.
-pub fn version_info() -> serde_json::Value {
-    serde_json::json!({ "cniVersion": CURRENT, "supportedVersions": SUPPORTED })
+/// The VERSION verb's answer: `{"cniVersion": <requested>, "supportedVersions": [...]}`, where
+/// `requested` is the stdin's `cniVersion` when supported, else [`CURRENT`].
+pub fn version_info(requested: &str) -> serde_json::Value {
+    let v = if is_supported(requested) {
+        requested
+    } else {
+        CURRENT
+    };
+    serde_json::json!({ "cniVersion": v, "supportedVersions": SUPPORTED })
 }
 
 #[cfg(test)]
@@ -40,6 +46,8 @@ mod tests {
         assert!(ips_have_version_field("0.4.0"));
         assert!(!ips_have_version_field("1.0.0"));
         assert!(has_status_and_gc("1.1.0") && !has_status_and_gc("1.0.0"));
-        assert_eq!(version_info()["supportedVersions"][2], "0.4.0");
+        assert_eq!(version_info("1.0.0")["supportedVersions"][2], "0.4.0");
+        assert_eq!(version_info("1.0.0")["cniVersion"], "1.0.0");
+        assert_eq!(version_info("")["cniVersion"], "1.1.0");
     }
 }

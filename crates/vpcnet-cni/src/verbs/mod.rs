@@ -44,7 +44,7 @@ pub async fn run(inv: &Invocation) -> Result<Option<Value>, CniError> {
         }
         Command::Status => status::status(inv).await.map(|()| None),
         Command::Gc => gc::gc(inv).await.map(|()| None),
-        Command::Version => Ok(Some(version::version_info())),
+        Command::Version => Ok(Some(version::version_info(&inv.conf.cni_version))),
     }
 }
 

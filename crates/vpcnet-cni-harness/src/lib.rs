@@ -1,0 +1,12 @@
+//! Test and benchmark harness for `vpcnet-cni`.
+//!
+//! - [`fake_agent`]: an in-process `CniBackend` server on a Unix socket that hands out addresses
+//!   from a fixed range, with switches for readiness and injected errors;
+//! - [`runtime`]: a small CNI runtime that executes a conflist chain as libcni does (prevResult
+//!   from each plugin to the next on ADD, DEL in reverse, CHECK, STATUS, GC), optionally inside a
+//!   network namespace;
+//! - [`netns`]: test namespaces removed on drop.
+
+pub mod fake_agent;
+pub mod netns;
+pub mod runtime;
