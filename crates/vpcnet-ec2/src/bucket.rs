@@ -71,6 +71,14 @@ impl TokenBucket {
         }
     }
 
+    /// EC2 throttled us anyway (other nodes share the account's bucket): drop the tokens
+    /// saved up, so the next callers wait for refills instead of bursting into the throttle.
+    /// Outstanding reservations are kept.
+    pub fn drain(&mut self, now: Instant) {
+        self.refill(now);
+        self.tokens = self.tokens.min(0.0);
+    }
+
     /// Tokens available at `now` (negative while reservations are outstanding).
     pub fn available(&mut self, now: Instant) -> f64 {
         self.refill(now);
@@ -94,20 +102,32 @@ impl RateLimiter {
         }
     }
 
-    /// Wait until a token of `class` is available; returns the time waited.
-    pub async fn acquire(&self, class: ActionClass) -> Duration {
+    fn bucket(&self, class: ActionClass) -> std::sync::MutexGuard<'_, TokenBucket> {
         let bucket = match class {
             ActionClass::Describe => &self.describe,
             ActionClass::Mutating => &self.mutating,
         };
-        let wait = bucket
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .reserve(Instant::now());
-        if !wait.is_zero() {
-            tokio::time::sleep(wait).await;
+        bucket.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Wait until a token of `class` is available; returns the time waited. A wait gets up to
+    /// 10 % (at most 100 ms) of random jitter, so nodes that were throttled together do not
+    /// send in lockstep.
+    pub async fn acquire(&self, class: ActionClass) -> Duration {
+        let wait = self.bucket(class).reserve(Instant::now());
+        if wait.is_zero() {
+            return wait;
         }
+        let unit: f64 = rand::Rng::random(&mut rand::rng());
+        let wait = wait + (wait / 10).min(Duration::from_millis(100)).mul_f64(unit);
+        tokio::time::sleep(wait).await;
         wait
+    }
+
+    /// Drain the saved-up tokens of `class` after EC2 throttled a call (see
+    /// [`TokenBucket::drain`]).
+    pub fn penalize(&self, class: ActionClass) {
+        self.bucket(class).drain(Instant::now());
     }
 }
 
@@ -171,6 +191,23 @@ mod tests {
     }
 
     #[test]
+    fn drain_drops_saved_tokens_but_keeps_reservations() {
+        let t0 = Instant::now();
+        let mut b = TokenBucket::new(
+            BucketConfig {
+                capacity: 10,
+                refill_per_sec: 10.0,
+            },
+            t0,
+        );
+        b.drain(t0);
+        assert_eq!(b.reserve(t0), ms(100));
+        b.drain(t0);
+        assert_eq!(b.available(t0), -1.0);
+        assert_eq!(b.reserve(t0), ms(200));
+    }
+
+    #[test]
     fn zero_config_is_clamped_not_deadlocked() {
         let t0 = Instant::now();
         let mut b = TokenBucket::new(
@@ -182,6 +219,23 @@ mod tests {
         );
         assert_eq!(b.reserve(t0), Duration::ZERO);
         assert!(b.reserve(t0) > Duration::ZERO);
+    }
+
+    #[tokio::test]
+    async fn penalize_makes_the_next_caller_wait_for_a_refill() {
+        let l = RateLimiter::new(
+            BucketConfig {
+                capacity: 5,
+                refill_per_sec: 10.0,
+            },
+            BucketConfig::MUTATING,
+        );
+        assert_eq!(l.acquire(ActionClass::Describe).await, Duration::ZERO);
+        l.penalize(ActionClass::Describe);
+        let w = l.acquire(ActionClass::Describe).await;
+        // One refill (100 ms) plus at most 10 ms of jitter, minus the time since the drain.
+        assert!(w >= ms(50) && w <= ms(111), "{w:?}");
+        assert_eq!(l.acquire(ActionClass::Mutating).await, Duration::ZERO);
     }
 
     #[tokio::test]

@@ -89,6 +89,9 @@ impl Caller {
                 };
                 self.observer
                     .on_attempt(action, sent.elapsed(), result.as_ref().err());
+                if result.as_ref().is_err_and(Ec2Error::is_throttle) {
+                    self.limiter.penalize(action.class());
+                }
                 match result {
                     Ok(v) => return Ok(v),
                     Err(e) if e.is_retryable() && n < s.retry.max_attempts.max(1) => {
