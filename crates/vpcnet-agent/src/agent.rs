@@ -191,26 +191,7 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
         .await
         .map_err(|e| anyhow!("describing the instance's ENIs: {e}"))?;
     shared.persist().await;
-    if let Some(node) = &opts.node_network {
-        let enis: Vec<_> = shared
-            .pool()
-            .enis()
-            .filter(|e| !e.info.primary)
-            .map(|e| e.info.clone())
-            .collect();
-        for e in enis {
-            let spec = crate::node::NodeEni {
-                mac: e.mac,
-                device_number: e.device_number,
-                subnet: e.subnet_cidr,
-                primary_ip: e.primary_ip,
-                mtu: opts.mtu,
-            };
-            if let Err(err) = node.setup_eni(&spec).await {
-                tracing::error!(eni = %e.id, "node setup failed: {err:#}");
-            }
-        }
-    }
+    crate::reconciler::setup_node_enis(&shared).await;
     // Fill the pool; EC2 errors are retried by the reconciler, but serve as soon as one
     // address is available.
     if let Err(e) = crate::reconciler::fill(&shared, &ec2).await {
@@ -235,7 +216,7 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
         ec2.clone(),
         stop_rx.clone(),
     )));
-    {
+    if opts.sweep_leaked_enis {
         let (shared, ec2) = (shared.clone(), ec2.clone());
         tasks.push(tokio::spawn(async move {
             crate::reconciler::sweep_leaked(&shared, &ec2).await
@@ -359,6 +340,8 @@ pub fn options_from_config(c: &crate::config::Config) -> anyhow::Result<AgentOpt
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
             .collect(),
+        additional_eni_tags: c.additional_eni_tags.clone(),
+        sweep_leaked_enis: !c.disable_leaked_eni_cleanup,
         ..AgentOptions::default()
     })
 }

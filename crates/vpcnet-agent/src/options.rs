@@ -100,6 +100,11 @@ pub struct AgentOptions {
     pub node_network: Option<Arc<dyn NodeNetwork>>,
     /// Environment shown by /v1/env-settings (name → value).
     pub env_settings: Vec<(String, String)>,
+    /// ADDITIONAL_ENI_TAGS: extra tags on created ENIs.
+    pub additional_eni_tags: std::collections::BTreeMap<String, String>,
+    /// Delete this instance's detached ENIs (leaks) at start; DISABLE_LEAKED_ENI_CLEANUP
+    /// turns it off.
+    pub sweep_leaked_enis: bool,
 }
 
 impl std::fmt::Debug for AgentOptions {
@@ -141,6 +146,8 @@ impl Default for AgentOptions {
             ec2_calls: CallSettings::default(),
             node_network: None,
             env_settings: Vec::new(),
+            additional_eni_tags: Default::default(),
+            sweep_leaked_enis: true,
         }
     }
 }

@@ -216,6 +216,9 @@ async fn create_eni(shared: &Shared, ec2: &Ec2, ips: u32, prefixes: u32) -> Resu
     if !shared.opts.cluster_name.is_empty() {
         tags.insert(TAG_CLUSTER_NAME.into(), shared.opts.cluster_name.clone());
     }
+    for (k, v) in &shared.opts.additional_eni_tags {
+        tags.insert(k.clone(), v.clone());
+    }
     tags.insert(
         TAG_CREATED_AT.into(),
         chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
@@ -292,8 +295,8 @@ async fn create_eni(shared: &Shared, ec2: &Ec2, ips: u32, prefixes: u32) -> Resu
             mtu: shared.opts.mtu,
         };
         if let Err(e) = node.setup_eni(&spec).await {
-            // The ENI is attached and ours; EC2 state is consistent. Pods on it would not
-            // route yet, so keep it out of the pool until the next pass sets it up.
+            // The ENI is attached and ours; EC2 state is consistent. Every periodic pass
+            // sets up all secondary ENIs again (idempotent), which repairs this.
             tracing::error!(eni = %ni.eni_id, "node setup of the new ENI failed: {e:#}");
         }
     }
@@ -395,6 +398,32 @@ async fn delete_eni(shared: &Shared, ec2: &Ec2, eni_id: &str) -> Result<(), Ec2E
     Ok(())
 }
 
+/// Node setup (interface, MTU, route table N) of every secondary ENI, when enabled.
+/// Idempotent; failures are logged and retried at the next periodic pass.
+pub async fn setup_node_enis(shared: &Shared) {
+    let Some(node) = &shared.opts.node_network else {
+        return;
+    };
+    let enis: Vec<EniInfo> = shared
+        .pool()
+        .enis()
+        .filter(|e| !e.info.primary && !e.deleting)
+        .map(|e| e.info.clone())
+        .collect();
+    for e in enis {
+        let spec = NodeEni {
+            mac: e.mac,
+            device_number: e.device_number,
+            subnet: e.subnet_cidr,
+            primary_ip: e.primary_ip,
+            mtu: shared.opts.mtu,
+        };
+        if let Err(err) = node.setup_eni(&spec).await {
+            tracing::error!(eni = %e.id, "node setup failed: {err:#}");
+        }
+    }
+}
+
 /// Deletes ENIs this instance created that are no longer attached (a crash between
 /// create and attach, or a failed cleanup).
 pub async fn sweep_leaked(shared: &Shared, ec2: &Ec2) {
@@ -441,8 +470,9 @@ pub async fn run(shared: Arc<Shared>, ec2: Ec2, mut stop: tokio::sync::watch::Re
         let mut result = Ok(false);
         if full {
             next_full = tokio::time::Instant::now() + interval;
-            if let Err(e) = sync_from_ec2(&shared, &ec2, UnknownIpPolicy::Free).await {
-                result = Err(e);
+            match sync_from_ec2(&shared, &ec2, UnknownIpPolicy::Free).await {
+                Ok(_) => setup_node_enis(&shared).await,
+                Err(e) => result = Err(e),
             }
         }
         if result.is_ok() {

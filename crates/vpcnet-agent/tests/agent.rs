@@ -87,6 +87,34 @@ async fn m5_large_defaults_fill_27_pods_then_limit() {
         }
     }
     assert_eq!(ips.len(), 27);
+    // ENIs the agent created: description prefix, tags, DeleteOnTermination.
+    let created: Vec<_> = lab
+        .emu
+        .enis()
+        .into_iter()
+        .filter(|e| e.attachment.as_ref().is_some_and(|a| a.device_index > 0))
+        .collect();
+    assert_eq!(created.len(), 2);
+    for e in &created {
+        assert!(
+            e.description.starts_with("vpcnet-cni: "),
+            "{}",
+            e.description
+        );
+        let tag = |k: &str| {
+            e.tags
+                .iter()
+                .find(|(tk, _)| tk == k)
+                .map(|(_, v)| v.clone())
+        };
+        assert_eq!(
+            tag("node.k8s.amazonaws.com/instance_id"),
+            Some(lab.instance.instance_id.clone())
+        );
+        assert_eq!(tag("cluster.k8s.amazonaws.com/name"), Some("lab".into()));
+        assert!(tag("node.k8s.amazonaws.com/createdAt").is_some());
+        assert!(e.attachment.as_ref().unwrap().delete_on_termination);
+    }
     let err = c.add_network(add_req("c27")).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::ResourceExhausted, "{err:?}");
     assert!(
@@ -324,5 +352,54 @@ async fn bad_input_and_corrupt_checkpoint() {
         .unwrap()
         .into_inner();
     assert!(s.available_ips > 0 && s.ready, "{s:?}");
+    agent.shutdown().await;
+}
+
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn introspection_and_metrics() {
+    let lab = lab("m5.large").await;
+    let mut o = lab.options();
+    o.introspection_addr = Some("127.0.0.1:0".parse().unwrap());
+    o.metrics_addr = Some("127.0.0.1:0".parse().unwrap());
+    o.env_settings = vec![("WARM_ENI_TARGET".into(), "1".into())];
+    let agent = vpcnet_agent::start(o).await.unwrap();
+    let mut c = client(&lab.socket()).await;
+    let r = add_retry(&mut c, "i1", Duration::from_secs(10))
+        .await
+        .unwrap();
+    let intro = agent.introspection_addr.unwrap();
+    let h = http_get(intro, "/healthz").await;
+    assert!(h.starts_with("HTTP/1.0 200") && h.ends_with("ok\n"), "{h}");
+    let enis = http_get(intro, "/v1/enis").await;
+    let body: serde_json::Value =
+        serde_json::from_str(enis.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(body["instance_type"], "m5.large");
+    let assigned: Vec<_> = body["enis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|e| e["addresses"].as_array().unwrap().clone())
+        .filter(|a| !a["assigned"].is_null())
+        .collect();
+    assert_eq!(assigned.len(), 1);
+    assert_eq!(assigned[0]["ip"], r.ipv4_addr.as_str());
+    assert_eq!(assigned[0]["assigned"]["container_id"], "i1");
+    let env = http_get(intro, "/v1/env-settings").await;
+    assert!(env.contains("\"WARM_ENI_TARGET\":\"1\""), "{env}");
+    let m = http_get(agent.metrics_addr.unwrap(), "/metrics").await;
+    assert!(m.contains("awscni_assigned_ip_addresses 1"), "{m}");
+    assert!(m.contains("awscni_eni_max 3"), "{m}");
+    assert!(m.contains("awscni_ec2api_req_count"), "{m}");
     agent.shutdown().await;
 }
