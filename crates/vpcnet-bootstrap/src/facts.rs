@@ -14,15 +14,15 @@ use crate::version::KubeletVersion;
 /// Facts about this instance and node, gathered from IMDS, EC2 and the host.
 #[derive(Debug, Clone)]
 pub struct InstanceFacts {
-    /// IMDS `meta-data/instance-type`, e.g. `m5.large`.
+    /// IMDS `instance-type`, e.g. `m5.large` (IMDS paths below are under `/latest/meta-data/`).
     pub instance_type: String,
-    /// IMDS `meta-data/instance-id`.
+    /// IMDS `instance-id`.
     pub instance_id: String,
-    /// IMDS `meta-data/placement/availability-zone`.
+    /// IMDS `placement/availability-zone`.
     pub availability_zone: String,
-    /// IMDS `meta-data/placement/region`.
+    /// IMDS `placement/region`.
     pub region: String,
-    /// MAC of the primary ENI (IMDS `meta-data/mac`).
+    /// MAC of the primary ENI (IMDS `mac`).
     pub mac: String,
     /// Node IP: first of `macs/<primary mac>/local-ipv4s` (IPv4) or `.../ipv6s` (IPv6).
     pub node_ip: IpAddr,
@@ -155,12 +155,12 @@ pub async fn gather(
         None => host.cpu_count()?,
     };
 
-    let instance_type = imds_required(imds, "meta-data/instance-type").await?;
-    let instance_id = imds_required(imds, "meta-data/instance-id").await?;
-    let availability_zone = imds_required(imds, "meta-data/placement/availability-zone").await?;
-    let region = imds_required(imds, "meta-data/placement/region").await?;
-    let mac = imds_required(imds, "meta-data/mac").await?;
-    let mac_path = format!("meta-data/network/interfaces/macs/{mac}");
+    let instance_type = imds_required(imds, "instance-type").await?;
+    let instance_id = imds_required(imds, "instance-id").await?;
+    let availability_zone = imds_required(imds, "placement/availability-zone").await?;
+    let region = imds_required(imds, "placement/region").await?;
+    let mac = imds_required(imds, "mac").await?;
+    let mac_path = format!("network/interfaces/macs/{mac}");
     let node_ip_path = match settings.ip_family {
         IpFamily::Ipv4 => format!("{mac_path}/local-ipv4s"),
         IpFamily::Ipv6 => format!("{mac_path}/ipv6s"),

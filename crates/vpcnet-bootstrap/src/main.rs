@@ -1,7 +1,7 @@
 //! `vpcnet-bootstrap`: see the library docs. Exit codes: 0 done, 1 failed, 2 bad input.
 
 use clap::Parser;
-use vpcnet_bootstrap::cloud::{AwsEc2, AwsImds, Imds};
+use vpcnet_bootstrap::cloud::{AwsEc2, Imds};
 use vpcnet_bootstrap::facts::RealHost;
 use vpcnet_bootstrap::{BootstrapArgs, BootstrapError};
 
@@ -31,10 +31,13 @@ fn main() -> std::process::ExitCode {
         return std::process::ExitCode::from(2);
     }
     let result = rt.block_on(async {
-        let imds = AwsImds::from_env();
+        let imds = vpcnet_ec2::Imds::new();
         // EC2 is called in the instance's own region; the client is only built if needed.
-        let region = imds.get("meta-data/placement/region").await.ok().flatten();
-        let ec2 = AwsEc2::new(region);
+        let region = Imds::get(&imds, "placement/region").await.ok().flatten();
+        let ec2 = AwsEc2::new(vpcnet_ec2::Ec2Options {
+            region,
+            ..Default::default()
+        });
         let host = RealHost {
             root: args.root.clone(),
         };

@@ -405,7 +405,7 @@ fn parse_v4_cidr(flag: &str, s: &str) -> Result<Ipv4Net, BootstrapError> {
             flag,
             s,
             "host bits are set",
-            format!("did you mean {}?", net.trunc()),
+            format!("pass the network address, {}", net.trunc()),
         ));
     }
     if net.prefix_len() > 28 {
@@ -428,7 +428,7 @@ fn parse_v6_cidr(flag: &str, s: &str) -> Result<Ipv6Net, BootstrapError> {
             flag,
             s,
             "host bits are set",
-            format!("did you mean {}?", net.trunc()),
+            format!("pass the network address, {}", net.trunc()),
         ));
     }
     if net.prefix_len() > 124 {

@@ -49,7 +49,7 @@ impl Instance {
 
     pub fn imds(&self) -> FakeImds {
         let mut m = HashMap::new();
-        let md = |k: &str| format!("meta-data/{k}");
+        let md = |k: &str| k.to_string();
         m.insert(md("instance-type"), self.instance_type.to_string());
         m.insert(md("instance-id"), self.id.to_string());
         m.insert(md("placement/availability-zone"), self.az.to_string());
@@ -69,7 +69,7 @@ impl Instance {
                 .join("\n"),
         );
         for e in &self.enis {
-            let base = format!("meta-data/network/interfaces/macs/{}", e.mac);
+            let base = format!("network/interfaces/macs/{}", e.mac);
             m.insert(format!("{base}/local-ipv4s"), e.local_ipv4s.join("\n"));
             if !e.ipv6s.is_empty() {
                 m.insert(format!("{base}/ipv6s"), e.ipv6s.join("\n"));
@@ -98,6 +98,7 @@ pub struct FakeEc2 {
     pub deny_describe_instance_types: bool,
     pub private_dns_name: String,
     pub empty_dns_calls: u32,
+    pub deny_describe_instances: bool,
     pub dns_calls: Cell<u32>,
     pub type_calls: Cell<u32>,
 }
@@ -109,6 +110,7 @@ impl Default for FakeEc2 {
             deny_describe_instance_types: false,
             private_dns_name: "ip-192-168-12-34.us-west-2.compute.internal".into(),
             empty_dns_calls: 0,
+            deny_describe_instances: false,
             dns_calls: Cell::new(0),
             type_calls: Cell::new(0),
         }
@@ -135,6 +137,13 @@ impl Ec2 for FakeEc2 {
     async fn private_dns_name(&self, _id: &str) -> Result<String, CloudError> {
         let n = self.dns_calls.get() + 1;
         self.dns_calls.set(n);
+        if self.deny_describe_instances {
+            return Err(CloudError {
+                action: "DescribeInstances".into(),
+                code: Some("UnauthorizedOperation".into()),
+                message: "You are not authorized to perform this operation.".into(),
+            });
+        }
         Ok(if n <= self.empty_dns_calls {
             String::new()
         } else {
