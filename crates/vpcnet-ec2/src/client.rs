@@ -168,3 +168,50 @@ async fn load_sdk_config(options: &Ec2Options) -> Result<SdkConfig, Ec2Error> {
     }
     Ok(loader.load().await)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn no_region_is_a_config_error_naming_the_fix() {
+        if std::env::var_os("AWS_REGION").is_some()
+            || std::env::var_os("AWS_DEFAULT_REGION").is_some()
+        {
+            eprintln!("skipped: AWS_REGION is set in this environment");
+            return;
+        }
+        // IMDS on a closed loopback port: the region lookup fails fast, nothing leaves the host.
+        let e = Ec2::connect_unobserved(Ec2Options {
+            imds_endpoint: Some("http://127.0.0.1:9".into()),
+            endpoint_url: Some("http://127.0.0.1:9".into()),
+            ..Ec2Options::default()
+        })
+        .await
+        .unwrap_err();
+        assert!(matches!(e, Ec2Error::Config(_)), "{e}");
+        assert!(e.to_string().contains("AWS_REGION"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn endpoint_must_be_http() {
+        let e = Ec2::connect_unobserved(Ec2Options {
+            region: Some("us-east-1".into()),
+            endpoint_url: Some("ec2.local:8080".into()),
+            ..Ec2Options::default()
+        })
+        .await
+        .unwrap_err();
+        assert!(e.to_string().contains("http://"), "{e}");
+    }
+
+    #[test]
+    fn credentials_debug_redacts_the_secret() {
+        let c = StaticCredentials {
+            access_key_id: "AKID".into(),
+            secret_access_key: "s3cr3t".into(),
+            session_token: None,
+        };
+        assert!(!format!("{c:?}").contains("s3cr3t"));
+    }
+}
