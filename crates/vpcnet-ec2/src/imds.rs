@@ -222,33 +222,66 @@ impl Imds {
             .collect())
     }
 
-    /// The ENI with MAC `mac` as IMDS sees it.
+    /// The ENI with MAC `mac` as IMDS sees it (its items are read concurrently).
     pub async fn interface(&self, mac: &str) -> Result<ImdsInterface, ImdsError> {
         let p = |leaf: &str| format!("network/interfaces/macs/{mac}/{leaf}");
+        let paths: [String; 10] = [
+            p("device-number"),
+            p("network-card"),
+            p("interface-id"),
+            p("subnet-id"),
+            p("subnet-ipv4-cidr-block"),
+            p("vpc-id"),
+            p("vpc-ipv4-cidr-blocks"),
+            p("security-group-ids"),
+            p("local-ipv4s"),
+            p("ipv4-prefix"),
+        ];
+        let (
+            device_number,
+            network_card,
+            interface_id,
+            subnet_id,
+            subnet_cidr,
+            vpc_id,
+            vpc_cidrs,
+            security_group_ids,
+            local_ipv4s,
+            ipv4_prefixes,
+        ) = tokio::try_join!(
+            self.parsed::<u32>(&paths[0]),
+            self.get_opt(&paths[1]),
+            self.get(&paths[2]),
+            self.get(&paths[3]),
+            self.parsed::<Ipv4Net>(&paths[4]),
+            self.get(&paths[5]),
+            self.parsed_lines::<Ipv4Net>(&paths[6], false),
+            self.lines(&paths[7], true),
+            self.parsed_lines::<Ipv4Addr>(&paths[8], true),
+            self.parsed_lines::<Ipv4Net>(&paths[9], true),
+        )?;
         Ok(ImdsInterface {
             mac: mac.to_ascii_lowercase(),
-            device_number: self.parsed(&p("device-number")).await?,
-            network_card: match self.get_opt(&p("network-card")).await? {
-                Some(v) => parse_value(&p("network-card"), &v)?,
+            device_number,
+            network_card: match network_card {
+                Some(v) => parse_value(&paths[1], &v)?,
                 None => 0,
             },
-            interface_id: self.get(&p("interface-id")).await?,
-            subnet_id: self.get(&p("subnet-id")).await?,
-            subnet_cidr: self.parsed(&p("subnet-ipv4-cidr-block")).await?,
-            vpc_id: self.get(&p("vpc-id")).await?,
-            vpc_cidrs: self.parsed_lines(&p("vpc-ipv4-cidr-blocks"), false).await?,
-            security_group_ids: self.lines(&p("security-group-ids"), true).await?,
-            local_ipv4s: self.parsed_lines(&p("local-ipv4s"), true).await?,
-            ipv4_prefixes: self.parsed_lines(&p("ipv4-prefix"), true).await?,
+            interface_id,
+            subnet_id,
+            subnet_cidr,
+            vpc_id,
+            vpc_cidrs,
+            security_group_ids,
+            local_ipv4s,
+            ipv4_prefixes,
         })
     }
 
     /// Every attached ENI, sorted by network card then device number.
     pub async fn interfaces(&self) -> Result<Vec<ImdsInterface>, ImdsError> {
-        let mut all = Vec::new();
-        for mac in self.macs().await? {
-            all.push(self.interface(&mac).await?);
-        }
+        let macs = self.macs().await?;
+        let mut all = futures::future::try_join_all(macs.iter().map(|m| self.interface(m))).await?;
         all.sort_by_key(|i| (i.network_card, i.device_number));
         Ok(all)
     }
