@@ -483,22 +483,11 @@ impl Lab {
                 });
                 Ok(())
             })?;
-            let p = containerd::run_container(
-                &node,
-                image::IMAGE_REF,
-                id,
-                &["sleep", "86400"],
-                &self.logs(),
-            )?;
-            state::update(&self.dir, |s| {
-                s.processes.push(p.clone());
-                Ok(())
-            })?;
-            started.push((id.clone(), p));
+            started.push((id.clone(), self.start_container(&node, id)?));
         }
         let mut out = Vec::new();
         for (id, p) in &started {
-            let t = containerd::wait_running(&node, id, p, Duration::from_secs(60), &self.logs())?;
+            let t = self.wait_started(&node, id, p.clone())?;
             let ip = containerd::container_ip(t.pid)?
                 .parse()
                 .context("container address")?;
@@ -510,6 +499,56 @@ impl Lab {
             });
         }
         Ok(out)
+    }
+
+    fn start_container(&self, node: &NodeRecord, id: &str) -> Result<ProcRecord> {
+        let p = containerd::run_container(
+            node,
+            image::IMAGE_REF,
+            id,
+            &["sleep", "86400"],
+            &self.logs(),
+        )?;
+        state::update(&self.dir, |s| {
+            s.processes.push(p.clone());
+            Ok(())
+        })?;
+        Ok(p)
+    }
+
+    /// Waits for a container started by [`Self::start_container`]; when its CNI ADD failed
+    /// (e.g. "try again later" while the agent grows the warm pool), removes the half-made
+    /// container and starts it again, as kubelet retries a pod sandbox, for up to 90 s.
+    fn wait_started(
+        &self,
+        node: &NodeRecord,
+        id: &str,
+        mut p: ProcRecord,
+    ) -> Result<containerd::Task> {
+        let t0 = Instant::now();
+        loop {
+            match containerd::wait_running(node, id, &p, Duration::from_secs(60), &self.logs()) {
+                Ok(t) => return Ok(t),
+                Err(e)
+                    if format!("{e:#}").contains("(add)")
+                        && t0.elapsed() < Duration::from_secs(90) =>
+                {
+                    progress(&format!(
+                        "{id}: CNI ADD failed, retrying as a kubelet would: {e:#}"
+                    ));
+                    let _ = containerd::ctr(node, &["tasks", "delete", "-f", id]);
+                    let _ = containerd::delete(node, id);
+                    let role = p.role.clone();
+                    state::update(&self.dir, |s| {
+                        s.processes.retain(|q| q.role != role || q.alive());
+                        Ok(())
+                    })?;
+                    std::thread::sleep(Duration::from_secs(1));
+                    p = self.start_container(node, id)?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Next free container names "c<N>" for `count` containers.

@@ -1,0 +1,479 @@
+//! End-to-end acceptance of issue 4 on the whole system: lab cloud (vpcnet-emu) + VPC fabric,
+//! a node namespace with containerd and vpcnet-agent, containers started by `ctr run --cni`
+//! (which executes vpcnet-cni). Needs root and the workspace binaries (`cargo build --workspace
+//! --bins`, as scripts/test.sh does); skipped when not root.
+//!
+//! Every test builds its own lab (unique name), tears it down even on failure, and checks that
+//! the root network namespace's links, routes and rules are unchanged and no namespace of the
+//! lab is left.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use quick_xml::events::Event;
+use vpcnet_ipam::Checkpoint;
+use vpcnet_lab::lab::{ContainerInfo, Lab, LabGuard, UpOptions};
+use vpcnet_lab::state::NodeRecord;
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+fn is_root() -> bool {
+    nix::unistd::Uid::effective().is_root()
+}
+
+/// target/debug, where the workspace binaries are (the test binary is in target/debug/deps).
+fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
+    for b in ["vpcnet", "vpcnet-agent", "vpcnet-cni"] {
+        assert!(
+            dir.join(b).is_file(),
+            "{} missing: run `cargo build --workspace --bins` first",
+            dir.join(b).display()
+        );
+    }
+    dir
+}
+
+fn sh(program: &str, args: &[&str]) -> String {
+    let out = Command::new(program).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The root namespace's links, routes (all tables) and rules.
+fn root_snapshot() -> String {
+    [
+        sh("ip", &["-o", "link", "show"]),
+        sh("ip", &["route", "show", "table", "all"]),
+        sh("ip", &["rule", "show"]),
+    ]
+    .join("\n")
+}
+
+/// Builds a lab, runs `f`, always tears down, then checks nothing is left.
+fn with_lab(tag: &str, tweak: impl FnOnce(&mut UpOptions), f: impl FnOnce(&Lab)) {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let before = root_snapshot();
+    let name = format!(
+        "e2e-{tag}-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    );
+    let mut opts = UpOptions::new(&name);
+    opts.bin_dir = bin_dir();
+    // Reconcile often so restarts are observed quickly.
+    opts.agent_env
+        .push(("VPCNET_RECONCILE_INTERVAL".into(), "2".into()));
+    tweak(&mut opts);
+    let lab = Lab::up(&opts).expect("lab up");
+    let namespaces = lab.state().unwrap().namespaces;
+    let guard = LabGuard::new(lab.clone());
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&lab)));
+    if result.is_err() {
+        for log in ["emulator.log", "agent-n1.log"] {
+            let p = lab.dir.join("logs").join(log);
+            eprintln!(
+                "--- {log}\n{}",
+                std::fs::read_to_string(p).unwrap_or_default()
+            );
+        }
+    }
+    let down = guard.down();
+    if let Err(p) = result {
+        std::panic::resume_unwind(p);
+    }
+    down.expect("lab down removes everything");
+    let netns = sh("ip", &["netns", "list"]);
+    for ns in &namespaces {
+        assert!(!netns.contains(ns.as_str()), "namespace {ns} left behind");
+    }
+    assert!(!lab.dir.exists(), "lab directory left behind");
+    assert_eq!(before, root_snapshot(), "root namespace changed");
+}
+
+fn node(lab: &Lab) -> NodeRecord {
+    lab.state().unwrap().node("n1").unwrap().clone()
+}
+
+/// `ip -n <node> args`.
+fn ipn(node: &NodeRecord, args: &[&str]) -> String {
+    let mut v = vec!["-n", node.netns.as_str()];
+    v.extend_from_slice(args);
+    sh("ip", &v)
+}
+
+/// One ENI of DescribeNetworkInterfaces.
+#[derive(Debug, Default, Clone)]
+struct DescribedEni {
+    eni_id: String,
+    instance_id: String,
+    device_index: Option<u32>,
+    primary_ip: Option<Ipv4Addr>,
+    secondary_ips: Vec<Ipv4Addr>,
+}
+
+/// Parses a DescribeNetworkInterfaces response.
+fn parse_describe(xml: &str) -> Vec<DescribedEni> {
+    let mut r = quick_xml::Reader::from_str(xml);
+    let mut path: Vec<String> = Vec::new();
+    let mut out: Vec<DescribedEni> = Vec::new();
+    let mut addr: (Option<Ipv4Addr>, bool) = (None, false);
+    loop {
+        match r.read_event().unwrap() {
+            Event::Start(e) => {
+                let n = String::from_utf8_lossy(e.name().as_ref()).into_owned();
+                path.push(n);
+                let p: Vec<&str> = path.iter().map(String::as_str).collect();
+                if p.ends_with(&["networkInterfaceSet", "item"]) {
+                    out.push(DescribedEni::default());
+                }
+                if p.ends_with(&["privateIpAddressesSet", "item"]) {
+                    addr = (None, false);
+                }
+            }
+            Event::End(_) => {
+                let p: Vec<&str> = path.iter().map(String::as_str).collect();
+                if p.ends_with(&["privateIpAddressesSet", "item"]) {
+                    let e = out.last_mut().unwrap();
+                    if let (Some(ip), primary) = addr {
+                        if primary {
+                            e.primary_ip = Some(ip);
+                        } else {
+                            e.secondary_ips.push(ip);
+                        }
+                    }
+                }
+                path.pop();
+            }
+            Event::Text(t) => {
+                let text = t.xml_content().unwrap().trim().to_string();
+                let p: Vec<&str> = path.iter().map(String::as_str).collect();
+                let Some(e) = out.last_mut() else { continue };
+                match p.as_slice() {
+                    [.., "networkInterfaceSet", "item", "networkInterfaceId"] => e.eni_id = text,
+                    [.., "networkInterfaceSet", "item", "attachment", "instanceId"] => {
+                        e.instance_id = text
+                    }
+                    [.., "networkInterfaceSet", "item", "attachment", "deviceIndex"] => {
+                        e.device_index = text.parse().ok()
+                    }
+                    [.., "privateIpAddressesSet", "item", "privateIpAddress"] => {
+                        addr.0 = text.parse().ok()
+                    }
+                    [.., "privateIpAddressesSet", "item", "primary"] => addr.1 = text == "true",
+                    _ => {}
+                }
+            }
+            Event::Eof => break,
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The node's ENIs per EC2 (DescribeNetworkInterfaces filtered by attachment.instance-id).
+fn describe_node_enis(lab: &Lab, node: &NodeRecord) -> Vec<DescribedEni> {
+    let xml = lab
+        .ec2(
+            "DescribeNetworkInterfaces",
+            &[
+                ("Filter.1.Name", "attachment.instance-id"),
+                ("Filter.1.Value.1", &node.instance_id),
+            ],
+        )
+        .unwrap();
+    let enis = parse_describe(&xml);
+    assert!(
+        !enis.is_empty(),
+        "no ENIs described for {}: {xml}",
+        node.instance_id
+    );
+    enis
+}
+
+fn eni_of(enis: &[DescribedEni], ip: Ipv4Addr) -> Option<&DescribedEni> {
+    enis.iter().find(|e| e.secondary_ips.contains(&ip))
+}
+
+fn checkpoint(node: &NodeRecord) -> Checkpoint {
+    Checkpoint::from_json(&std::fs::read_to_string(node.checkpoint_path()).unwrap()).unwrap()
+}
+
+fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(
+            t0.elapsed() < timeout,
+            "timed out after {timeout:?}: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The host-side veth of a pod: the device of the node's /32 route to it.
+fn host_veth(node: &NodeRecord, ip: Ipv4Addr) -> Option<String> {
+    let out = ipn(node, &["route", "show", &format!("{ip}/32")]);
+    let f: Vec<&str> = out.split_whitespace().collect();
+    f.iter()
+        .position(|w| *w == "dev")
+        .and_then(|i| f.get(i + 1))
+        .map(|s| s.to_string())
+}
+
+fn rules_for(node: &NodeRecord, ip: Ipv4Addr) -> Vec<String> {
+    let ip_s = ip.to_string();
+    ipn(node, &["rule", "show"])
+        .lines()
+        .filter(|l| l.split_whitespace().any(|w| w == ip_s))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+/// Kernel state of a pod on a secondary ENI (device `dev`): exactly rules 512 and 1536 for
+/// its IP, the host /32 route, the pod's permanent neighbour, table `dev` default via the
+/// subnet router on eth<dev>.
+fn assert_secondary_eni_pod_datapath(node: &NodeRecord, c: &ContainerInfo, dev: u32) {
+    let mut rules = rules_for(node, c.ip);
+    rules.sort();
+    assert_eq!(
+        rules,
+        vec![
+            format!("1536: from {} lookup {dev}", c.ip),
+            format!("512: from all to {} lookup main", c.ip),
+        ],
+        "policy rules for {}",
+        c.ip
+    );
+    let veth = host_veth(node, c.ip).expect("host /32 route to the pod");
+    assert!(
+        veth.starts_with("eni"),
+        "host veth {veth} has the VPC CNI prefix"
+    );
+    let table = ipn(node, &["route", "show", "table", &dev.to_string()]);
+    assert!(
+        table.contains(&format!("default via 10.0.1.1 dev eth{dev}")),
+        "table {dev}: {table}"
+    );
+    let neigh = sh(
+        "nsenter",
+        &[
+            &format!("--net=/proc/{}/ns/net", c.pid),
+            "ip",
+            "neigh",
+            "show",
+            "169.254.1.1",
+        ],
+    );
+    assert!(
+        neigh.contains("PERMANENT"),
+        "pod neighbour 169.254.1.1: {neigh}"
+    );
+    let veth_mac = ipn(node, &["-br", "link", "show", &veth]);
+    let mac = veth_mac.split_whitespace().nth(2).unwrap().to_string();
+    assert!(
+        neigh.contains(&mac),
+        "pod neighbour points at the host veth {mac}: {neigh}"
+    );
+    let routes = sh(
+        "nsenter",
+        &[&format!("--net=/proc/{}/ns/net", c.pid), "ip", "route"],
+    );
+    assert!(
+        routes.contains("default via 169.254.1.1 dev eth0"),
+        "pod routes: {routes}"
+    );
+}
+
+#[test]
+fn demo_twelve_containers_use_secondary_enis_and_talk() {
+    with_lab(
+        "demo",
+        |_| {},
+        |lab| {
+            let node = node(lab);
+            let names = lab.next_names(12).unwrap();
+            let started = lab.run("n1", &names).unwrap();
+            assert_eq!(started.len(), 12);
+
+            // Every container IP is a secondary IP of an ENI attached to this node, per EC2.
+            let enis = describe_node_enis(lab, &node);
+            for e in &enis {
+                assert_eq!(e.instance_id, node.instance_id);
+            }
+            let mut dev_of = BTreeMap::new();
+            for c in &started {
+                let e = eni_of(&enis, c.ip).unwrap_or_else(|| {
+                    panic!(
+                        "{} ({}) is not a secondary IP of the node's ENIs: {enis:?}",
+                        c.id, c.ip
+                    )
+                });
+                dev_of.insert(c.id.clone(), e.device_index.unwrap());
+            }
+            let distinct: BTreeSet<Ipv4Addr> = started.iter().map(|c| c.ip).collect();
+            assert_eq!(distinct.len(), 12, "distinct IPs");
+            let on_primary: Vec<&ContainerInfo> =
+                started.iter().filter(|c| dev_of[&c.id] == 0).collect();
+            let on_secondary: Vec<&ContainerInfo> =
+                started.iter().filter(|c| dev_of[&c.id] > 0).collect();
+            assert!(on_primary.len() >= 2, "eth0's pool used: {dev_of:?}");
+            assert!(
+                !on_secondary.is_empty(),
+                "12 pods on an m5.large need eth1 or eth2: {dev_of:?}"
+            );
+
+            // Pings: same ENI, across ENIs both ways, secondary-ENI pod -> node, -> VPC router.
+            let s = on_secondary[0];
+            let (p0, p1) = (on_primary[0], on_primary[1]);
+            let node_ip: Ipv4Addr = node.primary_ip.parse().unwrap();
+            for (from, to) in [
+                (p0, p1.ip),
+                (s, p0.ip),
+                (p0, s.ip),
+                (s, node_ip),
+                (s, "10.0.1.1".parse().unwrap()),
+            ] {
+                assert!(
+                    lab.ping(&from.id, to).unwrap(),
+                    "ping {} ({}) -> {to}",
+                    from.id,
+                    from.ip
+                );
+            }
+            if let Some(s2) = on_secondary.get(1) {
+                assert!(lab.ping(&s.id, s2.ip).unwrap(), "same secondary ENI ping");
+            }
+
+            // Kernel state for the pod on a secondary ENI.
+            assert_secondary_eni_pod_datapath(&node, s, dev_of[&s.id]);
+
+            // DEL through the runtime: veth, route and rules go; the IP cools down in the pool.
+            let veth = host_veth(&node, s.ip).unwrap();
+            lab.remove_container(&s.id).unwrap();
+            assert!(
+                host_veth(&node, s.ip).is_none(),
+                "host route left after DEL"
+            );
+            assert!(rules_for(&node, s.ip).is_empty(), "rules left after DEL");
+            assert!(
+                !ipn(&node, &["-o", "link"]).contains(&format!("{veth}@")),
+                "host veth {veth} left after DEL"
+            );
+            let cp = checkpoint(&node);
+            assert!(
+                !cp.assignments.iter().any(|a| a.ip == s.ip),
+                "still assigned: {cp:?}"
+            );
+            assert!(
+                cp.cooldowns.iter().any(|c| c.ip == s.ip),
+                "not in cooldown: {cp:?}"
+            );
+            let enis = describe_node_enis(lab, &node);
+            assert!(
+                eni_of(&enis, s.ip).is_some(),
+                "released IP stays on the ENI (warm pool)"
+            );
+        },
+    );
+}
+
+#[test]
+fn del_with_agent_down_removes_datapath_and_restart_reclaims_the_ip() {
+    with_lab(
+        "agentdown",
+        |_| {},
+        |lab| {
+            let node = node(lab);
+            let c = lab.run("n1", &["a1".to_string()]).unwrap().remove(0);
+            let veth = host_veth(&node, c.ip).expect("datapath before");
+            assert!(checkpoint(&node).assignments.iter().any(|a| a.ip == c.ip));
+
+            lab.stop_agent("n1").unwrap();
+            lab.remove_container("a1").unwrap();
+            assert!(
+                host_veth(&node, c.ip).is_none(),
+                "route left with the agent down"
+            );
+            assert!(
+                rules_for(&node, c.ip).is_empty(),
+                "rules left with the agent down"
+            );
+            assert!(
+                !ipn(&node, &["-o", "link"]).contains(&format!("{veth}@")),
+                "veth left"
+            );
+
+            lab.start_agent("n1").unwrap();
+            wait_until(
+                "the restarted agent reclaims the IP",
+                Duration::from_secs(30),
+                || !checkpoint(&node).assignments.iter().any(|a| a.ip == c.ip),
+            );
+            // Reusable: a new container gets an address and a working datapath.
+            let c2 = lab.run("n1", &["a2".to_string()]).unwrap().remove(0);
+            assert!(lab.ping("a2", node.primary_ip.parse().unwrap()).unwrap());
+            assert!(host_veth(&node, c2.ip).is_some());
+        },
+    );
+}
+
+#[test]
+fn fifty_containers_in_parallel_get_distinct_ips_and_datapaths() {
+    with_lab(
+        "fifty",
+        |o| {
+            o.instance_type = "m5.4xlarge".into();
+            o.agent_env.push(("MINIMUM_IP_TARGET".into(), "60".into()));
+        },
+        |lab| {
+            let node = node(lab);
+            // Let the warm pool fill first, as a node would before pods are scheduled.
+            wait_until("60 warm IPs", Duration::from_secs(60), || {
+                describe_node_enis(lab, &node)
+                    .iter()
+                    .map(|e| e.secondary_ips.len())
+                    .sum::<usize>()
+                    >= 60
+            });
+            let names: Vec<String> = (1..=50).map(|i| format!("p{i}")).collect();
+            let started = lab.run("n1", &names).unwrap();
+            let ips: BTreeSet<Ipv4Addr> = started.iter().map(|c| c.ip).collect();
+            assert_eq!(ips.len(), 50, "distinct IPs");
+            let enis = describe_node_enis(lab, &node);
+            let cp = checkpoint(&node);
+            for c in &started {
+                assert!(
+                    eni_of(&enis, c.ip).is_some(),
+                    "{} not on the node's ENIs",
+                    c.ip
+                );
+                assert!(host_veth(&node, c.ip).is_some(), "{}: no host route", c.ip);
+                let dev = eni_of(&enis, c.ip).unwrap().device_index.unwrap();
+                // 512 "to pod -> main" always; 1536 "from pod -> table N" on a secondary ENI.
+                let expected = if dev > 0 { 2 } else { 1 };
+                assert_eq!(rules_for(&node, c.ip).len(), expected, "{}: rules", c.ip);
+                assert!(
+                    cp.assignments.iter().any(|a| a.ip == c.ip),
+                    "{} not checkpointed",
+                    c.ip
+                );
+            }
+            assert!(
+                lab.ping("p1", started[49].ip).unwrap(),
+                "first and last pod talk"
+            );
+        },
+    );
+}

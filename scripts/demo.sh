@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The README's demo: on a fresh Debian machine, installs what the lab needs (containerd, runc,
+# iproute2, nftables, busybox-static, the reference CNI plugins, moto), builds vpcnet, brings a
+# one-node lab up on an m5.large, starts 12 containers (so secondary ENIs are used), prints
+# container / IP / ENI / device number and ping results, then tears everything down.
+# Everything runs in network namespaces the lab creates and removes. Needs root.
+# Extra arguments go to `vpcnet lab demo` (e.g. --instance-type m5.xlarge --count 20).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" != 0 ]; then
+  echo "demo.sh needs root (it creates network namespaces): sudo ./scripts/demo.sh" >&2
+  exit 1
+fi
+
+./scripts/install-deps.sh
+
+# Under sudo, root's PATH may miss the invoking user's rustup toolchain.
+if ! command -v cargo >/dev/null 2>&1 && [ -n "${SUDO_USER:-}" ]; then
+  user_home=$(getent passwd "$SUDO_USER" | cut -d: -f6)
+  [ -x "$user_home/.cargo/bin/cargo" ] && export PATH="$user_home/.cargo/bin:$PATH"
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "cargo not found: install a Rust toolchain (https://rustup.rs), then rerun" >&2
+  exit 1
+fi
+
+echo "==> building vpcnet, vpcnet-agent, vpcnet-cni" >&2
+cargo build -p vpcnet-cli -p vpcnet-agent -p vpcnet-cni
+target_dir=${CARGO_TARGET_DIR:-target}
+exec "$target_dir/debug/vpcnet" lab demo --name "demo-$$" "$@"
