@@ -52,26 +52,45 @@ impl Drop for AgentHandle {
     }
 }
 
-async fn read_facts(imds: &Imds, opts: &AgentOptions) -> anyhow::Result<NodeFacts> {
-    let (instance_id, instance_type, mac) =
-        tokio::try_join!(imds.instance_id(), imds.instance_type(), imds.mac())
-            .context("reading instance identity from IMDS")?;
-    let (iface, region, primary_ip) = tokio::try_join!(
-        imds.interface(&mac),
+/// IMDS identity (first round): instance ID, type, primary MAC, region.
+struct Identity {
+    instance_id: String,
+    instance_type: String,
+    mac: String,
+    region: String,
+}
+
+async fn read_identity(imds: &Imds, opts: &AgentOptions) -> anyhow::Result<Identity> {
+    let (instance_id, instance_type, mac, region) = tokio::try_join!(
+        imds.instance_id(),
+        imds.instance_type(),
+        imds.mac(),
         async {
             match &opts.region {
                 Some(r) => Ok(r.clone()),
                 None => imds.region().await,
             }
-        },
-        imds.local_ipv4()
+        }
     )
-    .context("reading the primary ENI from IMDS")?;
-    Ok(NodeFacts {
+    .context("reading instance identity from IMDS")?;
+    Ok(Identity {
         instance_id,
         instance_type,
+        mac: mac.to_ascii_lowercase(),
         region,
-        primary_mac: mac.to_ascii_lowercase(),
+    })
+}
+
+/// IMDS second round: the primary ENI's subnet, VPC CIDRs and security groups (static facts;
+/// hints only, never used to hand out or release an address).
+async fn read_facts(imds: &Imds, id: &Identity, opts: &AgentOptions) -> anyhow::Result<NodeFacts> {
+    let (iface, primary_ip) = tokio::try_join!(imds.interface(&id.mac), imds.local_ipv4())
+        .context("reading the primary ENI from IMDS")?;
+    Ok(NodeFacts {
+        instance_id: id.instance_id.clone(),
+        instance_type: id.instance_type.clone(),
+        region: id.region.clone(),
+        primary_mac: id.mac.clone(),
         primary_ip,
         subnet_id: opts.subnet_id.clone().unwrap_or(iface.subnet_id),
         subnet_cidr: iface.subnet_cidr,
@@ -124,21 +143,33 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
             .map_err(|e| anyhow!("IMDS endpoint: {e}"))?,
         None => Imds::new(),
     };
-    let facts = read_facts(&imds, &opts).await?;
-    tracing::info!(instance = %facts.instance_id, r#type = %facts.instance_type, subnet = %facts.subnet_id, "instance facts from IMDS");
+    let id = read_identity(&imds, &opts).await?;
+    tracing::debug!(elapsed = ?started.elapsed(), "IMDS identity");
     let metrics = Arc::new(Metrics::new());
-    let ec2 = Ec2::connect(
-        Ec2Options {
-            region: Some(facts.region.clone()),
-            endpoint_url: opts.ec2_endpoint.clone(),
-            imds_endpoint: opts.imds_endpoint.clone(),
-            credentials: opts.credentials.clone(),
-            calls: opts.ec2_calls.clone(),
-        },
-        metrics.clone(),
-    )
-    .await
-    .map_err(|e| anyhow!("{e}"))?;
+    // The one batched describe runs while IMDS answers the second round.
+    let ec2_and_enis = async {
+        let ec2 = Ec2::connect(
+            Ec2Options {
+                region: Some(id.region.clone()),
+                endpoint_url: opts.ec2_endpoint.clone(),
+                imds_endpoint: opts.imds_endpoint.clone(),
+                credentials: opts.credentials.clone(),
+                calls: opts.ec2_calls.clone(),
+            },
+            metrics.clone(),
+        )
+        .await
+        .map_err(|e| anyhow!("{e}"))?;
+        tracing::debug!(elapsed = ?started.elapsed(), "EC2 client");
+        let enis = ec2
+            .describe_instance_network_interfaces(&id.instance_id)
+            .await
+            .map_err(|e| anyhow!("describing the instance's ENIs: {e}"))?;
+        tracing::debug!(elapsed = ?started.elapsed(), "described ENIs");
+        anyhow::Ok((ec2, enis))
+    };
+    let ((ec2, enis), facts) = tokio::try_join!(ec2_and_enis, read_facts(&imds, &id, &opts))?;
+    tracing::info!(instance = %facts.instance_id, r#type = %facts.instance_type, subnet = %facts.subnet_id, "instance facts from IMDS");
     let limits = match vpcnet_limits::lookup(&facts.instance_type) {
         Some(l) => l.clone(),
         None => ec2
@@ -187,9 +218,9 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
         stop_rx.clone(),
     )));
 
-    crate::reconciler::sync_from_ec2(&shared, &ec2, policy)
+    crate::reconciler::adopt(&shared, &ec2, enis, policy)
         .await
-        .map_err(|e| anyhow!("describing the instance's ENIs: {e}"))?;
+        .map_err(|e| anyhow!("adopting the instance's ENIs: {e}"))?;
     shared.persist().await;
     crate::reconciler::setup_node_enis(&shared).await;
     // Fill the pool; EC2 errors are retried by the reconciler, but serve as soon as one

@@ -72,6 +72,16 @@ pub async fn sync_from_ec2(
     let enis = ec2
         .describe_instance_network_interfaces(&shared.facts.instance_id)
         .await?;
+    adopt(shared, ec2, enis, unknown).await
+}
+
+/// Adopts the instance's ENIs as `DescribeNetworkInterfaces` returned them.
+pub async fn adopt(
+    shared: &Shared,
+    ec2: &Ec2,
+    enis: Vec<NetworkInterface>,
+    unknown: UnknownIpPolicy,
+) -> Result<vpcnet_ipam::ReconcileReport, Ec2Error> {
     let mut subnets: std::collections::BTreeMap<String, ipnet::Ipv4Net> =
         [(shared.facts.subnet_id.clone(), shared.facts.subnet_cidr)].into();
     let unknown_subnets: Vec<String> = enis
@@ -110,7 +120,26 @@ pub async fn sync_from_ec2(
         .foreign_devices
         .lock()
         .unwrap_or_else(|p| p.into_inner()) = foreign;
-    let report = shared.pool().reconcile(&view, unknown, now_ms());
+    let report = {
+        let mut pool = shared.pool();
+        let before: BTreeSet<_> = pool.orphaned().into_iter().collect();
+        let enis_with_pods: BTreeSet<String> =
+            pool.assignments().map(|(_, a)| a.eni_id.clone()).collect();
+        let report = pool.reconcile(&view, unknown, now_ms());
+        let new_orphans = report
+            .orphaned
+            .iter()
+            .filter(|o| !before.contains(o))
+            .count();
+        shared.metrics.inc_force_removed_ips(new_orphans as u64);
+        let lost_enis = report
+            .removed_enis
+            .iter()
+            .filter(|e| enis_with_pods.contains(*e))
+            .count();
+        shared.metrics.inc_force_removed_enis(lost_enis as u64);
+        report
+    };
     if !report.orphaned.is_empty() {
         tracing::warn!(orphaned = ?report.orphaned, "EC2 no longer lists these assigned addresses on the node; the pods keep them until deleted, they are never handed out again");
     }

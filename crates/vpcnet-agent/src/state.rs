@@ -120,5 +120,30 @@ impl Shared {
             }
         }
         m.set_assigned_ip_per_eni(per_eni);
+        // Per secondary /32 or /28 prefix, as the VPC CNI reports it.
+        let mut per_cidr: BTreeMap<String, u64> = BTreeMap::new();
+        for e in pool.enis() {
+            for ip in e.ips.keys() {
+                per_cidr.insert(format!("{ip}/32"), 0);
+            }
+            for p in e.prefixes.keys() {
+                per_cidr.insert(p.to_string(), 0);
+            }
+        }
+        for (_, a) in pool.assignments() {
+            let key = pool
+                .eni_of(a.ip)
+                .and_then(|e| {
+                    e.prefixes
+                        .keys()
+                        .find(|p| p.contains(&a.ip))
+                        .map(|p| p.to_string())
+                })
+                .unwrap_or_else(|| format!("{}/32", a.ip));
+            if let Some(n) = per_cidr.get_mut(&key) {
+                *n += 1;
+            }
+        }
+        m.set_assigned_ip_per_cidr(per_cidr.iter().map(|(k, v)| (k.as_str(), *v)));
     }
 }
