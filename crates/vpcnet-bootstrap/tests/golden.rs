@@ -1,11 +1,11 @@
-//! Golden-file tests: each case runs vpcnet-bootstrap against fake IMDS/EC2/host into a
-//! temporary root and compares every file (plus the command line and stderr) with
+//! Golden-file tests: each case runs vpcnet-bootstrap against one instance in vpcnet-emu
+//! (IMDSv2 and EC2 through the real adapters) and a fake host, into a temporary root, and compares every file (plus the command line and stderr) with
 //! tests/golden/<case>/. Regenerate with `UPDATE_GOLDEN=1 cargo test -p vpcnet-bootstrap
 //! --test golden` and review the diff by eye.
 
 mod common;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use clap::Parser;
@@ -18,8 +18,7 @@ const ENDPOINT: &str = "https://0123456789ABCDEF0123456789ABCDEF.gr7.us-west-2.e
 struct Case {
     name: &'static str,
     args: Vec<String>,
-    instance: Instance,
-    ec2: FakeEc2,
+    cloud: CloudSpec,
     vcpus: u32,
     kubelet: &'static str,
     apiserver_ips: Vec<IpAddr>,
@@ -40,8 +39,7 @@ impl Case {
         Case {
             name,
             args,
-            instance: Instance::simple("m5.large", vec!["192.168.0.0/16"]),
-            ec2: FakeEc2::default(),
+            cloud: CloudSpec::new("m5.large", vec!["192.168.0.0/16"]),
             vcpus: 2,
             kubelet: "Kubernetes v1.31.2-eks-7f9249a",
             apiserver_ips: vec![],
@@ -69,7 +67,8 @@ impl Case {
         argv.push("--root".into());
         argv.push(root.path().display().to_string());
         let args = BootstrapArgs::try_parse_from(&argv).unwrap();
-        let imds = self.instance.imds();
+        let cloud = Cloud::launch(&self.cloud).await;
+        let (imds, ec2) = (&cloud.imds, &cloud.ec2);
         let host = FakeHost {
             root: root.path().to_path_buf(),
             vcpus: self.vcpus,
@@ -78,14 +77,24 @@ impl Case {
         };
 
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        vpcnet_bootstrap::run(&args, &imds, &self.ec2, &host, &mut out, &mut err)
+        vpcnet_bootstrap::run(&args, imds, ec2, &host, &mut out, &mut err)
             .await
             .unwrap();
         let first = tree(root.path());
+        if self.cloud.ipv6s.is_empty() {
+            // The node IP is the primary ENI's address as EC2 reports it.
+            let args10 = &first["etc/systemd/system/kubelet.service.d/10-kubelet-args.conf"];
+            let want = format!("--node-ip={} ", cloud.instance.private_ip);
+            assert!(
+                args10.contains(&want),
+                "{}: {args10} lacks {want}",
+                self.name
+            );
+        }
 
         // Idempotent: a second run changes nothing.
         let (mut out2, mut err2) = (Vec::new(), Vec::new());
-        vpcnet_bootstrap::run(&args, &imds, &self.ec2, &host, &mut out2, &mut err2)
+        vpcnet_bootstrap::run(&args, imds, ec2, &host, &mut out2, &mut err2)
             .await
             .unwrap();
         let out2 = String::from_utf8(out2).unwrap();
@@ -114,16 +123,9 @@ impl Case {
             ..host
         };
         let mut dry = Vec::new();
-        vpcnet_bootstrap::run(
-            &dry_args,
-            &imds,
-            &self.ec2,
-            &dry_host,
-            &mut dry,
-            &mut Vec::new(),
-        )
-        .await
-        .unwrap();
+        vpcnet_bootstrap::run(&dry_args, imds, ec2, &dry_host, &mut dry, &mut Vec::new())
+            .await
+            .unwrap();
         let dry = String::from_utf8(dry).unwrap();
         for (rel, content) in &first {
             assert!(
@@ -194,7 +196,7 @@ async fn regular_cluster() {
             "--node-labels=team=a,env=prod --register-with-taints=dedicated=a:NoSchedule",
         ],
     );
-    c.instance = Instance::simple("m5.large", vec!["10.0.0.0/16"]);
+    c.cloud = CloudSpec::new("m5.large", vec!["10.0.0.0/16"]);
     c.run().await;
 }
 
@@ -203,7 +205,7 @@ async fn regular_cluster_old_kubelet_uses_aws_provider() {
     let mut c = Case::new("regular-kubelet-1.25", &["--kubelet-version", "1.25.16"]);
     c.kubelet = "(not run: --kubelet-version given)";
     c.vcpus = 32;
-    c.instance = Instance::simple("c5.9xlarge", vec!["10.0.0.0/16"]);
+    c.cloud = CloudSpec::new("c5.9xlarge", vec!["10.0.0.0/16"]);
     c.run().await;
 }
 
@@ -224,7 +226,7 @@ async fn local_cluster_on_outposts() {
         "10.0.3.12".parse().unwrap(),
     ];
     c.preseed = vec![("/etc/hosts", "127.0.0.1   localhost localhost.localdomain\n::1         localhost6 localhost6.localdomain6\n")];
-    c.instance = Instance::simple("m5.xlarge", vec!["10.0.0.0/16"]);
+    c.cloud = CloudSpec::new("m5.xlarge", vec!["10.0.0.0/16"]);
     c.vcpus = 4;
     c.run().await;
 }
@@ -240,7 +242,7 @@ async fn ipv6_cluster() {
             "fd00:c0de:7e57::/108",
         ],
     );
-    c.instance.enis[0].ipv6s = vec![
+    c.cloud.ipv6s = vec![
         "2600:1f14:abc:de00:1234:5678:9abc:def0",
         "2600:1f14:abc:de00::99",
     ];
@@ -254,43 +256,28 @@ async fn custom_service_cidr() {
         &["--service-ipv4-cidr", "172.16.0.0/16"],
     );
     // The VPC heuristic would say 172.20.0.10; the service CIDR wins.
-    c.instance = Instance::simple("m5.large", vec!["10.0.0.0/16"]);
+    c.cloud = CloudSpec::new("m5.large", vec!["10.0.0.0/16"]);
     c.run().await;
 }
 
 #[tokio::test]
 async fn dns_heuristic_any_ten_slash_eight_vpc_cidr() {
     let mut c = Case::new("dns-vpc-10", &[]);
-    c.instance = Instance::simple("m5.large", vec!["192.168.0.0/16", "10.0.0.0/16"]);
+    c.cloud = CloudSpec::new("m5.large", vec!["192.168.0.0/16", "10.0.0.0/16"]);
     c.run().await;
 }
 
 #[tokio::test]
 async fn dns_heuristic_110_is_not_ten() {
     let mut c = Case::new("dns-vpc-110", &[]);
-    c.instance = Instance::simple("m5.large", vec!["110.0.0.0/16"]);
+    c.cloud = CloudSpec::new("m5.large", vec!["110.0.0.0/16"]);
     c.run().await;
 }
 
 #[tokio::test]
 async fn primary_mac_is_not_first_in_listing() {
     let mut c = Case::new("two-macs", &[]);
-    c.instance.enis = vec![
-        // Listed first: a secondary ENI in another VPC CIDR (10.x → would give 172.20.0.10).
-        Eni {
-            mac: "0a:00:00:00:00:0a",
-            local_ipv4s: vec!["10.1.5.6"],
-            ipv6s: vec![],
-            vpc_ipv4_cidrs: vec!["10.1.0.0/16"],
-        },
-        Eni {
-            mac: "0a:00:00:00:00:0b",
-            local_ipv4s: vec!["192.168.7.8", "192.168.7.9"],
-            ipv6s: vec![],
-            vpc_ipv4_cidrs: vec!["192.168.0.0/16"],
-        },
-    ];
-    c.instance.primary = 1;
+    c.cloud.second_eni_listed_first = true;
     c.run().await;
 }
 
@@ -333,8 +320,8 @@ fn unknown_type_limits() -> InstanceLimits {
 #[tokio::test]
 async fn unknown_instance_type_answered_by_ec2() {
     let mut c = Case::new("unknown-type-ec2", &[]);
-    c.instance = Instance::simple("q9z.4xlarge", vec!["192.168.0.0/16"]);
-    c.ec2.types = HashMap::from([("q9z.4xlarge".to_string(), unknown_type_limits())]);
+    c.cloud = CloudSpec::new("q9z.4xlarge", vec!["192.168.0.0/16"]);
+    c.cloud.register = Some(unknown_type_limits());
     c.vcpus = 16;
     c.run().await;
 }
@@ -342,8 +329,9 @@ async fn unknown_instance_type_answered_by_ec2() {
 #[tokio::test]
 async fn unknown_instance_type_ec2_denied() {
     let mut c = Case::new("unknown-type-ec2-denied", &[]);
-    c.instance = Instance::simple("q9z.4xlarge", vec!["192.168.0.0/16"]);
-    c.ec2.deny_describe_instance_types = true;
+    c.cloud = CloudSpec::new("q9z.4xlarge", vec!["192.168.0.0/16"]);
+    c.cloud.register = Some(unknown_type_limits());
+    c.cloud.deny_describe_instance_types = true;
     c.vcpus = 16;
     c.run().await;
 }
@@ -372,6 +360,6 @@ spec:
       prefixDelegation: true
 ",
     );
-    c.instance = Instance::simple("m5.large", vec!["10.0.0.0/16"]);
+    c.cloud = CloudSpec::new("m5.large", vec!["10.0.0.0/16"]);
     c.run().await;
 }

@@ -1,5 +1,6 @@
 //! Under the external cloud provider kubelet's node name must be EC2's PrivateDnsName, which
 //! EC2 may report empty right after launch: bootstrap retries a bounded number of times.
+//! Runs against vpcnet-emu (empty PrivateDnsName for the first N DescribeInstances calls).
 
 mod common;
 
@@ -36,42 +37,52 @@ fn host(root: &std::path::Path) -> FakeHost {
     }
 }
 
+fn spec() -> CloudSpec {
+    CloudSpec::new("m5.large", vec!["10.0.0.0/16"])
+}
+
 #[tokio::test]
 async fn retried_while_empty_then_used() {
     let root = tempfile::tempdir().unwrap();
-    let ec2 = FakeEc2 {
-        empty_dns_calls: 3,
-        ..Default::default()
-    };
-    let imds = Instance::simple("m5.large", vec!["10.0.0.0/16"]).imds();
-    let plan = vpcnet_bootstrap::plan(&args(root.path(), 5), &imds, &ec2, &host(root.path()))
-        .await
-        .unwrap();
-    assert_eq!(ec2.dns_calls.get(), 4);
+    let cloud = Cloud::launch(&CloudSpec {
+        empty_private_dns_calls: 3,
+        ..spec()
+    })
+    .await;
+    let plan = vpcnet_bootstrap::plan(
+        &args(root.path(), 5),
+        &cloud.imds,
+        &cloud.ec2,
+        &host(root.path()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(cloud.calls("DescribeInstances"), 4);
     let f = plan
         .files
         .iter()
         .find(|f| f.path.ends_with("10-kubelet-args.conf"))
         .unwrap();
-    assert!(f
-        .content
-        .as_ref()
-        .unwrap()
-        .contains("--hostname-override=ip-192-168-12-34.us-west-2.compute.internal"));
+    let want = format!("--hostname-override={}", cloud.instance.private_dns_name);
+    assert!(
+        f.content.as_ref().unwrap().contains(&want),
+        "{:?} lacks {want}",
+        f.content
+    );
 }
 
 #[tokio::test]
 async fn gives_up_after_the_budget_with_a_clear_error_and_writes_nothing() {
     let root = tempfile::tempdir().unwrap();
-    let ec2 = FakeEc2 {
-        empty_dns_calls: 100,
-        ..Default::default()
-    };
-    let imds = Instance::simple("m5.large", vec!["10.0.0.0/16"]).imds();
+    let cloud = Cloud::launch(&CloudSpec {
+        empty_private_dns_calls: 100,
+        ..spec()
+    })
+    .await;
     let e = vpcnet_bootstrap::run(
         &args(root.path(), 4),
-        &imds,
-        &ec2,
+        &cloud.imds,
+        &cloud.ec2,
         &host(root.path()),
         &mut Vec::new(),
         &mut Vec::new(),
@@ -79,10 +90,10 @@ async fn gives_up_after_the_budget_with_a_clear_error_and_writes_nothing() {
     .await
     .unwrap_err()
     .to_string();
-    assert_eq!(ec2.dns_calls.get(), 4);
+    assert_eq!(cloud.calls("DescribeInstances"), 4);
+    let id = &cloud.instance.instance_id;
     assert!(
-        e.contains("no PrivateDnsName for i-0123456789abcdef0 after 4 attempts")
-            && e.contains("Fix:"),
+        e.contains(&format!("no PrivateDnsName for {id} after 4 attempts")) && e.contains("Fix:"),
         "{e}"
     );
     assert!(tree(root.path()).is_empty());
@@ -91,16 +102,21 @@ async fn gives_up_after_the_budget_with_a_clear_error_and_writes_nothing() {
 #[tokio::test]
 async fn denied_describe_instances_fails_fast() {
     let root = tempfile::tempdir().unwrap();
-    let ec2 = FakeEc2 {
+    let cloud = Cloud::launch(&CloudSpec {
         deny_describe_instances: true,
-        ..Default::default()
-    };
-    let imds = Instance::simple("m5.large", vec!["10.0.0.0/16"]).imds();
-    let e = vpcnet_bootstrap::plan(&args(root.path(), 10), &imds, &ec2, &host(root.path()))
-        .await
-        .unwrap_err()
-        .to_string();
-    assert_eq!(ec2.dns_calls.get(), 1);
+        ..spec()
+    })
+    .await;
+    let e = vpcnet_bootstrap::plan(
+        &args(root.path(), 10),
+        &cloud.imds,
+        &cloud.ec2,
+        &host(root.path()),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert_eq!(cloud.calls("DescribeInstances"), 1);
     assert!(
         e.contains("UnauthorizedOperation") && e.contains("ec2:DescribeInstances"),
         "{e}"
@@ -110,15 +126,18 @@ async fn denied_describe_instances_fails_fast() {
 #[tokio::test]
 async fn old_kubelet_needs_no_private_dns_name() {
     let root = tempfile::tempdir().unwrap();
-    let ec2 = FakeEc2 {
+    let cloud = Cloud::launch(&CloudSpec {
         deny_describe_instances: true,
-        ..Default::default()
-    };
-    let imds = Instance::simple("m5.large", vec!["10.0.0.0/16"]).imds();
+        ..spec()
+    })
+    .await;
     let mut a = args(root.path(), 10);
     a.kubelet_version = Some("1.25.3".into());
-    let plan = vpcnet_bootstrap::plan(&a, &imds, &ec2, &host(root.path()))
+    let plan = vpcnet_bootstrap::plan(&a, &cloud.imds, &cloud.ec2, &host(root.path()))
         .await
         .unwrap();
-    assert_eq!((plan.cloud_provider, ec2.dns_calls.get()), ("aws", 0));
+    assert_eq!(
+        (plan.cloud_provider, cloud.calls("DescribeInstances")),
+        ("aws", 0)
+    );
 }

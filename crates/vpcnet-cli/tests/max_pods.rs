@@ -185,3 +185,144 @@ fn bad_input() {
     let o = vpcnet(&["m5.large", "-o", "yaml"]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// Unknown types go to EC2 DescribeInstanceTypes (here vpcnet-emu); if EC2 fails too, 110
+/// with a warning saying how to fix it.
+mod unknown_types {
+    use super::*;
+    use vpcnet_emu::{ActionFaults, Emulator};
+    use vpcnet_limits::{Hypervisor, InstanceLimits, NetworkCard};
+
+    fn vpcnet_at(
+        endpoint: String,
+        args: &'static [&'static str],
+    ) -> tokio::task::JoinHandle<Output> {
+        tokio::task::spawn_blocking(move || {
+            Command::new(env!("CARGO_BIN_EXE_vpcnet"))
+                .arg("max-pods")
+                .args(args)
+                .env("AWS_EC2_METADATA_SERVICE_ENDPOINT", "http://127.0.0.1:9")
+                .env("AWS_ENDPOINT_URL", endpoint)
+                .env("AWS_REGION", "us-east-1")
+                .env("AWS_ACCESS_KEY_ID", "AKIDTEST")
+                .env("AWS_SECRET_ACCESS_KEY", "secret")
+                .output()
+                .unwrap()
+        })
+    }
+
+    fn future_type() -> InstanceLimits {
+        InstanceLimits {
+            instance_type: "q9z.4xlarge".into(),
+            eni_limit: 8,
+            ipv4_per_eni: 30,
+            default_network_card: 0,
+            network_cards: vec![
+                NetworkCard {
+                    index: 0,
+                    max_enis: 8,
+                },
+                NetworkCard {
+                    index: 1,
+                    max_enis: 8,
+                },
+            ],
+            hypervisor: Hypervisor::Nitro,
+            bare_metal: false,
+            vcpus: Some(16),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn answered_by_ec2() {
+        let emu = Emulator::new(1);
+        emu.register_instance_type(future_type());
+        let server = emu.spawn().await.unwrap();
+        let o = vpcnet_at(
+            server.endpoint.clone(),
+            &[
+                "q9z.4xlarge",
+                "m5.large",
+                "--show-max-allowed",
+                "-o",
+                "json",
+            ],
+        )
+        .await
+        .unwrap();
+        let rows: Vec<serde_json::Value> = serde_json::from_str(&stdout(&o)).unwrap();
+        // 8 ENIs of the default card × 29 + 2; 16 vCPUs would cap at 110 without --show-max-allowed.
+        assert_eq!(
+            (rows[0]["maxPods"].as_u64(), rows[0]["source"].as_str()),
+            (Some(234), Some("ec2"))
+        );
+        assert_eq!(
+            (rows[1]["maxPods"].as_u64(), rows[1]["source"].as_str()),
+            (Some(29), Some("table"))
+        );
+        assert_eq!(
+            emu.calls().per_action.get("DescribeInstanceTypes"),
+            Some(&1),
+            "only the unknown type is asked"
+        );
+        let o = vpcnet_at(server.endpoint.clone(), &["q9z.4xlarge"])
+            .await
+            .unwrap();
+        assert_eq!(stdout(&o), "110\n");
+        assert!(
+            o.stderr.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn ec2_denied_gives_110_with_a_fix() {
+        let emu = Emulator::new(1);
+        emu.register_instance_type(future_type());
+        emu.set_action_faults(
+            "DescribeInstanceTypes",
+            Some(ActionFaults::default().error(1.0, "UnauthorizedOperation")),
+        )
+        .unwrap();
+        let server = emu.spawn().await.unwrap();
+        let o = vpcnet_at(
+            server.endpoint.clone(),
+            &["q9z.4xlarge", "--show-max-allowed"],
+        )
+        .await
+        .unwrap();
+        assert_eq!(stdout(&o), "110\n");
+        let err = String::from_utf8_lossy(&o.stderr);
+        for n in [
+            "warning:",
+            "q9z.4xlarge",
+            "UnauthorizedOperation",
+            "ec2:DescribeInstanceTypes",
+            "upgrade vpcnet",
+            "--max-pods",
+        ] {
+            assert!(err.contains(n), "stderr lacks {n:?}: {err}");
+        }
+        let o = vpcnet_at(server.endpoint.clone(), &["q9z.4xlarge", "-o", "json"])
+            .await
+            .unwrap();
+        let rows: Vec<serde_json::Value> = serde_json::from_str(&stdout(&o)).unwrap();
+        assert_eq!(rows[0]["source"], "fallback");
+        assert!(rows[0]["warning"]
+            .as_str()
+            .unwrap()
+            .contains("ec2:DescribeInstanceTypes"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn unknown_to_ec2_too() {
+        let emu = Emulator::new(1);
+        let server = emu.spawn().await.unwrap();
+        let o = vpcnet_at(server.endpoint.clone(), &["zz1.nano"])
+            .await
+            .unwrap();
+        assert_eq!(stdout(&o), "110\n");
+        assert!(String::from_utf8_lossy(&o.stderr).contains("zz1.nano"));
+    }
+}

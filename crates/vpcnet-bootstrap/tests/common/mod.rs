@@ -1,154 +1,182 @@
-//! In-process fakes of IMDS, EC2 and the host for bootstrap tests, and the golden-file check.
+//! Test cloud for bootstrap tests: one instance in vpcnet-emu, reached through the real
+//! adapters (`vpcnet_ec2::Imds` on the instance's IMDSv2 endpoint, `AwsEc2` on the emulator's
+//! EC2 endpoint); a fake host (CPUs, kubelet version, DNS, files under the root); and the
+//! golden-file check.
 #![allow(dead_code)]
 
-use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use vpcnet_bootstrap::cloud::{CloudError, Ec2, Imds};
+use vpcnet_bootstrap::cloud::{AwsEc2, CloudError, Imds};
 use vpcnet_bootstrap::facts::{under_root, Host};
 use vpcnet_bootstrap::BootstrapError;
+use vpcnet_ec2::{CreateEni, Ec2Options, StaticCredentials};
+use vpcnet_emu::{ActionFaults, EmuServer, Emulator, InstanceInfo, RunInstance};
 use vpcnet_limits::InstanceLimits;
 
-/// One ENI as IMDS shows it under `network/interfaces/macs/<mac>/`.
-#[derive(Clone)]
-pub struct Eni {
-    pub mac: &'static str,
-    pub local_ipv4s: Vec<&'static str>,
-    pub ipv6s: Vec<&'static str>,
-    pub vpc_ipv4_cidrs: Vec<&'static str>,
-}
+/// Seed of every test cloud, so IDs, MACs and addresses (and the golden files) are stable.
+pub const SEED: u64 = 20_240_601;
+pub const AZ: &str = "us-east-1a";
 
-/// An instance as IMDS shows it. `enis` is in the order of the MAC listing; `primary` picks
-/// the one `meta-data/mac` names.
-#[derive(Clone)]
-pub struct Instance {
+/// What the test cloud looks like.
+pub struct CloudSpec {
     pub instance_type: &'static str,
-    pub id: &'static str,
-    pub az: &'static str,
-    pub enis: Vec<Eni>,
-    pub primary: usize,
+    /// VPC CIDRs, the first one primary; the instance's subnet is the first /24 of it.
+    pub vpc_cidrs: Vec<&'static str>,
+    /// An instance type unknown to the compiled table, registered with EC2 only.
+    pub register: Option<InstanceLimits>,
+    /// DescribeInstanceTypes answers UnauthorizedOperation.
+    pub deny_describe_instance_types: bool,
+    /// DescribeInstances answers UnauthorizedOperation.
+    pub deny_describe_instances: bool,
+    /// The first N DescribeInstances answers carry an empty PrivateDnsName.
+    pub empty_private_dns_calls: u32,
+    /// Attach a second ENI and make IMDS list its MAC first.
+    pub second_eni_listed_first: bool,
+    /// IPv6 addresses of the primary ENI (the emulator has no IPv6: served by an overlay).
+    pub ipv6s: Vec<&'static str>,
 }
 
-impl Instance {
-    pub fn simple(instance_type: &'static str, vpc: Vec<&'static str>) -> Self {
-        Instance {
+impl CloudSpec {
+    pub fn new(instance_type: &'static str, vpc_cidrs: Vec<&'static str>) -> Self {
+        CloudSpec {
             instance_type,
-            id: "i-0123456789abcdef0",
-            az: "us-west-2a",
-            enis: vec![Eni {
-                mac: "0a:00:00:00:00:01",
-                local_ipv4s: vec!["192.168.12.34", "192.168.12.35"],
-                ipv6s: vec![],
-                vpc_ipv4_cidrs: vpc,
-            }],
-            primary: 0,
+            vpc_cidrs,
+            register: None,
+            deny_describe_instance_types: false,
+            deny_describe_instances: false,
+            empty_private_dns_calls: 0,
+            second_eni_listed_first: false,
+            ipv6s: vec![],
         }
     }
+}
 
-    pub fn imds(&self) -> FakeImds {
-        let mut m = HashMap::new();
-        let md = |k: &str| k.to_string();
-        m.insert(md("instance-type"), self.instance_type.to_string());
-        m.insert(md("instance-id"), self.id.to_string());
-        m.insert(md("placement/availability-zone"), self.az.to_string());
-        m.insert(
-            md("placement/region"),
-            self.az[..self.az.len() - 1].to_string(),
-        );
-        let p = &self.enis[self.primary];
-        m.insert(md("mac"), p.mac.to_string());
-        m.insert(md("local-ipv4"), p.local_ipv4s[0].to_string());
-        m.insert(
-            md("network/interfaces/macs/"),
-            self.enis
-                .iter()
-                .map(|e| format!("{}/", e.mac))
-                .collect::<Vec<_>>()
-                .join("\n"),
-        );
-        for e in &self.enis {
-            let base = format!("network/interfaces/macs/{}", e.mac);
-            m.insert(format!("{base}/local-ipv4s"), e.local_ipv4s.join("\n"));
-            if !e.ipv6s.is_empty() {
-                m.insert(format!("{base}/ipv6s"), e.ipv6s.join("\n"));
-            }
-            m.insert(
-                format!("{base}/vpc-ipv4-cidr-blocks"),
-                e.vpc_ipv4_cidrs.join("\n"),
+/// A launched test cloud. Dropping it stops the emulator's EC2 server.
+pub struct Cloud {
+    pub emu: Emulator,
+    _server: EmuServer,
+    pub ec2: AwsEc2,
+    pub imds: OverlayImds,
+    pub instance: InstanceInfo,
+}
+
+impl Cloud {
+    pub async fn launch(spec: &CloudSpec) -> Cloud {
+        let emu = Emulator::new(SEED);
+        let server = emu.spawn().await.unwrap();
+        let cidrs: Vec<ipnet::Ipv4Net> =
+            spec.vpc_cidrs.iter().map(|c| c.parse().unwrap()).collect();
+        let vpc = emu.create_vpc(cidrs[0], &cidrs[1..]).unwrap();
+        let subnet_cidr = ipnet::Ipv4Net::new(cidrs[0].network(), 24).unwrap();
+        let subnet = emu.create_subnet(&vpc.vpc_id, subnet_cidr, AZ).unwrap();
+        if let Some(l) = &spec.register {
+            emu.register_instance_type(l.clone());
+        }
+        let instance = emu
+            .run_instance(RunInstance {
+                instance_type: spec.instance_type.into(),
+                subnet_id: subnet.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let client = vpcnet_ec2::Ec2::connect_unobserved(Ec2Options {
+            region: Some(emu.region()),
+            endpoint_url: Some(server.endpoint.clone()),
+            imds_endpoint: None,
+            credentials: Some(StaticCredentials {
+                access_key_id: "AKIDTEST".into(),
+                secret_access_key: "secret".into(),
+                session_token: None,
+            }),
+            calls: Default::default(),
+        })
+        .await
+        .unwrap();
+
+        let mut extra = HashMap::new();
+        let primary_mac = instance.primary_eni.as_ref().unwrap().mac.clone();
+        if spec.second_eni_listed_first {
+            let eni = client
+                .create_network_interface(&CreateEni {
+                    subnet_id: subnet.clone(),
+                    security_group_ids: vec![],
+                    description: "second".into(),
+                    tags: Default::default(),
+                    addresses: None,
+                    client_token: None,
+                })
+                .await
+                .unwrap();
+            client
+                .attach_network_interface(&eni.eni_id, &instance.instance_id, 1, 0)
+                .await
+                .unwrap();
+            // Real IMDS lists MACs in no particular order; here the secondary comes first.
+            extra.insert(
+                "network/interfaces/macs".to_string(),
+                format!("{}/\n{primary_mac}/", eni.mac),
             );
         }
-        FakeImds(m)
+        if !spec.ipv6s.is_empty() {
+            extra.insert(
+                format!("network/interfaces/macs/{primary_mac}/ipv6s"),
+                spec.ipv6s.join("\n"),
+            );
+        }
+        let endpoint = emu.imds_endpoint(&instance.instance_id).await.unwrap();
+        let base = vpcnet_ec2::Imds::with_endpoint(&endpoint, None).unwrap();
+
+        if spec.deny_describe_instance_types {
+            emu.set_action_faults(
+                "DescribeInstanceTypes",
+                Some(ActionFaults::default().error(1.0, "UnauthorizedOperation")),
+            )
+            .unwrap();
+        }
+        if spec.deny_describe_instances {
+            emu.set_action_faults(
+                "DescribeInstances",
+                Some(ActionFaults::default().error(1.0, "UnauthorizedOperation")),
+            )
+            .unwrap();
+        }
+        emu.set_empty_private_dns_names(spec.empty_private_dns_calls);
+        emu.reset_calls();
+        Cloud {
+            emu,
+            _server: server,
+            ec2: AwsEc2::from_client(client),
+            imds: OverlayImds { base, extra },
+            instance,
+        }
+    }
+
+    /// EC2 calls of `action` since launch.
+    pub fn calls(&self, action: &str) -> u64 {
+        self.emu
+            .calls()
+            .per_action
+            .get(action)
+            .copied()
+            .unwrap_or(0)
     }
 }
 
-pub struct FakeImds(pub HashMap<String, String>);
+/// The emulator's IMDS with a few paths answered differently (what the emulator does not model).
+pub struct OverlayImds {
+    pub base: vpcnet_ec2::Imds,
+    pub extra: HashMap<String, String>,
+}
 
-impl Imds for FakeImds {
+impl Imds for OverlayImds {
     async fn get(&self, path: &str) -> Result<Option<String>, CloudError> {
-        Ok(self.0.get(path).cloned())
-    }
-}
-
-/// EC2: extra instance types, an optional denial of DescribeInstanceTypes, and a
-/// PrivateDnsName that is empty for the first `empty_dns_calls` calls.
-pub struct FakeEc2 {
-    pub types: HashMap<String, InstanceLimits>,
-    pub deny_describe_instance_types: bool,
-    pub private_dns_name: String,
-    pub empty_dns_calls: u32,
-    pub deny_describe_instances: bool,
-    pub dns_calls: Cell<u32>,
-    pub type_calls: Cell<u32>,
-}
-
-impl Default for FakeEc2 {
-    fn default() -> Self {
-        FakeEc2 {
-            types: HashMap::new(),
-            deny_describe_instance_types: false,
-            private_dns_name: "ip-192-168-12-34.us-west-2.compute.internal".into(),
-            empty_dns_calls: 0,
-            deny_describe_instances: false,
-            dns_calls: Cell::new(0),
-            type_calls: Cell::new(0),
+        match self.extra.get(path.trim_end_matches('/')) {
+            Some(v) => Ok(Some(v.clone())),
+            None => Imds::get(&self.base, path).await,
         }
-    }
-}
-
-impl Ec2 for FakeEc2 {
-    async fn describe_instance_type(&self, t: &str) -> Result<InstanceLimits, CloudError> {
-        self.type_calls.set(self.type_calls.get() + 1);
-        if self.deny_describe_instance_types {
-            return Err(CloudError {
-                action: "DescribeInstanceTypes".into(),
-                code: Some("UnauthorizedOperation".into()),
-                message: "You are not authorized to perform this operation.".into(),
-            });
-        }
-        self.types.get(t).cloned().ok_or(CloudError {
-            action: "DescribeInstanceTypes".into(),
-            code: Some("InvalidInstanceType".into()),
-            message: format!("The following supplied instance types do not exist: [{t}]"),
-        })
-    }
-
-    async fn private_dns_name(&self, _id: &str) -> Result<String, CloudError> {
-        let n = self.dns_calls.get() + 1;
-        self.dns_calls.set(n);
-        if self.deny_describe_instances {
-            return Err(CloudError {
-                action: "DescribeInstances".into(),
-                code: Some("UnauthorizedOperation".into()),
-                message: "You are not authorized to perform this operation.".into(),
-            });
-        }
-        Ok(if n <= self.empty_dns_calls {
-            String::new()
-        } else {
-            self.private_dns_name.clone()
-        })
     }
 }
 
@@ -223,9 +251,26 @@ pub fn check_golden(case: &str, actual: &BTreeMap<String, String>) {
     let names = |m: &BTreeMap<String, String>| m.keys().cloned().collect::<Vec<_>>();
     assert_eq!(names(actual), names(&expected), "{case}: file lists differ");
     for (rel, content) in actual {
-        assert_eq!(
-            content, &expected[rel],
-            "{case}: {rel} differs from the golden file (UPDATE_GOLDEN=1 to accept)"
-        );
+        let want = &expected[rel];
+        if content != want {
+            let (a, w): (Vec<&str>, Vec<&str>) =
+                (content.lines().collect(), want.lines().collect());
+            let diff: Vec<String> = (0..a.len().max(w.len()))
+                .filter(|i| a.get(*i) != w.get(*i))
+                .take(10)
+                .map(|i| {
+                    format!(
+                        "  line {}: golden {:?}\n          actual {:?}",
+                        i + 1,
+                        w.get(i),
+                        a.get(i)
+                    )
+                })
+                .collect();
+            panic!(
+                "{case}: {rel} differs from the golden file (UPDATE_GOLDEN=1 to accept):\n{}",
+                diff.join("\n")
+            );
+        }
     }
 }
