@@ -83,3 +83,29 @@ pub fn ip_batch(netns: &str, lines: &[String]) -> Result<(bool, String)> {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     ))
 }
+
+/// Applies an nftables script inside a network namespace (`ip netns exec <ns> nft -f -`);
+/// the script is one transaction. Errors include nft's message.
+pub fn nft_in(netns: &str, script: &str) -> Result<()> {
+    use std::io::Write;
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", netns, "nft", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("cannot run `nft`: is nftables installed? (run scripts/install-deps.sh)")?;
+    child
+        .stdin
+        .take()
+        .expect("piped")
+        .write_all(script.as_bytes())?;
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!(
+            "nft in {netns}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}

@@ -95,8 +95,22 @@ pub fn setup_vpc(vpc: &str, subnets: &[Ipv4Net]) -> Result<()> {
         vpc,
         &["addr", "add", &format!("{IMDS_ADDR}/32"), "dev", IMDS_LINK],
     )?;
+    cmd::nft_in(vpc, SOURCE_DEST_CHECK)?;
     Ok(())
 }
+
+/// nftables table of the VPC namespace: EC2's source/destination check. An IPv4 packet that
+/// enters the fabric from an ENI port is dropped unless its source address is owned by that
+/// ENI (set `owned` holds `port . address` for each ENI's primary IP, secondary IPs and the
+/// addresses of its prefixes; [`route`] and [`unroute`] keep it in step).
+pub const SOURCE_DEST_CHECK: &str = r#"table bridge vpcnet {
+  set owned { type ifname . ipv4_addr; }
+  chain source_dest_check {
+    type filter hook prerouting priority 0; policy accept;
+    iifname "p*" ether type ip iifname . ip saddr != @owned counter drop
+  }
+}
+"#;
 
 /// Index of the subnet (and so the bridge) that contains `cidr`, if any.
 pub fn subnet_index(subnets: &[Ipv4Net], cidr: Ipv4Net) -> Option<usize> {
@@ -196,9 +210,10 @@ pub fn configure_primary(node: &str, ip: Ipv4Addr, subnet: Ipv4Net) -> Result<()
     Ok(())
 }
 
-/// Routes `cidr` (a /32 or /28 owned by the ENI with `mac`) through `bridge`: a route for the
-/// CIDR and a permanent neighbour entry for each of its addresses. One `ip -batch` process.
-pub fn route(vpc: &str, bridge: &str, cidr: Ipv4Net, mac: &str) -> Result<()> {
+/// Routes `cidr` (a /32 or /28 owned by the ENI with `mac` behind bridge port `port`) through
+/// `bridge`: a route for the CIDR, a permanent neighbour entry for each of its addresses, and
+/// each address in the source/destination check's `owned` set for `port`.
+pub fn route(vpc: &str, bridge: &str, port: &str, cidr: Ipv4Net, mac: &str) -> Result<()> {
     let mut lines = vec![format!("route replace {cidr} dev {bridge}")];
     lines.extend(
         addresses(cidr)
@@ -209,11 +224,24 @@ pub fn route(vpc: &str, bridge: &str, cidr: Ipv4Net, mac: &str) -> Result<()> {
     if !ok {
         anyhow::bail!("routing {cidr} to {mac} on {bridge}: {}", err.trim());
     }
+    cmd::nft_in(vpc, &owned_elements("add", port, cidr))
+        .with_context(|| format!("allowing {cidr} as a source on {port}"))?;
     Ok(())
 }
 
+fn owned_elements(verb: &str, port: &str, cidr: Ipv4Net) -> String {
+    let elems: Vec<String> = addresses(cidr)
+        .into_iter()
+        .map(|a| format!("\"{port}\" . {a}"))
+        .collect();
+    format!(
+        "{verb} element bridge vpcnet owned {{ {} }}\n",
+        elems.join(", ")
+    )
+}
+
 /// Removes what [`route`] added for `cidr`. Idempotent (missing entries are fine).
-pub fn unroute(vpc: &str, bridge: &str, cidr: Ipv4Net) {
+pub fn unroute(vpc: &str, bridge: &str, port: &str, cidr: Ipv4Net) {
     let mut lines = vec![format!("route del {cidr} dev {bridge}")];
     lines.extend(
         addresses(cidr)
@@ -221,6 +249,9 @@ pub fn unroute(vpc: &str, bridge: &str, cidr: Ipv4Net) {
             .map(|a| format!("neigh del {a} dev {bridge}")),
     );
     let _ = cmd::ip_batch(vpc, &lines);
+    // Adding first makes the delete succeed whether or not the elements were there.
+    let batch = owned_elements("add", port, cidr) + &owned_elements("delete", port, cidr);
+    let _ = cmd::nft_in(vpc, &batch);
 }
 
 #[cfg(test)]

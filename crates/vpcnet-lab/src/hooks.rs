@@ -15,6 +15,7 @@ use crate::fabric::{self, EniPort};
 #[derive(Debug, Clone)]
 struct Plugged {
     mac: String,
+    port: String,
     bridge: String,
     primary: Ipv4Addr,
     cidrs: Vec<Ipv4Net>,
@@ -101,13 +102,14 @@ impl LabHooks {
             node_netns: netns.clone(),
             device_index: ev.device_index,
         };
+        let port_name = fabric::port_name(&ev.eni_id);
         let r = fabric::plug(&self.vpc, &port).and_then(|()| {
             if ev.device_index == 0 {
                 fabric::configure_primary(&netns, ev.primary_ip, ev.subnet_cidr)?;
             }
             let primary = Ipv4Net::new(ev.primary_ip, 32).expect("/32");
             for c in std::iter::once(&primary).chain(&ev.secondary) {
-                fabric::route(&self.vpc, &port.bridge, *c, &ev.mac)?;
+                fabric::route(&self.vpc, &port.bridge, &port_name, *c, &ev.mac)?;
             }
             Ok(())
         });
@@ -118,6 +120,7 @@ impl LabHooks {
             ev.eni_id,
             Plugged {
                 mac: ev.mac,
+                port: port_name,
                 bridge: port.bridge,
                 primary: ev.primary_ip,
                 cidrs: ev.secondary,
@@ -132,10 +135,11 @@ impl LabHooks {
         fabric::unroute(
             &self.vpc,
             &p.bridge,
+            &p.port,
             Ipv4Net::new(p.primary, 32).expect("/32"),
         );
         for c in &p.cidrs {
-            fabric::unroute(&self.vpc, &p.bridge, *c);
+            fabric::unroute(&self.vpc, &p.bridge, &p.port, *c);
         }
         fabric::unplug(&self.vpc, &ev.eni_id);
     }
@@ -151,7 +155,7 @@ impl LabHooks {
             p.clone()
         };
         for c in &ev.cidrs {
-            if let Err(e) = fabric::route(&self.vpc, &p.bridge, *c, &p.mac) {
+            if let Err(e) = fabric::route(&self.vpc, &p.bridge, &p.port, *c, &p.mac) {
                 self.fail(format!("{}: {e:#}", ev.eni_id));
             }
         }
@@ -167,7 +171,7 @@ impl LabHooks {
             p.clone()
         };
         for c in &ev.cidrs {
-            fabric::unroute(&self.vpc, &p.bridge, *c);
+            fabric::unroute(&self.vpc, &p.bridge, &p.port, *c);
         }
     }
 }

@@ -70,6 +70,14 @@ fn run(dir: &std::path::Path, prefix: &str, node: &NodeRecord) {
     )
     .unwrap();
     fabric::configure_primary(&node.netns, "10.0.1.10".parse().unwrap(), subnet).unwrap();
+    fabric::route(
+        &vpc,
+        &fabric::bridge_name(0),
+        &fabric::port_name("eni-00000000000000001"),
+        "10.0.1.10/32".parse().unwrap(),
+        "02:00:00:00:00:01",
+    )
+    .unwrap();
 
     for d in containerd::node_dirs(node) {
         fs::create_dir_all(d).unwrap();
@@ -143,6 +151,47 @@ fn run(dir: &std::path::Path, prefix: &str, node: &NodeRecord) {
         .output()
         .unwrap();
     assert!(out.status.success(), "ping gateway: {:?}", out);
+    // Source/destination check: the fabric drops what eth0 sends from an address its ENI
+    // does not own.
+    let ping_from = |src: &str| {
+        std::process::Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &node.netns,
+                "/bin/busybox",
+                "ping",
+                "-c",
+                "1",
+                "-W",
+                "1",
+            ])
+            .args(["-I", src, "10.0.1.1"])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    };
+    vpcnet_lab::cmd::ip_in(&node.netns, &["addr", "add", "10.0.1.30/24", "dev", "eth0"]).unwrap();
+    assert!(ping_from("10.0.1.10"), "owned source must pass");
+    assert!(!ping_from("10.0.1.30"), "spoofed source must be dropped");
+    let counters = vpcnet_lab::cmd::run(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            &vpc,
+            "nft",
+            "list",
+            "chain",
+            "bridge",
+            "vpcnet",
+            "source_dest_check",
+        ],
+    )
+    .unwrap();
+    assert!(!counters.contains("packets 0 "), "drop counter: {counters}");
+
     // DEL through ctr when the task dies: the host-local lease is released.
     containerd::kill(node, "c1").unwrap();
     assert!(
