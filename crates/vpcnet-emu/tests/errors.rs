@@ -288,6 +288,7 @@ async fn token_bucket_throttles_a_burst_and_recovers_at_refill_rate() {
     );
 
     // recovery at 1 token per second: after ~3 s, 3 calls pass (±1) and the rest are throttled
+    let drained = Instant::now();
     tokio::time::sleep(Duration::from_millis(3050)).await;
     let mut ok = 0;
     for _ in 0..8 {
@@ -295,7 +296,12 @@ async fn token_bucket_throttles_a_burst_and_recovers_at_refill_rate() {
             ok += 1;
         }
     }
-    assert!((2..=4).contains(&ok), "{ok} calls passed after 3 s");
+    // tokens earned since the bucket was drained: ~1 per second (plus a partial one)
+    let earned = drained.elapsed().as_secs_f64();
+    assert!(
+        ok >= 2 && (ok as f64) <= earned + 1.0,
+        "{ok} calls passed {earned:.2}s after the burst"
+    );
     // other actions have their own buckets
     lab.ec2.describe_subnets().send().await.unwrap();
 }

@@ -331,7 +331,7 @@ async fn lagging_imds_shows_new_ips_only_after_the_lag() {
         .unwrap()
         .secondary_ips
         .contains(&ip.parse().unwrap()));
-    let seen = wait_until(Duration::from_secs(5), async || {
+    let seen = wait_until(Duration::from_secs(8), async || {
         get(&c, &path).await.lines().any(|l| l == ip)
     })
     .await;
@@ -341,8 +341,9 @@ async fn lagging_imds_shows_new_ips_only_after_the_lag() {
         seen_after >= Duration::from_secs(2),
         "shown after {seen_after:?}"
     );
+    // polled every 100 ms; a generous upper bound for a loaded machine
     assert!(
-        seen_after < Duration::from_millis(3000),
+        seen_after < Duration::from_millis(4500),
         "shown only after {seen_after:?}"
     );
 
@@ -398,7 +399,7 @@ async fn attached_eni_appears_after_its_attach_latency() {
     lab.emu
         .set_action_faults(
             "AttachNetworkInterface",
-            Some(ActionFaults::default().latency(Duration::from_millis(1500))),
+            Some(ActionFaults::default().latency(Duration::from_millis(3000))),
         )
         .unwrap();
     let c = imds_client(&lab.emu.imds_endpoint(&inst.instance_id).await.unwrap()).await;
@@ -424,7 +425,7 @@ async fn attached_eni_appears_after_its_attach_latency() {
         .await
         .unwrap();
     assert!(
-        t0.elapsed() < Duration::from_millis(1000),
+        t0.elapsed() < Duration::from_millis(2500),
         "AttachNetworkInterface answers at once"
     );
     let d = lab
@@ -446,13 +447,13 @@ async fn attached_eni_appears_after_its_attach_latency() {
         .await
         .contains(&mac));
     let macs = "/latest/meta-data/network/interfaces/macs/";
-    wait_until(Duration::from_secs(5), async || {
+    wait_until(Duration::from_secs(8), async || {
         get(&c, macs).await.contains(&mac)
     })
     .await
     .unwrap();
     assert!(
-        t0.elapsed() >= Duration::from_millis(1500),
+        t0.elapsed() >= Duration::from_millis(3000),
         "shown after {:?}",
         t0.elapsed()
     );
