@@ -57,6 +57,8 @@ impl CloudSpec {
 pub struct Cloud {
     pub emu: Emulator,
     _server: EmuServer,
+    /// The emulator's EC2 endpoint, `http://127.0.0.1:PORT`.
+    pub endpoint: String,
     pub ec2: AwsEc2,
     pub imds: OverlayImds,
     pub instance: InstanceInfo,
@@ -147,6 +149,7 @@ impl Cloud {
         emu.reset_calls();
         Cloud {
             emu,
+            endpoint: server.endpoint.clone(),
             _server: server,
             ec2: AwsEc2::from_client(client),
             imds: OverlayImds { base, extra },
