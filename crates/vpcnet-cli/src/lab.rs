@@ -77,7 +77,12 @@ enum LabCommand {
     Down {
         #[command(flatten)]
         name: NameArg,
+        /// Remove every lab under /run/vpcnet-lab (e.g. after an interrupted run).
+        #[arg(long)]
+        all: bool,
     },
+    /// List the labs that exist.
+    List,
     /// Up, 12 containers, table, pings, down (always down, even on failure).
     Demo {
         #[command(flatten)]
@@ -160,10 +165,22 @@ pub fn run(args: Args) -> Result<()> {
                 bail!("{from} -> {to} ({ip}): no reply")
             }
         }
-        LabCommand::Down { name } => {
-            let lab = Lab::open(&name.name)?;
-            lab.down()?;
-            progress(&format!("lab {} removed", name.name));
+        LabCommand::Down { name, all } => {
+            let names = if all {
+                vpcnet_lab::state::list_labs()
+            } else {
+                vec![name.name]
+            };
+            for n in names {
+                Lab::open(&n)?.down()?;
+                progress(&format!("lab {n} removed"));
+            }
+            Ok(())
+        }
+        LabCommand::List => {
+            for n in vpcnet_lab::state::list_labs() {
+                println!("{n}");
+            }
             Ok(())
         }
         LabCommand::Demo { up, count } => demo(&up, count),

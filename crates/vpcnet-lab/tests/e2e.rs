@@ -59,12 +59,31 @@ fn root_snapshot() -> String {
     .join("\n")
 }
 
+/// Tears down labs of earlier test runs whose process died (e.g. killed by a timeout): their
+/// names carry the test process id.
+fn remove_stale_test_labs() {
+    for name in vpcnet_lab::state::list_labs() {
+        let Some(rest) = name.strip_prefix("e2e-") else {
+            continue;
+        };
+        let pid = rest.split('-').nth(1).and_then(|p| p.parse::<u32>().ok());
+        if let Some(pid) = pid {
+            if pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists()
+            {
+                eprintln!("removing stale lab {name}");
+                let _ = Lab::open(&name).map(|l| l.down());
+            }
+        }
+    }
+}
+
 /// Builds a lab, runs `f`, always tears down, then checks nothing is left.
 fn with_lab(tag: &str, tweak: impl FnOnce(&mut UpOptions), f: impl FnOnce(&Lab)) {
     if !is_root() {
         eprintln!("skipped: needs root");
         return;
     }
+    remove_stale_test_labs();
     let before = root_snapshot();
     let name = format!(
         "e2e-{tag}-{}-{}",
@@ -473,6 +492,46 @@ fn fifty_containers_in_parallel_get_distinct_ips_and_datapaths() {
             assert!(
                 lab.ping("p1", started[49].ip).unwrap(),
                 "first and last pod talk"
+            );
+        },
+    );
+}
+
+#[test]
+fn prefix_delegation_pods_route_through_the_fabric() {
+    with_lab(
+        "prefix",
+        |o| {
+            o.agent_env
+                .push(("ENABLE_PREFIX_DELEGATION".into(), "true".into()))
+        },
+        |lab| {
+            let node = node(lab);
+            let names: Vec<String> = (1..=3).map(|i| format!("x{i}")).collect();
+            let started = lab.run("n1", &names).unwrap();
+            let enis = lab.enis().unwrap();
+            for c in &started {
+                let in_prefix = enis.iter().any(|e| {
+                    e.attachment
+                        .as_ref()
+                        .is_some_and(|a| a.instance_id == node.instance_id)
+                        && e.prefixes.iter().any(|p| p.contains(&c.ip))
+                });
+                assert!(
+                    in_prefix,
+                    "{} is not inside a /28 prefix of the node's ENIs",
+                    c.ip
+                );
+            }
+            // The router's reply to a prefix address is routed by the fabric to its ENI.
+            assert!(
+                lab.ping("x1", "10.0.1.1".parse().unwrap()).unwrap(),
+                "pod -> VPC router"
+            );
+            assert!(lab.ping("x1", started[2].ip).unwrap(), "pod -> pod");
+            assert!(
+                lab.ping("x2", node.primary_ip.parse().unwrap()).unwrap(),
+                "pod -> node"
             );
         },
     );
