@@ -151,27 +151,178 @@ async fn not_found_and_parameter_errors() {
     assert_eq!(code(&e), "InvalidAttachmentID.NotFound");
 }
 
+/// Every client error the emulator produces by itself: EC2's code, HTTP 400, and the SDK's
+/// standard retry policy does not retry it (the emulator sees exactly one call).
 #[tokio::test]
-async fn in_use_is_not_retried() {
+async fn client_errors_are_not_retried() {
     let lab = lab(21).await;
-    let inst = lab.instance("m5.large").await;
     let retrying = client(&lab.server.endpoint, 3);
-    let eni = inst.primary_eni.unwrap().eni_id;
-    lab.emu.reset_calls();
-    let e = retrying
-        .delete_network_interface()
-        .network_interface_id(&eni)
+    let inst = lab.instance("m5.large").await;
+    let primary = inst.primary_eni.clone().unwrap().eni_id;
+    let small = lab
+        .emu
+        .create_subnet(
+            &lab.vpc.vpc_id,
+            "10.0.9.0/28".parse().unwrap(),
+            "us-east-1a",
+        )
+        .unwrap();
+    let frag = lab
+        .emu
+        .create_subnet(
+            &lab.vpc.vpc_id,
+            "10.0.8.0/27".parse().unwrap(),
+            "us-east-1a",
+        )
+        .unwrap();
+    // fill the /28; occupy one address in each /28 block of the /27
+    retrying
+        .create_network_interface()
+        .subnet_id(&small)
+        .secondary_private_ip_address_count(10)
         .send()
         .await
-        .unwrap_err();
-    assert_eq!(
-        (code(&e).as_str(), status(&e)),
-        ("InvalidNetworkInterface.InUse", 400)
+        .unwrap();
+    retrying
+        .create_network_interface()
+        .subnet_id(&frag)
+        .private_ip_address("10.0.8.4")
+        .send()
+        .await
+        .unwrap();
+    retrying
+        .create_network_interface()
+        .subnet_id(&frag)
+        .private_ip_address("10.0.8.20")
+        .send()
+        .await
+        .unwrap();
+    for idx in 1..=2 {
+        let r = retrying
+            .create_network_interface()
+            .subnet_id(&lab.subnet)
+            .send()
+            .await
+            .unwrap();
+        let id = r
+            .network_interface()
+            .unwrap()
+            .network_interface_id()
+            .unwrap()
+            .to_string();
+        retrying
+            .attach_network_interface()
+            .network_interface_id(&id)
+            .instance_id(&inst.instance_id)
+            .device_index(idx)
+            .send()
+            .await
+            .unwrap();
+    }
+    let spare = retrying
+        .create_network_interface()
+        .subnet_id(&lab.subnet)
+        .send()
+        .await
+        .unwrap();
+    let spare = spare
+        .network_interface()
+        .unwrap()
+        .network_interface_id()
+        .unwrap()
+        .to_string();
+
+    macro_rules! expect {
+        ($action:literal, $code:literal, $call:expr) => {{
+            lab.emu.reset_calls();
+            let e = $call.send().await.unwrap_err();
+            assert_eq!((code(&e).as_str(), status(&e)), ($code, 400), "{}", $action);
+            assert_eq!(
+                seen(&lab, $action),
+                1,
+                "{} ({}) was retried",
+                $action,
+                $code
+            );
+        }};
+    }
+    expect!(
+        "AttachNetworkInterface",
+        "AttachmentLimitExceeded",
+        retrying
+            .attach_network_interface()
+            .network_interface_id(&spare)
+            .instance_id(&inst.instance_id)
+            .device_index(3)
     );
-    assert_eq!(
-        seen(&lab, "DeleteNetworkInterface"),
-        1,
-        "client errors are not retried"
+    expect!(
+        "AssignPrivateIpAddresses",
+        "PrivateIpAddressLimitExceeded",
+        retrying
+            .assign_private_ip_addresses()
+            .network_interface_id(&primary)
+            .secondary_private_ip_address_count(10)
+    );
+    expect!(
+        "CreateNetworkInterface",
+        "InsufficientFreeAddressesInSubnet",
+        retrying.create_network_interface().subnet_id(&small)
+    );
+    expect!(
+        "CreateNetworkInterface",
+        "InsufficientCidrBlocks",
+        retrying
+            .create_network_interface()
+            .subnet_id(&frag)
+            .ipv4_prefix_count(1)
+    );
+    expect!(
+        "DeleteNetworkInterface",
+        "InvalidNetworkInterfaceID.NotFound",
+        retrying
+            .delete_network_interface()
+            .network_interface_id("eni-0123456789abcdef0")
+    );
+    expect!(
+        "TerminateInstances",
+        "InvalidInstanceID.NotFound",
+        retrying
+            .terminate_instances()
+            .instance_ids("i-0123456789abcdef0")
+    );
+    expect!(
+        "CreateNetworkInterface",
+        "InvalidSubnetID.NotFound",
+        retrying
+            .create_network_interface()
+            .subnet_id("subnet-0123456789abcdef0")
+    );
+    expect!(
+        "CreateNetworkInterface",
+        "InvalidGroup.NotFound",
+        retrying
+            .create_network_interface()
+            .subnet_id(&lab.subnet)
+            .groups("sg-0123456789abcdef0")
+    );
+    expect!(
+        "DescribeNetworkInterfaces",
+        "InvalidParameterValue",
+        retrying.describe_network_interfaces().max_results(1)
+    );
+    expect!(
+        "AssignPrivateIpAddresses",
+        "MissingParameter",
+        retrying
+            .assign_private_ip_addresses()
+            .network_interface_id(&primary)
+    );
+    expect!(
+        "DeleteNetworkInterface",
+        "InvalidNetworkInterface.InUse",
+        retrying
+            .delete_network_interface()
+            .network_interface_id(&primary)
     );
 }
 
