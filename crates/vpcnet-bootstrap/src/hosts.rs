@@ -110,3 +110,41 @@ mod tests {
         assert!(distinct.len() > 1);
     }
 }
+
+#[cfg(test)]
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn other_lines() -> impl Strategy<Value = Vec<String>> {
+        prop::collection::vec("[0-9a-z .#\t:]{0,30}", 0..8).prop_map(|v| {
+            v.into_iter()
+                .filter(|l| !l.starts_with("# BEGIN") && !l.starts_with("# END"))
+                .collect()
+        })
+    }
+
+    proptest! {
+        /// Applying twice equals applying once; every foreign line survives in order; the
+        /// block holds exactly the given addresses.
+        #[test]
+        fn idempotent_and_keeps_foreign_lines(
+            lines in other_lines(),
+            ips in prop::collection::vec(any::<[u8; 4]>(), 1..6),
+            id in "i-[0-9a-f]{8}",
+        ) {
+            let existing: String = lines.iter().map(|l| format!("{l}\n")).collect();
+            let ips: Vec<IpAddr> = ips.into_iter().map(IpAddr::from).collect();
+            let once = with_apiserver_entries(&existing, "api.example", &ips, &id);
+            prop_assert_eq!(&with_apiserver_entries(&once, "api.example", &ips, &id), &once);
+            let kept: Vec<&str> = once.lines().filter(|l| !l.contains("api.example") && !l.starts_with("# BEGIN") && !l.starts_with("# END")).collect();
+            prop_assert_eq!(kept, lines.iter().map(String::as_str).collect::<Vec<_>>());
+            let mut want: Vec<String> = ips.iter().map(|ip| ip.to_string()).collect();
+            want.sort();
+            want.dedup();
+            let mut got: Vec<String> = once.lines().filter_map(|l| l.strip_suffix("\tapi.example")).map(str::to_string).collect();
+            got.sort();
+            prop_assert_eq!(got, want);
+        }
+    }
+}

@@ -393,3 +393,119 @@ mod tests {
             .contains("Environment='V=--a=50%% --b=c\\\\d'"));
     }
 }
+
+#[cfg(test)]
+mod precedence_tests {
+    use super::*;
+    use crate::args::BootstrapArgs;
+    use crate::facts::InstanceFacts;
+    use crate::max_pods::ResolvedMaxPods;
+    use crate::node_config::NodeConfig;
+    use clap::Parser;
+
+    fn facts(computed: u32) -> InstanceFacts {
+        InstanceFacts {
+            instance_type: "m5.large".into(),
+            instance_id: "i-1".into(),
+            availability_zone: "us-east-1a".into(),
+            region: "us-east-1".into(),
+            mac: "0a:00:00:00:00:01".into(),
+            node_ip: "10.0.0.5".parse().unwrap(),
+            vpc_ipv4_cidrs: vec!["10.0.0.0/16".into()],
+            private_dns_name: Some("ip-10-0-0-5.ec2.internal".into()),
+            max_pods: ResolvedMaxPods {
+                instance_type: "m5.large".into(),
+                max_pods: computed,
+                source: LimitsSource::Table,
+                limits: None,
+                report: None,
+                warning: None,
+            },
+            vcpus: 2,
+            kubelet_version: KubeletVersion::new(1, 31, 0),
+            apiserver_ips: vec![],
+            existing_hosts: None,
+        }
+    }
+
+    fn plan(extra: &[&str], config: Option<&str>) -> (Plan, Value) {
+        let mut argv = vec![
+            "b",
+            "c",
+            "--apiserver-endpoint",
+            "https://x.example",
+            "--b64-cluster-ca",
+        ];
+        let ca = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg==";
+        argv.push(ca);
+        argv.extend_from_slice(extra);
+        let args = BootstrapArgs::try_parse_from(argv).unwrap();
+        let nc = config.map(|c| NodeConfig::parse("t", c).unwrap());
+        let s = Settings::new(&args, nc.as_ref()).unwrap();
+        let p = render(&s, &facts(29));
+        let cfg = serde_json::from_str(p.files[0].content.as_ref().unwrap()).unwrap();
+        (p, cfg)
+    }
+
+    const NC_MAX_PODS_40: &str =
+        "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  kubelet:\n    config:\n      maxPods: 40\n";
+
+    #[test]
+    fn max_pods_in_effect() {
+        let (p, cfg) = plan(&[], None);
+        assert_eq!(
+            (
+                p.max_pods,
+                cfg["maxPods"].as_u64(),
+                cfg["kubeReserved"]["memory"].as_str()
+            ),
+            (29, Some(29), Some("574Mi"))
+        );
+
+        // NodeConfig kubelet.config beats the computed value.
+        let (p, cfg) = plan(&[], Some(NC_MAX_PODS_40));
+        assert_eq!(
+            (
+                p.max_pods_origin,
+                cfg["maxPods"].as_u64(),
+                cfg["kubeReserved"]["memory"].as_str()
+            ),
+            (MaxPodsOrigin::NodeConfig, Some(40), Some("695Mi"))
+        );
+
+        // A kubelet flag beats both (kubelet flags override its config file).
+        let (p, cfg) = plan(
+            &["--kubelet-extra-args", "--max-pods 50"],
+            Some(NC_MAX_PODS_40),
+        );
+        assert_eq!(
+            (
+                p.max_pods_origin,
+                p.max_pods,
+                cfg["kubeReserved"]["memory"].as_str()
+            ),
+            (MaxPodsOrigin::ExtraArgs, 50, Some("805Mi"))
+        );
+
+        // --use-max-pods false and nothing set: kubelet's default 110, no maxPods written.
+        let (p, cfg) = plan(&["--use-max-pods", "false"], None);
+        assert_eq!(
+            (
+                p.max_pods_origin,
+                cfg.get("maxPods"),
+                cfg["kubeReserved"]["memory"].as_str()
+            ),
+            (MaxPodsOrigin::KubeletDefault, None, Some("1465Mi"))
+        );
+    }
+
+    #[test]
+    fn reserved_cpus_flag_drops_reserved_cgroups() {
+        let (_, cfg) = plan(&["--kubelet-extra-args", "--reserved-cpus=0-1"], None);
+        assert!(
+            cfg.get("kubeReservedCgroup").is_none() && cfg.get("systemReservedCgroup").is_none()
+        );
+        let (_, cfg) = plan(&[], None);
+        assert_eq!(cfg["kubeReservedCgroup"], "/runtime");
+    }
+}

@@ -56,3 +56,20 @@ mod tests {
         assert_eq!(memory_mebibytes_to_reserve(737), 8362);
     }
 }
+
+#[cfg(test)]
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// More CPUs never reserve less, and past 4 CPUs every CPU adds 2.5m (rounded down).
+        #[test]
+        fn cpu_reserve_monotonic(n in 0u32..1024) {
+            prop_assert!(cpu_millicores_to_reserve(n + 1) >= cpu_millicores_to_reserve(n));
+            if n >= 4 {
+                prop_assert_eq!(cpu_millicores_to_reserve(n), 80 + u64::from(n - 4) * 1000 * 25 / 10_000);
+            }
+        }
+    }
+}

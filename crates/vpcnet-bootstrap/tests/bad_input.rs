@@ -233,6 +233,21 @@ fn bad_node_config() {
         &["--config", "/nonexistent/nc.yaml"],
         &["NodeConfig", "cannot read"],
     );
+    std::fs::write(&p, "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  cluster:\n    name: c\n  kubelet:\n    flags: [\"--node-labels='a=b'\"]\n").unwrap();
+    rejects(
+        &["--config", p.to_str().unwrap()],
+        &["spec.kubelet.flags", "single quote"],
+    );
+    std::fs::write(&p, "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  cluster:\n    name: c\n    cidr: 10.0.0.0/33\n").unwrap();
+    rejects(
+        &["--config", p.to_str().unwrap()],
+        &["spec.cluster.cidr", "Fix:"],
+    );
+    std::fs::write(&p, "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  cluster:\n    name: c\n    enableOutpost: true\n").unwrap();
+    rejects(
+        &["--config", p.to_str().unwrap()],
+        &["--cluster-id", "spec.cluster.id"],
+    );
 }
 
 #[test]

@@ -316,6 +316,39 @@ mod unknown_types {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn instance_type_from_imds() {
+        let emu = Emulator::new(1);
+        let vpc = emu.create_vpc("10.0.0.0/16".parse().unwrap(), &[]).unwrap();
+        let subnet = emu
+            .create_subnet(&vpc.vpc_id, "10.0.0.0/24".parse().unwrap(), "us-east-1a")
+            .unwrap();
+        let inst = emu
+            .run_instance(vpcnet_emu::RunInstance {
+                instance_type: "c5.18xlarge".into(),
+                subnet_id: subnet,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let imds = emu.imds_endpoint(&inst.instance_id).await.unwrap();
+        let o = tokio::task::spawn_blocking(move || {
+            Command::new(env!("CARGO_BIN_EXE_vpcnet"))
+                .args([
+                    "max-pods",
+                    "--instance-type-from-imds",
+                    "--show-max-allowed",
+                ])
+                .env("AWS_EC2_METADATA_SERVICE_ENDPOINT", imds)
+                .env("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        assert_eq!(stdout(&o), "737\n");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn unknown_to_ec2_too() {
         let emu = Emulator::new(1);
         let server = emu.spawn().await.unwrap();
