@@ -403,3 +403,37 @@ async fn introspection_and_metrics() {
     assert!(m.contains("awscni_ec2api_req_count"), "{m}");
     agent.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefix_delegation_hands_out_addresses_from_28_prefixes() {
+    let lab = lab("m5.large").await;
+    let mut o = lab.options();
+    o.targets.prefix_delegation = true;
+    let agent = vpcnet_agent::start(o).await.unwrap();
+    // WARM_PREFIX_TARGET=1: one /28 on the primary ENI at start.
+    let prefixes: Vec<ipnet::Ipv4Net> = lab
+        .emu
+        .enis()
+        .into_iter()
+        .flat_map(|e| e.prefixes)
+        .collect();
+    assert_eq!(prefixes.len(), 1, "{prefixes:?}");
+    assert_eq!(prefixes[0].prefix_len(), 28);
+    let mut c = client(&lab.socket()).await;
+    let r = add_retry(&mut c, "pd0", Duration::from_secs(10))
+        .await
+        .unwrap();
+    let ip: Ipv4Addr = r.ipv4_addr.parse().unwrap();
+    assert!(prefixes[0].contains(&ip), "{ip} not in {}", prefixes[0]);
+    // One address used → no wholly free prefix → a second /28.
+    eventually("second prefix", Duration::from_secs(10), || {
+        lab.emu
+            .enis()
+            .iter()
+            .map(|e| e.prefixes.len())
+            .sum::<usize>()
+            == 2
+    })
+    .await;
+    agent.shutdown().await;
+}
