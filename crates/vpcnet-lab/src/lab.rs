@@ -533,9 +533,12 @@ impl Lab {
                     if format!("{e:#}").contains("(add)")
                         && t0.elapsed() < Duration::from_secs(90) =>
                 {
-                    progress(&format!(
-                        "{id}: CNI ADD failed, retrying as a kubelet would: {e:#}"
-                    ));
+                    let msg = format!("{e:#}");
+                    let why = msg
+                        .split_once("(add): ")
+                        .map(|(_, w)| w.split(';').next().unwrap_or(w))
+                        .unwrap_or("CNI ADD failed");
+                    progress(&format!("{id}: {why}; retrying as a kubelet would"));
                     let _ = containerd::ctr(node, &["tasks", "delete", "-f", id]);
                     let _ = containerd::delete(node, id);
                     let role = p.role.clone();

@@ -119,6 +119,11 @@ fn with_lab(tag: &str, tweak: impl FnOnce(&mut UpOptions), f: impl FnOnce(&Lab))
         assert!(!netns.contains(ns.as_str()), "namespace {ns} left behind");
     }
     assert!(!lab.dir.exists(), "lab directory left behind");
+    // Other test binaries may run at the same time: allow a transient difference to settle.
+    let t0 = Instant::now();
+    while root_snapshot() != before && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
     assert_eq!(before, root_snapshot(), "root namespace changed");
 }
 
