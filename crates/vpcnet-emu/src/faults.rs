@@ -11,6 +11,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Ec2Error;
 
+/// The longest latency or IMDS lag accepted (one day), so no deadline can overflow.
+pub const MAX_DELAY_MS: u64 = 24 * 3600 * 1000;
+
 /// Every fault setting. JSON shape of the control API's `PUT /_emu/faults`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -121,9 +124,9 @@ impl Faults {
                 }
             }
             if let Some(l) = &f.latency {
-                if l.min_ms > l.max_ms {
+                if l.min_ms > l.max_ms || l.max_ms > MAX_DELAY_MS {
                     return Err(format!(
-                        "actions.{action}.latency: min_ms must be <= max_ms"
+                        "actions.{action}.latency: min_ms must be <= max_ms <= {MAX_DELAY_MS}"
                     ));
                 }
             }
@@ -133,6 +136,16 @@ impl Faults {
                         "actions.{action}.error: rate must be in 0..=1 and code non-empty"
                     ));
                 }
+            }
+        }
+        let lags = std::iter::once(("imds_lag_ms".to_string(), self.imds_lag_ms)).chain(
+            self.imds_lag_ms_per_instance
+                .iter()
+                .map(|(i, ms)| (format!("imds_lag_ms_per_instance.{i}"), *ms)),
+        );
+        for (name, ms) in lags {
+            if ms > MAX_DELAY_MS {
+                return Err(format!("{name}: at most {MAX_DELAY_MS} ms"));
             }
         }
         Ok(())
@@ -214,8 +227,9 @@ impl FaultState {
         }
     }
 
+    /// Set the IMDS lag of one instance or of all (at most [`MAX_DELAY_MS`]; longer is clamped).
     pub fn set_imds_lag(&mut self, instance_id: Option<&str>, lag: Duration) {
-        let ms = lag.as_millis() as u64;
+        let ms = (lag.as_millis() as u64).min(MAX_DELAY_MS);
         match instance_id {
             Some(i) => {
                 self.config
@@ -348,6 +362,31 @@ mod tests {
             .error
             .is_some());
         assert!(s.admit("Y", t0).error.is_none());
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let mut f = Faults::default();
+        f.actions
+            .insert("A".into(), ActionFaults::default().throttle(0, 1.0));
+        assert!(f.validate().unwrap_err().contains("actions.A.throttle"));
+        let mut f = Faults::default();
+        f.actions.insert(
+            "B".into(),
+            ActionFaults::default().latency(Duration::from_secs(90_000)),
+        );
+        assert!(f.validate().unwrap_err().contains("actions.B.latency"));
+        let f = Faults {
+            imds_lag_ms: u64::MAX,
+            ..Faults::default()
+        };
+        assert!(f.validate().unwrap_err().contains("imds_lag_ms"));
+        let mut f = Faults::default();
+        f.actions.insert(
+            "C".into(),
+            ActionFaults::default().error(1.5, "InternalError"),
+        );
+        assert!(f.validate().unwrap_err().contains("actions.C.error"));
     }
 
     #[test]
