@@ -736,3 +736,121 @@ async fn modify_attribute_and_terminate() {
         Some("terminated")
     );
 }
+
+#[tokio::test]
+async fn concurrent_assigns_never_hand_out_an_address_twice() {
+    let lab = lab(6).await;
+    let mut enis = Vec::new();
+    for _ in 0..4 {
+        let r = lab
+            .ec2
+            .create_network_interface()
+            .subnet_id(&lab.subnet)
+            .send()
+            .await
+            .unwrap();
+        enis.push(
+            r.network_interface()
+                .unwrap()
+                .network_interface_id()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    let mut tasks = Vec::new();
+    for i in 0..40 {
+        let ec2 = lab.ec2.clone();
+        let eni = enis[i % enis.len()].clone();
+        tasks.push(tokio::spawn(async move {
+            ec2.assign_private_ip_addresses()
+                .network_interface_id(eni)
+                .secondary_private_ip_address_count(1)
+                .send()
+                .await
+                .map(|r| {
+                    r.assigned_private_ip_addresses()[0]
+                        .private_ip_address()
+                        .unwrap()
+                        .to_string()
+                })
+        }));
+    }
+    let mut got = std::collections::BTreeSet::new();
+    let mut ok = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(ip) => {
+                ok += 1;
+                assert!(got.insert(ip.clone()), "{ip} handed out twice");
+            }
+            // 4 ENIs x 49 secondaries: no limit is reached; every call must succeed
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    assert_eq!(ok, 40);
+    assert_eq!(
+        lab.emu.subnet_available(&lab.subnet),
+        Some(256 - 5 - 4 - 40)
+    );
+}
+
+#[tokio::test]
+async fn allow_reassignment_moves_an_address() {
+    let lab = lab(7).await;
+    let a = lab
+        .ec2
+        .create_network_interface()
+        .subnet_id(&lab.subnet)
+        .private_ip_address("10.0.0.10")
+        .send()
+        .await
+        .unwrap();
+    let a = a
+        .network_interface()
+        .unwrap()
+        .network_interface_id()
+        .unwrap()
+        .to_string();
+    let b = lab
+        .ec2
+        .create_network_interface()
+        .subnet_id(&lab.subnet)
+        .private_ip_address("10.0.0.11")
+        .send()
+        .await
+        .unwrap();
+    let b = b
+        .network_interface()
+        .unwrap()
+        .network_interface_id()
+        .unwrap()
+        .to_string();
+    lab.ec2
+        .assign_private_ip_addresses()
+        .network_interface_id(&a)
+        .private_ip_addresses("10.0.0.50")
+        .send()
+        .await
+        .unwrap();
+    let e = lab
+        .ec2
+        .assign_private_ip_addresses()
+        .network_interface_id(&b)
+        .private_ip_addresses("10.0.0.50")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "PrivateIpAddressInUse");
+    lab.ec2
+        .assign_private_ip_addresses()
+        .network_interface_id(&b)
+        .private_ip_addresses("10.0.0.50")
+        .allow_reassignment(true)
+        .send()
+        .await
+        .unwrap();
+    let ip: Ipv4Addr = "10.0.0.50".parse().unwrap();
+    assert!(!lab.emu.eni(&a).unwrap().secondary_ips.contains(&ip));
+    assert!(lab.emu.eni(&b).unwrap().secondary_ips.contains(&ip));
+    assert_eq!(lab.emu.subnet_available(&lab.subnet), Some(256 - 5 - 3));
+}

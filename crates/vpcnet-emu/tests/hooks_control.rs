@@ -515,3 +515,50 @@ async fn binary_builds_the_config_and_serves() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn ec2_calls_from_an_instance_address_are_counted_per_instance() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let emu = Emulator::new(53);
+    let vpc = emu
+        .create_vpc("127.0.0.0/16".parse().unwrap(), &[])
+        .unwrap();
+    let subnet = emu
+        .create_subnet(&vpc.vpc_id, "127.0.0.0/24".parse().unwrap(), "us-east-1a")
+        .unwrap();
+    let inst = emu
+        .run_instance(vpcnet_emu::RunInstance {
+            instance_type: "m5.large".into(),
+            subnet_id: subnet,
+            private_ip: Some("127.0.0.20".parse().unwrap()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let server = emu.spawn().await.unwrap();
+    for _ in 0..2 {
+        let sock = tokio::net::TcpSocket::new_v4().unwrap();
+        sock.bind("127.0.0.20:0".parse().unwrap()).unwrap();
+        let mut s = sock.connect(server.addr).await.unwrap();
+        let body = "Action=DescribeVpcs&Version=2016-11-15";
+        let req = format!(
+            "POST / HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+        assert!(out.contains("<DescribeVpcsResponse"), "{out}");
+    }
+    // a call from elsewhere is not attributed
+    client(&server.endpoint, 1)
+        .describe_vpcs()
+        .send()
+        .await
+        .unwrap();
+    let calls = emu.calls();
+    assert_eq!(calls.per_action["DescribeVpcs"], 3);
+    assert_eq!(calls.per_instance[&inst.instance_id].ec2["DescribeVpcs"], 2);
+    assert_eq!(calls.per_instance.len(), 1);
+}
