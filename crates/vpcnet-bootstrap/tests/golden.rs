@@ -165,8 +165,31 @@ impl Case {
         golden.insert(
             "cmdline.txt".into(),
             format!(
-                "{cmdline}\n# kubelet: {}; CPUs: {}\n",
-                self.kubelet, self.vcpus
+                "{cmdline}\n# kubelet: {}; CPUs: {}\n# cloud (vpcnet-emu): {} in VPC {}{}{}{}{}\n",
+                self.kubelet,
+                self.vcpus,
+                self.cloud.instance_type,
+                self.cloud.vpc_cidrs.join(" + "),
+                if self.cloud.register.is_some() {
+                    "; type known to EC2 only"
+                } else {
+                    ""
+                },
+                if self.cloud.deny_describe_instance_types {
+                    "; DescribeInstanceTypes denied"
+                } else {
+                    ""
+                },
+                if self.cloud.second_eni_listed_first {
+                    "; second ENI listed first in IMDS"
+                } else {
+                    ""
+                },
+                if self.cloud.ipv6s.is_empty() {
+                    String::new()
+                } else {
+                    format!("; IPv6 {}", self.cloud.ipv6s.join(", "))
+                },
             ),
         );
         golden.insert("stderr.txt".into(), String::from_utf8(err).unwrap());
