@@ -273,6 +273,22 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
             stop_rx.clone(),
         )));
     }
+    if let Some(path) = &opts.introspection_socket {
+        let l = crate::introspection::bind_unix(path, "introspection")?;
+        tasks.push(tokio::spawn(crate::introspection::serve(
+            crate::introspection::router(shared.clone()),
+            l,
+            stop_rx.clone(),
+        )));
+    }
+    if let Some(path) = &opts.metrics_socket {
+        let l = crate::introspection::bind_unix(path, "metrics")?;
+        tasks.push(tokio::spawn(crate::introspection::serve(
+            crate::introspection::metrics_router(shared.metrics.clone()),
+            l,
+            stop_rx.clone(),
+        )));
+    }
     Ok(AgentHandle {
         shared,
         introspection_addr,
@@ -312,14 +328,13 @@ pub async fn run(opts: AgentOptions) -> anyhow::Result<()> {
 
 /// Options from the environment configuration (`config.rs`).
 pub fn options_from_config(c: &crate::config::Config) -> anyhow::Result<AgentOptions> {
-    let tcp = |b: &BindAddress, var: &str| -> anyhow::Result<SocketAddr> {
-        match b {
-            BindAddress::Tcp(a) => Ok(*a),
-            BindAddress::Unix(p) => anyhow::bail!(
-                "{var}=unix:{} is not supported by this agent yet; use host:port",
-                p.display()
-            ),
-        }
+    let tcp = |b: &BindAddress| match b {
+        BindAddress::Tcp(a) => Some(*a),
+        BindAddress::Unix(_) => None,
+    };
+    let unix = |b: &BindAddress| match b {
+        BindAddress::Tcp(_) => None,
+        BindAddress::Unix(p) => Some(p.clone()),
     };
     let conflist = vpcnet_cni::conflist::ConflistSettings {
         veth_prefix: c.veth_prefix.clone(),
@@ -338,19 +353,18 @@ pub fn options_from_config(c: &crate::config::Config) -> anyhow::Result<AgentOpt
         reconcile_interval: c.reconcile_interval(),
         socket_path: c.agent_socket.clone(),
         checkpoint_path: c.checkpoint_path.clone(),
-        introspection_addr: if c.disable_introspection {
-            None
-        } else {
-            Some(tcp(
-                &c.introspection_bind_address,
-                "INTROSPECTION_BIND_ADDRESS",
-            )?)
-        },
-        metrics_addr: if c.disable_metrics {
-            None
-        } else {
-            Some(tcp(&c.metrics_bind_address, "VPCNET_METRICS_BIND_ADDRESS")?)
-        },
+        introspection_addr: (!c.disable_introspection)
+            .then(|| tcp(&c.introspection_bind_address))
+            .flatten(),
+        introspection_socket: (!c.disable_introspection)
+            .then(|| unix(&c.introspection_bind_address))
+            .flatten(),
+        metrics_addr: (!c.disable_metrics)
+            .then(|| tcp(&c.metrics_bind_address))
+            .flatten(),
+        metrics_socket: (!c.disable_metrics)
+            .then(|| unix(&c.metrics_bind_address))
+            .flatten(),
         conflist_path: Some(c.cni_conflist.clone()),
         conflist,
         cluster_name: c.cluster_name.clone(),

@@ -97,12 +97,12 @@ async fn env_settings(State(s): State<Arc<Shared>>) -> Json<Value> {
     Json(Value::Object(map))
 }
 
-/// Serves `router` on an already bound listener until `stop` flips.
-pub async fn serve(
-    router: Router,
-    listener: tokio::net::TcpListener,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) {
+/// Serves `router` on an already bound listener (TCP or Unix) until `stop` flips.
+pub async fn serve<L>(router: Router, listener: L, mut stop: tokio::sync::watch::Receiver<bool>)
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
     let res = axum::serve(listener, router)
         .with_graceful_shutdown(async move {
             let _ = stop.changed().await;
@@ -111,6 +111,19 @@ pub async fn serve(
     if let Err(e) = res {
         tracing::error!("HTTP server failed: {e}");
     }
+}
+
+/// Binds a Unix socket for an HTTP endpoint (stale socket removed, mode 0660).
+pub fn bind_unix(path: &std::path::Path, what: &str) -> anyhow::Result<tokio::net::UnixListener> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let _ = std::fs::remove_file(path);
+    let l = tokio::net::UnixListener::bind(path)
+        .map_err(|e| anyhow::anyhow!("cannot bind {what} on unix:{}: {e}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
+    Ok(l)
 }
 
 /// Prometheus metrics (default :61678/metrics).

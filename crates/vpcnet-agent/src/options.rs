@@ -71,6 +71,10 @@ pub struct AgentOptions {
     pub introspection_addr: Option<SocketAddr>,
     /// Metrics bind address (default 0.0.0.0:61678); `None` = DISABLE_METRICS.
     pub metrics_addr: Option<SocketAddr>,
+    /// Introspection on a Unix socket instead (INTROSPECTION_BIND_ADDRESS=unix:/path).
+    pub introspection_socket: Option<PathBuf>,
+    /// Metrics on a Unix socket instead (VPCNET_METRICS_BIND_ADDRESS=unix:/path).
+    pub metrics_socket: Option<PathBuf>,
     /// Conflist to write once the pool can serve; `None` = do not write one.
     pub conflist_path: Option<PathBuf>,
     /// Conflist contents (socket path is filled from `socket_path`).
@@ -132,6 +136,8 @@ impl Default for AgentOptions {
             checkpoint_path: PathBuf::from(DEFAULT_CHECKPOINT),
             introspection_addr: Some(SocketAddr::from(([127, 0, 0, 1], 61679))),
             metrics_addr: Some(SocketAddr::from(([0, 0, 0, 0], 61678))),
+            introspection_socket: None,
+            metrics_socket: None,
             conflist_path: Some(PathBuf::from(DEFAULT_CONFLIST)),
             conflist: vpcnet_cni::conflist::ConflistSettings::default(),
             cluster_name: String::new(),

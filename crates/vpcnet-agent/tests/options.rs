@@ -1,0 +1,72 @@
+//! Environment configuration → agent options.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use vpcnet_agent::config::Config;
+use vpcnet_agent::options_from_config;
+
+fn cfg(pairs: &[(&str, &str)]) -> Config {
+    let m: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    Config::from_map(&m).unwrap()
+}
+
+#[test]
+fn defaults_map_to_the_vpc_cni_contract() {
+    let o = options_from_config(&cfg(&[])).unwrap();
+    assert_eq!(
+        o.introspection_addr,
+        Some("127.0.0.1:61679".parse().unwrap())
+    );
+    assert_eq!(o.metrics_addr.map(|a| a.port()), Some(61678));
+    assert_eq!(o.socket_path, PathBuf::from("/var/run/vpcnet/agent.sock"));
+    assert_eq!(
+        o.checkpoint_path,
+        PathBuf::from("/var/run/vpcnet/ipam.json")
+    );
+    assert_eq!(
+        o.conflist_path,
+        Some(PathBuf::from("/etc/cni/net.d/10-vpcnet.conflist"))
+    );
+    assert_eq!(o.targets.warm_eni_target, 1);
+    assert_eq!(o.cooldown.as_secs(), 30);
+    assert!(o.node_network.is_some(), "node datapath on by default");
+    assert!(o.sweep_leaked_enis);
+}
+
+#[test]
+fn unix_binds_disable_flags_and_targets() {
+    let o = options_from_config(&cfg(&[
+        (
+            "INTROSPECTION_BIND_ADDRESS",
+            "unix:/run/vpcnet/introspection.sock",
+        ),
+        ("DISABLE_METRICS", "true"),
+        ("WARM_IP_TARGET", "5"),
+        ("MINIMUM_IP_TARGET", "10"),
+        ("IP_COOLDOWN_PERIOD", "7"),
+        ("VPCNET_NODE_DATAPATH", "false"),
+        ("DISABLE_LEAKED_ENI_CLEANUP", "true"),
+    ]))
+    .unwrap();
+    assert_eq!(o.introspection_addr, None);
+    assert_eq!(
+        o.introspection_socket,
+        Some(PathBuf::from("/run/vpcnet/introspection.sock"))
+    );
+    assert_eq!((o.metrics_addr, o.metrics_socket), (None, None));
+    assert_eq!(
+        (o.targets.warm_ip_target, o.targets.minimum_ip_target),
+        (Some(5), Some(10))
+    );
+    assert_eq!(o.cooldown.as_secs(), 7);
+    assert!(o.node_network.is_none());
+    assert!(!o.sweep_leaked_enis);
+    assert!(o
+        .env_settings
+        .iter()
+        .any(|(k, v)| k == "WARM_IP_TARGET" && v == "5"));
+}
