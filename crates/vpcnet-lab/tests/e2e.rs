@@ -541,3 +541,81 @@ fn prefix_delegation_pods_route_through_the_fabric() {
         },
     );
 }
+
+#[test]
+fn two_nodes_pods_reach_each_other_across_the_fabric() {
+    with_lab(
+        "two",
+        |o| o.nodes = 2,
+        |lab| {
+            let s = lab.state().unwrap();
+            let a = lab.run("n1", &["a1".to_string()]).unwrap().remove(0);
+            let b = lab.run("n2", &["b1".to_string()]).unwrap().remove(0);
+            let enis = lab.enis().unwrap();
+            for (c, n) in [(&a, "n1"), (&b, "n2")] {
+                let owner = Lab::owner(&enis, c.ip).expect("IP on an ENI");
+                assert_eq!(
+                    owner.instance_id,
+                    s.node(n).unwrap().instance_id,
+                    "{} on {n}",
+                    c.ip
+                );
+            }
+            assert!(lab.ping("a1", b.ip).unwrap(), "pod on n1 -> pod on n2");
+            assert!(lab.ping("b1", a.ip).unwrap(), "pod on n2 -> pod on n1");
+            let n1_ip = s.node("n1").unwrap().primary_ip.parse().unwrap();
+            assert!(lab.ping("b1", n1_ip).unwrap(), "pod on n2 -> node n1");
+        },
+    );
+}
+
+#[test]
+fn failed_up_removes_everything_and_quotes_the_failing_component() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    remove_stale_test_labs();
+    let before = root_snapshot();
+    let real = bin_dir();
+    let fake = tempfile::tempdir().unwrap();
+    for b in ["vpcnet", "vpcnet-cni"] {
+        std::os::unix::fs::symlink(real.join(b), fake.path().join(b)).unwrap();
+    }
+    let agent = fake.path().join("vpcnet-agent");
+    std::fs::write(
+        &agent,
+        "#!/bin/sh\necho 'agent refuses: injected failure' >&2\nexit 3\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&agent, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let name = format!(
+        "e2e-fail-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    );
+    let mut opts = UpOptions::new(&name);
+    opts.bin_dir = fake.path().to_path_buf();
+    let err = Lab::up(&opts).expect_err("up must fail when the agent exits");
+    let msg = format!("{err:#}");
+    assert!(
+        msg.contains("injected failure"),
+        "error quotes the agent's log: {msg}"
+    );
+    assert!(
+        !vpcnet_lab::state::lab_dir(&name).exists(),
+        "lab directory left"
+    );
+    assert!(!vpcnet_lab::state::list_labs().contains(&name));
+    let t0 = Instant::now();
+    while root_snapshot() != before && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(before, root_snapshot(), "root namespace changed");
+    // Invalid input is refused before anything is created.
+    let mut bad = UpOptions::new("e2e-bad-type");
+    bad.instance_type = "x9.huge".into();
+    let msg = format!("{:#}", Lab::up(&bad).unwrap_err());
+    assert!(msg.contains("unknown instance type"), "{msg}");
+    assert!(!vpcnet_lab::state::lab_dir("e2e-bad-type").exists());
+}
