@@ -105,3 +105,79 @@ async fn writes_then_rerun_is_a_no_op() {
         .contains("### /etc/kubernetes/kubelet/kubelet-config.json (mode 0644)"));
     assert!(tree(empty.path()).is_empty());
 }
+
+/// The real host adapter: kubelet version from a `kubelet` on PATH, the API server name
+/// resolved by the system resolver (`localhost`, so nothing leaves the machine), /etc/hosts
+/// under the root kept and extended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outpost_with_real_host_adapter() {
+    use std::os::unix::fs::PermissionsExt;
+    let cloud = Cloud::launch(&CloudSpec::new("m5.large", vec!["10.0.0.0/16"])).await;
+    let imds = cloud
+        .emu
+        .imds_endpoint(&cloud.instance.instance_id)
+        .await
+        .unwrap();
+    let ec2 = cloud.endpoint.clone();
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("etc")).unwrap();
+    std::fs::write(root.path().join("etc/hosts"), "127.0.0.1 localhost\n").unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    let kubelet = bin.path().join("kubelet");
+    std::fs::write(
+        &kubelet,
+        "#!/bin/sh\necho 'Kubernetes v1.25.9-eks-0a21954'\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&kubelet, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let r = root.path().to_path_buf();
+    let o = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_vpcnet-bootstrap"))
+            .args([
+                "my-cluster",
+                "--apiserver-endpoint",
+                "https://localhost",
+                "--b64-cluster-ca",
+                &test_ca_b64(),
+            ])
+            .args([
+                "--enable-local-outpost",
+                "true",
+                "--cluster-id",
+                "abc-123",
+                "--root",
+                r.to_str().unwrap(),
+            ])
+            .env("PATH", path)
+            .env("AWS_EC2_METADATA_SERVICE_ENDPOINT", imds)
+            .env("AWS_ENDPOINT_URL", ec2)
+            .env("AWS_ACCESS_KEY_ID", "AKIDTEST")
+            .env("AWS_SECRET_ACCESS_KEY", "secret")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let files = tree(root.path());
+    let hosts = &files["etc/hosts"];
+    assert!(
+        hosts.starts_with("127.0.0.1 localhost\n# BEGIN vpcnet-bootstrap"),
+        "{hosts}"
+    );
+    assert!(hosts.contains("127.0.0.1\tlocalhost\n"), "{hosts}");
+    // kubelet 1.25 on Outposts: still the external provider, and 1.25 gets the runtime flags.
+    let cp = &files["etc/systemd/system/kubelet.service.d/20-kubelet-cloud-provider.conf"];
+    assert!(cp.contains("KUBELET_CLOUD_PROVIDER=external"), "{cp}");
+    assert!(
+        files["etc/systemd/system/kubelet.service.d/10-kubelet-args.conf"]
+            .contains("--container-runtime=remote")
+    );
+    assert!(files["var/lib/kubelet/bootstrap-kubeconfig"].contains("- abc-123"));
+    assert!(!files.contains_key("var/lib/kubelet/kubeconfig"));
+}
