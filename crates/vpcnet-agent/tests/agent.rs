@@ -437,3 +437,54 @@ async fn prefix_delegation_hands_out_addresses_from_28_prefixes() {
     .await;
     agent.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_attach_deletes_the_new_eni() {
+    let lab = lab("m5.large").await;
+    let agent = vpcnet_agent::start(lab.options()).await.unwrap();
+    lab.emu
+        .set_action_faults(
+            "AttachNetworkInterface",
+            Some(vpcnet_emu::ActionFaults::default().error(1.0, "InvalidParameterValue")),
+        )
+        .unwrap();
+    let mut c = client(&lab.socket()).await;
+    // The first pod takes the pool below WARM_ENI_TARGET: create succeeds, attach fails.
+    add_retry(&mut c, "a0", Duration::from_secs(10))
+        .await
+        .unwrap();
+    eventually(
+        "the unattached ENI was deleted",
+        Duration::from_secs(10),
+        || {
+            lab.emu
+                .calls()
+                .per_action
+                .get("DeleteNetworkInterface")
+                .copied()
+                .unwrap_or(0)
+                >= 1
+        },
+    )
+    .await;
+    assert!(
+        lab.detached_enis().is_empty(),
+        "leaked: {:?}",
+        lab.detached_enis()
+    );
+    assert_eq!(agent_enis(&agent), lab.ec2_enis());
+    // Once attaching works again the pool grows (the reconciler retries with backoff).
+    lab.emu
+        .set_action_faults("AttachNetworkInterface", None)
+        .unwrap();
+    eventually("second ENI attached", Duration::from_secs(20), || {
+        lab.ec2_enis().len() == 2
+    })
+    .await;
+    eventually("agent agrees", Duration::from_secs(5), || {
+        agent_enis(&agent) == lab.ec2_enis()
+    })
+    .await;
+    assert!(lab.detached_enis().is_empty());
+    agent.shutdown().await;
+}
