@@ -10,7 +10,7 @@
 //! | `GET /_emu/instances`, `GET /_emu/instances/{id}` | → instance(s) |
 //! | `DELETE /_emu/instances/{id}` | terminate → `{}` |
 //! | `GET /_emu/instances/{id}/imds` | → `{"url"}` (a per-instance IMDS listener) |
-//! | `GET /_emu/enis`, `GET /_emu/enis/{id}` | → [`crate::EniInfo`](s) |
+//! | `GET /_emu/enis`, `GET /_emu/enis/{id}` | → one or all [`crate::EniInfo`] |
 //! | `POST /_emu/enis/{id}/unassign` | `{"ips":[..],"prefixes":[..]}` → `{}` (behind the agent's back) |
 //! | `POST /_emu/enis/{id}/detach` | → `{}` (behind the agent's back) |
 //! | `GET /_emu/faults`, `PUT /_emu/faults` | [`Faults`] |
