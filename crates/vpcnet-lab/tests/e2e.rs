@@ -619,3 +619,78 @@ fn failed_up_removes_everything_and_quotes_the_failing_component() {
     assert!(msg.contains("unknown instance type"), "{msg}");
     assert!(!vpcnet_lab::state::lab_dir("e2e-bad-type").exists());
 }
+
+#[test]
+fn detached_eni_disappears_from_the_node_and_the_fabric() {
+    with_lab(
+        "detach",
+        |_| {},
+        |lab| {
+            let node = node(lab);
+            let s = lab.state().unwrap();
+            let vpc = s.namespaces[0].clone();
+            // With one pod, eth0 has fewer free IPs than one ENI's worth: WARM_ENI_TARGET=1 makes
+            // the agent attach a warm secondary ENI. Wait for it.
+            let pod = lab.run("n1", &["w1".to_string()]).unwrap().remove(0);
+            let mut warm = None;
+            wait_until("a warm secondary ENI", Duration::from_secs(30), || {
+                warm = lab.enis().unwrap().into_iter().find(|e| {
+                    e.attachment.as_ref().is_some_and(|a| {
+                        a.instance_id == node.instance_id
+                            && a.device_index > 0
+                            && a.status == "attached"
+                    })
+                });
+                warm.is_some()
+            });
+            let eni = warm.unwrap();
+            let mac = eni.mac.clone();
+            assert!(
+                ipn(&node, &["-o", "link"]).contains(&mac),
+                "ENI {mac} not on the node"
+            );
+            let owned = sh("ip", &["-n", &vpc, "neigh"]);
+            assert!(owned.contains(&mac), "fabric has no neighbours for {mac}");
+
+            let sock = vpcnet_lab::daemon::api_socket(&lab.dir);
+            let (status, body) = vpcnet_lab::api::request(
+                &sock,
+                "POST",
+                &format!("/_emu/enis/{}/detach", eni.eni_id),
+                "application/json",
+                b"{}",
+            )
+            .unwrap();
+            assert_eq!(status, 200, "{body}");
+            assert!(
+                !ipn(&node, &["-o", "link"]).contains(&mac),
+                "interface {mac} still on the node"
+            );
+            assert!(
+                !sh("ip", &["-n", &vpc, "neigh"]).contains(&mac),
+                "fabric still routes to {mac}"
+            );
+            let port = vpcnet_lab::fabric::port_name(&eni.eni_id);
+            assert!(
+                !sh("ip", &["-n", &vpc, "-o", "link"]).contains(&port),
+                "bridge port {port} left"
+            );
+            let sdc = sh(
+                "ip",
+                &[
+                    "netns", "exec", &vpc, "nft", "list", "set", "bridge", "vpcnet", "owned",
+                ],
+            );
+            assert!(
+                !sdc.contains(&port),
+                "source check still allows {port}: {sdc}"
+            );
+            // The pod on eth0 is unaffected.
+            assert!(
+                lab.ping("w1", "10.0.1.1".parse().unwrap()).unwrap(),
+                "pod {} -> router",
+                pod.ip
+            );
+        },
+    );
+}
