@@ -854,3 +854,36 @@ async fn allow_reassignment_moves_an_address() {
     assert!(lab.emu.eni(&b).unwrap().secondary_ips.contains(&ip));
     assert_eq!(lab.emu.subnet_available(&lab.subnet), Some(256 - 5 - 3));
 }
+
+#[tokio::test]
+async fn describe_instance_types_pages_through_the_whole_table() {
+    let lab = lab(8).await;
+    let mut pages = 0;
+    let mut names = Vec::new();
+    let mut stream = lab.ec2.describe_instance_types().into_paginator().send();
+    while let Some(page) = stream.next().await {
+        let page = page.unwrap();
+        pages += 1;
+        assert!(page.instance_types().len() <= 100);
+        names.extend(
+            page.instance_types()
+                .iter()
+                .map(|t| t.instance_type().unwrap().as_str().to_string()),
+        );
+    }
+    assert_eq!(names.len(), vpcnet_limits::all().len());
+    assert_eq!(pages, vpcnet_limits::all().len().div_ceil(100));
+    let filtered = lab
+        .ec2
+        .describe_instance_types()
+        .filters(filter("instance-type", &["m5.*"]))
+        .send()
+        .await
+        .unwrap();
+    assert!(filtered.instance_types().len() >= 8);
+    assert!(filtered.instance_types().iter().all(|t| t
+        .instance_type()
+        .unwrap()
+        .as_str()
+        .starts_with("m5.")));
+}
