@@ -5,6 +5,7 @@
 # container / IP / ENI / device number and ping results, then tears everything down.
 # Everything runs in network namespaces the lab creates and removes. Needs root.
 # Extra arguments go to `vpcnet lab demo` (e.g. --instance-type m5.xlarge --count 20).
+# If interrupted (Ctrl-C), `sudo target/debug/vpcnet lab down --all` removes what is left.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
