@@ -388,6 +388,12 @@ fn bad_input_gets_spec_codes_and_leaves_nothing() {
     let mut bad_ns = att.clone();
     bad_ns.netns = "/var/run/netns/vpcnet-does-not-exist".into();
     assert_eq!(raw("ADD", &bad_ns, &conf).json()["code"], 4);
+    // A path that is not a namespace file → 4.
+    let file = lab.dir.path().join("not-a-netns");
+    std::fs::write(&file, "x").unwrap();
+    bad_ns.netns = file.display().to_string();
+    let e = raw("ADD", &bad_ns, &conf);
+    assert_eq!(e.json()["code"], 4, "{}", e.stdout);
     // Missing CNI_COMMAND → 4.
     let e = raw("", &att, &conf);
     assert_eq!(e.json()["code"], 4, "{}", e.stdout);

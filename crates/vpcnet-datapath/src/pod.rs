@@ -173,7 +173,20 @@ pub async fn setup(
     pod_ns_path: &std::path::Path,
     spec: &PodSpec,
 ) -> Result<PodLinks> {
+    let pod = crate::netns::connect_in(pod_ns, pod_ns_path)?;
+    setup_with(node, pod_ns, &pod, spec).await
+}
+
+/// [`setup`] with a handle already bound to the pod namespace (`pod`), e.g. from a
+/// [`crate::netns::PendingSocket`] started early.
+pub async fn setup_with(
+    node: &Handle,
+    pod_ns: &OwnedFd,
+    pod: &Handle,
+    spec: &PodSpec,
+) -> Result<PodLinks> {
     let (host_mac, pod_mac) = create_veth(node, pod_ns, spec).await?;
+    tracing::debug!(veth = %spec.host_veth, "veth pair created");
     let result = async {
         let host = link_by_name(node, &spec.host_veth).await?.ok_or_else(|| {
             Error::NotFound(format!(
@@ -181,12 +194,12 @@ pub async fn setup(
                 spec.host_veth
             ))
         })?;
-        let pod = crate::netns::connect_in(pod_ns, pod_ns_path)?;
         let (pod_index, h) = futures::join!(
-            configure_pod_side(&pod, spec, host_mac),
+            configure_pod_side(pod, spec, host_mac),
             host::add(node, spec.ip, host.index, spec.route_table)
         );
         h?;
+        tracing::debug!("pod and node side configured");
         Ok(PodLinks {
             host_index: host.index,
             host_mac,

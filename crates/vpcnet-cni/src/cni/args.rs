@@ -79,6 +79,19 @@ pub fn env(cmd: Command, get: &dyn Fn(&str) -> Option<String>) -> Result<Env, Cn
     if matches!(cmd, Command::Add | Command::Del | Command::Check) {
         e.container_id = need("CNI_CONTAINERID")?;
         e.ifname = need("CNI_IFNAME")?;
+        let id_ok = e
+            .container_id
+            .starts_with(|c: char| c.is_ascii_alphanumeric())
+            && e.container_id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+        if !id_ok {
+            return Err(CniError::new(
+                code::INVALID_ENV,
+                format!("CNI_CONTAINERID {:?} has invalid characters", e.container_id),
+                "a container ID starts with a letter or digit and has only letters, digits, '_', '.', '-'",
+            ));
+        }
         e.netns = if cmd == Command::Del {
             get("CNI_NETNS").unwrap_or_default()
         } else {
@@ -171,6 +184,12 @@ mod tests {
         let get = lookup(&[
             ("CNI_CONTAINERID", "c1"),
             ("CNI_IFNAME", "a-very-long-ifname"),
+            ("CNI_NETNS", "/x"),
+        ]);
+        assert_eq!(env(Command::Add, &get).unwrap_err().code, code::INVALID_ENV);
+        let get = lookup(&[
+            ("CNI_CONTAINERID", "c/1"),
+            ("CNI_IFNAME", "eth0"),
             ("CNI_NETNS", "/x"),
         ]);
         assert_eq!(env(Command::Add, &get).unwrap_err().code, code::INVALID_ENV);

@@ -21,8 +21,12 @@ pub async fn add(inv: &Invocation) -> Result<Value, CniError> {
             format!("{e}; the runtime must pass the path of the pod's network namespace"),
         )
     })?;
+    // The pod-side netlink socket is opened by a helper thread while we talk to the agent.
+    let pending =
+        netns::socket_in(&pod_ns, path).map_err(|e| datapath_error("open pod netlink", e))?;
     let node = netns::connect().map_err(|e| datapath_error("open netlink", e))?;
     let mut agent = Agent::connect(&inv.conf.agent_socket, inv.conf.agent_timeout).await?;
+    tracing::debug!("agent connected");
     let reply = agent
         .add(AddNetworkRequest {
             container_id: env.container_id.clone(),
@@ -59,7 +63,11 @@ pub async fn add(inv: &Invocation) -> Result<Value, CniError> {
         mtu,
         route_table: reply.route_table,
     };
-    match pod::setup(&node, &pod_ns, path, &spec).await {
+    let built = match pending.connect() {
+        Ok(pod_handle) => pod::setup_with(&node, &pod_ns, &pod_handle, &spec).await,
+        Err(e) => Err(e),
+    };
+    match built {
         Ok(links) => Ok(result::render(
             &PodResult {
                 host_veth: spec.host_veth,

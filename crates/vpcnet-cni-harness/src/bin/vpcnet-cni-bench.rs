@@ -1,0 +1,165 @@
+//! `vpcnet-cni-bench`: ADD and DEL latency of vpcnet-cni (warm pool from the fake agent) against
+//! the reference `ptp` + `host-local` plugins, same namespaces, same run, interleaved.
+//!
+//! Each iteration creates a pod namespace (not timed), then times the plugin's ADD and DEL as the
+//! runtime sees them (fork, exec, run, exit), run inside a "node" namespace created for the
+//! benchmark. Prints median and p90 per plugin and verb, and the ptp/vpcnet ratio.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use serde_json::json;
+use vpcnet_cni_harness::fake_agent::{FakeAgent, FakeConfig};
+use vpcnet_cni_harness::netns::TestNetns;
+use vpcnet_cni_harness::runtime::{dir_of, Attachment, Runtime};
+
+#[derive(Parser)]
+struct Args {
+    /// The vpcnet-cni binary (build it with `cargo build --release -p vpcnet-cni`).
+    #[arg(long)]
+    plugin: PathBuf,
+    /// Directory of the reference plugins (ptp, host-local).
+    #[arg(long, default_value = "/usr/lib/cni")]
+    cni_dir: PathBuf,
+    /// Iterations per plugin (after one warm-up).
+    #[arg(long, default_value_t = 50)]
+    iterations: usize,
+}
+
+struct Series {
+    add: Vec<Duration>,
+    del: Vec<Duration>,
+    both: Vec<Duration>,
+}
+
+fn pct(v: &[Duration], p: f64) -> Duration {
+    let mut s = v.to_vec();
+    s.sort();
+    let i = ((s.len() as f64 - 1.0) * p).round() as usize;
+    s[i]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn one(rt: &Runtime, name: &str, i: usize) -> anyhow::Result<(Duration, Duration)> {
+    let pod = TestNetns::create()?;
+    let att = Attachment {
+        container_id: format!("bench-{}-{i}", name.replace('+', "-")),
+        netns: pod.path().display().to_string(),
+        ifname: "eth0".into(),
+        args: vec![
+            ("IgnoreUnknown".into(), "1".into()),
+            ("K8S_POD_NAMESPACE".into(), "bench".into()),
+            (
+                "K8S_POD_NAME".into(),
+                format!("{}-{i}", name.replace('+', "-")),
+            ),
+        ],
+        capability_args: json!({}),
+    };
+    let t = Instant::now();
+    rt.add(&att).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let add = t.elapsed();
+    let t = Instant::now();
+    rt.del(&att).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let del = t.elapsed();
+    Ok((add, del))
+}
+
+fn main() -> anyhow::Result<()> {
+    let a = Args::parse();
+    let node = TestNetns::create()?;
+    let tmp = tempfile_dir()?;
+    let _agent = FakeAgent::start(
+        &tmp.join("agent.sock"),
+        FakeConfig {
+            secondary_from: 0,
+            ..Default::default()
+        },
+    )?;
+    let cni_path = vec![dir_of(&a.plugin), a.cni_dir.clone()];
+    let vpcnet_list = json!({
+        "cniVersion": "1.0.0", "name": "aws-cni",
+        "plugins": [{ "type": a.plugin.file_name().unwrap().to_string_lossy(),
+            "vethPrefix": "eni", "mtu": "9001",
+            "agentSocket": tmp.join("agent.sock"), "agentTimeout": "5s",
+            "pluginLogFile": "", "pluginLogLevel": "Info" }]
+    });
+    let ptp_list = json!({
+        "cniVersion": "1.0.0", "name": "bench-ptp",
+        "plugins": [{ "type": "ptp", "ipMasq": false, "mtu": 9001,
+            "ipam": { "type": "host-local", "ranges": [[{ "subnet": "10.99.0.0/16" }]],
+                      "dataDir": tmp.join("host-local") } }]
+    });
+    let runs: Vec<(&str, Runtime)> = vec![
+        (
+            "vpcnet-cni",
+            Runtime::new(
+                &vpcnet_list.to_string(),
+                cni_path.clone(),
+                Some(node.path()),
+            )?,
+        ),
+        (
+            "ptp+host-local",
+            Runtime::new(&ptp_list.to_string(), cni_path.clone(), Some(node.path()))?,
+        ),
+    ];
+    let mut series: Vec<Series> = runs
+        .iter()
+        .map(|_| Series {
+            add: vec![],
+            del: vec![],
+            both: vec![],
+        })
+        .collect();
+    for (name, rt) in &runs {
+        one(rt, name, usize::MAX)?; // warm-up (page cache, first socket)
+    }
+    for i in 0..a.iterations {
+        for ((name, rt), s) in runs.iter().zip(series.iter_mut()) {
+            let (add, del) = one(rt, name, i)?;
+            s.add.push(add);
+            s.del.push(del);
+            s.both.push(add + del);
+        }
+    }
+    println!(
+        "{} iterations each, interleaved; times in ms (fork+exec+run, as a runtime sees it)",
+        a.iterations
+    );
+    println!(
+        "{:<16} {:>10} {:>10} {:>10} {:>10} {:>12} {:>12}",
+        "plugin", "ADD p50", "ADD p90", "DEL p50", "DEL p90", "ADD+DEL p50", "ADD+DEL p90"
+    );
+    for ((name, _), s) in runs.iter().zip(&series) {
+        println!(
+            "{:<16} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>12.2} {:>12.2}",
+            name,
+            ms(pct(&s.add, 0.5)),
+            ms(pct(&s.add, 0.9)),
+            ms(pct(&s.del, 0.5)),
+            ms(pct(&s.del, 0.9)),
+            ms(pct(&s.both, 0.5)),
+            ms(pct(&s.both, 0.9)),
+        );
+    }
+    let ratio = |f: fn(&Series) -> &Vec<Duration>| {
+        ms(pct(f(&series[1]), 0.5)) / ms(pct(f(&series[0]), 0.5))
+    };
+    println!(
+        "ratio ptp+host-local / vpcnet-cni (medians): ADD {:.1}x, DEL {:.1}x, ADD+DEL {:.1}x (goal >= 10x)",
+        ratio(|s| &s.add), ratio(|s| &s.del), ratio(|s| &s.both)
+    );
+    let _ = std::fs::remove_dir_all(&tmp);
+    Ok(())
+}
+
+fn tempfile_dir() -> anyhow::Result<PathBuf> {
+    let d = std::env::temp_dir().join(format!("vpcnet-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&d)?;
+    Ok(d)
+}

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# ADD/DEL latency of vpcnet-cni (warm pool from a fake agent) against Debian's reference
+# ptp + host-local plugins, same namespaces, same run, interleaved; prints p50/p90 and the ratio.
+# Needs root (creates and deletes its own network namespaces; never touches the root namespace).
+#
+# Usage: scripts/bench-cni.sh [ITERATIONS]   (default 50)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+iterations="${1:-50}"
+[ "$(id -u)" = 0 ] || { echo "bench-cni.sh: run as root (it creates network namespaces)" >&2; exit 1; }
+[ -x /usr/lib/cni/ptp ] || { echo "bench-cni.sh: /usr/lib/cni/ptp missing: apt-get install containernetworking-plugins" >&2; exit 1; }
+# Release build of the plugin only (what a runtime executes).
+cargo build --release -p vpcnet-cni
+# The driver (not timed) stays in the dev profile.
+cargo build -p vpcnet-cni-harness --bin vpcnet-cni-bench
+target_dir="$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
+exec "$target_dir/debug/vpcnet-cni-bench" --plugin "$target_dir/release/vpcnet-cni" --iterations "$iterations"
