@@ -69,6 +69,37 @@ fn one(rt: &Runtime, name: &str, i: usize) -> anyhow::Result<(Duration, Duration
     Ok((add, del))
 }
 
+/// The kernel's share: one veth pair created (peer straight into a pod namespace) and deleted
+/// over netlink from inside this process (no fork/exec), as vpcnet-cni does it.
+fn kernel_veth(node: &TestNetns, i: usize) -> anyhow::Result<(Duration, Duration)> {
+    use vpcnet_datapath::{netns, nl, pod};
+    let pod_ns = TestNetns::create()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let node_fd = netns::open(&node.path())?;
+        let h = netns::connect_in(&node_fd, &node.path())?;
+        let pod_fd = netns::open(&pod_ns.path())?;
+        let spec = pod::PodSpec {
+            ip: std::net::Ipv4Addr::new(10, 98, 0, 1),
+            host_veth: format!("benchk{i}"),
+            container_ifname: "eth0".into(),
+            mtu: 9001,
+            route_table: 0,
+        };
+        let t = Instant::now();
+        pod::create_veth(&h, &pod_fd, &spec).await?;
+        let create = t.elapsed();
+        let link = nl::link_by_name(&h, &spec.host_veth)
+            .await?
+            .expect("veth just created");
+        let t = Instant::now();
+        nl::delete_link(&h, link.index, &spec.host_veth).await?;
+        Ok((create, t.elapsed()))
+    })
+}
+
 fn main() -> anyhow::Result<()> {
     let a = Args::parse();
     let node = TestNetns::create()?;
@@ -127,6 +158,17 @@ fn main() -> anyhow::Result<()> {
             s.both.push(add + del);
         }
     }
+    let mut kernel = Series {
+        add: vec![],
+        del: vec![],
+        both: vec![],
+    };
+    for i in 0..a.iterations {
+        let (c, d) = kernel_veth(&node, i)?;
+        kernel.add.push(c);
+        kernel.del.push(d);
+        kernel.both.push(c + d);
+    }
     println!(
         "{} iterations each, interleaved; times in ms (fork+exec+run, as a runtime sees it)",
         a.iterations
@@ -147,6 +189,13 @@ fn main() -> anyhow::Result<()> {
             ms(pct(&s.both, 0.9)),
         );
     }
+    println!(
+        "{:<16} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>12.2} {:>12.2}   <- kernel only: one veth pair create / delete over netlink, in-process",
+        "(veth floor)",
+        ms(pct(&kernel.add, 0.5)), ms(pct(&kernel.add, 0.9)),
+        ms(pct(&kernel.del, 0.5)), ms(pct(&kernel.del, 0.9)),
+        ms(pct(&kernel.both, 0.5)), ms(pct(&kernel.both, 0.9)),
+    );
     let ratio = |f: fn(&Series) -> &Vec<Duration>| {
         ms(pct(f(&series[1]), 0.5)) / ms(pct(f(&series[0]), 0.5))
     };
