@@ -572,3 +572,29 @@ fn status_and_gc() {
     lab.rt.del(&keep).unwrap();
     lab.assert_clean();
 }
+
+#[test]
+fn late_del_of_an_old_sandbox_spares_the_new_pod_with_the_same_name() {
+    let lab = Lab::new(
+        FakeConfig {
+            secondary_from: 0,
+            ..Default::default()
+        },
+        |_| {},
+    );
+    let (_old_ns, old) = lab.pod("sts-0");
+    lab.rt.add(&old).unwrap();
+    // The old sandbox's DEL is lost; the pod comes back with a new sandbox, same name.
+    let (_new_ns, mut new) = lab.pod("sts-0");
+    new.container_id = "cid-sts-0-new".into();
+    let r = lab.rt.add(&new).unwrap();
+    assert_eq!(r["ips"][0]["address"], "10.0.1.11/32");
+    // Now the late DEL of the old sandbox arrives.
+    lab.rt.del(&old).unwrap();
+    lab.rt.check(&new).unwrap();
+    let rules = lab.node.ip(&["-4", "rule", "show"]).unwrap();
+    assert!(lines_with(&rules, "10.0.1.10").is_empty(), "{rules}");
+    assert_eq!(lines_with(&rules, "10.0.1.11").len(), 2, "{rules}");
+    lab.rt.del(&new).unwrap();
+    lab.assert_clean();
+}

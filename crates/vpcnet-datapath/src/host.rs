@@ -115,25 +115,38 @@ pub struct Removed {
     pub rules: usize,
     /// Rules were kept because another interface now routes the IP (it was reassigned).
     pub ip_in_use_elsewhere: bool,
+    /// A veth with the name exists but routes another IP: it belongs to a newer pod with the
+    /// same name and was left alone.
+    pub veth_of_other_pod: bool,
 }
 
 /// Removes the node side of a pod, idempotently: deletes the host veth named `host_veth` if it
 /// exists (the kernel then drops the pod-side peer and routes via it), then the pod rules and any
 /// leftover /32 route for the IP. The IP is `ip` when given, otherwise read from the veth's /32
-/// route. If another interface routes the IP (it was already given to another pod), that pod's
-/// route and rules are left alone.
+/// route (pass `None` only when the veth is known to be this pod's). A veth of that name that
+/// routes a different IP belongs to a newer pod of the same name and is kept; if another
+/// interface routes the IP (it was already given to another pod), that pod's route and rules are
+/// left alone.
 ///
 /// Errors: [`crate::Error::Netlink`] for failures other than "already gone".
 pub async fn remove(h: &Handle, host_veth: &str, ip: Option<Ipv4Addr>) -> Result<Removed> {
     let mut out = Removed::default();
     let link = link_by_name(h, host_veth).await?;
     let mut ip = ip;
-    if let Some(link) = &link {
-        if ip.is_none() {
-            ip = ip_of_host_veth(h, link.index).await?;
+    let mut link = link;
+    if let Some(l) = &link {
+        let routed = ip_of_host_veth(h, l.index).await?;
+        match (ip, routed) {
+            (Some(want), Some(r)) if want != r => {
+                out.veth_of_other_pod = true;
+                link = None;
+            }
+            _ => {
+                ip = ip.or(routed);
+                crate::nl::delete_link(h, l.index, host_veth).await?;
+                out.veth = true;
+            }
         }
-        crate::nl::delete_link(h, link.index, host_veth).await?;
-        out.veth = true;
     }
     out.ip = ip;
     let Some(ip) = ip else { return Ok(out) };

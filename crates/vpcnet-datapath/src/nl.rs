@@ -28,6 +28,8 @@ pub struct Link {
     pub mtu: u32,
     /// Administratively up (IFF_UP).
     pub up: bool,
+    /// IFLA_LINK: for a veth, the peer's index (in the peer's namespace).
+    pub peer_index: Option<u32>,
 }
 
 impl Link {
@@ -38,12 +40,14 @@ impl Link {
             mac: Vec::new(),
             mtu: 0,
             up: m.header.flags.contains(LinkFlags::Up),
+            peer_index: None,
         };
         for a in &m.attributes {
             match a {
                 LinkAttribute::IfName(n) => l.name = n.clone(),
                 LinkAttribute::Address(mac) => l.mac = mac.clone(),
                 LinkAttribute::Mtu(mtu) => l.mtu = *mtu,
+                LinkAttribute::Link(i) => l.peer_index = Some(*i),
                 _ => {}
             }
         }

@@ -1,9 +1,11 @@
-//! DEL: idempotent. Removes whatever datapath exists (host veth by its deterministic name, the
-//! /32 route, the rules for the IP from prevResult or the veth's route), then releases the IP at
-//! the agent. Succeeds with a missing or empty netns and with the agent unreachable (the agent
+//! DEL: idempotent. Releases the IP at the agent, then removes whatever datapath exists: the host
+//! veth by its deterministic name (only if it routes this container's IP, since a newer pod with
+//! the same name gets the same veth name), the /32 route and the rules for the IP (from
+//! prevResult, else the agent's answer, else the veth provably peered with CNI_IFNAME in
+//! CNI_NETNS). Succeeds with a missing or empty netns and with the agent unreachable (the agent
 //! reclaims the IP by reconciling after it restarts).
 
-use vpcnet_datapath::{host, netns};
+use vpcnet_datapath::{host, netns, nl};
 use vpcnet_proto::DelNetworkRequest;
 
 use super::{datapath_error, host_veth, Invocation};
@@ -19,39 +21,66 @@ pub async fn del(inv: &Invocation) -> Result<(), CniError> {
         .prev_result
         .as_ref()
         .and_then(|p| read_prev(p, &env.ifname).ip);
-    let node = netns::connect().map_err(|e| datapath_error("open netlink", e))?;
-    let removed = host::remove(&node, &veth, prev_ip)
-        .await
-        .map_err(|e| datapath_error("removing the pod network", e))?;
-    tracing::info!(container = %env.container_id, ?removed, "datapath removed");
 
+    // Release first: the agent keys on the container ID, so its answer names this container's
+    // IP even when the runtime sent no prevResult.
     let req = DelNetworkRequest {
         container_id: env.container_id.clone(),
         if_name: env.ifname.clone(),
         netns: env.netns.clone(),
         k8s_pod_namespace: env.pod_namespace.clone(),
         k8s_pod_name: env.pod_name.clone(),
-        ipv4_addr: removed.ip.map(|ip| ip.to_string()).unwrap_or_default(),
+        ipv4_addr: prev_ip.map(|ip| ip.to_string()).unwrap_or_default(),
     };
     let reply = match Agent::connect(&inv.conf.agent_socket, inv.conf.agent_timeout).await {
         Ok(mut agent) => agent.del(req).await,
         Err(e) => Err(e),
     };
-    match reply {
+    let agent_ip = match reply {
         Ok(r) => {
             tracing::info!(released = r.released, ip = %r.ipv4_addr, "agent released address");
-            // Without prevResult and veth, the agent's answer is the only source of the IP.
-            if removed.ip.is_none() {
-                if let Ok(ip) = r.ipv4_addr.parse() {
-                    host::remove(&node, &veth, Some(ip))
-                        .await
-                        .map_err(|e| datapath_error("removing the pod's rules", e))?;
-                }
-            }
+            r.ipv4_addr.parse().ok()
         }
         Err(e) => {
-            tracing::warn!(error = %e, "address not released now; the agent reclaims it when it reconciles")
+            tracing::warn!(error = %e, "address not released now; the agent reclaims it when it reconciles");
+            None
         }
-    }
+    };
+
+    let node = netns::connect().map_err(|e| datapath_error("open netlink", e))?;
+    let ip = match prev_ip.or(agent_ip) {
+        Some(ip) => Some(ip),
+        // Neither prevResult nor agent: the veth's route names the IP, but only trust it when
+        // the veth is provably this container's (its peer is CNI_IFNAME in CNI_NETNS); a
+        // same-named veth may belong to a newer pod with the same name.
+        None => match owned_veth_ip(inv, &node, &veth).await {
+            Some(ip) => Some(ip),
+            None => {
+                tracing::warn!(veth = %veth, "IP unknown (no prevResult, agent unreachable) and the veth is not provably this container's: left to the namespace teardown");
+                return Ok(());
+            }
+        },
+    };
+    let removed = host::remove(&node, &veth, ip)
+        .await
+        .map_err(|e| datapath_error("removing the pod network", e))?;
+    tracing::info!(container = %env.container_id, ?removed, "datapath removed");
     Ok(())
+}
+
+/// The IP routed via host veth `veth` when its peer is CNI_IFNAME inside CNI_NETNS.
+async fn owned_veth_ip(
+    inv: &Invocation,
+    node: &rtnetlink::Handle,
+    veth: &str,
+) -> Option<std::net::Ipv4Addr> {
+    let host = nl::link_by_name(node, veth).await.ok()??;
+    let path = std::path::Path::new(&inv.env.netns);
+    let fd = netns::open(path).ok()?;
+    let pod = netns::connect_in(&fd, path).ok()?;
+    let peer = nl::link_by_name(&pod, &inv.env.ifname).await.ok()??;
+    if host.peer_index != Some(peer.index) || peer.peer_index != Some(host.index) {
+        return None;
+    }
+    host::ip_of_host_veth(node, host.index).await.ok()?
 }
