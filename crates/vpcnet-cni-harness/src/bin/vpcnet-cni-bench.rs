@@ -112,6 +112,7 @@ fn main() -> anyhow::Result<()> {
         },
     )?;
     let cni_path = vec![dir_of(&a.plugin), a.cni_dir.clone()];
+    let plugin_type = a.plugin.file_name().unwrap().to_string_lossy().to_string();
     let vpcnet_list = json!({
         "cniVersion": "1.0.0", "name": "aws-cni",
         "plugins": [{ "type": a.plugin.file_name().unwrap().to_string_lossy(),
@@ -158,6 +159,18 @@ fn main() -> anyhow::Result<()> {
             s.both.push(add + del);
         }
     }
+    // Process floor: the same fork/exec/setns path running vpcnet-cni VERSION (no netlink, no agent).
+    let mut spawn = Vec::new();
+    for _ in 0..a.iterations {
+        let e = runs[0].1.exec(
+            &plugin_type,
+            "VERSION",
+            None,
+            &json!({"cniVersion": "1.0.0"}),
+        )?;
+        anyhow::ensure!(e.status == 0, "VERSION failed: {}", e.stdout);
+        spawn.push(e.elapsed);
+    }
     let mut kernel = Series {
         add: vec![],
         del: vec![],
@@ -195,6 +208,12 @@ fn main() -> anyhow::Result<()> {
         ms(pct(&kernel.add, 0.5)), ms(pct(&kernel.add, 0.9)),
         ms(pct(&kernel.del, 0.5)), ms(pct(&kernel.del, 0.9)),
         ms(pct(&kernel.both, 0.5)), ms(pct(&kernel.both, 0.9)),
+    );
+    println!(
+        "{:<16} {:>10.2} {:>10.2}   <- process only: vpcnet-cni VERSION through the same fork/exec path",
+        "(spawn floor)",
+        ms(pct(&spawn, 0.5)),
+        ms(pct(&spawn, 0.9)),
     );
     let ratio = |f: fn(&Series) -> &Vec<Duration>| {
         ms(pct(f(&series[1]), 0.5)) / ms(pct(f(&series[0]), 0.5))

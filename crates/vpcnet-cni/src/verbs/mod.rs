@@ -31,6 +31,14 @@ pub async fn run(inv: &Invocation) -> Result<Option<Value>, CniError> {
     match inv.cmd {
         Command::Add => add::add(inv).await.map(Some),
         Command::Del => del::del(inv).await.map(|()| None),
+        Command::Check if inv.conf.cni_version.starts_with("0.3") => Err(CniError::new(
+            code::INCOMPATIBLE_VERSION,
+            format!(
+                "CHECK needs cniVersion 0.4.0 or later, the configuration has {}",
+                inv.conf.cni_version
+            ),
+            "set cniVersion to 0.4.0 or later to use CHECK",
+        )),
         Command::Check => check::check(inv).await.map(|()| None),
         Command::Status | Command::Gc if !version::has_status_and_gc(&inv.conf.cni_version) => {
             Err(CniError::new(
