@@ -247,6 +247,18 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
         ec2.clone(),
         stop_rx.clone(),
     )));
+    if opts.node_network.is_some() {
+        let (shared, mut stop) = (shared.clone(), stop_rx.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                crate::reconciler::reclaim_unrouted(&shared).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(crate::reconciler::POD_RECLAIM_INTERVAL) => {}
+                    _ = stop.changed() => return,
+                }
+            }
+        }));
+    }
     if opts.sweep_leaked_enis {
         let (shared, ec2) = (shared.clone(), ec2.clone());
         tasks.push(tokio::spawn(async move {

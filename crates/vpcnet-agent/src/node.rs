@@ -1,7 +1,9 @@
 //! Node-side setup of secondary ENIs, behind a trait so emulator-only tests run without
 //! touching any network namespace.
 
+use std::collections::BTreeSet;
 use std::future::Future;
+use std::net::Ipv4Addr;
 use std::pin::Pin;
 
 use ipnet::Ipv4Net;
@@ -25,6 +27,11 @@ pub struct NodeEni {
 /// gateway. Must be idempotent.
 pub trait NodeNetwork: Send + Sync + 'static {
     fn setup_eni<'a>(&'a self, eni: &'a NodeEni) -> BoxFuture<'a, anyhow::Result<()>>;
+
+    /// IPv4 addresses the node currently routes to pods (main-table /32 routes via a
+    /// device). An assignment whose address is missing here has no pod datapath: the plugin's
+    /// DEL ran while the agent was down, so the agent reclaims the address.
+    fn pod_route_ips(&self) -> BoxFuture<'_, anyhow::Result<BTreeSet<Ipv4Addr>>>;
 }
 
 /// The real implementation over netlink in the agent's network namespace
@@ -72,6 +79,13 @@ impl NodeNetwork for NetlinkNode {
                     }
                 }
             }
+        })
+    }
+
+    fn pod_route_ips(&self) -> BoxFuture<'_, anyhow::Result<BTreeSet<Ipv4Addr>>> {
+        Box::pin(async move {
+            let handle = vpcnet_datapath::netns::connect()?;
+            Ok(vpcnet_datapath::host::pod_route_ips(&handle).await?)
         })
     }
 }

@@ -22,6 +22,10 @@ use crate::state::{now_ms, Shared};
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// How long a detaching ENI is polled before giving up until the next pass.
 const DETACH_WAIT: Duration = Duration::from_secs(30);
+/// Age an assignment must reach before a missing pod route gets it reclaimed.
+pub const POD_RECLAIM_GRACE: Duration = Duration::from_secs(5);
+/// Period of the pod-route check (a netlink route dump; cheap).
+pub const POD_RECLAIM_INTERVAL: Duration = Duration::from_secs(5);
 /// How long a new attachment is polled until it is `attached`.
 const ATTACH_WAIT: Duration = Duration::from_secs(60);
 
@@ -451,6 +455,42 @@ pub async fn setup_node_enis(shared: &Shared) {
             tracing::error!(eni = %e.id, "node setup failed: {err:#}");
         }
     }
+}
+
+/// Releases assignments whose pod has no datapath on the node any more (no /32 route to its
+/// address): the plugin's DEL ran while the agent was unreachable, so the address would leak.
+/// Only when the agent manages the node datapath; assignments younger than
+/// [`POD_RECLAIM_GRACE`] are kept (an ADD may be building the datapath right now).
+pub async fn reclaim_unrouted(shared: &Shared) {
+    let Some(node) = &shared.opts.node_network else {
+        return;
+    };
+    let routed = match node.pod_route_ips().await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!("listing pod routes failed: {e:#}; no reclaim this time");
+            return;
+        }
+    };
+    let released =
+        shared
+            .pool()
+            .reclaim_unrouted(&routed, POD_RECLAIM_GRACE.as_millis() as u64, now_ms());
+    if released.is_empty() {
+        return;
+    }
+    for (key, a) in &released {
+        tracing::warn!(
+            ip = %a.ip,
+            container = %key.container_id,
+            pod = %format!("{}/{}", a.pod.namespace, a.pod.name),
+            "pod datapath is gone (DEL ran while the agent was down): address reclaimed into cooldown"
+        );
+        shared.metrics.inc_del_ip_req("PodDatapathGone");
+    }
+    shared.persist().await;
+    shared.update_gauges();
+    shared.wake.notify_one();
 }
 
 /// Deletes ENIs this instance created that are no longer attached (a crash between

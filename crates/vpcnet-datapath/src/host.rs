@@ -95,6 +95,20 @@ pub async fn pod_routes(h: &Handle, ip: Ipv4Addr) -> Result<Vec<Route>> {
         .collect())
 }
 
+/// Every IPv4 address the node routes to a pod: main-table /32 routes with an output device
+/// (`<ip>/32 dev <host veth>`, as [`add`] creates them). The agent uses this to find
+/// assignments whose pod datapath is gone (DEL ran while the agent was down).
+///
+/// Errors: [`crate::Error::Netlink`] when the route dump fails.
+pub async fn pod_route_ips(h: &Handle) -> Result<std::collections::BTreeSet<Ipv4Addr>> {
+    Ok(routes_v4(h)
+        .await?
+        .into_iter()
+        .filter(|r| r.table == MAIN_TABLE && r.dst_len == 32 && r.oif.is_some())
+        .map(|r| r.dst)
+        .collect())
+}
+
 /// The pod IP a host veth routes to: the destination of a main-table /32 route via it.
 pub async fn ip_of_host_veth(h: &Handle, host_index: u32) -> Result<Option<Ipv4Addr>> {
     Ok(routes_v4(h)

@@ -320,6 +320,30 @@ impl Pool {
             .collect()
     }
 
+    /// Releases (into cooldown) every assignment older than `grace_ms` whose address is not in
+    /// `routed`, the IPv4 /32s the node routes to pods. Such a pod has no datapath left: the
+    /// plugin's DEL removed it while the agent could not be reached. The grace covers an ADD
+    /// in flight (address handed out, route not yet created). Returns what was released.
+    pub fn reclaim_unrouted(
+        &mut self,
+        routed: &BTreeSet<Ipv4Addr>,
+        grace_ms: u64,
+        now_ms: u64,
+    ) -> Vec<(PodKey, Assignment)> {
+        let stale: Vec<PodKey> = self
+            .assignments
+            .iter()
+            .filter(|(_, a)| {
+                !routed.contains(&a.ip) && a.assigned_at_ms.saturating_add(grace_ms) <= now_ms
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        stale
+            .into_iter()
+            .filter_map(|k| self.release(&k, now_ms).map(|a| (k, a)))
+            .collect()
+    }
+
     /// Assignments whose address EC2 no longer lists on the node.
     pub fn orphaned(&self) -> Vec<(PodKey, Ipv4Addr)> {
         self.assignments

@@ -382,3 +382,24 @@ fn prefix_mode_assigns_prefixes() {
         }]
     );
 }
+
+#[test]
+fn unrouted_assignments_are_reclaimed_after_grace() {
+    let (mut pool, mut ec2) = start(limits("m5.large"));
+    ec2.settle(&mut pool, 0);
+    let a = pool.assign(key(1), pod(1), 1_000).unwrap();
+    let b = pool.assign(key(2), pod(2), 1_000).unwrap();
+    let c = pool.assign(key(3), pod(3), 9_000).unwrap();
+    // The node routes a and c; b's datapath is gone; c is younger than the grace.
+    let routed: std::collections::BTreeSet<_> = [a.ip].into_iter().collect();
+    let released = pool.reclaim_unrouted(&routed, 5_000, 10_000);
+    assert_eq!(released.len(), 1);
+    assert_eq!(released[0].1.ip, b.ip);
+    assert!(pool.assignment(&key(2)).is_none());
+    assert!(pool.assignment(&key(1)).is_some());
+    assert!(pool.assignment(&key(3)).is_some(), "inside the grace: kept");
+    // b cools down before reuse.
+    assert!(pool.cooldowns().any(|(ip, t)| ip == b.ip && t == 10_000));
+    assert_eq!(pool.summary(10_000).assigned_ips, 2);
+    let _ = c;
+}
