@@ -54,7 +54,12 @@ pub fn max_pods(limits: &InstanceLimits, opts: MaxPodsOptions) -> MaxPodsReport 
     } else {
         uncapped.min(recommended_cap(limits))
     };
-    MaxPodsReport { max_pods, uncapped, enis, prefix_delegation: pd }
+    MaxPodsReport {
+        max_pods,
+        uncapped,
+        enis,
+        prefix_delegation: pd,
+    }
 }
 
 /// The recommended max-pods ceiling: 110 for instance types with ≤ 30 vCPUs, else 250.
@@ -78,12 +83,41 @@ mod tests {
     #[test]
     fn calculator_examples() {
         let d = MaxPodsOptions::default();
-        let cn = MaxPodsOptions { custom_networking: true, ..d };
-        let pd = MaxPodsOptions { prefix_delegation: true, ..d };
-        let pdx = MaxPodsOptions { prefix_delegation: true, show_max_allowed: true, ..d };
-        let all = MaxPodsOptions { show_max_allowed: true, ..d };
-        assert_eq!((mp("t3.medium", d), mp("t3.medium", cn), mp("t3.medium", pd), mp("t3.medium", pdx)), (17, 12, 110, 242));
-        assert_eq!((mp("m5.large", d), mp("m5.large", cn), mp("m5.large", pd), mp("m5.large", pdx)), (29, 20, 110, 434));
+        let cn = MaxPodsOptions {
+            custom_networking: true,
+            ..d
+        };
+        let pd = MaxPodsOptions {
+            prefix_delegation: true,
+            ..d
+        };
+        let pdx = MaxPodsOptions {
+            prefix_delegation: true,
+            show_max_allowed: true,
+            ..d
+        };
+        let all = MaxPodsOptions {
+            show_max_allowed: true,
+            ..d
+        };
+        assert_eq!(
+            (
+                mp("t3.medium", d),
+                mp("t3.medium", cn),
+                mp("t3.medium", pd),
+                mp("t3.medium", pdx)
+            ),
+            (17, 12, 110, 242)
+        );
+        assert_eq!(
+            (
+                mp("m5.large", d),
+                mp("m5.large", cn),
+                mp("m5.large", pd),
+                mp("m5.large", pdx)
+            ),
+            (29, 20, 110, 434)
+        );
         assert_eq!(mp("m4.xlarge", pd), 58);
         assert_eq!(mp("c5.18xlarge", d), 250);
         assert_eq!(mp("c5.18xlarge", all), 737);
@@ -93,7 +127,11 @@ mod tests {
 
     #[test]
     fn max_eni_caps_before_custom_networking() {
-        let o = MaxPodsOptions { max_eni: Some(2), custom_networking: true, ..Default::default() };
+        let o = MaxPodsOptions {
+            max_eni: Some(2),
+            custom_networking: true,
+            ..Default::default()
+        };
         // m5.large: min(3,2) - 1 = 1 ENI × 9 + 2
         assert_eq!(mp("m5.large", o), 11);
     }

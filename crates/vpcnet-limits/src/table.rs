@@ -70,7 +70,10 @@ impl InstanceLimits {
 fn parse_line(line: &str) -> InstanceLimits {
     let f: Vec<&str> = line.split('\t').collect();
     assert_eq!(f.len(), 8, "bad instance-limits.tsv line: {line}");
-    let num = |s: &str| -> u32 { s.parse().unwrap_or_else(|_| panic!("bad number {s:?} in {line}")) };
+    let num = |s: &str| -> u32 {
+        s.parse()
+            .unwrap_or_else(|_| panic!("bad number {s:?} in {line}"))
+    };
     InstanceLimits {
         instance_type: f[0].to_string(),
         eni_limit: num(f[1]),
@@ -80,7 +83,10 @@ fn parse_line(line: &str) -> InstanceLimits {
             .split(',')
             .map(|p| {
                 let (i, m) = p.split_once(':').expect("card index:max");
-                NetworkCard { index: num(i), max_enis: num(m) }
+                NetworkCard {
+                    index: num(i),
+                    max_enis: num(m),
+                }
             })
             .collect(),
         hypervisor: match f[5] {
