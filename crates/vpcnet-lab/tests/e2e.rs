@@ -645,12 +645,19 @@ fn detached_eni_disappears_from_the_node_and_the_fabric() {
             });
             let eni = warm.unwrap();
             let mac = eni.mac.clone();
-            assert!(
-                ipn(&node, &["-o", "link"]).contains(&mac),
-                "ENI {mac} not on the node"
+            // EC2 reports `attached` as the attachment completes; the fabric hook runs right
+            // after, and the agent assigns the ENI's secondary IPs (the fabric's neighbours)
+            // with a separate call: wait for both rather than race them.
+            wait_until(
+                &format!("ENI {mac} on the node"),
+                Duration::from_secs(10),
+                || ipn(&node, &["-o", "link"]).contains(&mac),
             );
-            let owned = sh("ip", &["-n", &vpc, "neigh"]);
-            assert!(owned.contains(&mac), "fabric has no neighbours for {mac}");
+            wait_until(
+                &format!("fabric neighbours for {mac}"),
+                Duration::from_secs(10),
+                || sh("ip", &["-n", &vpc, "neigh"]).contains(&mac),
+            );
 
             let sock = vpcnet_lab::daemon::api_socket(&lab.dir);
             let (status, body) = vpcnet_lab::api::request(
