@@ -350,6 +350,8 @@ pub fn options_from_config(c: &crate::config::Config) -> anyhow::Result<AgentOpt
     };
     let conflist = vpcnet_cni::conflist::ConflistSettings {
         veth_prefix: c.veth_prefix.clone(),
+        plugin_log_file: c.plugin_log_file.clone(),
+        plugin_log_level: c.plugin_log_level.clone(),
         ..Default::default()
     };
     Ok(AgentOptions {

@@ -134,6 +134,12 @@ pub struct Config {
     /// `AWS_VPC_K8S_CNI_VETHPREFIX` (default `eni`): host-side veth name prefix, ≤ 4 characters,
     /// not `eth`, `vlan` or `lo`.
     pub veth_prefix: String,
+    /// `AWS_VPC_K8S_PLUGIN_LOG_FILE` (default `/var/log/aws-routed-eni/plugin.log`): where the
+    /// CNI plugin logs, written into the conflist; an absolute path, `stderr`, or empty for none.
+    pub plugin_log_file: String,
+    /// `AWS_VPC_K8S_PLUGIN_LOG_LEVEL` (default `Debug`): the plugin's log level, one of
+    /// `Debug`, `Info`, `Warn`, `Error`, written into the conflist.
+    pub plugin_log_level: String,
     /// `AWS_VPC_CNI_NODE_PORT_SUPPORT` (default true): mark traffic arriving on the primary ENI
     /// so replies leave through it (NodePort services).
     pub node_port_support: bool,
@@ -408,6 +414,40 @@ impl Config {
             ));
         }
 
+        let plugin_log_file = env.string(
+            "AWS_VPC_K8S_PLUGIN_LOG_FILE",
+            "/var/log/aws-routed-eni/plugin.log",
+        );
+        if !(plugin_log_file.is_empty()
+            || plugin_log_file == "stderr"
+            || plugin_log_file.starts_with('/'))
+        {
+            return Err(Env::err(
+                "AWS_VPC_K8S_PLUGIN_LOG_FILE",
+                &plugin_log_file,
+                "not an absolute path",
+                "an absolute file path, `stderr`, or empty to disable plugin logging",
+            ));
+        }
+        let plugin_log_level = {
+            let v = env.string("AWS_VPC_K8S_PLUGIN_LOG_LEVEL", "Debug");
+            match v.to_ascii_lowercase().as_str() {
+                "debug" => "Debug",
+                "info" => "Info",
+                "warn" | "warning" => "Warn",
+                "error" => "Error",
+                _ => {
+                    return Err(Env::err(
+                        "AWS_VPC_K8S_PLUGIN_LOG_LEVEL",
+                        &v,
+                        "unknown log level",
+                        "Debug, Info, Warn, Error",
+                    ))
+                }
+            }
+            .to_string()
+        };
+
         let cluster_endpoint = env.raw("CLUSTER_ENDPOINT");
         if let Some(url) = &cluster_endpoint {
             if !(url.starts_with("https://") || url.starts_with("http://"))
@@ -499,6 +539,8 @@ impl Config {
             randomize_snat,
             eni_mtu: env.ranged("AWS_VPC_ENI_MTU", 9001, 576, 9001)? as u32,
             veth_prefix,
+            plugin_log_file,
+            plugin_log_level,
             node_port_support: env.bool("AWS_VPC_CNI_NODE_PORT_SUPPORT", true)?,
             cluster_endpoint,
             cluster_name: env.string("CLUSTER_NAME", ""),
@@ -616,6 +658,11 @@ impl Config {
             ),
             ("AWS_VPC_ENI_MTU", self.eni_mtu.to_string()),
             ("AWS_VPC_K8S_CNI_VETHPREFIX", self.veth_prefix.clone()),
+            ("AWS_VPC_K8S_PLUGIN_LOG_FILE", self.plugin_log_file.clone()),
+            (
+                "AWS_VPC_K8S_PLUGIN_LOG_LEVEL",
+                self.plugin_log_level.clone(),
+            ),
             (
                 "AWS_VPC_CNI_NODE_PORT_SUPPORT",
                 self.node_port_support.to_string(),
@@ -736,6 +783,14 @@ mod tests {
         assert_eq!(c.randomize_snat, RandomizeSnat::Prng);
         assert_eq!(c.eni_mtu, 9001);
         assert_eq!(c.veth_prefix, "eni");
+        assert_eq!(c.plugin_log_file, "/var/log/aws-routed-eni/plugin.log");
+        assert_eq!(c.plugin_log_level, "Debug");
+        assert_eq!(
+            cfg(&[("AWS_VPC_K8S_PLUGIN_LOG_LEVEL", "warning")])
+                .unwrap()
+                .plugin_log_level,
+            "Warn"
+        );
         assert!(c.node_port_support);
         assert_eq!(c.cluster_endpoint, None);
         assert_eq!(c.cluster_name, "");
@@ -946,6 +1001,16 @@ mod tests {
             ("AWS_VPC_K8S_CNI_VETHPREFIX", "eth", "reserved"),
             ("AWS_VPC_K8S_CNI_VETHPREFIX", "lo", "reserved"),
             ("AWS_VPC_K8S_CNI_VETHPREFIX", "a/b", "1 to 4 characters"),
+            (
+                "AWS_VPC_K8S_PLUGIN_LOG_FILE",
+                "plugin.log",
+                "absolute file path",
+            ),
+            (
+                "AWS_VPC_K8S_PLUGIN_LOG_LEVEL",
+                "verbose",
+                "Debug, Info, Warn, Error",
+            ),
             ("CLUSTER_ENDPOINT", "api.example.com", "API server URL"),
             ("ADDITIONAL_ENI_TAGS", "team=net", "JSON object"),
             (
