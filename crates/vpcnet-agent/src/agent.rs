@@ -223,6 +223,7 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
         .map_err(|e| anyhow!("adopting the instance's ENIs: {e}"))?;
     shared.persist().await;
     crate::reconciler::setup_node_enis(&shared).await;
+    crate::reconciler::setup_node_firewall(&shared).await;
     // Fill the pool; EC2 errors are retried by the reconciler, but serve as soon as one
     // address is available.
     if let Err(e) = crate::reconciler::fill(&shared, &ec2).await {
@@ -383,6 +384,15 @@ pub fn options_from_config(c: &crate::config::Config) -> anyhow::Result<AgentOpt
         conflist,
         cluster_name: c.cluster_name.clone(),
         external_snat: c.external_snat,
+        exclude_snat_cidrs: c.exclude_snat_cidrs.clone(),
+        randomize_snat: match c.randomize_snat {
+            crate::config::RandomizeSnat::None => vpcnet_datapath::firewall::RandomizeSnat::None,
+            crate::config::RandomizeSnat::Hashrandom => {
+                vpcnet_datapath::firewall::RandomizeSnat::Hashrandom
+            }
+            crate::config::RandomizeSnat::Prng => vpcnet_datapath::firewall::RandomizeSnat::Prng,
+        },
+        node_port_support: c.node_port_support,
         mtu: c.eni_mtu,
         ec2_endpoint: c.ec2.endpoint.clone(),
         imds_endpoint: std::env::var("AWS_EC2_METADATA_SERVICE_ENDPOINT")

@@ -81,8 +81,15 @@ pub struct AgentOptions {
     pub conflist: vpcnet_cni::conflist::ConflistSettings,
     /// CLUSTER_NAME, tagged on created ENIs.
     pub cluster_name: String,
-    /// AWS_VPC_K8S_CNI_EXTERNALSNAT.
+    /// AWS_VPC_K8S_CNI_EXTERNALSNAT: no SNAT (and no SNAT connmark) on the node.
     pub external_snat: bool,
+    /// AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS: destinations never SNATed, besides the VPC CIDRs.
+    pub exclude_snat_cidrs: Vec<ipnet::Ipv4Net>,
+    /// AWS_VPC_K8S_CNI_RANDOMIZESNAT (default `prng`, nft `fully-random`).
+    pub randomize_snat: vpcnet_datapath::firewall::RandomizeSnat,
+    /// AWS_VPC_CNI_NODE_PORT_SUPPORT (default true): connmark so replies to traffic that
+    /// arrived on the primary ENI leave by it; loose rp_filter on it.
+    pub node_port_support: bool,
     /// AWS_VPC_ENI_MTU (default 9001).
     pub mtu: u32,
     /// Security groups for new ENIs; empty = the primary ENI's (from IMDS).
@@ -99,8 +106,8 @@ pub struct AgentOptions {
     pub credentials: Option<StaticCredentials>,
     /// Deadlines, retries and client-side rate limits of EC2 calls.
     pub ec2_calls: CallSettings,
-    /// Node-side setup of secondary ENIs (interface, MTU, route table N); `None` = off
-    /// (emulator-only tests). The lab and production use [`crate::node::NetlinkNode`].
+    /// Node-side setup of secondary ENIs (interface, MTU, route table N) and the node firewall
+    /// (SNAT, connmark); `None` = off (emulator-only tests). The lab and production use [`crate::node::NetlinkNode`].
     pub node_network: Option<Arc<dyn NodeNetwork>>,
     /// Environment shown by /v1/env-settings (name → value).
     pub env_settings: Vec<(String, String)>,
@@ -142,6 +149,9 @@ impl Default for AgentOptions {
             conflist: vpcnet_cni::conflist::ConflistSettings::default(),
             cluster_name: String::new(),
             external_snat: false,
+            exclude_snat_cidrs: Vec::new(),
+            randomize_snat: vpcnet_datapath::firewall::RandomizeSnat::Prng,
+            node_port_support: true,
             mtu: 9001,
             security_groups: Vec::new(),
             subnet_id: None,

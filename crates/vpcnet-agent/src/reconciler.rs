@@ -12,7 +12,7 @@ use vpcnet_ec2::{
 };
 use vpcnet_ipam::{Action, EniInfo, EniObservation, UnknownIpPolicy};
 
-use crate::node::NodeEni;
+use crate::node::{NodeEni, NodeFirewall};
 use crate::options::{
     ENI_DESCRIPTION_PREFIX, TAG_CLUSTER_NAME, TAG_CREATED_AT, TAG_INSTANCE_ID, TAG_NO_MANAGE,
 };
@@ -457,6 +457,29 @@ pub async fn setup_node_enis(shared: &Shared) {
     }
 }
 
+/// The node firewall (SNAT to the primary IP, connmark for the primary ENI) from the static
+/// facts and the options, when the node datapath is enabled. Idempotent (re-applied on each
+/// periodic pass to repair drift); failures are logged and retried at the next pass.
+pub async fn setup_node_firewall(shared: &Shared) {
+    let Some(node) = &shared.opts.node_network else {
+        return;
+    };
+    let o = &shared.opts;
+    let fw = NodeFirewall {
+        primary_mac: shared.facts.primary_mac.clone(),
+        primary_ip: shared.facts.primary_ip,
+        vpc_cidrs: shared.facts.vpc_cidrs.clone(),
+        exclude_snat_cidrs: o.exclude_snat_cidrs.clone(),
+        randomize_snat: o.randomize_snat,
+        external_snat: o.external_snat,
+        node_port_support: o.node_port_support,
+        veth_prefix: o.conflist.veth_prefix.clone(),
+    };
+    if let Err(err) = node.setup_node_firewall(&fw).await {
+        tracing::error!("node firewall (SNAT, connmark) setup failed: {err:#}");
+    }
+}
+
 /// Releases assignments whose pod has no datapath on the node any more (no /32 route to its
 /// address): the plugin's DEL ran while the agent was unreachable, so the address would leak.
 /// Only when the agent manages the node datapath; assignments younger than
@@ -543,6 +566,8 @@ pub async fn run(shared: Arc<Shared>, ec2: Ec2, mut stop: tokio::sync::watch::Re
                 Ok(_) => setup_node_enis(&shared).await,
                 Err(e) => result = Err(e),
             }
+            // The firewall depends on static facts only: repair it even when EC2 fails.
+            setup_node_firewall(&shared).await;
         }
         if result.is_ok() {
             result = fill(&shared, &ec2).await;

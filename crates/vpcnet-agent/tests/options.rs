@@ -70,3 +70,39 @@ fn unix_binds_disable_flags_and_targets() {
         .iter()
         .any(|(k, v)| k == "WARM_IP_TARGET" && v == "5"));
 }
+
+#[test]
+fn snat_and_connmark_settings_reach_the_options() {
+    use vpcnet_datapath::firewall::RandomizeSnat;
+    let d = options_from_config(&cfg(&[])).unwrap();
+    assert!(!d.external_snat && d.node_port_support);
+    assert!(d.exclude_snat_cidrs.is_empty());
+    assert_eq!(d.randomize_snat, RandomizeSnat::Prng);
+    for (value, want) in [
+        ("none", RandomizeSnat::None),
+        ("hashrandom", RandomizeSnat::Hashrandom),
+        ("prng", RandomizeSnat::Prng),
+    ] {
+        let o = options_from_config(&cfg(&[("AWS_VPC_K8S_CNI_RANDOMIZESNAT", value)])).unwrap();
+        assert_eq!(o.randomize_snat, want, "{value}");
+    }
+    let o = options_from_config(&cfg(&[
+        ("AWS_VPC_K8S_CNI_EXTERNALSNAT", "true"),
+        (
+            "AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS",
+            "192.168.0.0/16,172.16.0.0/12",
+        ),
+        ("AWS_VPC_CNI_NODE_PORT_SUPPORT", "false"),
+        ("AWS_VPC_K8S_CNI_VETHPREFIX", "vpc"),
+    ]))
+    .unwrap();
+    assert!(o.external_snat && !o.node_port_support);
+    assert_eq!(
+        o.exclude_snat_cidrs,
+        vec![
+            "192.168.0.0/16".parse().unwrap(),
+            "172.16.0.0/12".parse().unwrap()
+        ]
+    );
+    assert_eq!(o.conflist.veth_prefix, "vpc");
+}

@@ -5,13 +5,16 @@
 //!   `169.254.1.1`, a permanent neighbour `169.254.1.1 → host veth MAC` ([`pod`]);
 //! - node: a /32 route to the pod via the host veth, rule `to <ip> lookup main` at priority 512
 //!   and, for an IP on a secondary ENI, `from <ip> lookup <table>` at priority 1536 ([`host`]);
-//! - node: one route table per secondary ENI (table N = device number N) ([`node`]).
+//! - node: one route table per secondary ENI (table N = device number N) ([`node`]);
+//! - node: SNAT of VPC-external traffic to the primary IP and the connmark that sends replies
+//!   out of the primary ENI, as one nftables table `ip vpcnet` ([`firewall`]).
 //!
 //! Every function takes an [`rtnetlink::Handle`] bound to the namespace it acts in; use
 //! [`netns::connect`] / [`netns::connect_in`] to get one. No function changes the calling
 //! thread's network namespace.
 
 pub mod error;
+pub mod firewall;
 pub mod host;
 pub mod names;
 pub mod netns;

@@ -82,6 +82,10 @@ pub struct Rule {
     pub dst: Option<(Ipv4Addr, u8)>,
     /// Lookup table id (254 = main).
     pub table: u32,
+    /// `fwmark` selector value, if any.
+    pub fwmark: Option<u32>,
+    /// `fwmark` selector mask, if any (`fwmark 0x80/0x80` has mark and mask 0x80).
+    pub fwmask: Option<u32>,
     /// The raw message (to delete the rule exactly).
     pub msg: RuleMessage,
 }
@@ -189,6 +193,8 @@ pub async fn rules_v4(h: &Handle) -> Result<Vec<Rule>> {
                 src: None,
                 dst: None,
                 table: m.header.table as u32,
+                fwmark: None,
+                fwmask: None,
                 msg: m.clone(),
             };
             for a in &m.attributes {
@@ -199,6 +205,8 @@ pub async fn rules_v4(h: &Handle) -> Result<Vec<Rule>> {
                         r.dst = Some((*ip, m.header.dst_len))
                     }
                     RuleAttribute::Table(t) => r.table = *t,
+                    RuleAttribute::FwMark(m) => r.fwmark = Some(*m),
+                    RuleAttribute::FwMask(m) => r.fwmask = Some(*m),
                     _ => {}
                 }
             }

@@ -701,3 +701,150 @@ fn detached_eni_disappears_from_the_node_and_the_fabric() {
         },
     );
 }
+
+/// Packets counted by the rule with `comment "<tag>"` in `nft list table ip <table>` of `ns`.
+fn nft_count(ns: &str, table: &str, tag: &str) -> u64 {
+    let out = sh(
+        "ip",
+        &["netns", "exec", ns, "nft", "list", "table", "ip", table],
+    );
+    let line = out
+        .lines()
+        .find(|l| l.contains(&format!("comment \"{tag}\"")))
+        .unwrap_or_else(|| panic!("no rule {tag} in\n{out}"));
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let i = f.iter().position(|w| *w == "packets").unwrap();
+    f[i + 1].parse().unwrap()
+}
+
+#[test]
+fn traffic_leaving_the_vpc_is_snated_to_the_node_ip_and_vpc_traffic_keeps_the_pod_ip() {
+    with_lab(
+        "snat",
+        // Two addresses per ENI: the second pod lands on the warm secondary ENI (eth1).
+        |o| o.instance_type = "t3.micro".into(),
+        |lab| {
+            let node = node(lab);
+            let vpc = lab.state().unwrap().namespaces[0].clone();
+            let node_ip: Ipv4Addr = node.primary_ip.parse().unwrap();
+            // The agent applied its table at start: SNAT to the primary IP, connmark rule.
+            let fw = sh(
+                "ip",
+                &[
+                    "netns",
+                    "exec",
+                    &node.netns,
+                    "nft",
+                    "list",
+                    "table",
+                    "ip",
+                    "vpcnet",
+                ],
+            );
+            assert!(
+                fw.contains(&format!("snat to {node_ip} fully-random")),
+                "node firewall:\n{fw}"
+            );
+            assert!(
+                ipn(&node, &["rule", "show"])
+                    .contains("1024:\tfrom all fwmark 0x80/0x80 lookup main"),
+                "fwmark rule: {}",
+                ipn(&node, &["rule", "show"])
+            );
+
+            lab.run("n1", &["s1".to_string()]).unwrap();
+            wait_until(
+                "a warm secondary ENI with a free address",
+                Duration::from_secs(20),
+                || {
+                    lab.enis().unwrap().iter().any(|e| {
+                        !e.secondary_ips.is_empty()
+                            && e.attachment.as_ref().is_some_and(|a| {
+                                a.instance_id == node.instance_id
+                                    && a.device_index > 0
+                                    && a.status == "attached"
+                            })
+                    })
+                },
+            );
+            let pod = lab.run("n1", &["s2".to_string()]).unwrap().remove(0);
+            let owner = Lab::owner(&lab.enis().unwrap(), pod.ip).expect("pod IP on an ENI");
+            assert!(
+                owner.device_index > 0,
+                "{} is on a secondary ENI (device {})",
+                pod.ip,
+                owner.device_index
+            );
+
+            // An address outside the VPC CIDR, inside the lab's VPC namespace (the namespace has
+            // no link to the root namespace: nothing leaves the lab), and counters of the
+            // sources that reach it and the VPC router.
+            let outside = "198.51.100.1";
+            sh(
+                "ip",
+                &[
+                    "-n",
+                    &vpc,
+                    "addr",
+                    "add",
+                    &format!("{outside}/32"),
+                    "dev",
+                    "lo",
+                ],
+            );
+            let probe = format!(
+                "table ip snatprobe {{
+  chain input {{
+    type filter hook input priority 0; policy accept;
+    ip protocol icmp ip saddr {node_ip} ip daddr {outside} counter comment \"node-outside\"
+    ip protocol icmp ip saddr {pod} ip daddr {outside} counter comment \"pod-outside\"
+    ip protocol icmp ip saddr {pod} ip daddr 10.0.1.1 counter comment \"pod-router\"
+    ip protocol icmp ip saddr {node_ip} ip daddr 10.0.1.1 counter comment \"node-router\"
+  }}
+}}
+",
+                pod = pod.ip
+            );
+            let path = lab.dir.join("snatprobe.nft");
+            std::fs::write(&path, probe).unwrap();
+            sh(
+                "ip",
+                &["netns", "exec", &vpc, "nft", "-f", path.to_str().unwrap()],
+            );
+
+            // Outside the VPC: SNATed to the node's primary IP, and it leaves by eth0 (the
+            // fabric's source/destination check drops the node IP on eth1's port), so the
+            // echo comes back.
+            assert!(
+                lab.ping("s2", outside.parse().unwrap()).unwrap(),
+                "pod on eth{} -> {outside}",
+                owner.device_index
+            );
+            assert!(nft_count(&vpc, "snatprobe", "node-outside") >= 1);
+            assert_eq!(nft_count(&vpc, "snatprobe", "pod-outside"), 0);
+            // Inside the VPC: the pod's own address.
+            assert!(lab.ping("s2", "10.0.1.1".parse().unwrap()).unwrap());
+            assert!(nft_count(&vpc, "snatprobe", "pod-router") >= 1);
+            assert_eq!(nft_count(&vpc, "snatprobe", "node-router"), 0);
+            // The SNAT rule in the node counted the connection.
+            let fw = sh(
+                "ip",
+                &[
+                    "netns",
+                    "exec",
+                    &node.netns,
+                    "nft",
+                    "list",
+                    "chain",
+                    "ip",
+                    "vpcnet",
+                    "postrouting",
+                ],
+            );
+            assert!(
+                !fw.contains("counter packets 0 "),
+                "SNAT rule not hit:\n{fw}"
+            );
+        },
+    );
+}
