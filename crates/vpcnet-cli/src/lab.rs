@@ -5,6 +5,7 @@
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 
+use crate::inspect::table;
 use anyhow::{bail, Result};
 use clap::{Args as ClapArgs, Subcommand};
 use vpcnet_lab::lab::{progress, ContainerInfo, Lab, LabGuard, UpOptions};
@@ -72,6 +73,16 @@ enum LabCommand {
         name: NameArg,
         from: String,
         to: String,
+    },
+    /// A node agent's state as tables (`vpcnet inspect`, fetched inside the node's namespace).
+    Inspect {
+        #[command(flatten)]
+        name: NameArg,
+        /// Node whose agent to ask.
+        #[arg(long, default_value = "n1")]
+        node: String,
+        #[command(flatten)]
+        view: crate::inspect::View,
     },
     /// Remove everything the lab created.
     Down {
@@ -165,6 +176,15 @@ pub fn run(args: Args) -> Result<()> {
                 bail!("{from} -> {to} ({ip}): no reply")
             }
         }
+        LabCommand::Inspect { name, node, view } => {
+            let lab = Lab::open(&name.name)?;
+            let netns = lab.state()?.node(&node)?.netns.clone();
+            // The lab's agents listen on 127.0.0.1:61679 of their node's namespace.
+            let ep = crate::inspect::Endpoint::parse(crate::inspect::DEFAULT_ENDPOINT)?;
+            let fetched =
+                vpcnet_lab::spawn::in_netns(&netns, move || crate::inspect::fetch(&ep, view))?;
+            crate::inspect::show(view, &fetched)
+        }
         LabCommand::Down { name, all } => {
             let names = if all {
                 vpcnet_lab::state::list_labs()
@@ -186,31 +206,6 @@ pub fn run(args: Args) -> Result<()> {
         LabCommand::Demo { up, count } => demo(&up, count),
         LabCommand::Serve { dir } => vpcnet_lab::daemon::serve(&dir),
     }
-}
-
-/// Formats rows as left-aligned columns separated by two spaces.
-fn table(rows: &[Vec<String>]) -> String {
-    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..cols)
-        .map(|i| {
-            rows.iter()
-                .filter_map(|r| r.get(i))
-                .map(|c| c.len())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    for r in rows {
-        let line: Vec<String> = r
-            .iter()
-            .enumerate()
-            .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
-            .collect();
-        out.push_str(line.join("  ").trim_end());
-        out.push('\n');
-    }
-    out
 }
 
 fn status_text(lab: &Lab) -> Result<String> {

@@ -5,6 +5,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod inspect;
 mod lab;
 mod max_pods;
 
@@ -21,6 +22,8 @@ enum Command {
     MaxPods(max_pods::Args),
     /// The local VPC lab: namespaces, emulated EC2, containerd + vpcnet on one machine.
     Lab(lab::Args),
+    /// An agent's state as tables: ENIs and addresses, pods, settings, health (introspection).
+    Inspect(inspect::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -34,5 +37,6 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::MaxPods(args) => max_pods::run(args),
         Command::Lab(args) => lab::run(args),
+        Command::Inspect(args) => inspect::run(args),
     }
 }

@@ -1,0 +1,694 @@
+//! `vpcnet inspect`: an agent's introspection endpoint (`/healthz`, `/v1/enis`, `/v1/pods`,
+//! `/v1/env-settings`, served on `INTROSPECTION_BIND_ADDRESS`, default 127.0.0.1:61679) as
+//! tables or JSON. The HTTP client is hyper over TCP or a Unix socket, with one deadline for
+//! the whole command. Fetching ([`fetch`]) is separate from rendering ([`render`]) so `vpcnet
+//! lab inspect` can fetch from inside a lab node's network namespace.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Args as ClapArgs, ValueEnum};
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use serde::Deserialize;
+use serde_json::Value;
+
+/// The agent's default introspection address (the VPC CNI's port).
+pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:61679";
+
+#[derive(ClapArgs)]
+pub struct Args {
+    /// The agent's introspection endpoint: http://HOST:PORT, HOST:PORT or unix:/PATH (what the
+    /// agent's INTROSPECTION_BIND_ADDRESS says).
+    #[arg(long, default_value = DEFAULT_ENDPOINT)]
+    pub endpoint: String,
+    #[command(flatten)]
+    pub view: View,
+}
+
+/// What to show and how (shared by `vpcnet inspect` and `vpcnet lab inspect`).
+#[derive(ClapArgs, Clone, Copy)]
+pub struct View {
+    /// enis: ENIs and every address; pods: pod -> IP, ENI; env: the agent's settings;
+    /// health: ready or not (exit status 1 when not ready).
+    #[arg(value_enum, default_value_t = What::Enis)]
+    pub what: What,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+    /// Deadline for the whole exchange with the agent, in seconds.
+    #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
+    pub timeout: f64,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum What {
+    Enis,
+    Pods,
+    Env,
+    Health,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    Table,
+    Json,
+}
+
+/// Where the agent's introspection listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `host:port` (from `http://host:port` or `host:port`).
+    Tcp(String),
+    /// A Unix socket path (from `unix:/path`).
+    Unix(PathBuf),
+}
+
+impl Endpoint {
+    /// Parses `http://HOST:PORT[/]`, `HOST:PORT` or `unix:/PATH` (also `unix:///PATH`).
+    /// Errors name the accepted forms.
+    pub fn parse(s: &str) -> Result<Endpoint> {
+        let s = s.trim();
+        let bad = || {
+            anyhow!(
+                "--endpoint {s:?}: expected http://HOST:PORT, HOST:PORT or unix:/PATH \
+                 (the agent's INTROSPECTION_BIND_ADDRESS, default 127.0.0.1:61679)"
+            )
+        };
+        if let Some(path) = s.strip_prefix("unix:") {
+            let path = path.strip_prefix("//").unwrap_or(path);
+            if !path.starts_with('/') {
+                return Err(bad());
+            }
+            return Ok(Endpoint::Unix(PathBuf::from(path)));
+        }
+        if s.starts_with("https://") {
+            bail!("--endpoint {s:?}: the agent's introspection speaks plain HTTP; use http://");
+        }
+        let hostport = s.strip_prefix("http://").unwrap_or(s);
+        let hostport = hostport.strip_suffix('/').unwrap_or(hostport);
+        match hostport.rsplit_once(':') {
+            Some((host, port))
+                if !host.is_empty() && !hostport.contains('/') && port.parse::<u16>().is_ok() =>
+            {
+                Ok(Endpoint::Tcp(hostport.to_string()))
+            }
+            _ => Err(bad()),
+        }
+    }
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Endpoint::Tcp(a) => write!(f, "http://{a}"),
+            Endpoint::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+/// An HTTP answer: status code and body text.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub body: String,
+}
+
+/// What the agent answered for one view.
+#[derive(Debug, Clone, Default)]
+pub struct Fetched {
+    /// `/healthz` (health view).
+    pub health: Option<Reply>,
+    /// `/v1/enis` (enis and pods views; health when ready).
+    pub enis: Option<Value>,
+    /// `/v1/pods`.
+    pub pods: Option<Value>,
+    /// `/v1/env-settings`.
+    pub env: Option<Value>,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let ep = Endpoint::parse(&args.endpoint)?;
+    let fetched = fetch(&ep, args.view)?;
+    show(args.view, &fetched)
+}
+
+/// Prints `fetched`; a health view of an agent that is not ready prints "not ready" and
+/// returns an error (exit status 1).
+pub fn show(view: View, fetched: &Fetched) -> Result<()> {
+    print!("{}", render(view, fetched, now_ms())?);
+    if view.what == What::Health {
+        if let Some(h) = fetched.health.as_ref().filter(|h| h.status != 200) {
+            bail!(
+                "the agent is not ready (HTTP {}: {}): it has not filled its warm pool yet",
+                h.status,
+                h.body.trim()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Fetches what `view` needs from the agent, on a runtime of its own (blocking), within
+/// `view.timeout` seconds.
+pub fn fetch(ep: &Endpoint, view: View) -> Result<Fetched> {
+    if !(view.timeout.is_finite() && view.timeout > 0.0) {
+        bail!(
+            "--timeout {}: expected a positive number of seconds",
+            view.timeout
+        );
+    }
+    let deadline = Duration::from_secs_f64(view.timeout);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        tokio::time::timeout(deadline, fetch_view(ep, view.what))
+            .await
+            .map_err(|_| {
+                anyhow!(
+                    "no answer from the agent's introspection at {ep} within {:.1} s (--timeout)",
+                    view.timeout
+                )
+            })?
+    })
+}
+
+async fn fetch_view(ep: &Endpoint, what: What) -> Result<Fetched> {
+    let mut f = Fetched::default();
+    match what {
+        What::Enis => f.enis = Some(get_json(ep, "/v1/enis").await?),
+        What::Pods => {
+            f.pods = Some(get_json(ep, "/v1/pods").await?);
+            f.enis = Some(get_json(ep, "/v1/enis").await?);
+        }
+        What::Env => f.env = Some(get_json(ep, "/v1/env-settings").await?),
+        What::Health => {
+            let h = get(ep, "/healthz").await?;
+            if h.status == 200 {
+                f.enis = Some(get_json(ep, "/v1/enis").await?);
+            }
+            f.health = Some(h);
+        }
+    }
+    Ok(f)
+}
+
+/// GET `path`, expecting 200 and a JSON body.
+async fn get_json(ep: &Endpoint, path: &str) -> Result<Value> {
+    let r = get(ep, path).await?;
+    if r.status != 200 {
+        bail!(
+            "GET {path} from the agent at {ep}: HTTP {}: {}",
+            r.status,
+            r.body.trim()
+        );
+    }
+    serde_json::from_str(&r.body)
+        .with_context(|| format!("GET {path} from the agent at {ep}: the answer is not JSON"))
+}
+
+/// One HTTP/1.1 GET over a fresh connection.
+async fn get(ep: &Endpoint, path: &str) -> Result<Reply> {
+    let host = match ep {
+        Endpoint::Tcp(a) => a.clone(),
+        Endpoint::Unix(_) => "localhost".to_string(),
+    };
+    let req = hyper::Request::get(path)
+        .header(hyper::header::HOST, host)
+        .body(Empty::<Bytes>::new())?;
+    let reply = match ep {
+        Endpoint::Tcp(a) => {
+            let s = tokio::net::TcpStream::connect(a.as_str())
+                .await
+                .map_err(|e| connect_error(ep, e))?;
+            send(TokioIo::new(s), req).await
+        }
+        Endpoint::Unix(p) => {
+            let s = tokio::net::UnixStream::connect(p)
+                .await
+                .map_err(|e| connect_error(ep, e))?;
+            send(TokioIo::new(s), req).await
+        }
+    };
+    reply.with_context(|| format!("GET {path} from the agent at {ep}"))
+}
+
+async fn send<T>(io: T, req: hyper::Request<Empty<Bytes>>) -> Result<Reply>
+where
+    T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let (mut tx, conn) = hyper::client::conn::http1::handshake(io).await?;
+    let conn = tokio::spawn(conn);
+    let resp = tx.send_request(req).await?;
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await?.to_bytes();
+    drop(tx);
+    let _ = conn.await;
+    Ok(Reply {
+        status,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
+}
+
+/// The connect error, with what it usually means and what to do.
+fn connect_error(ep: &Endpoint, e: std::io::Error) -> anyhow::Error {
+    use std::io::ErrorKind::*;
+    match e.kind() {
+        ConnectionRefused | NotFound => anyhow!(
+            "cannot reach the vpcnet agent's introspection at {ep}: {e}.\n\
+             The agent is not running on this node, or its introspection is disabled \
+             (DISABLE_INTROSPECTION=true) or listens elsewhere (INTROSPECTION_BIND_ADDRESS).\n\
+             Point --endpoint at the agent's INTROSPECTION_BIND_ADDRESS, e.g. \
+             --endpoint http://127.0.0.1:61679 or --endpoint unix:/run/vpcnet/introspection.sock."
+        ),
+        PermissionDenied => anyhow!(
+            "cannot reach the vpcnet agent's introspection at {ep}: {e} (the socket is mode \
+             0660: run as root or as a member of its group)"
+        ),
+        _ => anyhow!("cannot reach the vpcnet agent's introspection at {ep}: {e}"),
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+// ---- the agent's JSON (crates/vpcnet-agent/src/introspection.rs); unknown fields ignored ----
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct EnisDoc {
+    instance_id: String,
+    instance_type: String,
+    summary: Summary,
+    plan: Vec<BTreeMap<String, Value>>,
+    orphaned: Vec<Value>,
+    enis: Vec<Eni>,
+    last_error: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Summary {
+    enis: u32,
+    max_enis: u32,
+    total_ips: u32,
+    assigned_ips: u32,
+    cooling_ips: u32,
+    available_ips: u32,
+    releasing_ips: u32,
+    prefixes: u32,
+    max_ips: u32,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Eni {
+    id: String,
+    mac: String,
+    device_number: u32,
+    subnet_id: String,
+    subnet_cidr: String,
+    primary: bool,
+    primary_ip: String,
+    deleting: bool,
+    prefixes: Vec<String>,
+    addresses: Vec<Address>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Address {
+    ip: String,
+    assigned: Option<Assigned>,
+    cooling: bool,
+    cooldown_ends_at_ms: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Assigned {
+    container_id: String,
+    namespace: String,
+    name: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Pod {
+    container_id: String,
+    if_name: String,
+    namespace: String,
+    name: String,
+    ip: String,
+    eni_id: String,
+    assigned_at_ms: u64,
+}
+
+fn parse<T: serde::de::DeserializeOwned>(v: Option<&Value>, what: &str) -> Result<T> {
+    let v = v.ok_or_else(|| anyhow!("internal: {what} was not fetched"))?;
+    T::deserialize(v).with_context(|| format!("the agent's {what} has an unexpected shape"))
+}
+
+/// Renders `fetched` for `view` (pure; `now_ms` is the wall clock, for cooldowns left).
+pub fn render(view: View, fetched: &Fetched, now_ms: u64) -> Result<String> {
+    if view.output == Output::Json {
+        let v = match view.what {
+            What::Enis => fetched.enis.clone(),
+            What::Pods => fetched.pods.clone(),
+            What::Env => fetched.env.clone(),
+            What::Health => fetched.health.as_ref().map(|h| {
+                serde_json::json!({
+                    "ready": h.status == 200, "status": h.status, "body": h.body.trim(),
+                    "summary": fetched.enis.as_ref().map(|e| e["summary"].clone()),
+                })
+            }),
+        }
+        .ok_or_else(|| anyhow!("internal: nothing fetched"))?;
+        return Ok(serde_json::to_string_pretty(&v)? + "\n");
+    }
+    match view.what {
+        What::Enis => Ok(enis_text(
+            &parse(fetched.enis.as_ref(), "/v1/enis")?,
+            now_ms,
+        )),
+        What::Pods => {
+            let pods: Vec<Pod> = parse(fetched.pods.as_ref(), "/v1/pods")?;
+            Ok(pods_text(&pods, &parse(fetched.enis.as_ref(), "/v1/enis")?))
+        }
+        What::Env => {
+            let env: BTreeMap<String, Value> = parse(fetched.env.as_ref(), "/v1/env-settings")?;
+            let mut rows = vec![row(["KEY", "VALUE"])];
+            for (k, v) in env {
+                let v = v
+                    .as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| v.to_string());
+                rows.push(vec![k, v]);
+            }
+            Ok(table(&rows))
+        }
+        What::Health => {
+            let h = fetched
+                .health
+                .as_ref()
+                .ok_or_else(|| anyhow!("internal: /healthz was not fetched"))?;
+            if h.status != 200 {
+                return Ok(format!(
+                    "not ready (HTTP {}: {})\n",
+                    h.status,
+                    h.body.trim()
+                ));
+            }
+            let doc: EnisDoc = parse(fetched.enis.as_ref(), "/v1/enis")?;
+            Ok(format!("ready\n{}", summary_text(&doc)))
+        }
+    }
+}
+
+fn row<const N: usize>(cells: [&str; N]) -> Vec<String> {
+    cells.iter().map(|c| c.to_string()).collect()
+}
+
+/// "instance ... ENIs x/max, IPs assigned/total ..." plus the pending plan and last error.
+fn summary_text(d: &EnisDoc) -> String {
+    let s = &d.summary;
+    let mut out = format!(
+        "instance {} ({}): ENIs {}/{}, IPs {} assigned / {} total (max {}), {} available, \
+         {} cooling, {} releasing, {} prefixes",
+        d.instance_id,
+        d.instance_type,
+        s.enis,
+        s.max_enis,
+        s.assigned_ips,
+        s.total_ips,
+        s.max_ips,
+        s.available_ips,
+        s.cooling_ips,
+        s.releasing_ips,
+        s.prefixes
+    );
+    if !d.orphaned.is_empty() {
+        out.push_str(&format!(
+            ", {} orphaned (address no longer on EC2)",
+            d.orphaned.len()
+        ));
+    }
+    out.push('\n');
+    if !d.plan.is_empty() {
+        let steps: Vec<String> = d
+            .plan
+            .iter()
+            .map(|a| {
+                let name = a.get("action").and_then(Value::as_str).unwrap_or("?");
+                let args: Vec<String> = a
+                    .iter()
+                    .filter(|(k, _)| *k != "action")
+                    .map(|(k, v)| {
+                        format!(
+                            "{k}={}",
+                            v.as_str()
+                                .map(str::to_string)
+                                .unwrap_or_else(|| v.to_string())
+                        )
+                    })
+                    .collect();
+                format!("{name}({})", args.join(", "))
+            })
+            .collect();
+        out.push_str(&format!("pending EC2 actions: {}\n", steps.join("; ")));
+    }
+    if let Some(e) = &d.last_error {
+        out.push_str(&format!("last EC2 error: {e}\n"));
+    }
+    out
+}
+
+fn short(container_id: &str) -> String {
+    container_id.chars().take(12).collect()
+}
+
+fn enis_text(d: &EnisDoc, now_ms: u64) -> String {
+    let mut out = summary_text(d);
+    out.push('\n');
+    let mut rows = vec![row([
+        "ENI",
+        "DEVICE",
+        "MAC",
+        "PRIMARY IP",
+        "SUBNET",
+        "CIDR",
+        "TOTAL",
+        "ASSIGNED",
+        "COOLING",
+        "FREE",
+        "PREFIXES",
+    ])];
+    let mut enis: Vec<&Eni> = d.enis.iter().collect();
+    enis.sort_by_key(|e| e.device_number);
+    for e in &enis {
+        let total = e.addresses.len();
+        let assigned = e.addresses.iter().filter(|a| a.assigned.is_some()).count();
+        let cooling = e
+            .addresses
+            .iter()
+            .filter(|a| a.assigned.is_none() && a.cooling)
+            .count();
+        let mut id = e.id.clone();
+        if e.primary {
+            id.push_str(" (primary)");
+        }
+        if e.deleting {
+            id.push_str(" (deleting)");
+        }
+        rows.push(vec![
+            id,
+            e.device_number.to_string(),
+            e.mac.clone(),
+            e.primary_ip.clone(),
+            e.subnet_id.clone(),
+            e.subnet_cidr.clone(),
+            total.to_string(),
+            assigned.to_string(),
+            cooling.to_string(),
+            (total - assigned - cooling).to_string(),
+            if e.prefixes.is_empty() {
+                "-".into()
+            } else {
+                e.prefixes.join(",")
+            },
+        ]);
+    }
+    out.push_str(&table(&rows));
+    out.push('\n');
+    let mut rows = vec![row(["IP", "ENI", "STATE", "CONTAINER", "POD"])];
+    for e in &enis {
+        let mut addrs: Vec<&Address> = e.addresses.iter().collect();
+        addrs.sort_by_key(|a| a.ip.parse::<std::net::Ipv4Addr>().ok());
+        for a in addrs {
+            let (state, container, pod) = match &a.assigned {
+                Some(p) => (
+                    "assigned".to_string(),
+                    short(&p.container_id),
+                    format!("{}/{}", p.namespace, p.name),
+                ),
+                None if a.cooling => {
+                    let left = a
+                        .cooldown_ends_at_ms
+                        .map(|t| t.saturating_sub(now_ms).div_ceil(1000));
+                    let state = match left {
+                        Some(s) => format!("cooling ({s}s left)"),
+                        None => "cooling".into(),
+                    };
+                    (state, "-".into(), "-".into())
+                }
+                None => ("free".into(), "-".into(), "-".into()),
+            };
+            rows.push(vec![a.ip.clone(), e.id.clone(), state, container, pod]);
+        }
+    }
+    out.push_str(&table(&rows));
+    out
+}
+
+fn pods_text(pods: &[Pod], enis: &EnisDoc) -> String {
+    let device: BTreeMap<&str, u32> = enis
+        .enis
+        .iter()
+        .map(|e| (e.id.as_str(), e.device_number))
+        .collect();
+    let mut pods: Vec<&Pod> = pods.iter().collect();
+    pods.sort_by(|a, b| {
+        (&a.namespace, &a.name, &a.container_id).cmp(&(&b.namespace, &b.name, &b.container_id))
+    });
+    let mut rows = vec![row([
+        "POD",
+        "CONTAINER",
+        "IF",
+        "IP",
+        "ENI",
+        "DEVICE",
+        "ASSIGNED AT",
+    ])];
+    for p in pods {
+        rows.push(vec![
+            format!("{}/{}", p.namespace, p.name),
+            short(&p.container_id),
+            p.if_name.clone(),
+            p.ip.clone(),
+            p.eni_id.clone(),
+            device
+                .get(p.eni_id.as_str())
+                .map(u32::to_string)
+                .unwrap_or_else(|| "-".into()),
+            rfc3339(p.assigned_at_ms),
+        ]);
+    }
+    table(&rows)
+}
+
+/// Unix milliseconds as `YYYY-MM-DDTHH:MM:SSZ` (UTC).
+fn rfc3339(ms: u64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms as i64)
+        .map(|t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string())
+        .unwrap_or_else(|| ms.to_string())
+}
+
+/// Formats rows as left-aligned columns separated by two spaces (also `vpcnet lab`).
+pub(crate) fn table(rows: &[Vec<String>]) -> String {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|i| {
+            rows.iter()
+                .filter_map(|r| r.get(i))
+                .map(|c| c.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for r in rows {
+        let line: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
+            .collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_forms() {
+        assert_eq!(
+            Endpoint::parse("http://127.0.0.1:61679").unwrap(),
+            Endpoint::Tcp("127.0.0.1:61679".into())
+        );
+        assert_eq!(
+            Endpoint::parse("localhost:1/").unwrap(),
+            Endpoint::Tcp("localhost:1".into())
+        );
+        assert_eq!(
+            Endpoint::parse("unix:/run/a.sock").unwrap(),
+            Endpoint::Unix("/run/a.sock".into())
+        );
+        assert_eq!(
+            Endpoint::parse("unix:///run/a.sock").unwrap(),
+            Endpoint::Unix("/run/a.sock".into())
+        );
+        for bad in [
+            "",
+            "127.0.0.1",
+            "http://h:99999",
+            "unix:rel.sock",
+            "http://h:1/v1/enis",
+        ] {
+            let e = Endpoint::parse(bad).unwrap_err().to_string();
+            assert!(e.contains("unix:/PATH"), "{bad}: {e}");
+        }
+        assert!(Endpoint::parse("https://h:1")
+            .unwrap_err()
+            .to_string()
+            .contains("plain HTTP"));
+    }
+
+    #[test]
+    fn cooling_shows_seconds_left() {
+        let doc = EnisDoc {
+            enis: vec![Eni {
+                id: "eni-1".into(),
+                addresses: vec![
+                    Address {
+                        ip: "10.0.0.5".into(),
+                        cooling: true,
+                        cooldown_ends_at_ms: Some(10_500),
+                        ..Default::default()
+                    },
+                    Address {
+                        ip: "10.0.0.6".into(),
+                        ..Default::default()
+                    },
+                ],
+                ..Default::default()
+            }],
+            last_error: Some("RequestLimitExceeded".into()),
+            ..Default::default()
+        };
+        let t = enis_text(&doc, 3_000);
+        assert!(t.contains("cooling (8s left)"), "{t}");
+        assert!(t.contains("10.0.0.6  eni-1  free"), "{t}");
+        assert!(t.contains("last EC2 error: RequestLimitExceeded"), "{t}");
+    }
+}
