@@ -471,8 +471,22 @@ fn summary_text(d: &EnisDoc) -> String {
     out
 }
 
+/// A runtime's 64-hex container ID as its usual 12-character short form; other IDs whole.
 fn short(container_id: &str) -> String {
-    container_id.chars().take(12).collect()
+    if container_id.len() > 12 && container_id.chars().all(|c| c.is_ascii_hexdigit()) {
+        container_id[..12].to_string()
+    } else {
+        container_id.to_string()
+    }
+}
+
+/// `namespace/name`, or `-` when the runtime gave neither (e.g. `ctr run --cni`).
+fn pod_name(namespace: &str, name: &str) -> String {
+    if namespace.is_empty() && name.is_empty() {
+        "-".into()
+    } else {
+        format!("{namespace}/{name}")
+    }
 }
 
 fn enis_text(d: &EnisDoc, now_ms: u64) -> String {
@@ -537,7 +551,7 @@ fn enis_text(d: &EnisDoc, now_ms: u64) -> String {
                 Some(p) => (
                     "assigned".to_string(),
                     short(&p.container_id),
-                    format!("{}/{}", p.namespace, p.name),
+                    pod_name(&p.namespace, &p.name),
                 ),
                 None if a.cooling => {
                     let left = a
@@ -579,7 +593,7 @@ fn pods_text(pods: &[Pod], enis: &EnisDoc) -> String {
     ])];
     for p in pods {
         rows.push(vec![
-            format!("{}/{}", p.namespace, p.name),
+            pod_name(&p.namespace, &p.name),
             short(&p.container_id),
             p.if_name.clone(),
             p.ip.clone(),
@@ -662,6 +676,15 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("plain HTTP"));
+    }
+
+    #[test]
+    fn short_ids_and_pod_names() {
+        let hex = "0123456789abcdef".repeat(4);
+        assert_eq!(short(&hex), hex[..12]);
+        assert_eq!(short("vlbd592-n1-c1"), "vlbd592-n1-c1");
+        assert_eq!(pod_name("", ""), "-");
+        assert_eq!(pod_name("default", "web"), "default/web");
     }
 
     #[test]
