@@ -93,6 +93,37 @@ fn apply_is_idempotent_and_follows_the_spec() {
         let rp = in_ns(&ns, &["cat", "/proc/sys/net/ipv4/conf/eth0/rp_filter"]);
         assert_eq!(rp.trim(), "2", "loose rp_filter on eth0");
 
+        // Node port connmark: a connection arriving on eth0 for eth0's address is marked.
+        let peer = TestNetns::new();
+        ns.ip(&["link", "set", "peer0", "netns", &peer.name]);
+        peer.ip(&["addr", "add", "10.0.1.1/24", "dev", "peer0"]);
+        peer.ip(&["link", "set", "peer0", "up"]);
+        let mangle = || {
+            in_ns(
+                &ns,
+                &["nft", "list", "chain", "ip", "vpcnet", "mangle-prerouting"],
+            )
+        };
+        assert!(mangle().contains("counter packets 0 "), "{}", mangle());
+        run(&[
+            "ip",
+            "netns",
+            "exec",
+            &peer.name,
+            "busybox",
+            "ping",
+            "-c",
+            "1",
+            "-W",
+            "2",
+            "10.0.1.230",
+        ]);
+        assert!(
+            !mangle().contains("counter packets 0 "),
+            "not marked: {}",
+            mangle()
+        );
+
         // Drift: someone deletes our chain and the rule; apply repairs both.
         in_ns(
             &ns,

@@ -845,6 +845,45 @@ fn traffic_leaving_the_vpc_is_snated_to_the_node_ip_and_vpc_traffic_keeps_the_po
                 !fw.contains("counter packets 0 "),
                 "SNAT rule not hit:\n{fw}"
             );
+
+            // Drift is repaired by the agent's periodic pass (every 2 s here).
+            sh(
+                "ip",
+                &[
+                    "netns",
+                    "exec",
+                    &node.netns,
+                    "nft",
+                    "delete",
+                    "table",
+                    "ip",
+                    "vpcnet",
+                ],
+            );
+            ipn(&node, &["rule", "del", "priority", "1024"]);
+            wait_until(
+                "the agent re-applies its table and fwmark rule",
+                Duration::from_secs(10),
+                || {
+                    let t = Command::new("ip")
+                        .args([
+                            "netns",
+                            "exec",
+                            &node.netns,
+                            "nft",
+                            "list",
+                            "table",
+                            "ip",
+                            "vpcnet",
+                        ])
+                        .output()
+                        .unwrap();
+                    t.status.success()
+                        && String::from_utf8_lossy(&t.stdout).contains("snat to")
+                        && ipn(&node, &["rule", "show"]).contains("fwmark 0x80/0x80 lookup main")
+                },
+            );
+            assert!(lab.ping("s2", outside.parse().unwrap()).unwrap());
         },
     );
 }
