@@ -454,3 +454,60 @@ async fn not_ready_and_http_errors() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("no answer") && err.contains("0.5 s"), "{err}");
 }
+
+/// `vpcnet lab down` on drop, so a failing lab test leaves nothing behind.
+struct LabDown(String);
+
+impl Drop for LabDown {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(env!("CARGO_BIN_EXE_vpcnet"))
+            .args(["lab", "down", "--name", &self.0])
+            .output();
+    }
+}
+
+/// `vpcnet lab inspect` reaches the agent inside the node's network namespace. Needs root and
+/// the workspace binaries (`cargo build --workspace --bins`); skipped when not root.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lab_inspect_reads_the_node_agent() {
+    let uid = std::process::Command::new("id").arg("-u").output().unwrap();
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let name = format!("e2e-inspect-{}-0", std::process::id());
+    let _down = LabDown(name.clone());
+    stdout(&vpcnet(&["lab", "up", "--name", &name]).await);
+    // `lab run` prints "<container>\t<node>\t<ip>" per container (the IP of the CNI result).
+    let run = stdout(&vpcnet(&["lab", "run", "--name", &name, "--count", "2"]).await);
+    let started: Vec<(String, String)> = run
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            (f[0].to_string(), f[2].to_string())
+        })
+        .collect();
+    assert_eq!(started.len(), 2, "{run}");
+
+    let pods = stdout(&vpcnet(&["lab", "inspect", "--name", &name, "pods", "-o", "json"]).await);
+    let pods: serde_json::Value = serde_json::from_str(&pods).unwrap();
+    let ips: BTreeSet<&str> = pods
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["ip"].as_str().unwrap())
+        .collect();
+    let want: BTreeSet<&str> = started.iter().map(|(_, ip)| ip.as_str()).collect();
+    assert_eq!(ips, want);
+
+    let enis = stdout(&vpcnet(&["lab", "inspect", "--name", &name, "--node", "n1"]).await);
+    for (_, ip) in &started {
+        assert!(line(&enis, ip).contains("assigned"), "{enis}");
+    }
+    let health = stdout(&vpcnet(&["lab", "inspect", "--name", &name, "health"]).await);
+    assert!(health.starts_with("ready\n"), "{health}");
+
+    let o = vpcnet(&["lab", "inspect", "--name", &name, "--node", "n9"]).await;
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no node \"n9\""));
+}
