@@ -29,8 +29,12 @@ pub fn request(
         "{method} {path} HTTP/1.0\r\nHost: lab\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
         body.len()
     );
-    s.write_all(head.as_bytes())?;
-    s.write_all(body)?;
+    // One write for head and body: a handler that ignores the body (e.g. detach) lets the
+    // server answer and close before a separately written body arrives, and closing a Unix
+    // socket with unread data resets the connection (ECONNRESET) before we read the answer.
+    let mut request = head.into_bytes();
+    request.extend_from_slice(body);
+    s.write_all(&request)?;
     let mut out = Vec::new();
     s.read_to_end(&mut out)?;
     let text = String::from_utf8_lossy(&out).into_owned();
