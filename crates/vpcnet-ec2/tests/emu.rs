@@ -619,7 +619,6 @@ async fn deadline_fires_on_injected_latency() {
 }
 
 #[tokio::test]
-#[ignore = "vpcnet-emu echoes ClientToken but does not yet make CreateNetworkInterface idempotent"]
 async fn client_token_makes_create_idempotent() {
     let lab = lab(fast_calls()).await;
     let mut req = create(&lab, None, "token");

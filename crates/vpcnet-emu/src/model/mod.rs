@@ -79,6 +79,9 @@ pub struct Cloud {
     pub(crate) enis: BTreeMap<String, Eni>,
     pub(crate) instances: BTreeMap<String, Instance>,
     extra_types: BTreeMap<String, InstanceLimits>,
+    /// CreateNetworkInterface `ClientToken` → the ENI it created (EC2's idempotency: a retry
+    /// with the same token returns the same ENI instead of creating another).
+    pub(crate) client_tokens: BTreeMap<String, String>,
     macs: HashSet<String>,
     events: Vec<FabricEvent>,
 }
@@ -96,6 +99,7 @@ impl Cloud {
             groups: BTreeMap::new(),
             enis: BTreeMap::new(),
             instances: BTreeMap::new(),
+            client_tokens: BTreeMap::new(),
             extra_types: BTreeMap::new(),
             macs: HashSet::new(),
             events: Vec::new(),

@@ -458,7 +458,22 @@ fn create_network_interface(p: &Params, ctx: &mut Ctx) -> Result<String, Ec2Erro
         prefix_count: count(p, "Ipv4PrefixCount")?,
         prefixes: prefixes(p, "Ipv4Prefix", Some("Ipv4Prefix"))?,
     };
-    let id = ctx.cloud.create_eni(req)?;
+    // ClientToken: a retry of a create whose answer was lost gets the same ENI back.
+    let token = p.get("ClientToken").filter(|t| !t.is_empty());
+    let earlier = token
+        .and_then(|t| ctx.cloud.client_tokens.get(t))
+        .filter(|id| ctx.cloud.eni(id).is_some())
+        .cloned();
+    let id = match earlier {
+        Some(id) => id,
+        None => {
+            let id = ctx.cloud.create_eni(req)?;
+            if let Some(t) = token {
+                ctx.cloud.client_tokens.insert(t.to_string(), id.clone());
+            }
+            id
+        }
+    };
     let cloud = &*ctx.cloud;
     let (mut x, root) = start("CreateNetworkInterface", ctx);
     x.open("networkInterface");
