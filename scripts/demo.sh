@@ -5,12 +5,12 @@
 # container / IP / ENI / device number and ping results, then tears everything down.
 # Everything runs in network namespaces the lab creates and removes. Needs root.
 # Extra arguments go to `vpcnet lab demo` (e.g. --instance-type m5.xlarge --count 20).
-# If interrupted (Ctrl-C), `sudo target/debug/vpcnet lab down --all` removes what is left.
+# If interrupted (Ctrl-C), `target/debug/vpcnet lab down --all` (as root) removes what is left.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [ "$(id -u)" != 0 ]; then
-  echo "demo.sh needs root (it creates network namespaces): sudo ./scripts/demo.sh" >&2
+  echo "demo.sh needs root (it creates network namespaces): run it as root, e.g. sudo ./scripts/demo.sh" >&2
   exit 1
 fi
 
