@@ -341,6 +341,16 @@ pub async fn run(opts: AgentOptions) -> anyhow::Result<()> {
 
 /// Options from the environment configuration (`config.rs`).
 pub fn options_from_config(c: &crate::config::Config) -> anyhow::Result<AgentOptions> {
+    // Refuse rather than ignore: with custom networking asked for, running anyway would put
+    // pods in the node's subnet and security groups instead of the ENIConfig's.
+    if c.custom_network_cfg {
+        anyhow::bail!(
+            "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG=true (custom networking with ENIConfig) is not \
+             supported by this vpcnet-agent yet: pods would get addresses from the node's subnet \
+             instead of the ENIConfig's. Unset it (or set it to false) to run without custom \
+             networking, or keep the VPC CNI on the nodes that need ENIConfig"
+        );
+    }
     let tcp = |b: &BindAddress| match b {
         BindAddress::Tcp(a) => Some(*a),
         BindAddress::Unix(_) => None,

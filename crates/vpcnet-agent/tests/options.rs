@@ -106,3 +106,16 @@ fn snat_and_connmark_settings_reach_the_options() {
     );
     assert_eq!(o.conflist.veth_prefix, "vpc");
 }
+
+#[test]
+fn custom_networking_is_refused_not_ignored() {
+    let e = options_from_config(&cfg(&[("AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", "true")]))
+        .err()
+        .expect("custom networking must stop startup until it is implemented");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG") && msg.contains("not supported"),
+        "{msg}"
+    );
+    assert!(options_from_config(&cfg(&[("AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", "false")])).is_ok());
+}
