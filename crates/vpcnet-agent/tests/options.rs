@@ -110,8 +110,7 @@ fn snat_and_connmark_settings_reach_the_options() {
 #[test]
 fn custom_networking_is_refused_not_ignored() {
     let e = options_from_config(&cfg(&[("AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", "true")]))
-        .err()
-        .expect("custom networking must stop startup until it is implemented");
+        .expect_err("custom networking must stop startup until it is implemented");
     let msg = e.to_string();
     assert!(
         msg.contains("AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG") && msg.contains("not supported"),
