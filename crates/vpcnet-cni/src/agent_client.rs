@@ -128,7 +128,7 @@ pub fn map_status(socket: &str, what: &str, s: Status) -> CniError {
         ),
         Code::ResourceExhausted => CniError::new(
             code::NODE_AT_LIMIT,
-            "this node is at its ENI/IP address limit",
+            "no IP address for this pod",
             format!("{m}; no more pods fit on this node: lower max pods or use a larger instance type or prefix delegation"),
         ),
         Code::FailedPrecondition => CniError::new(

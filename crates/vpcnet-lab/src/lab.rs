@@ -485,18 +485,39 @@ impl Lab {
             })?;
             started.push((id.clone(), self.start_container(&node, id)?));
         }
+        // Wait for every container, even after one failed, so none is left half-made.
         let mut out = Vec::new();
+        let mut failed = Vec::new();
         for (id, p) in &started {
-            let t = self.wait_started(&node, id, p.clone())?;
-            let ip = containerd::container_ip(t.pid)?
-                .parse()
-                .context("container address")?;
-            out.push(ContainerInfo {
-                id: id.clone(),
-                node: node.name.clone(),
-                ip,
-                pid: t.pid,
+            let info = self.wait_started(&node, id, p.clone()).and_then(|t| {
+                let ip = containerd::container_ip(t.pid)?
+                    .parse()
+                    .context("container address")?;
+                Ok(ContainerInfo {
+                    id: id.clone(),
+                    node: node.name.clone(),
+                    ip,
+                    pid: t.pid,
+                })
             });
+            match info {
+                Ok(i) => out.push(i),
+                Err(e) => failed.push(format!("{id}: {e:#}")),
+            }
+        }
+        if !failed.is_empty() {
+            let ok: Vec<&str> = out.iter().map(|c| c.id.as_str()).collect();
+            bail!(
+                "{} of {} containers did not start (started: {}):\n{}",
+                failed.len(),
+                started.len(),
+                if ok.is_empty() {
+                    "none".to_string()
+                } else {
+                    ok.join(", ")
+                },
+                failed.join("\n")
+            );
         }
         Ok(out)
     }
@@ -529,8 +550,11 @@ impl Lab {
         loop {
             match containerd::wait_running(node, id, &p, Duration::from_secs(60), &self.logs()) {
                 Ok(t) => return Ok(t),
+                // A full node (the agent's RESOURCE_EXHAUSTED, plugin code 101) does not
+                // clear by waiting: fail at once instead of retrying.
                 Err(e)
                     if format!("{e:#}").contains("(add)")
+                        && !format!("{e:#}").contains("at its ENI/IP limit")
                         && t0.elapsed() < Duration::from_secs(90) =>
                 {
                     let msg = format!("{e:#}");
@@ -549,7 +573,19 @@ impl Lab {
                     std::thread::sleep(Duration::from_secs(1));
                     p = self.start_container(node, id)?;
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    // Leave nothing half-made: the failed container is removed from containerd
+                    // and from the lab's record, so `lab run` can be tried again.
+                    let _ = containerd::ctr(node, &["tasks", "delete", "-f", id]);
+                    let _ = containerd::delete(node, id);
+                    let role = p.role.clone();
+                    state::update(&self.dir, |s| {
+                        s.containers.retain(|c| c.id != id);
+                        s.processes.retain(|q| q.role != role || q.alive());
+                        Ok(())
+                    })?;
+                    return Err(e);
+                }
             }
         }
     }
