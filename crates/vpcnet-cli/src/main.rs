@@ -26,7 +26,18 @@ enum Command {
     Inspect(inspect::Args),
 }
 
-fn main() -> anyhow::Result<()> {
+/// Runs the command; an error is printed once, as its cause chain (no backtrace), with exit 1.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),

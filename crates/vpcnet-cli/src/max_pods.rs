@@ -109,7 +109,8 @@ async fn execute(args: Args, out: &mut impl Write, warn: &mut impl Write) -> any
         .instance_type_flag
         .iter()
         .chain(&args.types)
-        .cloned()
+        // EC2 instance type names are lower case: `M5.LARGE` means m5.large.
+        .map(|t| t.trim().to_ascii_lowercase())
         .collect();
     if args.instance_type_from_imds {
         let imds = vpcnet_ec2::Imds::new();
