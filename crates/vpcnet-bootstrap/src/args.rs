@@ -86,7 +86,9 @@ pub struct BootstrapArgs {
     #[arg(long, default_value = "/", value_name = "DIR")]
     pub root: PathBuf,
 
-    /// Print the files instead of writing them.
+    /// Print the files instead of writing them. Still reads IMDS (and EC2 for max pods and the
+    /// private DNS name): off EC2, point AWS_EC2_METADATA_SERVICE_ENDPOINT at a reachable IMDS
+    /// (e.g. the lab's) and AWS_ENDPOINT_URL_EC2 or AWS_EC2_ENDPOINT at EC2.
     #[arg(long)]
     pub dry_run: bool,
 
@@ -98,9 +100,15 @@ pub struct BootstrapArgs {
     #[arg(long)]
     pub vcpus: Option<u32>,
 
-    /// Attempts at reading a non-empty EC2 PrivateDnsName (external cloud provider).
-    #[arg(long, default_value_t = 10, hide = true)]
-    pub private_dns_attempts: u32,
+    /// Seconds to wait in total for EC2 to report the instance's PrivateDnsName (kubelet ≥ 1.26,
+    /// external cloud provider: it becomes the node name). Retries with backoff, each EC2 call
+    /// under a 10 s deadline, a progress line on stderr per retry.
+    #[arg(long, default_value_t = 60.0, value_name = "SECONDS", value_parser = parse_seconds)]
+    pub private_dns_timeout: f64,
+
+    /// Cap on DescribeInstances calls for the PrivateDnsName (default: only the timeout).
+    #[arg(long, hide = true)]
+    pub private_dns_attempts: Option<u32>,
 
     /// First retry delay in milliseconds (doubles per attempt, at most 10 s).
     #[arg(long, default_value_t = 1000, hide = true)]
@@ -109,6 +117,16 @@ pub struct BootstrapArgs {
     /// Accepted for bootstrap.sh compatibility and ignored (with a warning).
     #[command(flatten)]
     pub ignored: IgnoredArgs,
+}
+
+/// A positive, finite number of seconds.
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 86_400.0 => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not a number of seconds between 0 and 86400 (e.g. 60 or 2.5)"
+        )),
+    }
 }
 
 /// bootstrap.sh flags that concern the AMI rather than kubelet configuration. Accepted so

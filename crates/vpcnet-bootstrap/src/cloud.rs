@@ -5,9 +5,10 @@
 //! emulator, or implement the traits with fakes.
 
 use std::fmt;
+use std::time::Duration;
 
 use tokio::sync::OnceCell;
-use vpcnet_ec2::{Ec2Error, Ec2Options};
+use vpcnet_ec2::{CallSettings, Ec2Error, Ec2Options, ImdsError};
 use vpcnet_limits::InstanceLimits;
 
 /// A failed cloud call: the action, EC2's error code when there is one, and the message.
@@ -57,8 +58,67 @@ impl Imds for vpcnet_ec2::Imds {
         self.get_opt(path).await.map_err(|e| CloudError {
             action: format!("IMDS GET /latest/meta-data/{path}"),
             code: None,
-            message: e.to_string(),
+            message: match &e {
+                ImdsError::Request { message, .. } => imds_cause(message),
+                other => other.to_string(),
+            },
         })
+    }
+}
+
+/// A short cause of a failed IMDS request from the SDK's error chain text, e.g.
+/// `connection refused on the session token request` or `HTTP 403 on the session token
+/// request`; without a known cause, the Display chain with the SDK's Debug dump cut off.
+pub fn imds_cause(chain: &str) -> String {
+    let lower = chain.to_ascii_lowercase();
+    let step = if lower.contains("session token") {
+        " on the session token request"
+    } else {
+        ""
+    };
+    let status = chain
+        .split("StatusCode(")
+        .nth(1)
+        .and_then(|rest| rest.get(..3))
+        .filter(|code| code.bytes().all(|b| b.is_ascii_digit()))
+        .or_else(|| {
+            chain
+                .split("status: ")
+                .nth(1)
+                .and_then(|rest| rest.get(..3))
+                .filter(|code| code.bytes().all(|b| b.is_ascii_digit()))
+        });
+    let cause = if lower.contains("connection refused") {
+        "connection refused".to_string()
+    } else if lower.contains("timed out") || lower.contains("timeout") {
+        "timed out".to_string()
+    } else if lower.contains("dns error") || lower.contains("failed to lookup address") {
+        "the IMDS host name does not resolve".to_string()
+    } else if let Some(code) = status {
+        format!("HTTP {code}")
+    } else {
+        // DisplayErrorContext ends with ` (<Debug of the error>)`: keep the readable part.
+        let cut = chain
+            .match_indices(" (")
+            .find(|(i, _)| {
+                chain[i + 2..]
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_uppercase())
+            })
+            .map_or(chain.len(), |(i, _)| i);
+        return chain[..cut].trim().to_string();
+    };
+    format!("{cause}{step}")
+}
+
+/// EC2 call settings for bootstrap: a short deadline per call (10 s, each HTTP attempt 5 s),
+/// because the caller retries the private DNS name within its own overall budget.
+pub fn bootstrap_call_settings() -> CallSettings {
+    CallSettings {
+        operation_timeout: Duration::from_secs(10),
+        attempt_timeout: Duration::from_secs(5),
+        ..CallSettings::default()
     }
 }
 
@@ -71,7 +131,8 @@ pub struct AwsEc2 {
 
 impl AwsEc2 {
     /// `options.region`: the instance's region (from IMDS); `None` uses `AWS_REGION`, then IMDS.
-    /// `options.endpoint_url`: `None` honours `AWS_ENDPOINT_URL_EC2` / `AWS_ENDPOINT_URL`.
+    /// `options.endpoint_url`: `None` honours `AWS_ENDPOINT_URL_EC2`, `AWS_EC2_ENDPOINT`,
+    /// `AWS_ENDPOINT_URL`. Bootstrap passes [`bootstrap_call_settings`] as `options.calls`.
     pub fn new(options: Ec2Options) -> Self {
         Self {
             options,
@@ -140,5 +201,32 @@ impl Ec2 for AwsEc2 {
             .await
             .map_err(|e| cloud_error(ACTION, &e))?;
         Ok(inst.private_dns_name.unwrap_or_default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::imds_cause;
+
+    #[test]
+    fn imds_cause_is_short_and_names_the_step() {
+        let refused = "failed to load IMDS session token: dispatch failure: io error: client error (Connect): tcp connect error: Connection refused (os error 111) (FailedToLoadToken(FailedToLoadToken { source: DispatchFailure(DispatchFailure { source: ConnectorError { kind: Io } }) }))";
+        assert_eq!(
+            imds_cause(refused),
+            "connection refused on the session token request"
+        );
+        let forbidden = "failed to load IMDS session token: service error (FailedToLoadToken(FailedToLoadToken { source: ServiceError(ServiceError { raw: Response { status: StatusCode(403), headers: {} } }) }))";
+        assert_eq!(
+            imds_cause(forbidden),
+            "HTTP 403 on the session token request"
+        );
+        assert_eq!(
+            imds_cause("io error: operation timed out (Io(...))"),
+            "timed out"
+        );
+        assert_eq!(
+            imds_cause("unexpected answer (Unhandled(Something))"),
+            "unexpected answer"
+        );
     }
 }

@@ -121,10 +121,13 @@ pub fn under_root(root: &Path, path: &str) -> PathBuf {
     root.join(path.trim_start_matches('/'))
 }
 
-/// Retry budget for the EC2 private DNS name.
+/// Budget for reading the EC2 private DNS name.
 #[derive(Debug, Clone, Copy)]
 pub struct Retry {
-    pub attempts: u32,
+    /// Total time for all attempts and waits (`--private-dns-timeout`).
+    pub budget: Duration,
+    /// Cap on the number of DescribeInstances calls; `None`: only the budget bounds them.
+    pub max_attempts: Option<u32>,
     /// First delay; doubles per attempt up to 10 s.
     pub first_delay: Duration,
 }
@@ -233,57 +236,119 @@ async fn imds_required(imds: &impl Imds, path: &str) -> Result<String, Bootstrap
         Ok(Some(v)) if !v.trim().is_empty() => Ok(v.trim().to_string()),
         Ok(_) => Err(BootstrapError::Imds { path: path.into(), problem: "not found (404) or empty".into() }),
         Err(e) => Err(BootstrapError::Imds {
-            path: path.into(),
-            problem: format!("{e}. Fix: run on an EC2 instance with IMDSv2 reachable (hop limit ≥ 2 in containers) or set AWS_EC2_METADATA_SERVICE_ENDPOINT"),
+            path: format!("GET /latest/meta-data/{path}"),
+            problem: format!("{}. Fix: run on an EC2 instance (in a container IMDSv2 needs hop limit ≥ 2), or set AWS_EC2_METADATA_SERVICE_ENDPOINT to a reachable IMDS", e.message),
         }),
     }
 }
 
-/// EC2 `PrivateDnsName` of the instance, retried while empty or throttled, with a bounded
-/// number of attempts.
+/// What the last DescribeInstances attempt showed.
+enum Last {
+    /// EC2 answered with an empty PrivateDnsName.
+    Empty,
+    /// EC2 could not be reached or did not answer (transport error, timeout, 5xx, throttling).
+    Unreachable(String),
+}
+
+/// EC2 `PrivateDnsName` of the instance, retried while empty, unreachable or throttled, within
+/// `retry.budget` in total (each call under the client's own short deadline). A progress line
+/// goes to the log (warn, shown by default) before each wait.
+///
+/// Errors ([`BootstrapError::Ec2`]): an EC2 4xx such as UnauthorizedOperation at once;
+/// after the budget, "could not be reached" or "stayed empty" after what the last attempt showed.
 async fn private_dns_name(
     ec2: &impl Ec2,
     instance_id: &str,
     retry: Retry,
 ) -> Result<String, BootstrapError> {
+    const ACTION: &str = "DescribeInstances";
+    let started = tokio::time::Instant::now();
+    let deadline = started + retry.budget;
     let mut delay = retry.first_delay;
-    let attempts = retry.attempts.max(1);
-    let mut last = String::new();
-    for attempt in 1..=attempts {
-        match ec2.private_dns_name(instance_id).await {
-            Ok(name) if !name.trim().is_empty() => return Ok(name.trim().to_string()),
-            Ok(_) => last = "PrivateDnsName was empty".into(),
-            Err(e) => {
-                let retryable = matches!(
+    let mut last = Last::Unreachable("no attempt made".into());
+    let mut attempt = 0u32;
+    loop {
+        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let out_of_budget = remaining.is_zero() && attempt > 0;
+        if out_of_budget || retry.max_attempts.is_some_and(|m| attempt >= m.max(1)) {
+            break;
+        }
+        attempt += 1;
+        // A zero budget still makes one attempt, under the client's own deadline.
+        let limit = if remaining.is_zero() {
+            Duration::from_secs(10)
+        } else {
+            remaining
+        };
+        last = match tokio::time::timeout(limit, ec2.private_dns_name(instance_id)).await {
+            Ok(Ok(name)) if !name.trim().is_empty() => return Ok(name.trim().to_string()),
+            Ok(Ok(_)) => Last::Empty,
+            Ok(Err(e)) if is_transient(e.code.as_deref()) => Last::Unreachable(e.to_string()),
+            Ok(Err(e)) => {
+                let denied = matches!(
                     e.code.as_deref(),
-                    None | Some(
-                        "RequestLimitExceeded"
-                            | "Throttling"
-                            | "ThrottlingException"
-                            | "InternalError"
-                            | "Unavailable"
-                            | "InvalidInstanceID.NotFound"
-                    )
+                    Some("UnauthorizedOperation" | "AccessDenied" | "AccessDeniedException")
                 );
-                if !retryable {
-                    return Err(BootstrapError::Ec2 {
-                        action: "DescribeInstances".into(),
-                        problem: e.to_string(),
-                        fix: "grant the node's IAM role ec2:DescribeInstances; kubelet's node name under the external cloud provider must equal the EC2 PrivateDnsName".into(),
-                    });
-                }
-                last = e.to_string();
+                return Err(BootstrapError::Ec2 {
+                    action: ACTION.into(),
+                    problem: e.to_string(),
+                    fix: if denied {
+                        "grant the node's IAM role the permission ec2:DescribeInstances; kubelet's node name under the external cloud provider must equal the EC2 PrivateDnsName".into()
+                    } else {
+                        "check the AWS credentials and region the node uses for EC2".into()
+                    },
+                });
             }
+            Err(_) => Last::Unreachable(format!(
+                "no answer within the remaining {:.1} s of the budget",
+                limit.as_secs_f64()
+            )),
+        };
+        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if remaining.is_zero() || retry.max_attempts.is_some_and(|m| attempt >= m.max(1)) {
+            break;
         }
-        if attempt < attempts {
-            tracing::info!(attempt, %last, "waiting for EC2 PrivateDnsName");
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(10));
-        }
+        let wait = delay.min(remaining);
+        let why = match &last {
+            Last::Empty => "EC2 answered with an empty PrivateDnsName".to_string(),
+            Last::Unreachable(e) => e.clone(),
+        };
+        tracing::warn!(
+            "waiting for EC2 to report the private DNS name of {instance_id}: attempt {attempt}, retrying in {:.1}s ({why})",
+            wait.as_secs_f64()
+        );
+        tokio::time::sleep(wait).await;
+        delay = (delay * 2).min(Duration::from_secs(10));
     }
-    Err(BootstrapError::Ec2 {
-        action: "DescribeInstances".into(),
-        problem: format!("no PrivateDnsName for {instance_id} after {attempts} attempts ({last})"),
-        fix: "rerun vpcnet-bootstrap once EC2 shows the instance's private DNS name; check that the VPC has DNS hostnames enabled".into(),
+    let spent = started.elapsed().as_secs_f64();
+    Err(match last {
+        Last::Empty => BootstrapError::Ec2 {
+            action: ACTION.into(),
+            problem: format!("EC2 answered but the PrivateDnsName of {instance_id} stayed empty ({attempt} attempts in {spent:.1} s)"),
+            fix: "check that the VPC has DNS hostnames enabled (enableDnsHostnames), then rerun; --private-dns-timeout gives EC2 longer".into(),
+        },
+        Last::Unreachable(e) => BootstrapError::Ec2 {
+            action: ACTION.into(),
+            problem: format!("EC2 could not be reached or did not answer for the PrivateDnsName of {instance_id} ({attempt} attempts in {spent:.1} s; last error: {e})"),
+            fix: "check AWS_ENDPOINT_URL_EC2 / AWS_EC2_ENDPOINT, the region, the credentials and connectivity to EC2".into(),
+        },
     })
+}
+
+/// Errors worth another attempt: no EC2 code (transport, timeout), throttling, 5xx codes, and
+/// an instance EC2 does not list yet (eventual consistency right after launch).
+fn is_transient(code: Option<&str>) -> bool {
+    matches!(
+        code,
+        None | Some(
+            "RequestLimitExceeded"
+                | "Throttling"
+                | "ThrottlingException"
+                | "InternalError"
+                | "InternalFailure"
+                | "ServiceUnavailable"
+                | "Unavailable"
+                | "InvalidInstanceID.NotFound"
+        )
+    )
 }

@@ -67,7 +67,8 @@ pub async fn plan(
     let nc = load_node_config(args)?;
     let settings = Settings::new(args, nc.as_ref())?;
     let retry = Retry {
-        attempts: args.private_dns_attempts,
+        budget: Duration::from_secs_f64(args.private_dns_timeout),
+        max_attempts: args.private_dns_attempts,
         first_delay: Duration::from_millis(args.retry_delay_ms),
     };
     let facts = facts::gather(&settings, imds, ec2, host, args.vcpus, retry).await?;

@@ -36,6 +36,7 @@ fn main() -> std::process::ExitCode {
         let region = Imds::get(&imds, "placement/region").await.ok().flatten();
         let ec2 = AwsEc2::new(vpcnet_ec2::Ec2Options {
             region,
+            calls: vpcnet_bootstrap::cloud::bootstrap_call_settings(),
             ..Default::default()
         });
         let host = RealHost {

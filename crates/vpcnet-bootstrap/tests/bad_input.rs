@@ -255,6 +255,15 @@ fn unreachable_imds_fails_without_writing() {
     let (out, root) = run(&["my-cluster"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("IMDS"), "{err}");
+    assert!(err.contains("IMDS GET /latest/meta-data/"), "{err}");
+    // One clean line: a short cause, one fix, no SDK Debug dump.
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("connection refused"), "{err}");
+    assert_eq!(err.matches("Fix:").count(), 1, "{err}");
+    assert_eq!(err.matches("hop limit").count(), 1, "{err}");
+    assert!(
+        !err.contains("FailedToLoadToken") && !err.contains("{"),
+        "{err}"
+    );
     assert_eq!(std::fs::read_dir(root.path()).unwrap().count(), 0);
 }

@@ -181,3 +181,69 @@ async fn outpost_with_real_host_adapter() {
     assert!(files["var/lib/kubelet/bootstrap-kubeconfig"].contains("- abc-123"));
     assert!(!files.contains_key("var/lib/kubelet/kubeconfig"));
 }
+
+/// EC2 from `AWS_EC2_ENDPOINT` (the VPC CNI's variable) even with `AWS_ENDPOINT_URL` pointing
+/// elsewhere (a closed port); the wait for the private DNS name shows on stderr by default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aws_ec2_endpoint_is_honoured_and_the_private_dns_wait_is_visible() {
+    let cloud = Cloud::launch(&CloudSpec {
+        empty_private_dns_calls: 1,
+        ..CloudSpec::new("m5.large", vec!["10.0.0.0/16"])
+    })
+    .await;
+    let imds = cloud
+        .emu
+        .imds_endpoint(&cloud.instance.instance_id)
+        .await
+        .unwrap();
+    let ec2 = cloud.endpoint.clone();
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://127.0.0.1:{}", l.local_addr().unwrap().port())
+    };
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path().to_path_buf();
+    let o = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_vpcnet-bootstrap"))
+            .args([
+                "my-cluster",
+                "--apiserver-endpoint",
+                "https://api.example.com",
+                "--b64-cluster-ca",
+                &test_ca_b64(),
+            ])
+            .args(["--kubelet-version", "1.31.0", "--vcpus", "2", "--dry-run"])
+            .args(["--retry-delay-ms", "10", "--root", r.to_str().unwrap()])
+            .env("AWS_EC2_METADATA_SERVICE_ENDPOINT", imds)
+            .env("AWS_EC2_ENDPOINT", ec2)
+            .env("AWS_ENDPOINT_URL", closed)
+            .env_remove("AWS_ENDPOINT_URL_EC2")
+            .env_remove("RUST_LOG")
+            .env("AWS_ACCESS_KEY_ID", "AKIDTEST")
+            .env("AWS_SECRET_ACCESS_KEY", "secret")
+            .env_remove("AWS_REGION")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let id = &cloud.instance.instance_id;
+    assert!(
+        err.contains(&format!(
+            "waiting for EC2 to report the private DNS name of {id}: attempt 1, retrying in"
+        )),
+        "{err}"
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains(&format!(
+            "--hostname-override={}",
+            cloud.instance.private_dns_name
+        )),
+        "{out}"
+    );
+    assert_eq!(cloud.calls("DescribeInstances"), 2);
+    assert!(tree(root.path()).is_empty());
+}

@@ -39,8 +39,8 @@ impl fmt::Debug for StaticCredentials {
 pub struct Ec2Options {
     /// Region; when `None`: `AWS_REGION` / `AWS_DEFAULT_REGION`, then IMDS `placement/region`.
     pub region: Option<String>,
-    /// EC2 endpoint URL; when `None` the SDK honours `AWS_ENDPOINT_URL_EC2`, then
-    /// `AWS_ENDPOINT_URL`, then the region's public endpoint.
+    /// EC2 endpoint URL; when `None`: `AWS_ENDPOINT_URL_EC2`, then `AWS_EC2_ENDPOINT` (the
+    /// VPC CNI's variable), then `AWS_ENDPOINT_URL`, then the region's public endpoint.
     pub endpoint_url: Option<String>,
     /// IMDS endpoint used to find the region; when `None`, `AWS_EC2_METADATA_SERVICE_ENDPOINT`
     /// or `http://169.254.169.254`.
@@ -131,8 +131,21 @@ fn imds_client(endpoint: Option<&str>) -> Result<aws_config::imds::Client, Ec2Er
     Ok(builder.build())
 }
 
+/// The endpoint to set on the SDK loader when none is given explicitly: `AWS_EC2_ENDPOINT`
+/// (the VPC CNI's variable) unless `AWS_ENDPOINT_URL_EC2` is set, which the SDK reads itself
+/// and which wins. `None` leaves the SDK's own order (`AWS_ENDPOINT_URL_EC2`,
+/// `AWS_ENDPOINT_URL`). `var` reads an environment variable; empty values count as unset.
+fn endpoint_from_env(var: impl Fn(&str) -> Option<String>) -> Option<String> {
+    let set = |name: &str| var(name).filter(|v| !v.trim().is_empty());
+    if set("AWS_ENDPOINT_URL_EC2").is_some() {
+        return None;
+    }
+    set("AWS_EC2_ENDPOINT").map(|v| v.trim().to_string())
+}
+
 /// Load the SDK configuration: region explicit > env > IMDS, endpoint explicit >
-/// `AWS_ENDPOINT_URL_EC2` > `AWS_ENDPOINT_URL`, credentials explicit > default chain.
+/// `AWS_ENDPOINT_URL_EC2` > `AWS_EC2_ENDPOINT` > `AWS_ENDPOINT_URL`, credentials explicit >
+/// default chain.
 async fn load_sdk_config(options: &Ec2Options) -> Result<SdkConfig, Ec2Error> {
     let imds_region = ImdsRegionProvider::builder()
         .imds_client(imds_client(options.imds_endpoint.as_deref())?)
@@ -149,7 +162,11 @@ async fn load_sdk_config(options: &Ec2Options) -> Result<SdkConfig, Ec2Error> {
                 .connect_timeout(connect_timeout)
                 .build(),
         );
-    if let Some(url) = &options.endpoint_url {
+    let endpoint = options
+        .endpoint_url
+        .clone()
+        .or_else(|| endpoint_from_env(|name| std::env::var(name).ok()));
+    if let Some(url) = &endpoint {
         if !(url.starts_with("http://") || url.starts_with("https://")) {
             return Err(Ec2Error::Config(format!(
                 "EC2 endpoint URL {url:?} must start with http:// or https://"
@@ -203,6 +220,44 @@ mod tests {
         .await
         .unwrap_err();
         assert!(e.to_string().contains("http://"), "{e}");
+    }
+
+    #[test]
+    fn aws_ec2_endpoint_sits_between_the_ec2_specific_and_the_global_variable() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                vars.iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        // AWS_EC2_ENDPOINT alone, or with AWS_ENDPOINT_URL: it is used.
+        assert_eq!(
+            endpoint_from_env(env(&[("AWS_EC2_ENDPOINT", "http://cni:1")])).as_deref(),
+            Some("http://cni:1")
+        );
+        assert_eq!(
+            endpoint_from_env(env(&[
+                ("AWS_ENDPOINT_URL", "http://all:1"),
+                ("AWS_EC2_ENDPOINT", "http://cni:1"),
+            ]))
+            .as_deref(),
+            Some("http://cni:1")
+        );
+        // AWS_ENDPOINT_URL_EC2 wins: left to the SDK.
+        assert_eq!(
+            endpoint_from_env(env(&[
+                ("AWS_ENDPOINT_URL_EC2", "http://ec2:1"),
+                ("AWS_EC2_ENDPOINT", "http://cni:1"),
+            ])),
+            None
+        );
+        // Neither: the SDK's own order (AWS_ENDPOINT_URL, then the public endpoint).
+        assert_eq!(
+            endpoint_from_env(env(&[("AWS_ENDPOINT_URL", "http://all:1")])),
+            None
+        );
+        assert_eq!(endpoint_from_env(env(&[("AWS_EC2_ENDPOINT", " ")])), None);
     }
 
     #[test]
