@@ -231,6 +231,10 @@ async fn aws_ec2_endpoint_is_honoured_and_the_private_dns_wait_is_visible() {
     assert!(o.status.success(), "{err}");
     let id = &cloud.instance.instance_id;
     assert!(
+        !err.contains('\u{1b}'),
+        "no colour codes into a pipe: {err}"
+    );
+    assert!(
         err.contains(&format!(
             "waiting for EC2 to report the private DNS name of {id}: attempt 1, retrying in"
         )),
