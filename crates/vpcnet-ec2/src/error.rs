@@ -82,7 +82,7 @@ pub enum Ec2Error {
         attempts: u32,
     },
     /// The request never got an answer: connection refused, DNS, TLS, I/O.
-    #[error("EC2 {action}: transport error: {message}; check the EC2 endpoint (AWS_ENDPOINT_URL_EC2) and network")]
+    #[error("EC2 {action}: transport error: {message}; check the EC2 endpoint (AWS_ENDPOINT_URL_EC2 or AWS_EC2_ENDPOINT) and network")]
     Transport { action: Action, message: String },
     /// EC2 answered but the answer lacked a field vpcnet needs or could not be parsed.
     #[error("EC2 {action}: unexpected response: {message}")]
