@@ -314,10 +314,7 @@ impl Pool {
             .filter(|k| !valid.contains(*k))
             .cloned()
             .collect();
-        stale
-            .into_iter()
-            .filter_map(|k| self.release(&k, now_ms).map(|a| (k, a)))
-            .collect()
+        self.release_all(stale, now_ms)
     }
 
     /// Releases (into cooldown) every assignment older than `grace_ms` whose address is not in
@@ -338,8 +335,12 @@ impl Pool {
             })
             .map(|(k, _)| k.clone())
             .collect();
-        stale
-            .into_iter()
+        self.release_all(stale, now_ms)
+    }
+
+    /// [`Self::release`] for each key; returns what was released.
+    fn release_all(&mut self, keys: Vec<PodKey>, now_ms: u64) -> Vec<(PodKey, Assignment)> {
+        keys.into_iter()
             .filter_map(|k| self.release(&k, now_ms).map(|a| (k, a)))
             .collect()
     }

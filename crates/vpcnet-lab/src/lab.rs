@@ -563,31 +563,37 @@ impl Lab {
                         .map(|(_, w)| w.split(';').next().unwrap_or(w))
                         .unwrap_or("CNI ADD failed");
                     progress(&format!("{id}: {why}; retrying as a kubelet would"));
-                    let _ = containerd::ctr(node, &["tasks", "delete", "-f", id]);
-                    let _ = containerd::delete(node, id);
-                    let role = p.role.clone();
-                    state::update(&self.dir, |s| {
-                        s.processes.retain(|q| q.role != role || q.alive());
-                        Ok(())
-                    })?;
+                    self.discard_failed(node, id, &p, false)?;
                     std::thread::sleep(Duration::from_secs(1));
                     p = self.start_container(node, id)?;
                 }
                 Err(e) => {
-                    // Leave nothing half-made: the failed container is removed from containerd
-                    // and from the lab's record, so `lab run` can be tried again.
-                    let _ = containerd::ctr(node, &["tasks", "delete", "-f", id]);
-                    let _ = containerd::delete(node, id);
-                    let role = p.role.clone();
-                    state::update(&self.dir, |s| {
-                        s.containers.retain(|c| c.id != id);
-                        s.processes.retain(|q| q.role != role || q.alive());
-                        Ok(())
-                    })?;
+                    // Leave nothing half-made, so `lab run` can be tried again.
+                    self.discard_failed(node, id, &p, true)?;
                     return Err(e);
                 }
             }
         }
+    }
+
+    /// Removes a container whose CNI ADD failed from containerd (best effort) and its exited
+    /// `ctr run` from the lab's record; `forget` also drops the container record itself.
+    fn discard_failed(
+        &self,
+        node: &NodeRecord,
+        id: &str,
+        ctr: &ProcRecord,
+        forget: bool,
+    ) -> Result<()> {
+        let _ = containerd::ctr(node, &["tasks", "delete", "-f", id]);
+        let _ = containerd::delete(node, id);
+        state::update(&self.dir, |s| {
+            if forget {
+                s.containers.retain(|c| c.id != id);
+            }
+            s.processes.retain(|q| q.role != ctr.role || q.alive());
+            Ok(())
+        })
     }
 
     /// Next free container names "c<N>" for `count` containers.
