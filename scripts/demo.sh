@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # The README's demo: on a fresh Debian machine, installs what the lab needs (containerd, runc,
-# iproute2, nftables, busybox-static, the reference CNI plugins, moto), builds vpcnet, brings a
-# one-node lab up on an m5.large, starts 12 containers (so secondary ENIs are used), prints
-# container / IP / ENI / device number and ping results, then tears everything down.
+# iproute2, nftables, busybox-static, the reference CNI plugins, gcc, moto, cargo-nextest),
+# builds the lab's Kubernetes from its Go modules (first run only: scripts/build-k8s.sh, about
+# 11 minutes on 2 cores), builds vpcnet, brings up the Kubernetes lab (control plane + two
+# m5.large nodes booted by vpcnet-bootstrap), creates a Deployment of 12 busybox httpd pods and
+# a Service, prints nodes, pods, pod / IP / ENI / device, the ENIs, pings and an HTTP request
+# through the ClusterIP, then tears everything down.
 # Everything runs in network namespaces the lab creates and removes. Needs root.
-# Extra arguments go to `vpcnet lab demo` (e.g. --instance-type m5.xlarge --count 20).
+# Extra arguments go to `vpcnet lab demo` (e.g. --instance-type m5.xlarge --count 20, or
+# --no-kubernetes for the bare containerd lab).
 # If interrupted (Ctrl-C), `target/debug/vpcnet lab down --all` (as root) removes what is left.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +30,11 @@ if ! command -v cargo >/dev/null 2>&1; then
   exit 1
 fi
 
-echo "==> building vpcnet, vpcnet-agent, vpcnet-cni" >&2
-cargo build -p vpcnet-cli -p vpcnet-agent -p vpcnet-cni
+echo "==> Kubernetes binaries for the lab (built once from the Go modules pinned in lab/)" >&2
+VPCNET_K8S_BIN_DIR=$(./scripts/build-k8s.sh | tail -n 1)
+export VPCNET_K8S_BIN_DIR
+
+echo "==> building vpcnet, vpcnet-agent, vpcnet-cni, vpcnet-bootstrap" >&2
+cargo build -p vpcnet-cli -p vpcnet-agent -p vpcnet-cni -p vpcnet-bootstrap
 target_dir=${CARGO_TARGET_DIR:-target}
 exec "$target_dir/debug/vpcnet" lab demo --name "demo-$$" "$@"

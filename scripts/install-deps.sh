@@ -14,6 +14,10 @@ have protoc || need_pkgs+=(protobuf-compiler)
 have hyperfine || need_pkgs+=(hyperfine)
 [ -x /bin/busybox ] || need_pkgs+=(busybox-static)
 [ -x /usr/lib/cni/portmap ] || need_pkgs+=(containernetworking-plugins)
+have conntrack || need_pkgs+=(conntrack)           # kube-proxy clears UDP conntrack entries
+have gcc || need_pkgs+=(gcc)                       # the lab's pause image (gcc -static)
+[ -e /usr/lib/x86_64-linux-gnu/libc.a ] || [ -e /usr/lib/aarch64-linux-gnu/libc.a ] || need_pkgs+=(libc6-dev)
+have openssl || need_pkgs+=(openssl)
 
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "==> installing Debian packages: ${need_pkgs[*]}" >&2
@@ -25,5 +29,15 @@ fi
 if ! python3 -c 'import moto.server' >/dev/null 2>&1; then
   echo "==> installing moto[server] from PyPI (wire cross-check peer)" >&2
   python3 -m pip install -q 'moto[server]'
+fi
+if ! cargo nextest --version >/dev/null 2>&1; then
+  echo "==> installing cargo-nextest from crates.io (compiles once, ~5 min on 2 cores)" >&2
+  cargo install --locked cargo-nextest
+fi
+
+# The lab's Kubernetes is built from Go modules (scripts/build-k8s.sh) and needs Go >= 1.26.
+if ! command -v go >/dev/null 2>&1; then
+  echo "install-deps: Go is not installed: the Kubernetes lab needs Go >= 1.26 (https://go.dev/dl)" >&2
+  exit 1
 fi
 echo "==> dependencies present" >&2

@@ -9,6 +9,9 @@ echo "==> cargo fmt --check" >&2
 cargo fmt --all -- --check
 echo "==> cargo clippy (deny warnings)" >&2
 cargo clippy --workspace --all-targets -- -D warnings
+echo "==> Kubernetes binaries for the lab (scripts/build-k8s.sh; cached per pins)" >&2
+VPCNET_K8S_BIN_DIR=$(./scripts/build-k8s.sh | tail -n 1)
+export VPCNET_K8S_BIN_DIR
 echo "==> cargo build (binaries used by end-to-end tests)" >&2
 cargo build --workspace --bins
 echo "==> tests" >&2

@@ -1,6 +1,8 @@
-//! `vpcnet lab ...`: the local VPC lab (issue 4). Namespaces, fabric, cloud daemon, per-node
-//! containerd and vpcnet-agent come from the `vpcnet-lab` crate; this module is the command
-//! line and the tables.
+//! `vpcnet lab ...`: the local VPC lab. Namespaces, fabric, cloud daemon, the Kubernetes
+//! control plane, per-node containerd, kubelet, kube-proxy and vpcnet-agent come from the
+//! `vpcnet-lab` crate; this module is the command line and the tables, `demo` the demo.
+
+mod demo;
 
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
@@ -30,18 +32,39 @@ struct UpArgs {
     /// EC2 instance type of the nodes (sets ENI and IP limits).
     #[arg(long, default_value = "m5.large")]
     instance_type: String,
-    /// Number of nodes.
-    #[arg(long, default_value_t = 1)]
-    nodes: usize,
+    /// Number of nodes (default 1; 2 for `lab demo`).
+    #[arg(long)]
+    nodes: Option<usize>,
     /// Extra agent environment, KEY=VALUE (e.g. WARM_IP_TARGET=5); repeatable.
     #[arg(long = "agent-env", value_name = "KEY=VALUE")]
     agent_env: Vec<String>,
+    /// No Kubernetes: only the cloud, the fabric and, per node, containerd and vpcnet-agent
+    /// (containers through `vpcnet lab run`); needs no Kubernetes binaries.
+    #[arg(long)]
+    no_kubernetes: bool,
+    /// Directory of the Kubernetes binaries (default: the newest build of
+    /// scripts/build-k8s.sh in /var/cache/vpcnet).
+    #[arg(long, env = "VPCNET_K8S_BIN_DIR", value_name = "DIR")]
+    k8s_bin_dir: Option<PathBuf>,
+    /// Set the agents' CLUSTER_ENDPOINT to the API server's address (reach it without the
+    /// `kubernetes` Service, i.e. before kube-proxy runs).
+    #[arg(long)]
+    cluster_endpoint: bool,
 }
 
 #[derive(Subcommand)]
 enum LabCommand {
-    /// Build the lab: VPC namespace, nodes with containerd and vpcnet-agent.
+    /// Build the lab: VPC fabric and cloud, Kubernetes control plane, nodes with containerd,
+    /// vpcnet-agent, kubelet and kube-proxy.
     Up(UpArgs),
+    /// Run kubectl (admin) against the lab's cluster, e.g. `vpcnet lab kubectl get pods -o wide`.
+    Kubectl {
+        #[command(flatten)]
+        name: NameArg,
+        /// kubectl's arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Start containers (busybox) on a node through `ctr run --cni`.
     Run {
         #[command(flatten)]
@@ -94,11 +117,12 @@ enum LabCommand {
     },
     /// List the labs that exist.
     List,
-    /// Up, 12 containers, table, pings, down (always down, even on failure).
+    /// Up (two nodes), a Deployment of 12 httpd pods and a Service, tables, pings and an HTTP
+    /// request through the Service, down (always down, even on failure).
     Demo {
         #[command(flatten)]
         up: UpArgs,
-        /// Containers to start.
+        /// Pods (or, with --no-kubernetes, containers) to start.
         #[arg(long, default_value_t = 12)]
         count: usize,
     },
@@ -108,12 +132,22 @@ enum LabCommand {
         #[arg(long)]
         dir: PathBuf,
     },
+    /// (internal) Approves kubelet serving certificates as EKS does, run by `lab up` on the
+    /// control-plane host.
+    #[command(hide = true)]
+    CsrApprover {
+        #[arg(long)]
+        dir: PathBuf,
+    },
 }
 
-fn up_options(a: &UpArgs) -> Result<UpOptions> {
+fn up_options(a: &UpArgs, default_nodes: usize) -> Result<UpOptions> {
     let mut o = UpOptions::new(&a.name.name);
     o.instance_type = a.instance_type.clone();
-    o.nodes = a.nodes;
+    o.nodes = a.nodes.unwrap_or(default_nodes);
+    o.kubernetes = !a.no_kubernetes;
+    o.k8s_bin_dir = a.k8s_bin_dir.clone();
+    o.cluster_endpoint = a.cluster_endpoint;
     for kv in &a.agent_env {
         let Some((k, v)) = kv.split_once('=') else {
             bail!("--agent-env {kv:?}: expected KEY=VALUE");
@@ -126,14 +160,32 @@ fn up_options(a: &UpArgs) -> Result<UpOptions> {
 pub fn run(args: Args) -> Result<()> {
     match args.command {
         LabCommand::Up(a) => {
-            let lab = Lab::up(&up_options(&a)?)?;
+            let lab = Lab::up(&up_options(&a, 1)?)?;
             let s = lab.state()?;
-            progress(&format!(
-                "lab {} is up ({} node(s)); `vpcnet lab run --name {}` starts a container",
-                s.name,
-                s.nodes.len(),
-                s.name
-            ));
+            if s.control_plane.is_some() {
+                progress(&format!(
+                    "lab {} is up ({} node(s)); `vpcnet lab kubectl --name {} get nodes -o wide`",
+                    s.name,
+                    s.nodes.len(),
+                    s.name
+                ));
+            } else {
+                progress(&format!(
+                    "lab {} is up ({} node(s)); `vpcnet lab run --name {}` starts a container",
+                    s.name,
+                    s.nodes.len(),
+                    s.name
+                ));
+            }
+            Ok(())
+        }
+        LabCommand::Kubectl { name, args } => {
+            let lab = Lab::open(&name.name)?;
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let status = lab.kubectl()?.command(&args)?.status()?;
+            if !status.success() {
+                std::process::exit(status.code().unwrap_or(1));
+            }
             Ok(())
         }
         LabCommand::Run {
@@ -203,13 +255,19 @@ pub fn run(args: Args) -> Result<()> {
             }
             Ok(())
         }
-        LabCommand::Demo { up, count } => demo(&up, count),
+        LabCommand::Demo { up, count } => {
+            if up.no_kubernetes {
+                demo(&up, count)
+            } else {
+                demo::run(&up_options(&up, 2)?, count)
+            }
+        }
         LabCommand::Serve { dir } => vpcnet_lab::daemon::serve(&dir),
+        LabCommand::CsrApprover { dir } => vpcnet_lab::kube::csr::run(&Lab { dir }.kubectl()?),
     }
 }
 
-fn status_text(lab: &Lab) -> Result<String> {
-    let s = lab.state()?;
+pub(crate) fn status_text(lab: &Lab) -> Result<String> {
     let enis = lab.enis()?;
     let mut containers = lab.containers()?;
     containers.sort_by_key(|c| (c.node.clone(), c.id.len(), c.id.clone()));
@@ -235,6 +293,13 @@ fn status_text(lab: &Lab) -> Result<String> {
     }
     let mut out = table(&rows);
     out.push('\n');
+    out.push_str(&enis_table(lab, &enis)?);
+    Ok(out)
+}
+
+/// The lab nodes' ENIs: ID, node, device, MAC, primary IP, secondary IPs, prefixes.
+pub(crate) fn enis_table(lab: &Lab, enis: &[vpcnet_lab::lab::EniInfo]) -> Result<String> {
+    let s = lab.state()?;
     let mut rows = vec![vec![
         "ENI".into(),
         "NODE".into(),
@@ -264,12 +329,11 @@ fn status_text(lab: &Lab) -> Result<String> {
             e.prefixes.len().to_string(),
         ]);
     }
-    out.push_str(&table(&rows));
-    Ok(out)
+    Ok(table(&rows))
 }
 
 fn demo(up: &UpArgs, count: usize) -> Result<()> {
-    let guard = LabGuard::new(Lab::up(&up_options(up)?)?);
+    let guard = LabGuard::new(Lab::up(&up_options(up, 1)?)?);
     let result = demo_steps(guard.lab(), count);
     progress("tearing the lab down");
     let down = guard.down();

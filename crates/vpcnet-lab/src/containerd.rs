@@ -1,47 +1,41 @@
-//! One containerd per node, inside the node's network namespace with its own root, state,
-//! socket and plugin directory, and the `ctr` invocations the lab makes against it.
+//! One containerd per node, inside the node's network and mount namespaces (see
+//! [`crate::machine`]), so it uses its default paths (`/etc/containerd/config.toml`,
+//! `/var/lib/containerd`, `/run/containerd/containerd.sock`) and its CRI plugin uses the
+//! runtime's default CNI directories (`/etc/cni/net.d`, `/opt/cni/bin`), all the node's own; and
+//! the `ctr` invocations the lab makes against it.
 //!
-//! containerd 1.6's `ctr run --cni` reads the CNI configuration from `/etc/cni/net.d` and
-//! plugins from `/opt/cni/bin`, with no flag to change either; the lab therefore runs each
-//! node's `ctr` in a private mount namespace where the node's own directories are bind-mounted
-//! on those two paths (see [`ctr_place`]). Containers run attached (`ctr run` without `-d`) in
-//! a background `ctr` process: when the task exits, that `ctr` calls the CNI DEL (with an empty
-//! netns path, as containerd does) before deleting the task, as a runtime would.
+//! kubelet reaches containerd over CRI; `vpcnet lab run` containers use `ctr run --cni` (run in
+//! the node's namespaces, so it reads the node's CNI directories) attached in a background `ctr`
+//! process: when the task exits, that `ctr` calls the CNI DEL (with an empty netns path, as
+//! containerd does) before deleting the task, as a runtime would.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
 use crate::cmd;
+use crate::image;
 use crate::procs::{self, ProcRecord};
-use crate::spawn::Place;
 use crate::state::NodeRecord;
 
-/// The runtime's default CNI configuration directory (what `ctr run --cni` reads).
-pub const CNI_CONF_TARGET: &str = "/etc/cni/net.d";
-/// The runtime's default CNI plugin directory (what `ctr run --cni` executes from).
-pub const CNI_BIN_TARGET: &str = "/opt/cni/bin";
 /// Snapshotter the lab uses (works on ext4 and tmpfs).
 pub const SNAPSHOTTER: &str = "overlayfs";
+/// containerd namespace of the CRI plugin (kubelet's pods and the images they use).
+pub const CRI_NAMESPACE: &str = "k8s.io";
+/// Node path of containerd's configuration.
+pub const CONFIG: &str = "/etc/containerd/config.toml";
 
-/// containerd's configuration for a node: everything under the node directory, CRI and the
-/// snapshotters the lab does not use disabled.
-pub fn config_toml(node: &NodeRecord) -> String {
-    let d = node.dir.display();
+/// containerd's configuration for a lab node: default paths (they are the node's own), CRI with
+/// the lab's pause image as sandbox image, OOM scores clamped to containerd's own (see the
+/// comment in the file), runc with the cgroupfs driver (kubelet's), the runtime's default CNI
+/// directories; snapshotters and tracing the lab does not use disabled.
+pub fn config_toml() -> String {
     format!(
         r#"version = 2
-root = "{d}/containerd/root"
-state = "{d}/containerd/state"
-disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.internal.v1.tracing", "io.containerd.tracing.processor.v1.otlp"]
-
-[grpc]
-  address = "{d}/containerd.sock"
-
-[ttrpc]
-  address = "{d}/containerd.sock.ttrpc"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.internal.v1.tracing", "io.containerd.tracing.processor.v1.otlp"]
 
 [debug]
   address = ""
@@ -50,39 +44,44 @@ disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.snapshotter.v1.b
   address = ""
 
 [plugins."io.containerd.internal.v1.opt"]
-  path = "{d}/containerd/opt"
-"#
+  path = "/var/lib/containerd/opt"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{pause}"
+  disable_apparmor = true
+  # kubelet asks for negative OOM scores (-998 for pod sandboxes); lowering a score needs
+  # CAP_SYS_RESOURCE, which sandboxed machines (this lab's CI among them) may not grant:
+  # clamp to containerd's own score instead of failing every sandbox.
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "{SNAPSHOTTER}"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/opt/cni/bin"
+    conf_dir = "/etc/cni/net.d"
+    max_conf_num = 1
+"#,
+        pause = image::PAUSE_REF,
     )
 }
 
-/// Makes sure the runtime's default CNI paths exist on the host so they can serve as bind
-/// mount targets (empty directories; nothing is written into them).
-pub fn ensure_cni_mount_targets() -> Result<()> {
-    for d in [CNI_CONF_TARGET, CNI_BIN_TARGET] {
-        fs::create_dir_all(d).with_context(|| format!("creating {d}"))?;
-    }
-    Ok(())
-}
-
-/// Where this node's `ctr` runs: the node's network namespace, with the node's CNI
-/// directories mounted on the runtime's defaults.
-pub fn ctr_place(node: &NodeRecord) -> Place {
-    Place::netns(&node.netns)
-        .bind(node.cni_conf_dir(), CNI_CONF_TARGET)
-        .bind(node.cni_bin_dir(), CNI_BIN_TARGET)
-}
-
-/// Starts the node's containerd (in the node namespace), waits until it answers (up to 30 s).
+/// Writes the node's containerd configuration unless one exists (vpcnet-bootstrap may have
+/// written it), starts containerd in the node's namespaces and waits until it answers (30 s).
 pub fn start(node: &NodeRecord, logs: &Path) -> Result<ProcRecord> {
-    fs::create_dir_all(node.dir.join("containerd"))?;
-    let cfg = node.dir.join("containerd.toml");
-    fs::write(&cfg, config_toml(node))?;
+    let cfg = node.path(CONFIG);
+    if !cfg.exists() {
+        fs::write(&cfg, config_toml())?;
+    }
     let mut c = Command::new("containerd");
-    c.arg("--config").arg(&cfg);
+    c.args(["--config", CONFIG]);
     let rec = procs::spawn(
         &format!("containerd {}", node.name),
         c,
-        &Place::netns(&node.netns),
+        &node.place(),
         &logs.join(format!("containerd-{}.log", node.name)),
     )?;
     let t0 = Instant::now();
@@ -109,21 +108,33 @@ pub fn start(node: &NodeRecord, logs: &Path) -> Result<ProcRecord> {
 
 /// Runs `ctr -a <node socket> -n <node namespace> args...` and returns stdout.
 pub fn ctr(node: &NodeRecord, args: &[&str]) -> Result<String> {
+    ctr_ns(node, &node.ctr_namespace(), args)
+}
+
+/// Runs `ctr -a <node socket> -n <namespace> args...` and returns stdout.
+pub fn ctr_ns(node: &NodeRecord, namespace: &str, args: &[&str]) -> Result<String> {
     let sock = node.containerd_socket().display().to_string();
-    let ns = node.ctr_namespace();
-    let mut v = vec!["-a", sock.as_str(), "-n", ns.as_str()];
+    let mut v = vec!["-a", sock.as_str(), "-n", namespace];
     v.extend_from_slice(args);
     cmd::run("ctr", &v)
 }
 
-/// Imports an image tarball into the node's containerd (unpacked for [`SNAPSHOTTER`]).
-pub fn import(node: &NodeRecord, tarball: &Path) -> Result<()> {
+/// Imports an image tarball into the node's containerd namespace `namespace` (unpacked for
+/// [`SNAPSHOTTER`]).
+pub fn import(node: &NodeRecord, namespace: &str, tarball: &Path) -> Result<()> {
     let t = tarball.display().to_string();
-    ctr(
+    ctr_ns(
         node,
+        namespace,
         &["images", "import", "--snapshotter", SNAPSHOTTER, &t],
     )
-    .with_context(|| format!("importing the lab image on node {}", node.name))?;
+    .with_context(|| {
+        format!(
+            "importing {} into containerd namespace {namespace} on node {}",
+            tarball.display(),
+            node.name
+        )
+    })?;
     Ok(())
 }
 
@@ -154,7 +165,7 @@ pub fn run_container(
     procs::spawn(
         &format!("ctr {id}"),
         c,
-        &ctr_place(node),
+        &node.place(),
         &logs.join(format!("ctr-{id}.log")),
     )
 }
@@ -278,11 +289,6 @@ pub fn parse_ip_addr(out: &str) -> Option<String> {
     let f: Vec<&str> = out.split_whitespace().collect();
     let i = f.iter().position(|w| *w == "inet")?;
     Some(f.get(i + 1)?.split('/').next()?.to_string())
-}
-
-/// Paths of a node's directories the lab creates.
-pub fn node_dirs(node: &NodeRecord) -> Vec<PathBuf> {
-    vec![node.dir.clone(), node.cni_conf_dir(), node.cni_bin_dir()]
 }
 
 #[cfg(test)]

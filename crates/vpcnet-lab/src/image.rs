@@ -1,7 +1,8 @@
-//! The lab's container image: Debian's static busybox (`/bin/busybox`) with one symlink per
-//! applet, packed as an OCI image layout tarball (oci-layout, index.json, manifest, config and
-//! one uncompressed layer, all addressed by SHA-256) that `ctr images import` accepts. Built
-//! locally; no registry.
+//! The lab's container images, built locally (no registry) as OCI image layout tarballs
+//! (oci-layout, index.json, manifest, config and one uncompressed layer, all addressed by
+//! SHA-256) that `ctr images import` accepts:
+//! - busybox: Debian's static busybox (`/bin/busybox`) with one symlink per applet;
+//! - pause: the pod sandbox image, the lab's own `lab/pause/pause.c` compiled statically.
 
 use std::io::Write;
 use std::path::Path;
@@ -13,6 +14,10 @@ use sha2::{Digest, Sha256};
 
 /// The image reference the lab imports and runs.
 pub const IMAGE_REF: &str = "localhost/vpcnet-lab/busybox:latest";
+/// The pod sandbox image reference (containerd's `sandbox_image`).
+pub const PAUSE_REF: &str = "localhost/vpcnet-lab/pause:3.10";
+/// Source of the pause process (compiled with `gcc -static` when the lab is built).
+pub const PAUSE_SOURCE: &str = include_str!("../../../lab/pause/pause.c");
 
 /// Where Debian's busybox-static installs the binary.
 pub const BUSYBOX: &str = "/bin/busybox";
@@ -85,14 +90,20 @@ pub fn rootfs_layer(busybox: &[u8], applets: &[String]) -> Result<Vec<u8>> {
     Ok(b.into_inner()?)
 }
 
-/// Packs an OCI image layout tarball around one uncompressed `layer`, named [`IMAGE_REF`],
-/// for `linux/<arch>`, running `sh` by default.
-pub fn oci_archive(layer: &[u8], arch: &str) -> Result<Vec<u8>> {
+/// Packs an OCI image layout tarball around one uncompressed `layer`, named `reference`, for
+/// `linux/<arch>`, running `entrypoint` (empty: none) with `cmd` by default.
+pub fn oci_archive(
+    layer: &[u8],
+    arch: &str,
+    reference: &str,
+    entrypoint: &[&str],
+    cmd: &[&str],
+) -> Result<Vec<u8>> {
     let layer_digest = sha256_hex(layer);
     let config = serde_json::to_vec(&json!({
         "architecture": arch,
         "os": "linux",
-        "config": { "Env": ["PATH=/bin"], "Cmd": ["sh"], "WorkingDir": "/" },
+        "config": { "Env": ["PATH=/bin"], "Entrypoint": entrypoint, "Cmd": cmd, "WorkingDir": "/" },
         "rootfs": { "type": "layers", "diff_ids": [format!("sha256:{layer_digest}")] },
     }))?;
     let config_digest = sha256_hex(&config);
@@ -120,7 +131,7 @@ pub fn oci_archive(layer: &[u8], arch: &str) -> Result<Vec<u8>> {
             "size": manifest.len(),
             "platform": { "architecture": arch, "os": "linux" },
             "annotations": {
-                "io.containerd.image.name": IMAGE_REF,
+                "io.containerd.image.name": reference,
                 "org.opencontainers.image.ref.name": "latest",
             },
         }],
@@ -165,11 +176,50 @@ pub fn build(out: &Path) -> Result<()> {
         .map(str::to_string)
         .collect();
     let layer = rootfs_layer(&busybox, &applets)?;
-    let archive = oci_archive(&layer, oci_arch())?;
+    write(
+        out,
+        &oci_archive(&layer, oci_arch(), IMAGE_REF, &[], &["sh"])?,
+    )
+}
+
+fn write(out: &Path, data: &[u8]) -> Result<()> {
     let mut f =
         std::fs::File::create(out).with_context(|| format!("creating {}", out.display()))?;
-    f.write_all(&archive)?;
+    f.write_all(data)?;
     Ok(())
+}
+
+/// Builds the pause image tarball at `out`: [`PAUSE_SOURCE`] compiled with `gcc -static` (in
+/// `work`, a scratch directory) as `/pause`, the image's entrypoint. Errors: gcc or the static C
+/// library is missing (says how to install them) or the compile failed (quotes gcc).
+pub fn build_pause(out: &Path, work: &Path) -> Result<()> {
+    std::fs::create_dir_all(work)?;
+    let src = work.join("pause.c");
+    let bin = work.join("pause");
+    std::fs::write(&src, PAUSE_SOURCE)?;
+    let o = Command::new("gcc")
+        .args(["-static", "-O2", "-s", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .output()
+        .context("cannot run gcc: install gcc and libc6-dev (scripts/install-deps.sh)")?;
+    if !o.status.success() {
+        bail!(
+            "compiling the pause process failed (gcc -static needs libc6-dev): {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        );
+    }
+    let pause = std::fs::read(&bin)?;
+    let mut b = tar::Builder::new(Vec::new());
+    b.append(
+        &header("pause", tar::EntryType::Regular, 0o755, pause.len() as u64),
+        &pause[..],
+    )?;
+    let layer = b.into_inner()?;
+    write(
+        out,
+        &oci_archive(&layer, oci_arch(), PAUSE_REF, &["/pause"], &[])?,
+    )
 }
 
 #[cfg(test)]
@@ -194,7 +244,7 @@ mod tests {
     #[test]
     fn layout_blobs_match_their_digests_and_index_names_the_image() {
         let layer = rootfs_layer(b"\x7fELF-fake", &["sh".into(), "sleep".into()]).unwrap();
-        let files = entries(&oci_archive(&layer, "amd64").unwrap());
+        let files = entries(&oci_archive(&layer, "amd64", IMAGE_REF, &[], &["sh"]).unwrap());
         for (p, data) in &files {
             if let Some(d) = p.strip_prefix("blobs/sha256/") {
                 if !d.is_empty() {

@@ -1,8 +1,9 @@
-//! The lab as a whole: `up` (VPC namespace with the fabric and the cloud daemon, one namespace
-//! per node with containerd and vpcnet-agent, the busybox image imported), `run` (containers
-//! through `ctr run --cni`, which executes vpcnet-cni), `status`, `ping`, container removal,
-//! agent stop/start, and `down`. Every step records what it creates first, and any failure
-//! tears the whole lab down before returning the error.
+//! The lab as a whole: `up` (VPC namespace with the fabric and the cloud daemon; the Kubernetes
+//! control plane on its own host; one network and mount namespace per node with containerd,
+//! vpcnet-agent, and, with Kubernetes, vpcnet-bootstrap, kubelet and kube-proxy; the images
+//! imported), `run` (bare containers through `ctr run --cni`, which executes vpcnet-cni),
+//! `status`, `ping`, container removal, agent stop/start, and `down`. Every step records what it
+//! creates first, and any failure tears the whole lab down before returning the error.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use ipnet::Ipv4Net;
-use vpcnet_emu::EniInfo;
+pub use vpcnet_emu::EniInfo;
 
 use crate::containerd;
 use crate::daemon::{self, DaemonSpec, NodeSpec, Ready};
@@ -24,12 +25,17 @@ use crate::procs::{self, ProcRecord};
 use crate::spawn::Place;
 use crate::state::{self, ContainerRecord, LabState, NodeRecord};
 use crate::teardown;
+use crate::wait::{log_tail, wait_for};
 use crate::{api, fabric};
 
 /// VPC CIDR of every lab.
 pub const VPC_CIDR: &str = "10.0.0.0/16";
 /// The lab's node subnet.
 pub const SUBNET: &str = "10.0.1.0/24";
+/// The subnet of the Kubernetes control-plane host.
+pub const CONTROL_PLANE_SUBNET: &str = "10.0.0.0/24";
+/// Name of the control-plane host in the lab cloud (its `Name` tag).
+pub const CONTROL_PLANE_NAME: &str = "control-plane";
 /// File name of the conflist the agent writes in the node's CNI directory.
 pub const CONFLIST: &str = "10-vpcnet.conflist";
 
@@ -51,10 +57,23 @@ pub struct UpOptions {
     pub bin_dir: PathBuf,
     /// Extra environment for every agent (e.g. WARM_IP_TARGET), applied last.
     pub agent_env: Vec<(String, String)>,
+    /// Run Kubernetes (control plane, kubelet, kube-proxy); false gives the bare lab of
+    /// containerd + agent that `lab run` drives with `ctr`.
+    pub kubernetes: bool,
+    /// Directory of the Kubernetes binaries (default: see [`crate::kube::bins::locate`]).
+    pub k8s_bin_dir: Option<PathBuf>,
+    /// Start kube-proxy on every node (false: tests start it later with
+    /// [`Lab::start_kube_proxy`]).
+    pub kube_proxy: bool,
+    /// Give every agent `CLUSTER_ENDPOINT` = the API server's address, so it reaches the API
+    /// server without the `kubernetes` Service (that is, before kube-proxy runs).
+    pub cluster_endpoint: bool,
+    /// Wait for the nodes to be Ready (false: return once kubelets are started).
+    pub wait_ready: bool,
 }
 
 impl UpOptions {
-    /// Defaults: one m5.large node, binaries next to the running executable.
+    /// Defaults: one m5.large node with Kubernetes, binaries next to the running executable.
     pub fn new(name: &str) -> Self {
         UpOptions {
             name: name.to_string(),
@@ -62,8 +81,41 @@ impl UpOptions {
             nodes: 1,
             bin_dir: default_bin_dir(),
             agent_env: Vec::new(),
+            kubernetes: true,
+            k8s_bin_dir: None,
+            kube_proxy: true,
+            cluster_endpoint: false,
+            wait_ready: true,
         }
     }
+
+    /// The same without Kubernetes (the bare containerd lab).
+    pub fn bare(name: &str) -> Self {
+        UpOptions {
+            kubernetes: false,
+            ..Self::new(name)
+        }
+    }
+}
+
+/// AWS SDK environment for a lab process reaching the lab cloud's EC2 at `ec2_endpoint`:
+/// region, static lab credentials, no shared config files, the endpoint under the SDK's and
+/// the VPC CNI's variable names.
+pub fn aws_env(ec2_endpoint: &str) -> Vec<(String, String)> {
+    [
+        ("AWS_REGION", daemon::REGION),
+        ("AWS_DEFAULT_REGION", daemon::REGION),
+        ("AWS_ACCESS_KEY_ID", "AKIDVPCNETLAB"),
+        ("AWS_SECRET_ACCESS_KEY", "vpcnet-lab"),
+        ("AWS_CONFIG_FILE", "/dev/null"),
+        ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null"),
+        ("AWS_ENDPOINT_URL_EC2", ec2_endpoint),
+        ("AWS_ENDPOINT_URL", ec2_endpoint),
+        ("AWS_EC2_ENDPOINT", ec2_endpoint),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
 }
 
 /// The directory of the running executable (where cargo puts all the workspace's binaries).
@@ -111,29 +163,6 @@ fn random_prefix() -> String {
     format!("vl{:05x}", rand::random::<u32>() & 0xf_ffff)
 }
 
-fn wait_for<T>(
-    what: &str,
-    timeout: Duration,
-    mut check: impl FnMut() -> Result<Option<T>>,
-) -> Result<T> {
-    let t0 = Instant::now();
-    loop {
-        if let Some(v) = check()? {
-            return Ok(v);
-        }
-        if t0.elapsed() > timeout {
-            bail!("timed out after {timeout:?} waiting for {what}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn log_tail(path: &Path) -> String {
-    let text = fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(15)..].join("\n")
-}
-
 impl Lab {
     /// Builds a lab. On any failure everything created so far is removed and the error is
     /// returned. Errors: invalid name, a lab of that name exists, a binary is missing
@@ -150,14 +179,23 @@ impl Lab {
                 opts.instance_type
             );
         }
-        for b in ["vpcnet", "vpcnet-agent", "vpcnet-cni"] {
+        let mut ours = vec!["vpcnet", "vpcnet-agent", "vpcnet-cni"];
+        if opts.kubernetes {
+            ours.push("vpcnet-bootstrap");
+        }
+        for b in ours {
             if !opts.bin_dir.join(b).is_file() {
                 bail!(
-                    "{} not found: build it with `cargo build -p vpcnet-cli -p vpcnet-agent -p vpcnet-cni`",
+                    "{} not found: build it with `cargo build -p vpcnet-cli -p vpcnet-agent -p vpcnet-cni -p vpcnet-bootstrap`",
                     opts.bin_dir.join(b).display()
                 );
             }
         }
+        let k8s_bin_dir = if opts.kubernetes {
+            Some(crate::kube::bins::locate(opts.k8s_bin_dir.as_deref())?)
+        } else {
+            None
+        };
         let dir = state::lab_dir(&opts.name);
         if dir.join("state.json").exists() {
             bail!(
@@ -177,7 +215,7 @@ impl Lab {
         }
         .save(&dir)?;
         let lab = Lab { dir: dir.clone() };
-        match lab.build(opts, &prefix) {
+        match lab.build(opts, &prefix, k8s_bin_dir.as_deref()) {
             Ok(()) => Ok(lab),
             Err(e) => {
                 progress("lab up failed: tearing down");
@@ -203,31 +241,93 @@ impl Lab {
         LabState::load(&self.dir)
     }
 
-    fn logs(&self) -> PathBuf {
+    pub(crate) fn logs(&self) -> PathBuf {
         self.dir.join("logs")
     }
 
-    fn build(&self, opts: &UpOptions, prefix: &str) -> Result<()> {
+    /// Directory of the lab's own binaries (`vpcnet`, `vpcnet-agent`, ...).
+    pub(crate) fn bin_dir(&self) -> PathBuf {
+        PathBuf::from(fs::read_to_string(self.dir.join("bin_dir")).unwrap_or_default())
+    }
+
+    /// The lab cloud's EC2 endpoint as seen from a node.
+    pub(crate) fn ec2_endpoint(&self) -> Result<String> {
+        self.state()?
+            .ec2_endpoint
+            .context("lab has no EC2 endpoint yet")
+    }
+
+    /// Starts `cmd` in `place` as a recorded lab process (its log is
+    /// `logs/<role with '-' for ' '>.log`).
+    pub fn start_process(&self, role: &str, cmd: Command, place: &Place) -> Result<ProcRecord> {
+        let log = self.logs().join(format!("{}.log", role.replace(' ', "-")));
+        let p = procs::spawn(role, cmd, place, &log)?;
+        state::update(&self.dir, |s| {
+            s.processes.push(p.clone());
+            Ok(())
+        })?;
+        Ok(p)
+    }
+
+    /// Errors naming the first of `procs` that is no longer running, with the end of its log.
+    pub fn check_alive(&self, procs: &[&ProcRecord]) -> Result<()> {
+        for p in procs {
+            if !p.alive() {
+                let log = self
+                    .logs()
+                    .join(format!("{}.log", p.role.replace(' ', "-")));
+                bail!("{} exited:\n{}", p.role, log_tail(&log));
+            }
+        }
+        Ok(())
+    }
+
+    /// [`wait_for`] that also fails as soon as one of `procs` exits (naming it, with the end of
+    /// its log).
+    pub fn wait_ready<T>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        procs: &[&ProcRecord],
+        mut check: impl FnMut() -> Result<Option<T>>,
+    ) -> Result<T> {
+        wait_for(what, timeout, || {
+            self.check_alive(procs)?;
+            check()
+        })
+    }
+
+    fn build(&self, opts: &UpOptions, prefix: &str, k8s_bin_dir: Option<&Path>) -> Result<()> {
         let dir = &self.dir;
+        fs::write(
+            self.dir.join("bin_dir"),
+            opts.bin_dir.as_os_str().as_encoded_bytes(),
+        )?;
         let vpc_ns = format!("{prefix}-vpc");
         let subnet: Ipv4Net = SUBNET.parse().expect("constant");
+        let cp_subnet: Ipv4Net = CONTROL_PLANE_SUBNET.parse().expect("constant");
+        let mut subnets = vec![subnet];
+        if opts.kubernetes {
+            subnets.push(cp_subnet);
+        }
         progress(&format!(
-            "creating VPC namespace {vpc_ns} (bridge br0 {SUBNET}, router {})",
-            fabric::gateway(subnet)
+            "creating VPC namespace {vpc_ns} (bridge per subnet {}, router at each subnet's first address)",
+            subnets.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", ")
         ));
         state::update(dir, |s| {
             s.namespaces.push(vpc_ns.clone());
             Ok(())
         })?;
         netns::create(&vpc_ns)?;
-        fabric::setup_vpc(&vpc_ns, &[subnet])?;
+        fabric::setup_vpc(&vpc_ns, &subnets)?;
 
         let mut nodes = Vec::new();
         for i in 1..=opts.nodes {
-            let node = NodeRecord {
+            let mut node = NodeRecord {
                 name: format!("n{i}"),
                 netns: format!("{prefix}-n{i}"),
                 dir: dir.join(format!("n{i}")),
+                mntns: crate::machine::ns_dir(dir).join(format!("n{i}")),
                 ..Default::default()
             };
             state::update(dir, |s| {
@@ -238,39 +338,61 @@ impl Lab {
             netns::create(&node.netns)?;
             // The instance OS forwards (EKS AMIs set this): pods route through the node.
             crate::cmd::sysctl_in(&node.netns, "net.ipv4.ip_forward", "1")?;
-            for d in containerd::node_dirs(&node) {
-                fs::create_dir_all(d)?;
-            }
+            fs::create_dir_all(node.dir.join("bin"))?;
+            node.mntns = crate::machine::create(dir, &node.name, &node.root())?;
             fs::copy(
                 opts.bin_dir.join("vpcnet-cni"),
                 node.cni_bin_dir().join("vpcnet-cni"),
             )
             .context("copying vpcnet-cni into the node's CNI bin dir")?;
-            for p in ["portmap", "loopback"] {
+            for p in ["portmap", "loopback", "bridge", "host-local"] {
                 fs::copy(format!("/usr/lib/cni/{p}"), node.cni_bin_dir().join(p)).with_context(
                     || format!("/usr/lib/cni/{p} missing: install containernetworking-plugins (scripts/install-deps.sh)"),
                 )?;
             }
             nodes.push(node);
         }
+        let cp_ns = format!("{prefix}-cp");
+        if opts.kubernetes {
+            state::update(dir, |s| {
+                s.namespaces.push(cp_ns.clone());
+                Ok(())
+            })?;
+            netns::create(&cp_ns)?;
+        }
 
         progress(&format!(
-            "starting the lab cloud (vpcnet-emu) in {vpc_ns}: {} x {}",
-            opts.nodes, opts.instance_type
+            "starting the lab cloud (vpcnet-emu) in {vpc_ns}: {} x {}{}",
+            opts.nodes,
+            opts.instance_type,
+            if opts.kubernetes {
+                " and the control-plane host"
+            } else {
+                ""
+            }
         ));
+        let mut specs: Vec<NodeSpec> = nodes
+            .iter()
+            .map(|n| NodeSpec {
+                name: n.name.clone(),
+                netns: n.netns.clone(),
+                instance_type: opts.instance_type.clone(),
+                subnet: 0,
+            })
+            .collect();
+        if opts.kubernetes {
+            specs.push(NodeSpec {
+                name: CONTROL_PLANE_NAME.into(),
+                netns: cp_ns.clone(),
+                instance_type: "m5.large".into(),
+                subnet: 1,
+            });
+        }
         let spec = DaemonSpec {
             vpc_netns: vpc_ns.clone(),
             vpc_cidr: VPC_CIDR.parse().expect("constant"),
-            subnets: vec![subnet],
-            nodes: nodes
-                .iter()
-                .map(|n| NodeSpec {
-                    name: n.name.clone(),
-                    netns: n.netns.clone(),
-                    instance_type: opts.instance_type.clone(),
-                    subnet: 0,
-                })
-                .collect(),
+            subnets: subnets.clone(),
+            nodes: specs,
             seed: rand::random(),
         };
         fs::write(daemon::spec_path(dir), serde_json::to_vec_pretty(&spec)?)?;
@@ -296,16 +418,46 @@ impl Lab {
                 if let Some(i) = ready.instances.get(&n.name) {
                     n.instance_id = i.instance_id.clone();
                     n.primary_ip = i.private_ip.to_string();
+                    n.k8s_name = i.private_dns_name.clone();
                 }
             }
             s.ec2_endpoint = ready.ec2_endpoints.first().cloned();
             Ok(())
         })?;
 
-        progress("building the busybox image (from /bin/busybox)");
-        let tarball = dir.join("busybox.tar");
-        image::build(&tarball)?;
-        containerd::ensure_cni_mount_targets()?;
+        progress("building the images (busybox from /bin/busybox; pause from lab/pause/pause.c)");
+        let busybox = dir.join("busybox.tar");
+        image::build(&busybox)?;
+        let pause = dir.join("pause.tar");
+        if opts.kubernetes {
+            image::build_pause(&pause, &dir.join("pause-build"))?;
+        }
+
+        let k8s = match k8s_bin_dir {
+            Some(bins) => {
+                let cp = ready
+                    .instances
+                    .get(CONTROL_PLANE_NAME)
+                    .context("the lab cloud launched no control-plane host")?;
+                let ca = crate::kube::pki::Ca::new()?;
+                let record = crate::kube::control_plane::start(
+                    self,
+                    &ca,
+                    &crate::kube::control_plane::Spec {
+                        netns: &cp_ns,
+                        instance_id: &cp.instance_id,
+                        ip: cp.private_ip,
+                        bin_dir: bins,
+                        vpc_id: &ready.vpc_id,
+                        subnet_id: &ready.subnet_ids[1],
+                        ec2_endpoint: &ready.ec2_endpoints[1],
+                    },
+                )?;
+                Some((ca, record))
+            }
+            None => None,
+        };
+
         let nodes = self.state()?.nodes;
         for node in &nodes {
             progress(&format!(
@@ -317,9 +469,21 @@ impl Lab {
                 s.processes.push(cd);
                 Ok(())
             })?;
-            containerd::import(node, &tarball)?;
+            containerd::import(node, &node.ctr_namespace(), &busybox)?;
+            if let Some((ca, cp)) = &k8s {
+                containerd::import(node, containerd::CRI_NAMESPACE, &busybox)?;
+                containerd::import(node, containerd::CRI_NAMESPACE, &pause)?;
+                progress(&format!(
+                    "node {}: vpcnet-bootstrap (IMDS + EC2 → kubelet config, kubeconfig, unit drop-ins)",
+                    node.name
+                ));
+                self.bootstrap_node(node, ca, cp)?;
+            }
             progress(&format!("node {}: starting vpcnet-agent", node.name));
             self.start_agent_with(node, opts)?;
+        }
+        if k8s.is_some() {
+            self.join_nodes(opts.kube_proxy, opts.wait_ready)?;
         }
         Ok(())
     }
@@ -330,50 +494,39 @@ impl Lab {
         extra: &[(String, String)],
     ) -> Result<Vec<(String, String)>> {
         let s = self.state()?;
-        let ep = s
-            .ec2_endpoint
-            .clone()
-            .context("lab has no EC2 endpoint yet")?;
-        let mut env: BTreeMap<String, String> = [
-            ("AWS_REGION", daemon::REGION.to_string()),
-            ("AWS_DEFAULT_REGION", daemon::REGION.to_string()),
-            ("AWS_ACCESS_KEY_ID", "AKIDVPCNETLAB".to_string()),
-            ("AWS_SECRET_ACCESS_KEY", "vpcnet-lab".to_string()),
-            ("AWS_CONFIG_FILE", "/dev/null".to_string()),
-            ("AWS_SHARED_CREDENTIALS_FILE", "/dev/null".to_string()),
-            ("AWS_ENDPOINT_URL_EC2", ep.clone()),
-            ("AWS_ENDPOINT_URL", ep.clone()),
-            ("AWS_EC2_ENDPOINT", ep),
+        let mut env: BTreeMap<String, String> =
+            aws_env(&self.ec2_endpoint()?).into_iter().collect();
+        for (k, v) in [
             (
                 "AWS_EC2_METADATA_SERVICE_ENDPOINT",
                 format!("http://{}", fabric::IMDS_ADDR),
             ),
             ("AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE", "IPv4".to_string()),
-            (
-                "VPCNET_AGENT_SOCKET",
-                node.agent_socket().display().to_string(),
-            ),
-            (
-                "VPCNET_CHECKPOINT_PATH",
-                node.checkpoint_path().display().to_string(),
-            ),
-            (
-                "VPCNET_CNI_CONFLIST",
-                node.cni_conf_dir().join(CONFLIST).display().to_string(),
-            ),
             ("VPCNET_NODE_DATAPATH", "true".to_string()),
             ("INTROSPECTION_BIND_ADDRESS", "127.0.0.1:61679".to_string()),
             ("VPCNET_METRICS_BIND_ADDRESS", "127.0.0.1:61678".to_string()),
-            (
-                "AWS_VPC_K8S_PLUGIN_LOG_FILE",
-                node.dir.join("plugin.log").display().to_string(),
-            ),
             ("AWS_VPC_K8S_CNI_LOG_FILE", "stderr".to_string()),
             ("RUST_LOG", "info".to_string()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
+        ] {
+            env.insert(k.to_string(), v);
+        }
+        if let Some(cp) = &s.control_plane {
+            // What the agent's DaemonSet pod would get: its node name from the downward API,
+            // the `kubernetes` Service from kubelet (reachable once kube-proxy programs it).
+            env.insert("MY_NODE_NAME".into(), node.k8s_name.clone());
+            env.insert(
+                "CLUSTER_NAME".into(),
+                crate::kube::control_plane::CLUSTER_NAME.into(),
+            );
+            env.insert(
+                "KUBERNETES_SERVICE_HOST".into(),
+                crate::kube::control_plane::KUBERNETES_SERVICE_IP.to_string(),
+            );
+            env.insert("KUBERNETES_SERVICE_PORT".into(), "443".into());
+            if fs::read_to_string(self.dir.join("cluster_endpoint")).is_ok_and(|v| v == "true") {
+                env.insert("CLUSTER_ENDPOINT".into(), cp.endpoint());
+            }
+        }
         for (k, v) in extra {
             env.insert(k.clone(), v.clone());
         }
@@ -386,8 +539,8 @@ impl Lab {
             serde_json::to_vec(&opts.agent_env)?,
         )?;
         fs::write(
-            self.dir.join("bin_dir"),
-            opts.bin_dir.as_os_str().as_encoded_bytes(),
+            self.dir.join("cluster_endpoint"),
+            opts.cluster_endpoint.to_string(),
         )?;
         self.start_agent(&node.name)
     }
@@ -397,8 +550,7 @@ impl Lab {
     pub fn start_agent(&self, node_name: &str) -> Result<()> {
         let s = self.state()?;
         let node = s.node(node_name)?.clone();
-        let bin_dir =
-            PathBuf::from(fs::read_to_string(self.dir.join("bin_dir")).unwrap_or_default());
+        let bin_dir = self.bin_dir();
         let extra: Vec<(String, String)> =
             fs::read(self.dir.join(format!("{}-agent-env.json", node.name)))
                 .ok()
@@ -409,16 +561,7 @@ impl Lab {
         let mut c = Command::new(bin_dir.join("vpcnet-agent"));
         c.envs(self.agent_env(&node, &extra)?);
         let log = self.logs().join(format!("agent-{}.log", node.name));
-        let p = procs::spawn(
-            &format!("agent {}", node.name),
-            c,
-            &Place::netns(&node.netns),
-            &log,
-        )?;
-        state::update(&self.dir, |s| {
-            s.processes.push(p.clone());
-            Ok(())
-        })?;
+        let p = self.start_process(&format!("agent {}", node.name), c, &node.place())?;
         wait_for(
             &format!(
                 "vpcnet-agent on {} to write {}",

@@ -1,6 +1,7 @@
-//! Starting a process inside a lab namespace: network namespace joined with `setns(2)` and,
-//! when asked, a private mount namespace with bind mounts (so each node's `ctr` sees its own
-//! `/etc/cni/net.d` and `/opt/cni/bin`), all done in the child between fork and exec.
+//! Starting a process inside a lab namespace: a node's mount namespace (its own `/etc/kubernetes`,
+//! `/var/lib/kubelet`, `/etc/cni/net.d`, ... see [`crate::machine`]) and network namespace joined
+//! with `setns(2)`, and, when asked, a further private mount namespace with bind mounts, all done
+//! in the child between fork and exec.
 
 use std::ffi::CString;
 use std::fs::File;
@@ -14,12 +15,16 @@ use anyhow::{Context, Result};
 
 use crate::netns;
 
-/// Where a child process runs: a named network namespace and optional bind mounts
-/// (source → target, both directories; the target must exist) in a private mount namespace.
+/// Where a child process runs: a named network namespace, a persistent mount namespace, and
+/// optional bind mounts (source → target, both directories; the target must exist) in a private
+/// mount namespace made after joining that one.
 #[derive(Debug, Clone, Default)]
 pub struct Place {
     /// Named network namespace to join (`/run/netns/<name>`); `None` keeps the caller's.
     pub netns: Option<String>,
+    /// Persistent mount namespace to join (a file bind-mounted from `/proc/<pid>/ns/mnt`, see
+    /// [`crate::machine`]); `None` keeps the caller's.
+    pub mntns: Option<PathBuf>,
     /// Bind mounts made in a private mount namespace before exec.
     pub binds: Vec<(PathBuf, PathBuf)>,
 }
@@ -29,8 +34,14 @@ impl Place {
     pub fn netns(name: &str) -> Self {
         Place {
             netns: Some(name.to_string()),
-            binds: Vec::new(),
+            ..Default::default()
         }
+    }
+
+    /// Also joins the persistent mount namespace at `path` (a lab node's filesystem view).
+    pub fn mount_ns(mut self, path: impl AsRef<Path>) -> Self {
+        self.mntns = Some(path.as_ref().to_path_buf());
+        self
     }
 
     /// Adds a bind mount `source` → `target`.
@@ -50,6 +61,13 @@ impl Place {
             ),
             None => None,
         };
+        let mnt_file = match &self.mntns {
+            Some(p) => Some(
+                File::open(p)
+                    .with_context(|| format!("mount namespace {} does not exist", p.display()))?,
+            ),
+            None => None,
+        };
         let binds = self
             .binds
             .iter()
@@ -57,9 +75,17 @@ impl Place {
             .collect::<Result<Vec<_>>>()?;
         let root = CString::new("/").expect("no NUL");
         // SAFETY: the closure runs in the forked child before exec and only makes raw
-        // syscalls (unshare, mount, setns) on data prepared before the fork.
+        // syscalls (setns, chdir, unshare, mount) on data prepared before the fork.
         unsafe {
             cmd.pre_exec(move || {
+                if let Some(f) = &mnt_file {
+                    // The child is single-threaded, as setns(CLONE_NEWNS) requires.
+                    if libc::setns(f.as_raw_fd(), libc::CLONE_NEWNS) != 0
+                        || libc::chdir(root.as_ptr()) != 0
+                    {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
                 if !binds.is_empty() {
                     if libc::unshare(libc::CLONE_NEWNS) != 0 {
                         return Err(std::io::Error::last_os_error());

@@ -24,35 +24,54 @@ pub struct NodeRecord {
     pub instance_id: String,
     /// Primary private IPv4 address of the instance (on `eth0`).
     pub primary_ip: String,
-    /// Node directory (containerd root/state, CNI dirs, agent files).
+    /// Node directory: `root/` (what the node sees at its standard paths, see
+    /// [`crate::machine`]), `bin/`, scratch files.
     pub dir: PathBuf,
+    /// The node's persistent mount namespace (see [`crate::machine`]).
+    #[serde(default)]
+    pub mntns: PathBuf,
+    /// The Kubernetes node name (the instance's EC2 private DNS name), once known.
+    #[serde(default)]
+    pub k8s_name: String,
 }
 
 impl NodeRecord {
-    /// containerd's gRPC socket of this node.
+    /// The node's root directory: node path `/x` is host path `root/x`.
+    pub fn root(&self) -> PathBuf {
+        self.dir.join("root")
+    }
+    /// Host path of the node path `node_path` (e.g. `/etc/cni/net.d`).
+    pub fn path(&self, node_path: &str) -> PathBuf {
+        crate::machine::host_path(&self.root(), node_path)
+    }
+    /// Where the node's processes run: its network and mount namespaces.
+    pub fn place(&self) -> crate::spawn::Place {
+        crate::spawn::Place::netns(&self.netns).mount_ns(&self.mntns)
+    }
+    /// containerd's gRPC socket of this node (host path of `/run/containerd/containerd.sock`).
     pub fn containerd_socket(&self) -> PathBuf {
-        self.dir.join("containerd.sock")
+        self.path("/run/containerd/containerd.sock")
     }
-    /// CNI configuration directory bind-mounted on `/etc/cni/net.d` for this node's `ctr`.
+    /// Host path of the node's CNI configuration directory `/etc/cni/net.d`.
     pub fn cni_conf_dir(&self) -> PathBuf {
-        self.dir.join("cni/net.d")
+        self.path("/etc/cni/net.d")
     }
-    /// CNI plugin directory bind-mounted on `/opt/cni/bin` for this node's `ctr`.
+    /// Host path of the node's CNI plugin directory `/opt/cni/bin`.
     pub fn cni_bin_dir(&self) -> PathBuf {
-        self.dir.join("cni/bin")
+        self.path("/opt/cni/bin")
     }
     /// containerd namespace the lab's containers live in on this node (unique per lab run,
     /// so cgroup paths of concurrent labs never collide).
     pub fn ctr_namespace(&self) -> String {
         self.netns.clone()
     }
-    /// The agent's gRPC socket (what the conflist's `agentSocket` names).
+    /// Host path of the agent's gRPC socket (its default, `/var/run/vpcnet/agent.sock`).
     pub fn agent_socket(&self) -> PathBuf {
-        self.dir.join("agent.sock")
+        self.path("/run/vpcnet/agent.sock")
     }
-    /// The agent's checkpoint file.
+    /// Host path of the agent's checkpoint file (its default, `/var/run/vpcnet/ipam.json`).
     pub fn checkpoint_path(&self) -> PathBuf {
-        self.dir.join("ipam.json")
+        self.path("/run/vpcnet/ipam.json")
     }
 }
 
@@ -84,6 +103,9 @@ pub struct LabState {
     pub containers: Vec<ContainerRecord>,
     /// EC2 endpoint URL as seen from a node, once the emulator runs.
     pub ec2_endpoint: Option<String>,
+    /// The Kubernetes control plane, in a lab with Kubernetes.
+    #[serde(default)]
+    pub control_plane: Option<crate::kube::control_plane::ControlPlaneRecord>,
 }
 
 /// Directory of the lab named `name`.

@@ -1,8 +1,10 @@
 //! Removing everything a lab created, from its state record, in an order that works from any
 //! half-built state: containers (so the CNI DEL runs), recorded processes, any process left in
-//! the lab's namespaces or cgroups (containerd shims, container processes), mounts under the lab
-//! directory, the namespaces, and the directory itself. Each step is best effort and idempotent;
-//! what could not be removed is reported.
+//! the lab's namespaces or cgroups (containerd shims, container and pod processes), mounts under
+//! the lab directory (the nodes' mount namespace files: with their last process gone, each
+//! namespace and every mount inside it, pod volumes and container root filesystems included,
+//! disappears), the network namespaces, and the directory itself. Each step is best effort and
+//! idempotent; what could not be removed is reported.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -57,9 +59,10 @@ pub fn teardown(dir: &Path) -> Vec<String> {
             procs::kill_pid(pid);
         }
     }
+    // Containers of `lab run` (`/<ctr namespace>/<id>`) and kubelet's pods (cgroup root
+    // `/<ctr namespace>/kubepods/...`) share one top cgroup per node.
     for node in &state.nodes {
         remove_cgroups(&node.ctr_namespace());
-        let _ = fs::remove_dir_all(Path::new("/run/containerd/runc").join(node.ctr_namespace()));
     }
     unmount_under(dir);
     for ns in state.namespaces.iter().rev() {

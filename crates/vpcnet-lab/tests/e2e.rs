@@ -90,7 +90,7 @@ fn with_lab(tag: &str, tweak: impl FnOnce(&mut UpOptions), f: impl FnOnce(&Lab))
         std::process::id(),
         SEQ.fetch_add(1, Ordering::Relaxed)
     );
-    let mut opts = UpOptions::new(&name);
+    let mut opts = UpOptions::bare(&name);
     opts.bin_dir = bin_dir();
     // Reconcile often so restarts are observed quickly.
     opts.agent_env
@@ -594,7 +594,7 @@ fn failed_up_removes_everything_and_quotes_the_failing_component() {
         std::process::id(),
         SEQ.fetch_add(1, Ordering::Relaxed)
     );
-    let mut opts = UpOptions::new(&name);
+    let mut opts = UpOptions::bare(&name);
     opts.bin_dir = fake.path().to_path_buf();
     let err = Lab::up(&opts).expect_err("up must fail when the agent exits");
     let msg = format!("{err:#}");
@@ -613,7 +613,7 @@ fn failed_up_removes_everything_and_quotes_the_failing_component() {
     }
     assert_eq!(before, root_snapshot(), "root namespace changed");
     // Invalid input is refused before anything is created.
-    let mut bad = UpOptions::new("e2e-bad-type");
+    let mut bad = UpOptions::bare("e2e-bad-type");
     bad.instance_type = "x9.huge".into();
     let msg = format!("{:#}", Lab::up(&bad).unwrap_err());
     assert!(msg.contains("unknown instance type"), "{msg}");

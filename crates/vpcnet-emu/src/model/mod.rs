@@ -437,6 +437,32 @@ impl Cloud {
     }
 }
 
+impl Cloud {
+    /// The region's availability zones as (zone name, zone ID): zones `a`, `b` and `c` of the
+    /// region and every zone a subnet uses, sorted by name.
+    pub fn availability_zones(&self) -> Vec<(String, String)> {
+        let mut names: Vec<String> = ["a", "b", "c"]
+            .iter()
+            .map(|l| format!("{}{l}", self.region))
+            .chain(self.subnets.values().map(|s| s.az.clone()))
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+            .into_iter()
+            .map(|n| {
+                let id = az_id(&self.region, &n);
+                (n, id)
+            })
+            .collect()
+    }
+
+    /// The region name, e.g. `us-east-1`.
+    pub fn region(&self) -> &str {
+        &self.region
+    }
+}
+
 /// Zone ID for a zone name: `us-east-1a` → `use1-az1` (a stable, plausible mapping).
 fn az_id(region: &str, az: &str) -> String {
     let mut short = String::new();

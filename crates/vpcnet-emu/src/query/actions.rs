@@ -18,6 +18,8 @@ pub const ACTIONS: &[(&str, bool)] = &[
     ("DescribeInstanceTypes", false),
     ("DescribeSubnets", false),
     ("DescribeVpcs", false),
+    ("DescribeAvailabilityZones", false),
+    ("DescribeInstanceTopology", false),
     ("DescribeNetworkInterfaces", false),
     ("CreateNetworkInterface", true),
     ("AttachNetworkInterface", true),
@@ -76,6 +78,8 @@ pub fn handle(action: &str, p: &Params, ctx: &mut Ctx) -> Result<Done, Ec2Error>
         "DescribeInstanceTypes" => describe_instance_types(p, ctx).map(Done::body),
         "DescribeSubnets" => describe_subnets(p, ctx).map(Done::body),
         "DescribeVpcs" => describe_vpcs(p, ctx).map(Done::body),
+        "DescribeAvailabilityZones" => describe_availability_zones(p, ctx).map(Done::body),
+        "DescribeInstanceTopology" => describe_instance_topology(p, ctx).map(Done::body),
         "DescribeNetworkInterfaces" => describe_network_interfaces(p, ctx).map(Done::body),
         "CreateNetworkInterface" => create_network_interface(p, ctx).map(Done::body),
         "AttachNetworkInterface" => attach_network_interface(p, ctx),
@@ -398,6 +402,76 @@ fn describe_vpcs(p: &Params, ctx: &mut Ctx) -> Result<String, Ec2Error> {
     if let Some(t) = token {
         x.leaf("nextToken", t);
     }
+    Ok(x.finish(&root))
+}
+
+/// DescribeAvailabilityZones: the region's zones ([`Cloud::availability_zones`]), all
+/// `available`, selected by `ZoneName.N`, `ZoneId.N` and the filters `zone-name`, `zone-id`,
+/// `region-name`, `state`, `zone-type`. An unknown name or ID is `InvalidParameterValue`, as
+/// on EC2.
+fn describe_availability_zones(p: &Params, ctx: &mut Ctx) -> Result<String, Ec2Error> {
+    let names = p.strings("ZoneName")?;
+    let ids = p.strings("ZoneId")?;
+    let filters = p.filters()?;
+    let cloud = &*ctx.cloud;
+    let region = cloud.region().to_string();
+    let zones = cloud.availability_zones();
+    for n in names.iter().chain(&ids) {
+        if !zones.iter().any(|(zn, zi)| zn == n || zi == n) {
+            return Err(Ec2Error::new(
+                "InvalidParameterValue",
+                format!("The zone '{n}' does not exist."),
+            ));
+        }
+    }
+    let mut selected = Vec::new();
+    for (name, id) in &zones {
+        if (!names.is_empty() || !ids.is_empty()) && !names.contains(name) && !ids.contains(id) {
+            continue;
+        }
+        let ok = matches(&filters, |f| match f {
+            "zone-name" => Some(vec![name.clone()]),
+            "zone-id" => Some(vec![id.clone()]),
+            "region-name" => Some(vec![region.clone()]),
+            "state" => Some(vec!["available".into()]),
+            "zone-type" => Some(vec!["availability-zone".into()]),
+            _ => None,
+        })?;
+        if ok {
+            selected.push((name.clone(), id.clone()));
+        }
+    }
+    let (mut x, root) = start("DescribeAvailabilityZones", ctx);
+    x.set("availabilityZoneInfo", selected, |x, (name, id)| {
+        x.leaf("zoneName", name)
+            .leaf("zoneState", "available")
+            .leaf("regionName", &region)
+            .leaf("zoneId", id)
+            .leaf("zoneType", "availability-zone")
+            .leaf("optInStatus", "opt-in-not-required")
+            .leaf("groupName", &region)
+            .leaf("networkBorderGroup", &region)
+            .open("messageSet")
+            .close("messageSet");
+    });
+    Ok(x.finish(&root))
+}
+
+/// DescribeInstanceTopology: EC2 answers only for instance types with network topology data
+/// (p3dn, p4d, p5, trn1, ... families, which the emulator does not model): for every other
+/// instance the answer is an empty set, as EC2 gives it. Unknown instance IDs are
+/// `InvalidInstanceID.NotFound`.
+fn describe_instance_topology(p: &Params, ctx: &mut Ctx) -> Result<String, Ec2Error> {
+    for id in p.strings("InstanceId")? {
+        if ctx.cloud.instance(&id).is_none() {
+            return Err(Ec2Error::new(
+                "InvalidInstanceID.NotFound",
+                format!("The instance ID '{id}' does not exist"),
+            ));
+        }
+    }
+    let (mut x, root) = start("DescribeInstanceTopology", ctx);
+    x.set("instanceSet", Vec::<()>::new(), |_, _| {});
     Ok(x.finish(&root))
 }
 

@@ -1,0 +1,256 @@
+//! Bringing lab nodes into the Kubernetes cluster and watching them: boot through
+//! vpcnet-bootstrap, kubelet and kube-proxy processes, node readiness.
+
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+
+use super::control_plane::ControlPlaneRecord;
+use super::kubectl::Kubectl;
+use super::node;
+use super::pki::Ca;
+use crate::lab::{aws_env, progress, Lab};
+use crate::procs::ProcRecord;
+use crate::state::NodeRecord;
+use crate::wait::wait_for;
+
+/// The taint kubelet adds with `--cloud-provider=external` until the cloud controller
+/// manager has initialized the Node.
+pub const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+
+/// What the readiness wait found for one Node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeStatus {
+    /// Node name.
+    pub name: String,
+    /// `Ready` condition is True.
+    pub ready: bool,
+    /// The cloud controller manager removed [`UNINITIALIZED_TAINT`].
+    pub initialized: bool,
+}
+
+/// Reads the readiness of every Node in a `kubectl get nodes -o json` list.
+pub fn node_statuses(list: &Value) -> Vec<NodeStatus> {
+    list["items"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .map(|n| NodeStatus {
+                    name: n["metadata"]["name"].as_str().unwrap_or("").to_string(),
+                    ready: n["status"]["conditions"].as_array().is_some_and(|cs| {
+                        cs.iter()
+                            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                    }),
+                    initialized: !n["spec"]["taints"]
+                        .as_array()
+                        .is_some_and(|ts| ts.iter().any(|t| t["key"] == UNINITIALIZED_TAINT)),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// PATH of a node's Kubernetes processes: the node's `aws` stand-in, the Kubernetes binaries,
+/// the system directories.
+fn node_path(node: &NodeRecord, cp: &ControlPlaneRecord) -> String {
+    format!(
+        "{}:{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        node.dir.join("bin").display(),
+        cp.bin_dir.display()
+    )
+}
+
+impl Lab {
+    /// The control plane of a lab with Kubernetes. Errors for a lab without (`--no-kubernetes`).
+    pub fn control_plane(&self) -> Result<ControlPlaneRecord> {
+        self.state()?.control_plane.with_context(|| {
+            format!(
+                "lab {} runs without Kubernetes (it was started with --no-kubernetes)",
+                self.dir.display()
+            )
+        })
+    }
+
+    /// kubectl (admin) for this lab's cluster.
+    pub fn kubectl(&self) -> Result<Kubectl> {
+        Ok(self.control_plane()?.kubectl())
+    }
+
+    /// Boots `node` as a Kubernetes worker up to (not including) its kubelet: credentials and
+    /// NodeConfig, its cgroup root, `vpcnet-bootstrap` run inside the node against its IMDS and
+    /// the lab cloud's EC2, and the agent's service-account token.
+    pub(crate) fn bootstrap_node(
+        &self,
+        node: &NodeRecord,
+        ca: &Ca,
+        cp: &ControlPlaneRecord,
+    ) -> Result<()> {
+        node::write_node_files(node, &node.root(), ca, cp)?;
+        node::create_cgroup_root(node)?;
+        let bin_dir = self.bin_dir();
+        let ep = self.ec2_endpoint()?;
+        let mut c = Command::new(bin_dir.join("vpcnet-bootstrap"));
+        c.args(["--config", node::NODE_CONFIG]);
+        c.envs(aws_env(&ep));
+        c.env(
+            "AWS_EC2_METADATA_SERVICE_ENDPOINT",
+            format!("http://{}", crate::fabric::IMDS_ADDR),
+        );
+        c.env("PATH", node_path(node, cp));
+        let log = self.logs().join(format!("bootstrap-{}.log", node.name));
+        let p = crate::procs::spawn(
+            &format!("vpcnet-bootstrap {}", node.name),
+            c,
+            &node.place(),
+            &log,
+        )?;
+        wait_for(
+            &format!("vpcnet-bootstrap on {}", node.name),
+            Duration::from_secs(120),
+            || Ok((!p.alive()).then_some(())),
+        )?;
+        let argv =
+            node::kubelet_argv(&node.root(), &cp.bin_dir.join("kubelet")).with_context(|| {
+                format!(
+                    "vpcnet-bootstrap on {} wrote no kubelet unit drop-ins; its output:\n{}",
+                    node.name,
+                    crate::wait::log_tail(&log)
+                )
+            })?;
+        std::fs::write(node.dir.join("kubelet.cmdline"), argv.join(" ") + "\n")?;
+        node::write_agent_token(cp, &node.root())
+    }
+
+    /// Starts kubelet on `node_name` with the command line built from the unit drop-ins
+    /// vpcnet-bootstrap wrote (see [`node::kubelet_argv`]).
+    pub fn start_kubelet(&self, node_name: &str) -> Result<ProcRecord> {
+        let s = self.state()?;
+        let node = s.node(node_name)?.clone();
+        let cp = self.control_plane()?;
+        let argv = node::kubelet_argv(&node.root(), &cp.bin_dir.join("kubelet"))?;
+        let mut c = node::command(&argv)?;
+        c.env("PATH", node_path(&node, &cp));
+        self.start_process(&format!("kubelet {node_name}"), c, &node.place())
+    }
+
+    /// Starts kube-proxy (iptables mode) on `node_name`.
+    pub fn start_kube_proxy(&self, node_name: &str) -> Result<ProcRecord> {
+        let s = self.state()?;
+        let node = s.node(node_name)?.clone();
+        let cp = self.control_plane()?;
+        let mut c = Command::new(cp.bin_dir.join("kube-proxy"));
+        c.arg(format!("--config={}", node::KUBE_PROXY_CONFIG));
+        self.start_process(&format!("kube-proxy {node_name}"), c, &node.place())
+    }
+
+    /// Every Node's readiness as the API server reports it.
+    pub fn node_statuses(&self) -> Result<Vec<NodeStatus>> {
+        Ok(node_statuses(&self.kubectl()?.json(&["get", "nodes"])?))
+    }
+
+    /// Waits until every lab node is a Ready Node initialized by the cloud controller manager;
+    /// while waiting, checks that the cluster's processes still run (an exit is named with the
+    /// end of its log).
+    pub fn wait_nodes_ready(&self, timeout: Duration) -> Result<()> {
+        let s = self.state()?;
+        let want: Vec<String> = s.nodes.iter().map(|n| n.k8s_name.clone()).collect();
+        let procs: Vec<ProcRecord> = s.processes.clone();
+        let refs: Vec<&ProcRecord> = procs
+            .iter()
+            .filter(|p| !p.role.starts_with("ctr "))
+            .collect();
+        let mut last = Vec::new();
+        let r = self.wait_ready("every node Ready and initialized", timeout, &refs, || {
+            last = self.node_statuses()?;
+            Ok(want
+                .iter()
+                .all(|w| {
+                    last.iter()
+                        .any(|n| &n.name == w && n.ready && n.initialized)
+                })
+                .then_some(()))
+        });
+        if let Err(e) = r {
+            let missing: Vec<String> = want
+                .iter()
+                .map(|w| match last.iter().find(|n| &n.name == w) {
+                    None => format!("{w}: not registered (see its kubelet log)"),
+                    Some(n) if !n.ready => format!("{w}: not Ready (kubelet / CNI: is the conflist written?)"),
+                    Some(n) if !n.initialized => format!(
+                        "{w}: still tainted {UNINITIALIZED_TAINT} (the cloud controller manager has not initialized it; see aws-cloud-controller-manager.log)"
+                    ),
+                    Some(_) => format!("{w}: ok"),
+                })
+                .collect();
+            bail!("{e:#}\n{}", missing.join("\n"));
+        }
+        Ok(())
+    }
+
+    /// Starts kube-proxy (unless `kube_proxy` is false) and kubelet on every node, then (if
+    /// `wait`) waits (3 min) for all of them to be Ready and initialized.
+    pub(crate) fn join_nodes(&self, kube_proxy: bool, wait: bool) -> Result<()> {
+        let nodes = self.state()?.nodes;
+        for n in &nodes {
+            if kube_proxy {
+                self.start_kube_proxy(&n.name)?;
+            }
+            progress(&format!(
+                "node {}: starting kubelet as {}",
+                n.name, n.k8s_name
+            ));
+            self.start_kubelet(&n.name)?;
+        }
+        if !wait {
+            return Ok(());
+        }
+        progress("waiting for the nodes to register, turn Ready and be initialized by the cloud controller manager");
+        self.wait_nodes_ready(Duration::from_secs(180))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn readiness_needs_the_condition_and_no_uninitialized_taint() {
+        let list = json!({"items": [
+            {"metadata": {"name": "a"}, "spec": {"taints": [{"key": UNINITIALIZED_TAINT}]},
+             "status": {"conditions": [{"type": "Ready", "status": "True"}]}},
+            {"metadata": {"name": "b"}, "spec": {},
+             "status": {"conditions": [{"type": "Ready", "status": "False"}]}},
+            {"metadata": {"name": "c"}, "spec": {},
+             "status": {"conditions": [{"type": "Ready", "status": "True"}]}},
+        ]});
+        let s = node_statuses(&list);
+        assert_eq!(
+            s[0],
+            NodeStatus {
+                name: "a".into(),
+                ready: true,
+                initialized: false
+            }
+        );
+        assert_eq!(
+            s[1],
+            NodeStatus {
+                name: "b".into(),
+                ready: false,
+                initialized: true
+            }
+        );
+        assert_eq!(
+            s[2],
+            NodeStatus {
+                name: "c".into(),
+                ready: true,
+                initialized: true
+            }
+        );
+    }
+}

@@ -1,0 +1,73 @@
+//! Kubernetes objects the lab creates on its cluster, as manifests for `kubectl apply`.
+
+/// The user the cloud controller manager's client certificate names.
+pub const CCM_USER: &str = "system:cloud-controller-manager";
+/// Namespace and name of the node agent's service account (the VPC CNI's `aws-node`).
+pub const AGENT_SERVICE_ACCOUNT: (&str, &str) = ("kube-system", "aws-node");
+
+/// The lab's base objects: the cloud controller manager's binding (it runs off-cluster with a
+/// client certificate; bound to `cluster-admin` in the lab), and the node agent's service
+/// account with the permissions the VPC CNI's `aws-node` ClusterRole grants for what vpcnet
+/// reads and writes: Nodes (read, and patch for conditions and labels), Pods (read), ENIConfigs
+/// (read), Events (write).
+pub fn base() -> String {
+    let (ns, sa) = AGENT_SERVICE_ACCOUNT;
+    format!(
+        r#"apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: vpcnet-lab:cloud-controller-manager
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}}
+subjects:
+- {{apiGroup: rbac.authorization.k8s.io, kind: User, name: "{CCM_USER}"}}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: {sa}, namespace: {ns}}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: {sa}
+rules:
+- apiGroups: [""]
+  resources: [nodes]
+  verbs: [get, list, watch, patch, update]
+- apiGroups: [""]
+  resources: [nodes/status]
+  verbs: [get, patch, update]
+- apiGroups: [""]
+  resources: [pods, namespaces]
+  verbs: [get, list, watch]
+- apiGroups: [crd.k8s.amazonaws.com]
+  resources: [eniconfigs]
+  verbs: [get, list, watch]
+- apiGroups: ["", events.k8s.io]
+  resources: [events]
+  verbs: [create, patch, update]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: {sa}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {sa}}}
+subjects:
+- {{kind: ServiceAccount, name: {sa}, namespace: {ns}}}
+"#
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_manifests_parse_as_yaml_documents() {
+        let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&base())
+            .map(|d| serde::Deserialize::deserialize(d).unwrap())
+            .collect();
+        assert_eq!(docs.len(), 4);
+        assert_eq!(docs[1]["metadata"]["name"], "aws-node");
+        assert_eq!(docs[3]["subjects"][0]["namespace"], "kube-system");
+    }
+}
