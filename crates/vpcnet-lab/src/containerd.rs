@@ -111,12 +111,41 @@ pub fn ctr(node: &NodeRecord, args: &[&str]) -> Result<String> {
     ctr_ns(node, &node.ctr_namespace(), args)
 }
 
-/// Runs `ctr -a <node socket> -n <namespace> args...` and returns stdout.
+/// Node path of containerd's socket.
+pub const SOCKET: &str = "/run/containerd/containerd.sock";
+
+/// `ctr -a <socket> -n <namespace> args...` placed in the node's namespaces: `ctr` must share
+/// the node's filesystem view with containerd's shims (the FIFOs of `tasks exec` live under the
+/// node's `/run/containerd`).
+fn ctr_command(node: &NodeRecord, namespace: &str, args: &[&str]) -> Result<Command> {
+    let mut c = Command::new("ctr");
+    c.args(["-a", SOCKET, "-n", namespace]).args(args);
+    node.place().apply(&mut c)?;
+    Ok(c)
+}
+
+/// Runs `ctr` ([`ctr_command`]) and returns its output whatever the exit status.
+fn ctr_output(node: &NodeRecord, namespace: &str, args: &[&str]) -> Result<std::process::Output> {
+    ctr_command(node, namespace, args)?
+        .stdin(std::process::Stdio::null())
+        .output()
+        .context("cannot run `ctr`: is containerd installed? (run scripts/install-deps.sh)")
+}
+
+/// Runs `ctr -a <node socket> -n <namespace> args...` in the node and returns stdout; a
+/// failure quotes ctr's stderr.
 pub fn ctr_ns(node: &NodeRecord, namespace: &str, args: &[&str]) -> Result<String> {
-    let sock = node.containerd_socket().display().to_string();
-    let mut v = vec!["-a", sock.as_str(), "-n", namespace];
-    v.extend_from_slice(args);
-    cmd::run("ctr", &v)
+    let out = ctr_output(node, namespace, args)?;
+    if !out.status.success() {
+        bail!(
+            "`ctr -n {namespace} {}` on node {} failed ({}): {}",
+            args.join(" "),
+            node.name,
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// Imports an image tarball into the node's containerd namespace `namespace` (unpacked for
@@ -148,10 +177,7 @@ pub fn run_container(
     logs: &Path,
 ) -> Result<ProcRecord> {
     let mut c = Command::new("ctr");
-    c.arg("-a")
-        .arg(node.containerd_socket())
-        .arg("-n")
-        .arg(node.ctr_namespace())
+    c.args(["-a", SOCKET, "-n", &node.ctr_namespace()])
         .args([
             "run",
             "--cni",
@@ -244,21 +270,9 @@ pub fn exec(
     exec_id: &str,
     args: &[&str],
 ) -> Result<std::process::Output> {
-    let sock = node.containerd_socket().display().to_string();
-    let ns = node.ctr_namespace();
-    let mut v = vec![
-        "-a",
-        sock.as_str(),
-        "-n",
-        ns.as_str(),
-        "tasks",
-        "exec",
-        "--exec-id",
-        exec_id,
-        id,
-    ];
+    let mut v = vec!["tasks", "exec", "--exec-id", exec_id, id];
     v.extend_from_slice(args);
-    cmd::output("ctr", &v)
+    ctr_output(node, &node.ctr_namespace(), &v)
 }
 
 /// Kills a container's task with SIGKILL (its `ctr run` process then runs CNI DEL and exits).

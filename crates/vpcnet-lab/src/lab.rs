@@ -583,7 +583,13 @@ impl Lab {
 
     /// Stops the node's vpcnet-agent (SIGTERM, then SIGKILL after 10 s).
     pub fn stop_agent(&self, node_name: &str) -> Result<()> {
-        let role = format!("agent {node_name}");
+        self.stop_role(&format!("agent {node_name}")).map(|_| ())
+    }
+
+    /// Stops every recorded lab process with `role` (e.g. `kube-apiserver`, `kube-proxy n1`):
+    /// SIGTERM, then SIGKILL after 10 s; drops them from the record. Returns how many there
+    /// were.
+    pub fn stop_role(&self, role: &str) -> Result<usize> {
         let recs: Vec<ProcRecord> = self
             .state()?
             .processes
@@ -596,7 +602,8 @@ impl Lab {
         state::update(&self.dir, |s| {
             s.processes.retain(|p| p.role != role || p.alive());
             Ok(())
-        })
+        })?;
+        Ok(recs.len())
     }
 
     /// Starts containers `ids` on `node_name` in parallel (`ctr run --cni`, busybox `sleep`),

@@ -32,6 +32,8 @@ fn ptp_container_reaches_its_node_and_the_vpc_router() {
         instance_id: "i-smoke".into(),
         primary_ip: "10.0.1.10".into(),
         dir: dir.join("n1"),
+        mntns: vpcnet_lab::machine::ns_dir(&dir).join("n1"),
+        k8s_name: String::new(),
     };
     LabState {
         name: name.clone(),
@@ -79,9 +81,7 @@ fn run(dir: &std::path::Path, prefix: &str, node: &NodeRecord) {
     )
     .unwrap();
 
-    for d in containerd::node_dirs(node) {
-        fs::create_dir_all(d).unwrap();
-    }
+    vpcnet_lab::machine::create(dir, &node.name, &node.root()).unwrap();
     for p in ["ptp", "host-local", "loopback"] {
         fs::copy(format!("/usr/lib/cni/{p}"), node.cni_bin_dir().join(p)).unwrap();
     }
@@ -95,7 +95,6 @@ fn run(dir: &std::path::Path, prefix: &str, node: &NodeRecord) {
         ),
     )
     .unwrap();
-    containerd::ensure_cni_mount_targets().unwrap();
     let logs = dir.join("logs");
     let cd = containerd::start(node, &logs).unwrap();
     state::update(dir, |s| {
@@ -105,7 +104,7 @@ fn run(dir: &std::path::Path, prefix: &str, node: &NodeRecord) {
     .unwrap();
     let tarball = dir.join("busybox.tar");
     image::build(&tarball).unwrap();
-    containerd::import(node, &tarball).unwrap();
+    containerd::import(node, &node.ctr_namespace(), &tarball).unwrap();
 
     let ctr =
         containerd::run_container(node, image::IMAGE_REF, "c1", &["sleep", "600"], &logs).unwrap();
