@@ -2,6 +2,7 @@
 //! control plane, per-node containerd, kubelet, kube-proxy and vpcnet-agent come from the
 //! `vpcnet-lab` crate; this module is the command line and the tables, `demo` the demo.
 
+mod bench;
 mod demo;
 
 use std::net::Ipv4Addr;
@@ -126,6 +127,9 @@ enum LabCommand {
         #[arg(long, default_value_t = 12)]
         count: usize,
     },
+    /// Pod start-up benchmark: vpcnet vs Debian's bridge + host-local on the same kubelet
+    /// (a burst Deployment, then single pods), one lab, one run; prints a table with ratios.
+    BenchPods(bench::Args),
     /// (internal) The lab cloud daemon, run by `lab up` inside the VPC namespace.
     #[command(hide = true)]
     Serve {
@@ -262,6 +266,7 @@ pub fn run(args: Args) -> Result<()> {
                 demo::run(&up_options(&up, 2)?, count)
             }
         }
+        LabCommand::BenchPods(a) => bench::run(&a),
         LabCommand::Serve { dir } => vpcnet_lab::daemon::serve(&dir),
         LabCommand::CsrApprover { dir } => vpcnet_lab::kube::csr::run(&Lab { dir }.kubectl()?),
     }

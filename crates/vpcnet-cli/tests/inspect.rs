@@ -477,7 +477,7 @@ async fn lab_inspect_reads_the_node_agent() {
     }
     let name = format!("e2e-inspect-{}-0", std::process::id());
     let _down = LabDown(name.clone());
-    stdout(&vpcnet(&["lab", "up", "--name", &name]).await);
+    stdout(&vpcnet(&["lab", "up", "--no-kubernetes", "--name", &name]).await);
     // `lab run` prints "<container>\t<node>\t<ip>" per container (the IP of the CNI result).
     let run = stdout(&vpcnet(&["lab", "run", "--name", &name, "--count", "2"]).await);
     let started: Vec<(String, String)> = run

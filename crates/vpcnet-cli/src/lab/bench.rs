@@ -1,0 +1,125 @@
+//! `vpcnet lab bench-pods`: pod start-up on one node with vpcnet and with Debian's reference
+//! `bridge` + `host-local` plugins on the same kubelet, in one run (scripts/bench-pods.sh).
+
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::Args as ClapArgs;
+use vpcnet_lab::kube::bench::{quantile, PodTimes};
+use vpcnet_lab::lab::{progress, Lab, LabGuard, UpOptions};
+
+use crate::inspect::table;
+
+#[derive(ClapArgs)]
+pub struct Args {
+    /// Lab name.
+    #[arg(long, default_value = "bench-pods")]
+    name: String,
+    /// EC2 instance type of the node.
+    #[arg(long, default_value = "m5.xlarge")]
+    instance_type: String,
+    /// Replicas of the burst Deployment.
+    #[arg(long, default_value_t = 30)]
+    replicas: usize,
+    /// Single pods created one after another.
+    #[arg(long, default_value_t = 20)]
+    singles: usize,
+    /// Extra agent environment, KEY=VALUE; repeatable.
+    #[arg(long = "agent-env", value_name = "KEY=VALUE")]
+    agent_env: Vec<String>,
+}
+
+/// One plugin's figures.
+struct Row {
+    plugin: &'static str,
+    burst: (Duration, Duration),
+    singles: Vec<PodTimes>,
+}
+
+fn ms(d: Option<Duration>) -> String {
+    d.map(|d| format!("{:.0}", d.as_secs_f64() * 1000.0))
+        .unwrap_or("-".into())
+}
+
+fn q(v: &[PodTimes], f: fn(&PodTimes) -> Option<Duration>, p: f64) -> Option<Duration> {
+    quantile(&v.iter().filter_map(f).collect::<Vec<_>>(), p)
+}
+
+pub fn run(a: &Args) -> Result<()> {
+    let mut o = UpOptions::new(&a.name);
+    o.instance_type = a.instance_type.clone();
+    for kv in &a.agent_env {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| anyhow::anyhow!("--agent-env {kv:?}: expected KEY=VALUE"))?;
+        o.agent_env.push((k.into(), v.into()));
+    }
+    let guard = LabGuard::new(Lab::up(&o)?);
+    let result = measure(guard.lab(), a);
+    progress("tearing the lab down");
+    let down = guard.down();
+    let rows = result?;
+    down?;
+    print!("{}", render(a, &rows));
+    Ok(())
+}
+
+fn measure(lab: &Lab, a: &Args) -> Result<Vec<Row>> {
+    let timeout = Duration::from_secs(300);
+    let mut rows = Vec::new();
+    for (plugin, bridge) in [("vpcnet", false), ("bridge + host-local", true)] {
+        lab.use_bridge_cni("n1", bridge)?;
+        progress(&format!("{plugin}: burst of {} pods", a.replicas));
+        let tag = if bridge { "br" } else { "vn" };
+        let burst = lab.bench_burst(&format!("burst-{tag}"), a.replicas, timeout)?;
+        progress(&format!("{plugin}: {} single pods", a.singles));
+        let singles = lab.bench_single(&format!("single-{tag}"), a.singles, timeout)?;
+        rows.push(Row {
+            plugin,
+            burst,
+            singles,
+        });
+    }
+    lab.use_bridge_cni("n1", false)?;
+    Ok(rows)
+}
+
+fn render(a: &Args, rows: &[Row]) -> String {
+    let mut t = vec![vec![
+        "PLUGIN".to_string(),
+        format!("{} PODS: ALL RUNNING ms", a.replicas),
+        "ALL READY ms".into(),
+        "ONE POD: RUNNING p50 ms".into(),
+        "p90".into(),
+        "READY p50 ms".into(),
+        "p90".into(),
+    ]];
+    let cells = |r: &Row| {
+        vec![
+            Some(r.burst.0),
+            Some(r.burst.1),
+            q(&r.singles, |t| t.running, 0.5),
+            q(&r.singles, |t| t.running, 0.9),
+            q(&r.singles, |t| t.ready, 0.5),
+            q(&r.singles, |t| t.ready, 0.9),
+        ]
+    };
+    for r in rows {
+        let mut line = vec![r.plugin.to_string()];
+        line.extend(cells(r).into_iter().map(ms));
+        t.push(line);
+    }
+    if let [v, b] = rows {
+        let mut line = vec!["ratio vpcnet / bridge".to_string()];
+        for (x, y) in cells(v).into_iter().zip(cells(b)) {
+            line.push(match (x, y) {
+                (Some(x), Some(y)) if !y.is_zero() => {
+                    format!("{:.2}", x.as_secs_f64() / y.as_secs_f64())
+                }
+                _ => "-".into(),
+            });
+        }
+        t.push(line);
+    }
+    table(&t)
+}
