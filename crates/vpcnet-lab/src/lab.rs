@@ -545,6 +545,46 @@ impl Lab {
         self.start_agent(&node.name)
     }
 
+    /// Replaces the extra agent environment of `node_name` (what `--agent-env` gave), for its
+    /// next [`Self::start_agent`].
+    pub fn set_agent_env(&self, node_name: &str, extra: &[(String, String)]) -> Result<()> {
+        self.state()?.node(node_name)?;
+        fs::write(
+            self.dir.join(format!("{node_name}-agent-env.json")),
+            serde_json::to_vec(extra)?,
+        )?;
+        Ok(())
+    }
+
+    /// GETs `path` (e.g. `/v1/enis`) from the node's agent introspection (127.0.0.1:61679 in
+    /// the node's network namespace) and returns the status code and body.
+    pub fn agent_get(&self, node_name: &str, path: &str) -> Result<(u16, String)> {
+        let netns = self.state()?.node(node_name)?.netns.clone();
+        let path = path.to_string();
+        crate::spawn::in_netns(&netns, move || {
+            use std::io::{Read, Write};
+            let mut s = std::net::TcpStream::connect_timeout(
+                &"127.0.0.1:61679".parse().expect("constant"),
+                Duration::from_secs(5),
+            )
+            .context("connecting to the agent's introspection")?;
+            s.set_read_timeout(Some(Duration::from_secs(5)))?;
+            write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
+            let mut text = String::new();
+            s.read_to_string(&mut text)?;
+            let code = text
+                .split_whitespace()
+                .nth(1)
+                .and_then(|c| c.parse().ok())
+                .context("no HTTP status line from the agent")?;
+            let body = text
+                .split_once("\r\n\r\n")
+                .map(|(_, b)| b.to_string())
+                .unwrap_or_default();
+            Ok((code, body))
+        })
+    }
+
     /// Starts the node's vpcnet-agent (in the node namespace) and waits (60 s) until it has
     /// written the conflist, i.e. can serve the plugin.
     pub fn start_agent(&self, node_name: &str) -> Result<()> {

@@ -284,3 +284,121 @@ fn a_control_plane_component_that_fails_is_named_and_everything_is_removed() {
     }
     assert_eq!(before, root_snapshot(), "root namespace changed");
 }
+
+/// The agent's API client state (`/v1/apiserver`).
+fn api_status(lab: &Lab) -> serde_json::Value {
+    let (code, body) = lab.agent_get("n1", "/v1/apiserver").unwrap();
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+fn agent_healthy(lab: &Lab) -> bool {
+    lab.agent_get("n1", "/healthz")
+        .map(|(c, _)| c == 200)
+        .unwrap_or(false)
+}
+
+/// The VPC CNI change this project started from: with kube-proxy held back on a fresh node,
+/// IPAM does not wait for the API: the node turns Ready and pods get addresses at once. Without
+/// `CLUSTER_ENDPOINT` the agent reaches the API server only once kube-proxy has programmed the
+/// `kubernetes` Service; with it, within a second of its start. A wrong `CLUSTER_ENDPOINT` is a
+/// visible error, never a crash.
+#[test]
+fn cluster_endpoint_reaches_the_api_server_before_kube_proxy_and_ipam_never_waits() {
+    with_kube_lab(
+        "k8scep",
+        |o| o.kube_proxy = false,
+        |lab| {
+            let t_up = Instant::now();
+            // Ready without kube-proxy (lab up waited for it); pods get addresses.
+            lab.kubectl()
+                .unwrap()
+                .apply(&httpd_manifest("early", 3, &Placement::default()))
+                .unwrap();
+            lab.wait_pods_ready("app=early", 3, Duration::from_secs(120))
+                .unwrap();
+            eprintln!(
+                "without kube-proxy: 3 pods Ready {:?} after the node",
+                t_up.elapsed()
+            );
+            let s = api_status(lab);
+            assert_eq!(s["source"], "kubernetes Service", "{s}");
+            assert_eq!(s["state"], "connecting", "no kube-proxy, no Service: {s}");
+            assert!(s["last_error"].is_string(), "{s}");
+
+            // kube-proxy 30 s after the agent's start (held back like a slow image pull).
+            let agent_log = lab.dir.join("logs/agent-n1.log");
+            let started = std::fs::metadata(&agent_log).unwrap().created().unwrap();
+            let hold = Duration::from_secs(30).saturating_sub(started.elapsed().unwrap());
+            std::thread::sleep(hold);
+            let kp = Instant::now();
+            lab.start_kube_proxy("n1").unwrap();
+            wait_until(
+                "the agent connects through the Service",
+                Duration::from_secs(60),
+                || api_status(lab)["state"] == "connected",
+            );
+            let s = api_status(lab);
+            let after = s["first_connected_after_ms"].as_u64().unwrap();
+            eprintln!(
+                "without CLUSTER_ENDPOINT: connected {after} ms after agent start, {:?} after kube-proxy",
+                kp.elapsed()
+            );
+            assert!(after >= 29_000, "connected only after kube-proxy: {s}");
+
+            // With CLUSTER_ENDPOINT: the API server directly, within a second of start.
+            let cp = lab.control_plane().unwrap();
+            let set = |v: &str| {
+                lab.stop_agent("n1").unwrap();
+                lab.set_agent_env(
+                    "n1",
+                    &[
+                        ("VPCNET_RECONCILE_INTERVAL".into(), "2".into()),
+                        ("CLUSTER_ENDPOINT".into(), v.into()),
+                    ],
+                )
+                .unwrap();
+                lab.start_agent("n1").unwrap();
+            };
+            set(&cp.endpoint());
+            wait_until("the agent connects", Duration::from_secs(10), || {
+                api_status(lab)["state"] == "connected"
+            });
+            let s = api_status(lab);
+            assert_eq!(s["source"], "CLUSTER_ENDPOINT", "{s}");
+            let after = s["first_connected_after_ms"].as_u64().unwrap();
+            eprintln!("with CLUSTER_ENDPOINT: connected {after} ms after agent start");
+            assert!(after < 1000, "within a second: {s}");
+
+            // Unreachable: visible error, the agent serves and stays healthy.
+            set("https://10.0.0.254:6443");
+            std::thread::sleep(Duration::from_secs(8));
+            let s = api_status(lab);
+            assert_eq!(s["state"], "connecting", "{s}");
+            assert!(
+                s["last_error"].as_str().unwrap().contains("10.0.0.254"),
+                "{s}"
+            );
+            assert!(agent_healthy(lab));
+            // Malformed: named, the agent keeps serving.
+            set("not a url");
+            let s = api_status(lab);
+            assert_eq!(s["state"], "misconfigured", "{s}");
+            assert!(
+                s["last_error"]
+                    .as_str()
+                    .unwrap()
+                    .contains("CLUSTER_ENDPOINT"),
+                "{s}"
+            );
+            assert!(agent_healthy(lab));
+            let log = std::fs::read_to_string(&agent_log).unwrap();
+            assert!(log.contains("CLUSTER_ENDPOINT"), "logged");
+            let c = lab.run("n1", &["late".to_string()]).unwrap().remove(0);
+            assert!(lab
+                .ping("late", node(lab).primary_ip.parse().unwrap())
+                .unwrap());
+            assert!(c.ip.octets()[0] == 10);
+        },
+    );
+}

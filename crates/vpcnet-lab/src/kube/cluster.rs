@@ -14,7 +14,6 @@ use super::pki::Ca;
 use crate::lab::{aws_env, progress, Lab};
 use crate::procs::ProcRecord;
 use crate::state::NodeRecord;
-use crate::wait::wait_for;
 
 /// The taint kubelet adds with `--cloud-provider=external` until the cloud controller
 /// manager has initialized the Node.
@@ -100,26 +99,23 @@ impl Lab {
             format!("http://{}", crate::fabric::IMDS_ADDR),
         );
         c.env("PATH", node_path(node, cp));
+        node.place().apply(&mut c)?;
+        // Not a recorded process: it runs to completion here, like the AMI's boot script.
+        let out = c
+            .stdin(std::process::Stdio::null())
+            .output()
+            .context("running vpcnet-bootstrap")?;
         let log = self.logs().join(format!("bootstrap-{}.log", node.name));
-        let p = crate::procs::spawn(
-            &format!("vpcnet-bootstrap {}", node.name),
-            c,
-            &node.place(),
-            &log,
-        )?;
-        wait_for(
-            &format!("vpcnet-bootstrap on {}", node.name),
-            Duration::from_secs(120),
-            || Ok((!p.alive()).then_some(())),
-        )?;
-        let argv =
-            node::kubelet_argv(&node.root(), &cp.bin_dir.join("kubelet")).with_context(|| {
-                format!(
-                    "vpcnet-bootstrap on {} wrote no kubelet unit drop-ins; its output:\n{}",
-                    node.name,
-                    crate::wait::log_tail(&log)
-                )
-            })?;
+        std::fs::write(&log, [&out.stdout[..], &out.stderr[..]].concat())?;
+        if !out.status.success() {
+            bail!(
+                "vpcnet-bootstrap on {} failed ({}):\n{}",
+                node.name,
+                out.status,
+                crate::wait::log_tail(&log)
+            );
+        }
+        let argv = node::kubelet_argv(&node.root(), &cp.bin_dir.join("kubelet"))?;
         std::fs::write(node.dir.join("kubelet.cmdline"), argv.join(" ") + "\n")?;
         node::write_agent_token(cp, &node.root())
     }

@@ -5,7 +5,6 @@
 //! in the node's network and mount namespaces.
 
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -250,12 +249,6 @@ pub fn command(argv: &[String]) -> Result<Command> {
     let mut c = Command::new(prog);
     c.args(args);
     Ok(c)
-}
-
-/// Makes `path` executable (0755).
-pub fn make_executable(path: &Path) -> Result<()> {
-    fs::set_permissions(path, fs::Permissions::from_mode(0o755))?;
-    Ok(())
 }
 
 #[cfg(test)]
