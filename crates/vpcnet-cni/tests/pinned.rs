@@ -21,7 +21,10 @@ fn check(name: &str, got: &str) {
 
 #[test]
 fn conflist_text() {
-    check("conflist-default.json", &render(&ConflistSettings::default()));
+    check(
+        "conflist-default.json",
+        &render(&ConflistSettings::default()),
+    );
     check(
         "conflist-custom.json",
         &render(&ConflistSettings {
