@@ -20,9 +20,7 @@ use vpcnet_agent::metrics::Metrics;
 use vpcnet_agent::state::{NodeFacts, Shared};
 use vpcnet_agent::AgentOptions;
 use vpcnet_ec2::{Action, Ec2Error, Ec2Observer};
-use vpcnet_ipam::{
-    EniInfo, EniObservation, Pool, PodKey, PodRef, UnknownIpPolicy, WarmConfig,
-};
+use vpcnet_ipam::{EniInfo, EniObservation, PodKey, PodRef, Pool, UnknownIpPolicy, WarmConfig};
 
 fn golden_path(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -113,7 +111,10 @@ fn known_shared() -> Shared {
         );
     }
     pool.release(&PodKey::new(format!("{:064x}", 4), "eth0"), FUTURE);
-    pool.release(&PodKey::new(format!("{:064x}", 5), "eth0"), LONG_AGO + 10_000);
+    pool.release(
+        &PodKey::new(format!("{:064x}", 5), "eth0"),
+        LONG_AGO + 10_000,
+    );
     // EC2 stops listing the address of the third pod: an orphan.
     let orphan = granted[2].ip;
     for o in &mut view {
@@ -141,9 +142,7 @@ fn known_shared() -> Shared {
         ..AgentOptions::default()
     };
     let shared = Shared::new(opts, facts, pool, Arc::new(Metrics::new()));
-    shared.set_error(Some(
-        "RequestLimitExceeded: Request limit exceeded.".into(),
-    ));
+    shared.set_error(Some("RequestLimitExceeded: Request limit exceeded.".into()));
     shared
 }
 
@@ -153,7 +152,9 @@ async fn get(shared: &Arc<Shared>, path: &str) -> (u16, String) {
         .await
         .unwrap();
     let status = resp.status().as_u16();
-    let body = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
+    let body = axum::body::to_bytes(resp.into_body(), 1 << 20)
+        .await
+        .unwrap();
     (status, String::from_utf8(body.to_vec()).unwrap())
 }
 
@@ -192,12 +193,18 @@ fn env_settings_of_known_environments() {
         ("WARM_IP_TARGET", "5"),
         ("MINIMUM_IP_TARGET", "-1"),
         ("MAX_ENI", "2"),
-        ("AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS", " 10.1.0.0/16, 192.168.0.0/24 "),
+        (
+            "AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS",
+            " 10.1.0.0/16, 192.168.0.0/24 ",
+        ),
         ("AWS_VPC_K8S_CNI_RANDOMIZESNAT", "HashRandom"),
         ("AWS_VPC_K8S_PLUGIN_LOG_LEVEL", "warning"),
         ("AWS_VPC_K8S_CNI_LOGLEVEL", "info"),
         ("ADDITIONAL_ENI_TAGS", r#"{"team":"net","env":"prod"}"#),
-        ("INTROSPECTION_BIND_ADDRESS", "unix:/run/vpcnet/introspection.sock"),
+        (
+            "INTROSPECTION_BIND_ADDRESS",
+            "unix:/run/vpcnet/introspection.sock",
+        ),
         ("VPCNET_METRICS_BIND_ADDRESS", ":9100"),
         ("VPCNET_EC2_DESCRIBE_REFILL_RATE", "2.5"),
         ("AWS_EC2_ENDPOINT", "http://127.0.0.1:5000"),
