@@ -29,8 +29,8 @@ use serde::Serialize;
 use declare::settings;
 pub use declare::Declaration;
 use kinds::{
-    AbsPath, Bind, Cidrs, Flag, Int, LogFile, Rate, Tags, Target, Text, Url, VethPrefix, LOG_LEVEL,
-    PLUGIN_LOG_LEVEL, RANDOMIZE_SNAT,
+    AbsPath, Bind, Cidrs, Flag, Int, Rate, Tags, Target, Url, LOG_FILE, LOG_LEVEL,
+    PLUGIN_LOG_LEVEL, RANDOMIZE_SNAT, TEXT, VETH_PREFIX,
 };
 
 /// A configuration variable with an invalid value.
@@ -187,9 +187,9 @@ settings! {
         custom_network_cfg: bool = "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", "false", Flag;
         /// Node annotation naming the ENIConfig (beats the label).
         eni_config_annotation_def: String =
-            "ENI_CONFIG_ANNOTATION_DEF", "k8s.amazonaws.com/eniConfig", Text;
+            "ENI_CONFIG_ANNOTATION_DEF", "k8s.amazonaws.com/eniConfig", TEXT;
         /// Node label naming the ENIConfig, e.g. `topology.kubernetes.io/zone`.
-        eni_config_label_def: String = "ENI_CONFIG_LABEL_DEF", "k8s.amazonaws.com/eniConfig", Text;
+        eni_config_label_def: String = "ENI_CONFIG_LABEL_DEF", "k8s.amazonaws.com/eniConfig", TEXT;
 
         ["datapath"]
         /// An external NAT device does SNAT; no SNAT rule (and no outbound connmark) on the
@@ -203,10 +203,10 @@ settings! {
         /// MTU of ENIs and pod interfaces.
         eni_mtu: u32 = "AWS_VPC_ENI_MTU", "9001", Int::range(576, 9001);
         /// Host-side veth name prefix (written into the conflist).
-        veth_prefix: String = "AWS_VPC_K8S_CNI_VETHPREFIX", "eni", VethPrefix;
+        veth_prefix: String = "AWS_VPC_K8S_CNI_VETHPREFIX", "eni", VETH_PREFIX;
         /// Where the CNI plugin logs (written into the conflist).
         plugin_log_file: String =
-            "AWS_VPC_K8S_PLUGIN_LOG_FILE", "/var/log/aws-routed-eni/plugin.log", LogFile;
+            "AWS_VPC_K8S_PLUGIN_LOG_FILE", "/var/log/aws-routed-eni/plugin.log", LOG_FILE;
         /// The plugin's log level (written into the conflist).
         plugin_log_level: String = "AWS_VPC_K8S_PLUGIN_LOG_LEVEL", "Debug", PLUGIN_LOG_LEVEL;
         /// Replies to traffic that arrived on the primary ENI leave through it (NodePort).
@@ -219,7 +219,7 @@ settings! {
         cluster_endpoint: Option<String> = "CLUSTER_ENDPOINT", "",
             Url { accepted: "the API server URL, e.g. https://ABCD.gr7.us-east-1.eks.amazonaws.com" };
         /// Value of the `cluster.k8s.amazonaws.com/name` tag on created ENIs.
-        cluster_name: String = "CLUSTER_NAME", "", Text;
+        cluster_name: String = "CLUSTER_NAME", "", TEXT;
         /// Extra tags on created ENIs.
         additional_eni_tags: BTreeMap<String, String> = "ADDITIONAL_ENI_TAGS", "{}", Tags;
         /// Skip the sweep, at start, of detached ENIs this node created (leaked by a crash
@@ -329,25 +329,21 @@ impl Config {
 
     /// The tables of `CONFIG.md`, by section id.
     pub fn doc_tables() -> BTreeMap<&'static str, String> {
-        let mut rows: BTreeMap<&'static str, Vec<Vec<String>>> = BTreeMap::new();
-        for d in Config::declarations() {
-            rows.entry(d.section).or_default().push(vec![
+        let rows = Config::declarations().into_iter().map(|d| {
+            let default = if d.default.is_empty() {
+                "unset".to_string()
+            } else {
+                format!("`{}`", d.default)
+            };
+            let cells = vec![
                 format!("`{}`", d.var),
-                if d.default.is_empty() {
-                    "unset".into()
-                } else {
-                    format!("`{}`", d.default)
-                },
+                default,
                 d.accepted,
                 crate::docs::one_line(d.doc),
-            ]);
-        }
-        rows.into_iter()
-            .map(|(id, rows)| {
-                let header = ["variable", "default", "accepts", "meaning"];
-                (id, crate::docs::table(&header, rows))
-            })
-            .collect()
+            ];
+            (d.section, cells)
+        });
+        crate::docs::tables(&["variable", "default", "accepts", "meaning"], rows)
     }
 }
 

@@ -23,6 +23,22 @@ pub fn table(header: &[&str], rows: impl IntoIterator<Item = Vec<String>>) -> St
     out
 }
 
+/// One table per section: `rows` are (section, cells) in page order.
+pub fn tables(
+    header: &[&str],
+    rows: impl IntoIterator<Item = (&'static str, Vec<String>)>,
+) -> std::collections::BTreeMap<&'static str, String> {
+    let mut by_section: std::collections::BTreeMap<&'static str, Vec<Vec<String>>> =
+        Default::default();
+    for (section, cells) in rows {
+        by_section.entry(section).or_default().push(cells);
+    }
+    by_section
+        .into_iter()
+        .map(|(section, rows)| (section, table(header, rows)))
+        .collect()
+}
+
 /// A doc comment (lines joined by `\n`, each with its leading space) as one line of text.
 pub fn one_line(doc: &str) -> String {
     doc.lines()

@@ -448,30 +448,22 @@ impl Metrics {
 
     /// The tables of `METRICS.md`, by section id.
     pub fn doc_tables(&self) -> BTreeMap<&'static str, String> {
-        let mut rows: BTreeMap<&'static str, Vec<Vec<String>>> = BTreeMap::new();
-        for d in self.declarations() {
+        let rows = self.declarations().into_iter().map(|d| {
             let labels = if d.labels.is_empty() {
                 "–".to_string()
             } else {
-                d.labels
-                    .iter()
-                    .map(|l| format!("`{l}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                let quoted: Vec<String> = d.labels.iter().map(|l| format!("`{l}`")).collect();
+                quoted.join(", ")
             };
-            rows.entry(d.section).or_default().push(vec![
+            let cells = vec![
                 format!("`{}`", d.name),
                 d.doc_type.to_string(),
                 labels,
                 crate::docs::one_line(d.doc),
-            ]);
-        }
-        rows.into_iter()
-            .map(|(id, rows)| {
-                let header = ["name", "type", "labels", "meaning"];
-                (id, crate::docs::table(&header, rows))
-            })
-            .collect()
+            ];
+            (d.section, cells)
+        });
+        crate::docs::tables(&["name", "type", "labels", "meaning"], rows)
     }
 }
 

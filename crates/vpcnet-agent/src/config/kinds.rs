@@ -143,21 +143,56 @@ impl Kind for Rate {
     }
 }
 
-/// Free text (an empty default means empty).
-pub struct Text;
+/// Text that `valid` accepts, kept as written.
+pub struct Word {
+    pub valid: fn(&str) -> bool,
+    /// What is wrong with a text `valid` refuses.
+    pub problem: &'static str,
+    pub accepted: &'static str,
+}
 
-impl Kind for Text {
+impl Kind for Word {
     type Value = String;
     fn parse(&self, text: &str) -> Result<String, String> {
-        Ok(text.to_string())
+        if (self.valid)(text) {
+            Ok(text.to_string())
+        } else {
+            Err(self.problem.into())
+        }
     }
     fn show(&self, value: &String) -> String {
         value.clone()
     }
     fn accepted(&self) -> String {
-        "any text".into()
+        self.accepted.into()
     }
 }
+
+/// Any text (an empty default means empty).
+pub const TEXT: Word = Word {
+    valid: |_| true,
+    problem: "",
+    accepted: "any text",
+};
+
+/// A host-side veth name prefix.
+pub const VETH_PREFIX: Word = Word {
+    valid: |p| {
+        p.len() <= 4
+            && p.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            && !matches!(p, "eth" | "vlan" | "lo")
+    },
+    problem: "not a usable interface name prefix",
+    accepted: "1 to 4 characters from [A-Za-z0-9_-], other than the reserved eth, vlan and lo",
+};
+
+/// Where the plugin logs: an absolute path, `stderr`, or empty for nowhere.
+pub const LOG_FILE: Word = Word {
+    valid: |f| f.is_empty() || f == "stderr" || f.starts_with('/'),
+    problem: "not an absolute path",
+    accepted: "an absolute file path, `stderr`, or empty to disable plugin logging",
+};
 
 /// A listening address: `host:port`, `:port` (all IPv4 addresses) or `unix:/path`.
 pub struct Bind;
@@ -203,26 +238,6 @@ impl Kind for AbsPath {
     }
     fn accepted(&self) -> String {
         "an absolute path such as /var/run/vpcnet/agent.sock".into()
-    }
-}
-
-/// Where the plugin logs: an absolute path, `stderr`, or empty for nowhere.
-pub struct LogFile;
-
-impl Kind for LogFile {
-    type Value = String;
-    fn parse(&self, text: &str) -> Result<String, String> {
-        if text.is_empty() || text == "stderr" || text.starts_with('/') {
-            Ok(text.to_string())
-        } else {
-            Err("not an absolute path".into())
-        }
-    }
-    fn show(&self, value: &String) -> String {
-        value.clone()
-    }
-    fn accepted(&self) -> String {
-        "an absolute file path, `stderr`, or empty to disable plugin logging".into()
     }
 }
 
@@ -339,31 +354,6 @@ pub const LOG_LEVEL: Spelling = Spelling {
     ],
     accepted: "DEBUG, INFO, WARN, ERROR, FATAL (any case)",
 };
-
-/// A host-side veth name prefix.
-pub struct VethPrefix;
-
-impl Kind for VethPrefix {
-    type Value = String;
-    fn parse(&self, text: &str) -> Result<String, String> {
-        let ok = text.len() <= 4
-            && text
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-            && !matches!(text, "eth" | "vlan" | "lo");
-        if ok {
-            Ok(text.to_string())
-        } else {
-            Err("not a usable interface name prefix".into())
-        }
-    }
-    fn show(&self, value: &String) -> String {
-        value.clone()
-    }
-    fn accepted(&self) -> String {
-        "1 to 4 characters from [A-Za-z0-9_-], other than the reserved eth, vlan and lo".into()
-    }
-}
 
 /// An optional `http://` or `https://` URL with a host (empty: unset).
 pub struct Url {
