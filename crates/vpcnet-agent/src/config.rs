@@ -3,8 +3,8 @@
 //! `VPCNET_*` settings.
 //!
 //! Each variable is declared once below (field, variable, default, kind, meaning) with
-//! [`settings!`](declare): parsing, `/v1/env-settings` ([`Config::env_settings`]) and the
-//! tables of `CONFIG.md` come from that declaration. A new setting is one more line in its
+//! `settings!` (`config/declare.rs`): parsing, `/v1/env-settings` ([`Config::env_settings`])
+//! and the tables of `CONFIG.md` come from that declaration. A new setting is one more line in its
 //! section, then `UPDATE_DOCS=1 cargo test -p vpcnet-agent docs_are_current`.
 //!
 //! Parsing is a pure function of a key → value lookup ([`Config::from_lookup`]), so tests never

@@ -2,7 +2,7 @@
 //! once by ADD/DEL, plus a periodic full pass (describe + reconcile + plan incl. freeing
 //! surplus). Backs off with jitter after EC2 errors.
 //!
-//! By concern: [`adopt`] (EC2's view into the pool), [`execute`] (plans → EC2 calls),
+//! By concern: [`mod@adopt`] (EC2's view into the pool), [`execute`] (plans → EC2 calls),
 //! [`eni`] (ENI lifecycle), [`node_setup`] (node ENIs and firewall), [`sweep`] (leaked ENIs,
 //! unrouted pod addresses), `run_loop` (the task).
 
