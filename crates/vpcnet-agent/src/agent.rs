@@ -1,8 +1,10 @@
-//! Startup and lifetime of the agent: IMDS facts, one batched describe, checkpoint restore,
-//! reconcile against EC2, fill the pool, serve. Never waits for Kubernetes.
+//! Startup and lifetime of the agent, as steps: discover the instance (IMDS, one batched
+//! describe), restore the pool (checkpoint), bring it up (adopt EC2's view, node setup, fill),
+//! write the conflist, start the background tasks, serve introspection and metrics. Never
+//! waits for Kubernetes.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,11 +12,11 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Context};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use vpcnet_ec2::{Ec2, Ec2Options, Imds};
+use vpcnet_ec2::{Ec2, Ec2Options, Imds, NetworkInterface};
 use vpcnet_ipam::{Pool, UnknownIpPolicy, WarmConfig};
+use vpcnet_limits::InstanceLimits;
 
 use crate::checkpoint_file::{self, Loaded};
-use crate::config::BindAddress;
 use crate::metrics::Metrics;
 use crate::options::AgentOptions;
 use crate::state::{now_ms, NodeFacts, Shared};
@@ -50,6 +52,123 @@ impl Drop for AgentHandle {
             t.abort();
         }
     }
+}
+
+/// Starts the agent and returns once the pool can serve (or startup failed).
+///
+/// Errors: IMDS unreachable, EC2 client configuration, unknown instance type, the socket
+/// or a listener cannot be bound. A corrupt checkpoint is not an error (see README).
+pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
+    let started = Instant::now();
+    let (stop, stop_rx) = watch::channel(false);
+    let listener = crate::grpc::bind(&opts.socket_path)?;
+    let metrics = Arc::new(Metrics::new());
+    let found = discover(&opts, metrics.clone(), started).await?;
+    let limits = instance_limits(&found.ec2, &found.facts).await?;
+    let (pool, policy) = restore_pool(&opts, &limits)?;
+    let ec2 = found.ec2;
+    let shared = Arc::new(Shared::new(opts.clone(), found.facts, pool, metrics));
+    let mut tasks = vec![tokio::spawn(crate::grpc::serve(
+        shared.clone(),
+        listener,
+        stop_rx.clone(),
+    ))];
+    bring_up(&shared, &ec2, found.enis, policy).await?;
+    let time_to_ready = started.elapsed();
+    tracing::info!(summary = ?shared.pool().summary(now_ms()), ?time_to_ready, "pool ready; serving");
+    if let Some(path) = &opts.conflist_path {
+        write_conflist(path, &opts)
+            .with_context(|| format!("writing CNI conflist {}", path.display()))?;
+    }
+    spawn_background(&shared, &ec2, &stop_rx, &mut tasks);
+    let introspection_addr = serve_http(
+        "introspection",
+        crate::introspection::router(shared.clone()),
+        opts.introspection_addr,
+        opts.introspection_socket.as_deref(),
+        &stop_rx,
+        &mut tasks,
+    )
+    .await?;
+    let metrics_addr = serve_http(
+        "metrics",
+        crate::introspection::metrics_router(shared.metrics.clone()),
+        opts.metrics_addr,
+        opts.metrics_socket.as_deref(),
+        &stop_rx,
+        &mut tasks,
+    )
+    .await?;
+    Ok(AgentHandle {
+        shared,
+        introspection_addr,
+        metrics_addr,
+        socket_path: opts.socket_path.clone(),
+        time_to_ready,
+        stop,
+        tasks,
+    })
+}
+
+/// Runs the agent until SIGINT/SIGTERM.
+pub async fn run(opts: AgentOptions) -> anyhow::Result<()> {
+    let handle = start(opts).await?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutting down");
+    handle.shutdown().await;
+    Ok(())
+}
+
+/// What start-up learns about the instance before the pool exists.
+struct Discovered {
+    ec2: Ec2,
+    /// The instance's ENIs from the one batched describe.
+    enis: Vec<NetworkInterface>,
+    facts: NodeFacts,
+}
+
+/// IMDS identity, then the EC2 client and the one batched describe while IMDS answers the
+/// second round (the primary ENI's facts).
+async fn discover(
+    opts: &AgentOptions,
+    metrics: Arc<Metrics>,
+    started: Instant,
+) -> anyhow::Result<Discovered> {
+    let imds = match &opts.imds_endpoint {
+        Some(e) => Imds::with_endpoint(e, Some(Duration::from_secs(2)))
+            .map_err(|e| anyhow!("IMDS endpoint: {e}"))?,
+        None => Imds::new(),
+    };
+    let id = read_identity(&imds, opts).await?;
+    tracing::debug!(elapsed = ?started.elapsed(), "IMDS identity");
+    let ec2_and_enis = async {
+        let ec2 = Ec2::connect(
+            Ec2Options {
+                region: Some(id.region.clone()),
+                endpoint_url: opts.ec2_endpoint.clone(),
+                imds_endpoint: opts.imds_endpoint.clone(),
+                credentials: opts.credentials.clone(),
+                calls: opts.ec2_calls.clone(),
+            },
+            metrics,
+        )
+        .await
+        .map_err(|e| anyhow!("{e}"))?;
+        tracing::debug!(elapsed = ?started.elapsed(), "EC2 client");
+        let enis = ec2
+            .describe_instance_network_interfaces(&id.instance_id)
+            .await
+            .map_err(|e| anyhow!("describing the instance's ENIs: {e}"))?;
+        tracing::debug!(elapsed = ?started.elapsed(), "described ENIs");
+        anyhow::Ok((ec2, enis))
+    };
+    let ((ec2, enis), facts) = tokio::try_join!(ec2_and_enis, read_facts(&imds, &id, opts))?;
+    tracing::info!(instance = %facts.instance_id, r#type = %facts.instance_type, subnet = %facts.subnet_id, "instance facts from IMDS");
+    Ok(Discovered { ec2, enis, facts })
 }
 
 /// IMDS identity (first round): instance ID, type, primary MAC, region.
@@ -103,10 +222,21 @@ async fn read_facts(imds: &Imds, id: &Identity, opts: &AgentOptions) -> anyhow::
     })
 }
 
-fn warm_config(
-    opts: &AgentOptions,
-    limits: &vpcnet_limits::InstanceLimits,
-) -> anyhow::Result<WarmConfig> {
+/// The instance type's ENI and IP limits: the built-in table, else EC2
+/// `DescribeInstanceTypes`.
+async fn instance_limits(ec2: &Ec2, facts: &NodeFacts) -> anyhow::Result<InstanceLimits> {
+    if let Some(l) = vpcnet_limits::lookup(&facts.instance_type) {
+        return Ok(l.clone());
+    }
+    ec2.describe_instance_types(std::slice::from_ref(&facts.instance_type))
+        .await
+        .map_err(|e| anyhow!("instance type {} is not in the built-in table and DescribeInstanceTypes failed: {e}", facts.instance_type))?
+        .into_iter()
+        .next()
+        .ok_or_else(|| anyhow!("EC2 does not know instance type {}", facts.instance_type))
+}
+
+fn warm_config(opts: &AgentOptions, limits: &InstanceLimits) -> anyhow::Result<WarmConfig> {
     let t = &opts.targets;
     let mut c = WarmConfig::for_limits(limits);
     c.warm_eni_target = t.warm_eni_target;
@@ -124,63 +254,14 @@ fn warm_config(
     Ok(c)
 }
 
-async fn bind_tcp(addr: SocketAddr, what: &str) -> anyhow::Result<tokio::net::TcpListener> {
-    tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot bind {what} on {addr}"))
-}
-
-/// Starts the agent and returns once the pool can serve (or startup failed).
-///
-/// Errors: IMDS unreachable, EC2 client configuration, unknown instance type, the socket
-/// or a listener cannot be bound. A corrupt checkpoint is not an error (see README).
-pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
-    let started = Instant::now();
-    let (stop, stop_rx) = watch::channel(false);
-    let listener = crate::grpc::bind(&opts.socket_path)?;
-    let imds = match &opts.imds_endpoint {
-        Some(e) => Imds::with_endpoint(e, Some(Duration::from_secs(2)))
-            .map_err(|e| anyhow!("IMDS endpoint: {e}"))?,
-        None => Imds::new(),
-    };
-    let id = read_identity(&imds, &opts).await?;
-    tracing::debug!(elapsed = ?started.elapsed(), "IMDS identity");
-    let metrics = Arc::new(Metrics::new());
-    // The one batched describe runs while IMDS answers the second round.
-    let ec2_and_enis = async {
-        let ec2 = Ec2::connect(
-            Ec2Options {
-                region: Some(id.region.clone()),
-                endpoint_url: opts.ec2_endpoint.clone(),
-                imds_endpoint: opts.imds_endpoint.clone(),
-                credentials: opts.credentials.clone(),
-                calls: opts.ec2_calls.clone(),
-            },
-            metrics.clone(),
-        )
-        .await
-        .map_err(|e| anyhow!("{e}"))?;
-        tracing::debug!(elapsed = ?started.elapsed(), "EC2 client");
-        let enis = ec2
-            .describe_instance_network_interfaces(&id.instance_id)
-            .await
-            .map_err(|e| anyhow!("describing the instance's ENIs: {e}"))?;
-        tracing::debug!(elapsed = ?started.elapsed(), "described ENIs");
-        anyhow::Ok((ec2, enis))
-    };
-    let ((ec2, enis), facts) = tokio::try_join!(ec2_and_enis, read_facts(&imds, &id, &opts))?;
-    tracing::info!(instance = %facts.instance_id, r#type = %facts.instance_type, subnet = %facts.subnet_id, "instance facts from IMDS");
-    let limits = match vpcnet_limits::lookup(&facts.instance_type) {
-        Some(l) => l.clone(),
-        None => ec2
-            .describe_instance_types(std::slice::from_ref(&facts.instance_type))
-            .await
-            .map_err(|e| anyhow!("instance type {} is not in the built-in table and DescribeInstanceTypes failed: {e}", facts.instance_type))?
-            .into_iter()
-            .next()
-            .ok_or_else(|| anyhow!("EC2 does not know instance type {}", facts.instance_type))?,
-    };
-    let mut pool = Pool::new(warm_config(&opts, &limits)?);
+/// The pool from the checkpoint, and how to treat addresses EC2 lists that it does not know:
+/// free when the checkpoint is missing or trusted, cooling when it was corrupt or inconsistent
+/// (running pods may hold them).
+fn restore_pool(
+    opts: &AgentOptions,
+    limits: &InstanceLimits,
+) -> anyhow::Result<(Pool, UnknownIpPolicy)> {
+    let mut pool = Pool::new(warm_config(opts, limits)?);
     let policy = match checkpoint_file::load(&opts.checkpoint_path, now_ms()) {
         Loaded::Missing => UnknownIpPolicy::Free,
         Loaded::Valid(cp) => match pool.restore(&cp) {
@@ -210,46 +291,67 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
             UnknownIpPolicy::Cooling
         }
     };
-    let shared = Arc::new(Shared::new(opts.clone(), facts, pool, metrics.clone()));
-    let mut tasks = Vec::new();
-    tasks.push(tokio::spawn(crate::grpc::serve(
-        shared.clone(),
-        listener,
-        stop_rx.clone(),
-    )));
+    Ok((pool, policy))
+}
 
-    crate::reconciler::adopt(&shared, &ec2, enis, policy)
+/// Adopts EC2's view of the instance's ENIs, sets up the node, fills the pool and marks the
+/// agent ready. EC2 errors of the fill are retried by the reconciler: the agent serves as
+/// soon as one address is available.
+async fn bring_up(
+    shared: &Shared,
+    ec2: &Ec2,
+    enis: Vec<NetworkInterface>,
+    policy: UnknownIpPolicy,
+) -> anyhow::Result<()> {
+    crate::reconciler::adopt(shared, ec2, enis, policy)
         .await
         .map_err(|e| anyhow!("adopting the instance's ENIs: {e}"))?;
     shared.persist().await;
-    crate::reconciler::setup_node_enis(&shared).await;
-    crate::reconciler::setup_node_firewall(&shared).await;
-    // Fill the pool; EC2 errors are retried by the reconciler, but serve as soon as one
-    // address is available.
-    if let Err(e) = crate::reconciler::fill(&shared, &ec2).await {
+    crate::reconciler::setup_node_enis(shared).await;
+    crate::reconciler::setup_node_firewall(shared).await;
+    if let Err(e) = crate::reconciler::fill(shared, ec2).await {
         tracing::warn!("initial pool fill failed: {e}; the reconciler retries");
         shared.set_error(Some(e.to_string()));
         shared.wake.notify_one();
     }
     shared.ready.store(true, Ordering::Release);
-    let time_to_ready = started.elapsed();
     shared.update_gauges();
-    tracing::info!(summary = ?shared.pool().summary(now_ms()), ?time_to_ready, "pool ready; serving");
+    Ok(())
+}
 
-    if let Some(path) = &opts.conflist_path {
-        let mut settings = opts.conflist.clone();
-        settings.agent_socket = opts.socket_path.display().to_string();
-        settings.mtu = opts.mtu;
-        write_conflist(path, &vpcnet_cni::conflist::render(&settings))
-            .with_context(|| format!("writing CNI conflist {}", path.display()))?;
-    }
+/// Writes the conflist atomically (temp file in the same directory, then rename), with the
+/// agent's socket and MTU.
+fn write_conflist(path: &Path, opts: &AgentOptions) -> std::io::Result<()> {
+    let mut settings = opts.conflist.clone();
+    settings.agent_socket = opts.socket_path.display().to_string();
+    settings.mtu = opts.mtu;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(
+        ".{}.tmp",
+        path.file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("conflist")
+    ));
+    std::fs::write(&tmp, vpcnet_cni_config::render(&settings))?;
+    std::fs::rename(&tmp, path)
+}
+
+/// The reconciler, the pod-route reclaim loop (with the node datapath) and the leaked-ENI
+/// sweep.
+fn spawn_background(
+    shared: &Arc<Shared>,
+    ec2: &Ec2,
+    stop: &watch::Receiver<bool>,
+    tasks: &mut Vec<JoinHandle<()>>,
+) {
     tasks.push(tokio::spawn(crate::reconciler::run(
         shared.clone(),
         ec2.clone(),
-        stop_rx.clone(),
+        stop.clone(),
     )));
-    if opts.node_network.is_some() {
-        let (shared, mut stop) = (shared.clone(), stop_rx.clone());
+    if shared.opts.node_network.is_some() {
+        let (shared, mut stop) = (shared.clone(), stop.clone());
         tasks.push(tokio::spawn(async move {
             loop {
                 crate::reconciler::reclaim_unrouted(&shared).await;
@@ -260,167 +362,42 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
             }
         }));
     }
-    if opts.sweep_leaked_enis {
+    if shared.opts.sweep_leaked_enis {
         let (shared, ec2) = (shared.clone(), ec2.clone());
         tasks.push(tokio::spawn(async move {
             crate::reconciler::sweep_leaked(&shared, &ec2).await
         }));
     }
-    let mut introspection_addr = None;
-    if let Some(addr) = opts.introspection_addr {
-        let l = bind_tcp(addr, "introspection").await?;
-        introspection_addr = Some(l.local_addr()?);
-        tasks.push(tokio::spawn(crate::introspection::serve(
-            crate::introspection::router(shared.clone()),
-            l,
-            stop_rx.clone(),
-        )));
-    }
-    let mut metrics_addr = None;
-    if let Some(addr) = opts.metrics_addr {
-        let l = bind_tcp(addr, "metrics").await?;
-        metrics_addr = Some(l.local_addr()?);
-        tasks.push(tokio::spawn(crate::introspection::serve(
-            crate::introspection::metrics_router(metrics),
-            l,
-            stop_rx.clone(),
-        )));
-    }
-    if let Some(path) = &opts.introspection_socket {
-        let l = crate::introspection::bind_unix(path, "introspection")?;
-        tasks.push(tokio::spawn(crate::introspection::serve(
-            crate::introspection::router(shared.clone()),
-            l,
-            stop_rx.clone(),
-        )));
-    }
-    if let Some(path) = &opts.metrics_socket {
-        let l = crate::introspection::bind_unix(path, "metrics")?;
-        tasks.push(tokio::spawn(crate::introspection::serve(
-            crate::introspection::metrics_router(shared.metrics.clone()),
-            l,
-            stop_rx.clone(),
-        )));
-    }
-    Ok(AgentHandle {
-        shared,
-        introspection_addr,
-        metrics_addr,
-        socket_path: opts.socket_path.clone(),
-        time_to_ready,
-        stop,
-        tasks,
-    })
 }
 
-fn write_conflist(path: &std::path::Path, text: &str) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(std::path::Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(
-        ".{}.tmp",
-        path.file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("conflist")
-    ));
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path)
-}
-
-/// Runs the agent until SIGINT/SIGTERM.
-pub async fn run(opts: AgentOptions) -> anyhow::Result<()> {
-    let handle = start(opts).await?;
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+/// Serves `router` on a TCP address and/or a Unix socket; returns the bound TCP address.
+async fn serve_http(
+    what: &str,
+    router: axum::Router,
+    tcp: Option<SocketAddr>,
+    unix: Option<&Path>,
+    stop: &watch::Receiver<bool>,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> anyhow::Result<Option<SocketAddr>> {
+    let mut bound = None;
+    if let Some(addr) = tcp {
+        let l = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot bind {what} on {addr}"))?;
+        bound = Some(l.local_addr()?);
+        tasks.push(tokio::spawn(crate::introspection::serve(
+            router.clone(),
+            l,
+            stop.clone(),
+        )));
     }
-    tracing::info!("shutting down");
-    handle.shutdown().await;
-    Ok(())
-}
-
-/// Options from the environment configuration (`config.rs`).
-pub fn options_from_config(c: &crate::config::Config) -> anyhow::Result<AgentOptions> {
-    // Refuse rather than ignore: with custom networking asked for, running anyway would put
-    // pods in the node's subnet and security groups instead of the ENIConfig's.
-    if c.custom_network_cfg {
-        anyhow::bail!(
-            "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG=true (custom networking with ENIConfig) is not \
-             supported by this vpcnet-agent yet: pods would get addresses from the node's subnet \
-             instead of the ENIConfig's. Unset it (or set it to false) to run without custom \
-             networking, or keep the VPC CNI on the nodes that need ENIConfig"
-        );
+    if let Some(path) = unix {
+        let l = crate::introspection::bind_unix(path, what)?;
+        tasks.push(tokio::spawn(crate::introspection::serve(
+            router,
+            l,
+            stop.clone(),
+        )));
     }
-    let tcp = |b: &BindAddress| match b {
-        BindAddress::Tcp(a) => Some(*a),
-        BindAddress::Unix(_) => None,
-    };
-    let unix = |b: &BindAddress| match b {
-        BindAddress::Tcp(_) => None,
-        BindAddress::Unix(p) => Some(p.clone()),
-    };
-    let conflist = vpcnet_cni::conflist::ConflistSettings {
-        veth_prefix: c.veth_prefix.clone(),
-        plugin_log_file: c.plugin_log_file.clone(),
-        plugin_log_level: c.plugin_log_level.clone(),
-        ..Default::default()
-    };
-    Ok(AgentOptions {
-        targets: crate::options::Targets {
-            warm_eni_target: c.warm_eni_target,
-            warm_ip_target: c.warm_ip_target,
-            minimum_ip_target: c.minimum_ip_target,
-            warm_prefix_target: c.warm_prefix_target.unwrap_or(1),
-            prefix_delegation: c.enable_prefix_delegation,
-            max_eni: c.max_eni,
-        },
-        cooldown: c.ip_cooldown(),
-        reconcile_interval: c.reconcile_interval(),
-        socket_path: c.agent_socket.clone(),
-        checkpoint_path: c.checkpoint_path.clone(),
-        introspection_addr: (!c.disable_introspection)
-            .then(|| tcp(&c.introspection_bind_address))
-            .flatten(),
-        introspection_socket: (!c.disable_introspection)
-            .then(|| unix(&c.introspection_bind_address))
-            .flatten(),
-        metrics_addr: (!c.disable_metrics)
-            .then(|| tcp(&c.metrics_bind_address))
-            .flatten(),
-        metrics_socket: (!c.disable_metrics)
-            .then(|| unix(&c.metrics_bind_address))
-            .flatten(),
-        conflist_path: Some(c.cni_conflist.clone()),
-        conflist,
-        cluster_name: c.cluster_name.clone(),
-        external_snat: c.external_snat,
-        exclude_snat_cidrs: c.exclude_snat_cidrs.clone(),
-        randomize_snat: match c.randomize_snat {
-            crate::config::RandomizeSnat::None => vpcnet_datapath::firewall::RandomizeSnat::None,
-            crate::config::RandomizeSnat::Hashrandom => {
-                vpcnet_datapath::firewall::RandomizeSnat::Hashrandom
-            }
-            crate::config::RandomizeSnat::Prng => vpcnet_datapath::firewall::RandomizeSnat::Prng,
-        },
-        node_port_support: c.node_port_support,
-        mtu: c.eni_mtu,
-        ec2_endpoint: c.ec2.endpoint.clone(),
-        imds_endpoint: std::env::var("AWS_EC2_METADATA_SERVICE_ENDPOINT")
-            .ok()
-            .filter(|s| !s.is_empty()),
-        ec2_calls: c.ec2_call_settings(),
-        node_network: if c.node_datapath {
-            Some(Arc::new(crate::node::NetlinkNode::default()))
-        } else {
-            None
-        },
-        env_settings: c
-            .env_settings()
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect(),
-        additional_eni_tags: c.additional_eni_tags.clone(),
-        sweep_leaked_enis: !c.disable_leaked_eni_cleanup,
-        ..AgentOptions::default()
-    })
+    Ok(bound)
 }

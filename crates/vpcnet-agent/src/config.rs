@@ -2,26 +2,41 @@
 //! semantics (amazon-vpc-cni-k8s README, "CNI Configuration Variables"), plus vpcnet's own
 //! `VPCNET_*` settings.
 //!
+//! Each variable is declared once below (field, variable, default, kind, meaning) with
+//! `settings!` (`config/declare.rs`): parsing, `/v1/env-settings` ([`Config::env_settings`])
+//! and the tables of `CONFIG.md` come from that declaration. A new setting is one more line in its
+//! section, then `UPDATE_DOCS=1 cargo test -p vpcnet-agent docs_are_current`.
+//!
 //! Parsing is a pure function of a key → value lookup ([`Config::from_lookup`]), so tests never
 //! touch the process environment. An empty value counts as unset (Kubernetes manifests often
-//! carry `value: ""`). Unlike the VPC CNI, which logs and falls back to the default, an invalid
-//! value is an error naming the variable, the value and what is accepted: the agent refuses to
-//! start on a typo instead of silently running with a setting the operator did not choose.
+//! carry `value: ""`). Unlike the VPC CNI, which logs and falls back to the default, invalid
+//! values are an error naming each invalid variable, its value and what is accepted, all at
+//! once: the agent refuses to start on a typo instead of silently running with a setting the
+//! operator did not choose.
+
+mod declare;
+pub mod kinds;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::time::Duration;
 
 use ipnet::Ipv4Net;
 use serde::Serialize;
 
+use declare::settings;
+pub use declare::Declaration;
+use kinds::{
+    AbsPath, Bind, Cidrs, Flag, Int, Rate, Tags, Target, Url, LOG_FILE, LOG_LEVEL,
+    PLUGIN_LOG_LEVEL, RANDOMIZE_SNAT, TEXT, VETH_PREFIX,
+};
+
 /// A configuration variable with an invalid value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid {var}={value:?}: {problem}; accepted: {accepted}")]
-pub struct ConfigError {
+pub struct InvalidSetting {
     /// The environment variable, e.g. `AWS_VPC_ENI_MTU`.
     pub var: &'static str,
     /// The value found.
@@ -31,6 +46,45 @@ pub struct ConfigError {
     /// What the variable accepts.
     pub accepted: String,
 }
+
+/// Every invalid variable of an environment, in declaration order (at least one). Derefs to
+/// the first, so the usual single mistake reads as `e.var`, `e.value`; [`ConfigError::all`]
+/// lists them all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    first: InvalidSetting,
+    rest: Vec<InvalidSetting>,
+}
+
+impl ConfigError {
+    /// Every invalid variable, in declaration order.
+    pub fn all(&self) -> impl Iterator<Item = &InvalidSetting> {
+        std::iter::once(&self.first).chain(&self.rest)
+    }
+}
+
+impl std::ops::Deref for ConfigError {
+    type Target = InvalidSetting;
+    fn deref(&self) -> &InvalidSetting {
+        &self.first
+    }
+}
+
+impl fmt::Display for ConfigError {
+    /// One invalid variable: its line. Several: their count, then one line each.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.rest.is_empty() {
+            return self.first.fmt(f);
+        }
+        write!(f, "{} invalid variables:", self.rest.len() + 1)?;
+        for e in self.all() {
+            write!(f, "\n  {e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigError {}
 
 /// Port randomisation of the SNAT rule (`AWS_VPC_K8S_CNI_RANDOMIZESNAT`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -46,11 +100,7 @@ pub enum RandomizeSnat {
 
 impl fmt::Display for RandomizeSnat {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            RandomizeSnat::None => "none",
-            RandomizeSnat::Hashrandom => "hashrandom",
-            RandomizeSnat::Prng => "prng",
-        })
+        f.write_str(&kinds::Kind::show(&RANDOMIZE_SNAT, self))
     }
 }
 
@@ -76,239 +126,6 @@ impl Serialize for BindAddress {
     }
 }
 
-/// Client-side EC2 limits and endpoint.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Ec2Settings {
-    /// `VPCNET_EC2_DESCRIBE_BUCKET_SIZE`: burst of Describe calls (default 100).
-    pub describe_bucket_size: u32,
-    /// `VPCNET_EC2_DESCRIBE_REFILL_RATE`: Describe calls per second (default 20).
-    pub describe_refill_per_sec: f64,
-    /// `VPCNET_EC2_MUTATING_BUCKET_SIZE`: burst of mutating calls (default 20).
-    pub mutating_bucket_size: u32,
-    /// `VPCNET_EC2_MUTATING_REFILL_RATE`: mutating calls per second (default 5).
-    pub mutating_refill_per_sec: f64,
-    /// `VPCNET_EC2_CALL_TIMEOUT`: deadline of one EC2 call, retries included, in seconds
-    /// (default 30).
-    pub call_timeout_secs: u64,
-    /// `AWS_EC2_ENDPOINT` (the VPC CNI's name): EC2 endpoint URL. When unset the SDK honours
-    /// `AWS_ENDPOINT_URL_EC2` / `AWS_ENDPOINT_URL`, then the regional endpoint.
-    pub endpoint: Option<String>,
-}
-
-/// The agent's configuration. Serializes (for `/v1/env-settings`) with field names; see
-/// [`Config::env_settings`] for the variable-name view.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Config {
-    /// `WARM_ENI_TARGET` (default 1): free ENIs (with all their addresses) to keep attached.
-    /// Ignored when `WARM_IP_TARGET` or `MINIMUM_IP_TARGET` is set.
-    pub warm_eni_target: u32,
-    /// `WARM_IP_TARGET`: free IPs to keep; unset, 0 or negative = not used.
-    pub warm_ip_target: Option<u32>,
-    /// `MINIMUM_IP_TARGET`: floor of total IPs on the node; unset, 0 or negative = not used.
-    pub minimum_ip_target: Option<u32>,
-    /// `WARM_PREFIX_TARGET`: free /28 prefixes to keep in prefix mode; unset, 0 or negative =
-    /// not used. Overridden by `WARM_IP_TARGET` / `MINIMUM_IP_TARGET`.
-    pub warm_prefix_target: Option<u32>,
-    /// `ENABLE_PREFIX_DELEGATION` (default false): assign /28 prefixes instead of secondary IPs.
-    pub enable_prefix_delegation: bool,
-    /// `MAX_ENI`: cap on attached ENIs; unset, 0 or negative = the instance type's limit.
-    pub max_eni: Option<u32>,
-    /// `AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG` (default false): take subnet and security groups
-    /// for new ENIs from the node's ENIConfig.
-    pub custom_network_cfg: bool,
-    /// `ENI_CONFIG_LABEL_DEF` (default `k8s.amazonaws.com/eniConfig`): node label whose value
-    /// names the ENIConfig.
-    pub eni_config_label_def: String,
-    /// `ENI_CONFIG_ANNOTATION_DEF` (default `k8s.amazonaws.com/eniConfig`): node annotation whose
-    /// value names the ENIConfig; beats the label.
-    pub eni_config_annotation_def: String,
-    /// `AWS_VPC_K8S_CNI_EXTERNALSNAT` (default false): an external NAT device does SNAT; the
-    /// agent installs no SNAT rule.
-    pub external_snat: bool,
-    /// `AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS`: comma-separated IPv4 CIDRs exempt from SNAT.
-    pub exclude_snat_cidrs: Vec<Ipv4Net>,
-    /// `AWS_VPC_K8S_CNI_RANDOMIZESNAT` (default `prng`).
-    pub randomize_snat: RandomizeSnat,
-    /// `AWS_VPC_ENI_MTU` (default 9001, range 576..=9001): MTU of ENIs and pod interfaces.
-    pub eni_mtu: u32,
-    /// `AWS_VPC_K8S_CNI_VETHPREFIX` (default `eni`): host-side veth name prefix, ≤ 4 characters,
-    /// not `eth`, `vlan` or `lo`.
-    pub veth_prefix: String,
-    /// `AWS_VPC_K8S_PLUGIN_LOG_FILE` (default `/var/log/aws-routed-eni/plugin.log`): where the
-    /// CNI plugin logs, written into the conflist; an absolute path, `stderr`, or empty for none.
-    pub plugin_log_file: String,
-    /// `AWS_VPC_K8S_PLUGIN_LOG_LEVEL` (default `Debug`): the plugin's log level, one of
-    /// `Debug`, `Info`, `Warn`, `Error`, written into the conflist.
-    pub plugin_log_level: String,
-    /// `AWS_VPC_CNI_NODE_PORT_SUPPORT` (default true): mark traffic arriving on the primary ENI
-    /// so replies leave through it (NodePort services).
-    pub node_port_support: bool,
-    /// `CLUSTER_ENDPOINT`: API server URL used directly, without kube-proxy.
-    pub cluster_endpoint: Option<String>,
-    /// `CLUSTER_NAME` (default empty): value of the cluster-name tag on created ENIs.
-    pub cluster_name: String,
-    /// `ADDITIONAL_ENI_TAGS` (default `{}`): JSON object of extra tags for created ENIs. Keys
-    /// containing `k8s.amazonaws.com` are reserved and rejected.
-    pub additional_eni_tags: BTreeMap<String, String>,
-    /// `DISABLE_LEAKED_ENI_CLEANUP` (default false): skip the periodic sweep of leaked ENIs.
-    pub disable_leaked_eni_cleanup: bool,
-    /// `DISABLE_INTROSPECTION` (default false).
-    pub disable_introspection: bool,
-    /// `DISABLE_METRICS` (default false).
-    pub disable_metrics: bool,
-    /// `INTROSPECTION_BIND_ADDRESS` (default `127.0.0.1:61679`; `unix:/path` for a socket).
-    pub introspection_bind_address: BindAddress,
-    /// `VPCNET_METRICS_BIND_ADDRESS` (default `:61678`, all addresses, as the VPC CNI's fixed
-    /// metrics port).
-    pub metrics_bind_address: BindAddress,
-    /// `IP_COOLDOWN_PERIOD` (default 30): seconds a released IP stays unavailable.
-    pub ip_cooldown_period_secs: u64,
-    /// `AWS_VPC_K8S_CNI_LOGLEVEL` (default `DEBUG`, as the VPC CNI): one of DEBUG, INFO, WARN,
-    /// ERROR, FATAL (any case), stored upper-case.
-    pub log_level: String,
-    /// `VPCNET_AGENT_SOCKET` (default `/var/run/vpcnet/agent.sock`): gRPC socket for the plugin.
-    pub agent_socket: PathBuf,
-    /// `VPCNET_CHECKPOINT_PATH` (default `/var/run/vpcnet/ipam.json`).
-    pub checkpoint_path: PathBuf,
-    /// `VPCNET_CNI_CONFLIST` (default `/etc/cni/net.d/10-vpcnet.conflist`).
-    pub cni_conflist: PathBuf,
-    /// `VPCNET_RECONCILE_INTERVAL` (default 30, ≥ 1): seconds between periodic pool passes.
-    pub reconcile_interval_secs: u64,
-    /// `VPCNET_NODE_DATAPATH` (default true): program node routes, rules and SNAT.
-    pub node_datapath: bool,
-    /// EC2 rate limits, deadline and endpoint.
-    pub ec2: Ec2Settings,
-}
-
-/// Default ENIConfig label/annotation key.
-pub const DEFAULT_ENI_CONFIG_KEY: &str = "k8s.amazonaws.com/eniConfig";
-
-const BOOL_ACCEPTED: &str = "true, false (also 1, t, T, TRUE, True, 0, f, F, FALSE, False)";
-
-struct Env<'a> {
-    get: &'a dyn Fn(&str) -> Option<String>,
-}
-
-impl Env<'_> {
-    /// The value, `None` when unset or empty.
-    fn raw(&self, var: &str) -> Option<String> {
-        (self.get)(var)
-            .map(|v| v.trim().to_string())
-            .filter(|v| !v.is_empty())
-    }
-
-    fn err(
-        var: &'static str,
-        value: &str,
-        problem: impl Into<String>,
-        accepted: impl Into<String>,
-    ) -> ConfigError {
-        ConfigError {
-            var,
-            value: value.to_string(),
-            problem: problem.into(),
-            accepted: accepted.into(),
-        }
-    }
-
-    fn string(&self, var: &'static str, default: &str) -> String {
-        self.raw(var).unwrap_or_else(|| default.to_string())
-    }
-
-    fn bool(&self, var: &'static str, default: bool) -> Result<bool, ConfigError> {
-        match self.raw(var) {
-            None => Ok(default),
-            Some(v) => {
-                parse_bool(&v).ok_or_else(|| Self::err(var, &v, "not a boolean", BOOL_ACCEPTED))
-            }
-        }
-    }
-
-    fn int(&self, var: &'static str) -> Result<Option<i64>, ConfigError> {
-        self.raw(var)
-            .map(|v| {
-                v.parse::<i64>()
-                    .map_err(|_| Self::err(var, &v, "not an integer", "a decimal integer"))
-            })
-            .transpose()
-    }
-
-    /// Unset, zero or negative → `None` (the VPC CNI's "non-positive means unset").
-    fn positive_or_unset(&self, var: &'static str) -> Result<Option<u32>, ConfigError> {
-        match self.int(var)? {
-            Some(n) if n > 0 => u32::try_from(n).map(Some).map_err(|_| {
-                Self::err(
-                    var,
-                    &n.to_string(),
-                    "too large",
-                    format!("an integer up to {}", u32::MAX),
-                )
-            }),
-            _ => Ok(None),
-        }
-    }
-
-    fn ranged(
-        &self,
-        var: &'static str,
-        default: u64,
-        min: u64,
-        max: u64,
-    ) -> Result<u64, ConfigError> {
-        match self.int(var)? {
-            None => Ok(default),
-            Some(n) if n >= min as i64 && (n as u64) <= max => Ok(n as u64),
-            Some(n) => Err(Self::err(
-                var,
-                &n.to_string(),
-                "out of range",
-                format!("an integer from {min} to {max}"),
-            )),
-        }
-    }
-
-    fn rate(&self, var: &'static str, default: f64) -> Result<f64, ConfigError> {
-        match self.raw(var) {
-            None => Ok(default),
-            Some(v) => match v.parse::<f64>() {
-                Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
-                _ => Err(Self::err(
-                    var,
-                    &v,
-                    "not a positive number",
-                    "a number of requests per second > 0, e.g. 5 or 0.5",
-                )),
-            },
-        }
-    }
-
-    fn bind(&self, var: &'static str, default: &str) -> Result<BindAddress, ConfigError> {
-        let v = self.string(var, default);
-        parse_bind(&v).ok_or_else(|| {
-            Self::err(
-                var,
-                &v,
-                "not a bind address",
-                "host:port (e.g. 127.0.0.1:61679), :port, or unix:/path/to/socket",
-            )
-        })
-    }
-
-    fn path(&self, var: &'static str, default: &str) -> Result<PathBuf, ConfigError> {
-        let v = self.string(var, default);
-        if v.starts_with('/') {
-            Ok(PathBuf::from(v))
-        } else {
-            Err(Self::err(
-                var,
-                &v,
-                "not an absolute path",
-                "an absolute path such as /var/run/vpcnet/agent.sock",
-            ))
-        }
-    }
-}
-
 /// Booleans as the VPC CNI reads them (Go's `strconv.ParseBool`).
 pub fn parse_bool(v: &str) -> Option<bool> {
     match v {
@@ -318,18 +135,122 @@ pub fn parse_bool(v: &str) -> Option<bool> {
     }
 }
 
-fn parse_bind(v: &str) -> Option<BindAddress> {
-    if let Some(path) = v.strip_prefix("unix:") {
-        return path
-            .starts_with('/')
-            .then(|| BindAddress::Unix(PathBuf::from(path)));
+settings! {
+    /// Client-side EC2 limits and endpoint.
+    #[derive(Debug, Clone, PartialEq, Serialize)]
+    pub struct Ec2Settings {
+        ["ec2"]
+        /// EC2 endpoint URL (VPC CNI). When unset the SDK honours `AWS_ENDPOINT_URL_EC2` /
+        /// `AWS_ENDPOINT_URL`, then the regional endpoint.
+        endpoint: Option<String> = "AWS_EC2_ENDPOINT", "",
+            Url { accepted: "a URL such as https://ec2.us-west-2.amazonaws.com" };
+        /// Burst of Describe calls the agent allows itself.
+        describe_bucket_size: u32 = "VPCNET_EC2_DESCRIBE_BUCKET_SIZE", "100", Int::range(1, 10_000);
+        /// Describe calls per second after the burst.
+        describe_refill_per_sec: f64 = "VPCNET_EC2_DESCRIBE_REFILL_RATE", "20", Rate;
+        /// Burst of mutating calls (create, attach, assign, ...).
+        mutating_bucket_size: u32 = "VPCNET_EC2_MUTATING_BUCKET_SIZE", "20", Int::range(1, 10_000);
+        /// Mutating calls per second after the burst.
+        mutating_refill_per_sec: f64 = "VPCNET_EC2_MUTATING_REFILL_RATE", "5", Rate;
+        /// Deadline of one EC2 call in seconds, token-bucket wait, retries and backoff included.
+        call_timeout_secs: u64 = "VPCNET_EC2_CALL_TIMEOUT", "30", Int::range(1, 3_600);
     }
-    let full = if v.starts_with(':') {
-        format!("0.0.0.0{v}")
-    } else {
-        v.to_string()
-    };
-    SocketAddr::from_str(&full).ok().map(BindAddress::Tcp)
+}
+
+settings! {
+    /// The agent's configuration. Serializes with field names; [`Config::env_settings`] gives
+    /// the variable-name view that `/v1/env-settings` serves.
+    #[derive(Debug, Clone, PartialEq, Serialize)]
+    pub struct Config {
+        ["warm-pool"]
+        /// Free ENIs (with all their addresses) to keep attached. Ignored when
+        /// `WARM_IP_TARGET` or `MINIMUM_IP_TARGET` is set.
+        warm_eni_target: u32 = "WARM_ENI_TARGET", "1", Int::at_least(0);
+        /// Free addresses to keep.
+        warm_ip_target: Option<u32> = "WARM_IP_TARGET", "", Target;
+        /// Floor of total addresses on the node. Unlike the VPC CNI, set alone it keeps
+        /// growing the pool as pods arrive.
+        minimum_ip_target: Option<u32> = "MINIMUM_IP_TARGET", "", Target;
+        /// Free /28 prefixes to keep in prefix mode (the agent uses 1 when unset); overridden
+        /// by the IP targets.
+        warm_prefix_target: Option<u32> = "WARM_PREFIX_TARGET", "", Target;
+        /// Assign /28 prefixes instead of secondary IPs (Nitro types).
+        enable_prefix_delegation: bool = "ENABLE_PREFIX_DELEGATION", "false", Flag;
+        /// Cap on attached ENIs, never above the instance type's limit.
+        max_eni: Option<u32> = "MAX_ENI", "", Target;
+        /// Seconds a released address stays unavailable. Persisted across restarts.
+        ip_cooldown_period_secs: u64 = "IP_COOLDOWN_PERIOD", "30", Int::range(0, 86_400);
+
+        ["custom-networking"]
+        /// Take subnet and security groups of new ENIs from the node's ENIConfig (not
+        /// implemented yet: `true` stops the agent).
+        custom_network_cfg: bool = "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", "false", Flag;
+        /// Node annotation naming the ENIConfig (beats the label).
+        eni_config_annotation_def: String =
+            "ENI_CONFIG_ANNOTATION_DEF", "k8s.amazonaws.com/eniConfig", TEXT;
+        /// Node label naming the ENIConfig, e.g. `topology.kubernetes.io/zone`.
+        eni_config_label_def: String = "ENI_CONFIG_LABEL_DEF", "k8s.amazonaws.com/eniConfig", TEXT;
+
+        ["datapath"]
+        /// An external NAT device does SNAT; no SNAT rule (and no outbound connmark) on the
+        /// node. Also reported to the plugin.
+        external_snat: bool = "AWS_VPC_K8S_CNI_EXTERNALSNAT", "false", Flag;
+        /// IPv4 CIDRs exempt from SNAT (an invalid item is an error, not skipped).
+        exclude_snat_cidrs: Vec<Ipv4Net> = "AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS", "", Cidrs;
+        /// SNAT source-port randomisation: `none`, `hashrandom` (`--random`), `prng`
+        /// (`--random-fully`).
+        randomize_snat: RandomizeSnat = "AWS_VPC_K8S_CNI_RANDOMIZESNAT", "prng", RANDOMIZE_SNAT;
+        /// MTU of ENIs and pod interfaces.
+        eni_mtu: u32 = "AWS_VPC_ENI_MTU", "9001", Int::range(576, 9001);
+        /// Host-side veth name prefix (written into the conflist).
+        veth_prefix: String = "AWS_VPC_K8S_CNI_VETHPREFIX", "eni", VETH_PREFIX;
+        /// Where the CNI plugin logs (written into the conflist).
+        plugin_log_file: String =
+            "AWS_VPC_K8S_PLUGIN_LOG_FILE", "/var/log/aws-routed-eni/plugin.log", LOG_FILE;
+        /// The plugin's log level (written into the conflist).
+        plugin_log_level: String = "AWS_VPC_K8S_PLUGIN_LOG_LEVEL", "Debug", PLUGIN_LOG_LEVEL;
+        /// Replies to traffic that arrived on the primary ENI leave through it (NodePort).
+        node_port_support: bool = "AWS_VPC_CNI_NODE_PORT_SUPPORT", "true", Flag;
+        /// Program node routes, rules, SNAT and connmark (`false` for emulator-only runs).
+        node_datapath: bool = "VPCNET_NODE_DATAPATH", "true", Flag;
+
+        ["cluster"]
+        /// API server URL used directly, without kube-proxy.
+        cluster_endpoint: Option<String> = "CLUSTER_ENDPOINT", "",
+            Url { accepted: "the API server URL, e.g. https://ABCD.gr7.us-east-1.eks.amazonaws.com" };
+        /// Value of the `cluster.k8s.amazonaws.com/name` tag on created ENIs.
+        cluster_name: String = "CLUSTER_NAME", "", TEXT;
+        /// Extra tags on created ENIs.
+        additional_eni_tags: BTreeMap<String, String> = "ADDITIONAL_ENI_TAGS", "{}", Tags;
+        /// Skip the sweep, at start, of detached ENIs this node created (leaked by a crash
+        /// between create and attach).
+        disable_leaked_eni_cleanup: bool = "DISABLE_LEAKED_ENI_CLEANUP", "false", Flag;
+        /// The agent's log level (`RUST_LOG` overrides it).
+        log_level: String = "AWS_VPC_K8S_CNI_LOGLEVEL", "DEBUG", LOG_LEVEL;
+
+        ["endpoints"]
+        /// Turn off the introspection server (VPC CNI).
+        disable_introspection: bool = "DISABLE_INTROSPECTION", "false", Flag;
+        /// Introspection address (VPC CNI).
+        introspection_bind_address: BindAddress =
+            "INTROSPECTION_BIND_ADDRESS", "127.0.0.1:61679", Bind;
+        /// Turn off the metrics server (VPC CNI).
+        disable_metrics: bool = "DISABLE_METRICS", "false", Flag;
+        /// Metrics address (the VPC CNI's fixed port, all interfaces). See
+        /// [METRICS.md](METRICS.md).
+        metrics_bind_address: BindAddress = "VPCNET_METRICS_BIND_ADDRESS", ":61678", Bind;
+        /// gRPC Unix socket for the CNI plugin (mode 0660).
+        agent_socket: PathBuf = "VPCNET_AGENT_SOCKET", "/var/run/vpcnet/agent.sock", AbsPath;
+        /// Checkpoint file (mode 0600).
+        checkpoint_path: PathBuf = "VPCNET_CHECKPOINT_PATH", "/var/run/vpcnet/ipam.json", AbsPath;
+        /// Conflist written once the pool can serve.
+        cni_conflist: PathBuf =
+            "VPCNET_CNI_CONFLIST", "/etc/cni/net.d/10-vpcnet.conflist", AbsPath;
+        /// Seconds between periodic pool passes.
+        reconcile_interval_secs: u64 = "VPCNET_RECONCILE_INTERVAL", "30", Int::range(1, 86_400);
+
+        @group ec2: Ec2Settings;
+    }
 }
 
 impl Config {
@@ -345,237 +266,17 @@ impl Config {
 
     /// The configuration from any variable lookup. Pure apart from calling `get`.
     ///
-    /// Errors: the first invalid variable, as a [`ConfigError`] naming it, its value and the
+    /// Errors: every invalid variable, as a [`ConfigError`] naming each, its value and the
     /// accepted values.
     pub fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
-        let env = Env { get };
-
-        let warm_eni_target = match env.int("WARM_ENI_TARGET")? {
-            None => 1,
-            Some(n) if (0..=i64::from(u32::MAX)).contains(&n) => n as u32,
-            Some(n) => {
-                return Err(Env::err(
-                    "WARM_ENI_TARGET",
-                    &n.to_string(),
-                    "negative",
-                    "an integer ≥ 0",
-                ))
+        Config::read(get).map_err(|invalid| {
+            let mut invalid = invalid.into_iter();
+            ConfigError {
+                first: invalid
+                    .next()
+                    .expect("reading fails only with an invalid variable"),
+                rest: invalid.collect(),
             }
-        };
-
-        let exclude_snat_cidrs = match env.raw("AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS") {
-            None => Vec::new(),
-            Some(v) => v
-                .split(',')
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(|s| {
-                    s.parse::<Ipv4Net>().map_err(|_| {
-                        Env::err(
-                            "AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS",
-                            &v,
-                            format!("{s:?} is not an IPv4 CIDR"),
-                            "comma-separated IPv4 CIDRs, e.g. 10.1.0.0/16,192.168.0.0/24",
-                        )
-                    })
-                })
-                .collect::<Result<_, _>>()?,
-        };
-
-        let randomize_snat = match env.raw("AWS_VPC_K8S_CNI_RANDOMIZESNAT") {
-            None => RandomizeSnat::Prng,
-            Some(v) => match v.to_ascii_lowercase().as_str() {
-                "none" => RandomizeSnat::None,
-                "hashrandom" => RandomizeSnat::Hashrandom,
-                "prng" => RandomizeSnat::Prng,
-                _ => {
-                    return Err(Env::err(
-                        "AWS_VPC_K8S_CNI_RANDOMIZESNAT",
-                        &v,
-                        "unknown mode",
-                        "none, hashrandom, prng",
-                    ))
-                }
-            },
-        };
-
-        let veth_prefix = env.string("AWS_VPC_K8S_CNI_VETHPREFIX", "eni");
-        let veth_ok = veth_prefix.len() <= 4
-            && veth_prefix
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-            && !matches!(veth_prefix.as_str(), "eth" | "vlan" | "lo");
-        if !veth_ok {
-            return Err(Env::err(
-                "AWS_VPC_K8S_CNI_VETHPREFIX",
-                &veth_prefix,
-                "not a usable interface name prefix",
-                "1 to 4 characters from [A-Za-z0-9_-], other than the reserved eth, vlan and lo",
-            ));
-        }
-
-        let plugin_log_file = env.string(
-            "AWS_VPC_K8S_PLUGIN_LOG_FILE",
-            "/var/log/aws-routed-eni/plugin.log",
-        );
-        if !(plugin_log_file.is_empty()
-            || plugin_log_file == "stderr"
-            || plugin_log_file.starts_with('/'))
-        {
-            return Err(Env::err(
-                "AWS_VPC_K8S_PLUGIN_LOG_FILE",
-                &plugin_log_file,
-                "not an absolute path",
-                "an absolute file path, `stderr`, or empty to disable plugin logging",
-            ));
-        }
-        let plugin_log_level = {
-            let v = env.string("AWS_VPC_K8S_PLUGIN_LOG_LEVEL", "Debug");
-            match v.to_ascii_lowercase().as_str() {
-                "debug" => "Debug",
-                "info" => "Info",
-                "warn" | "warning" => "Warn",
-                "error" => "Error",
-                _ => {
-                    return Err(Env::err(
-                        "AWS_VPC_K8S_PLUGIN_LOG_LEVEL",
-                        &v,
-                        "unknown log level",
-                        "Debug, Info, Warn, Error",
-                    ))
-                }
-            }
-            .to_string()
-        };
-
-        let cluster_endpoint = env.raw("CLUSTER_ENDPOINT");
-        if let Some(url) = &cluster_endpoint {
-            if !(url.starts_with("https://") || url.starts_with("http://"))
-                || url.len() <= "https://".len()
-            {
-                return Err(Env::err(
-                    "CLUSTER_ENDPOINT",
-                    url,
-                    "not a URL",
-                    "the API server URL, e.g. https://ABCD.gr7.us-east-1.eks.amazonaws.com",
-                ));
-            }
-        }
-
-        let additional_eni_tags = match env.raw("ADDITIONAL_ENI_TAGS") {
-            None => BTreeMap::new(),
-            Some(v) => {
-                let tags: BTreeMap<String, String> = serde_json::from_str(&v).map_err(|e| {
-                    Env::err(
-                        "ADDITIONAL_ENI_TAGS",
-                        &v,
-                        format!("not a JSON object of strings ({e})"),
-                        r#"a JSON object such as {"team": "net"}"#,
-                    )
-                })?;
-                if let Some(k) = tags.keys().find(|k| k.contains("k8s.amazonaws.com")) {
-                    return Err(Env::err(
-                        "ADDITIONAL_ENI_TAGS",
-                        &v,
-                        format!("tag key {k:?} uses the reserved k8s.amazonaws.com prefix"),
-                        "tag keys without k8s.amazonaws.com",
-                    ));
-                }
-                if let Some((k, _)) = tags
-                    .iter()
-                    .find(|(k, val)| k.is_empty() || k.len() > 128 || val.len() > 256)
-                {
-                    return Err(Env::err(
-                        "ADDITIONAL_ENI_TAGS",
-                        &v,
-                        format!("tag {k:?} has an empty or too long key, or a value over 256 characters"),
-                        "keys of 1 to 128 characters, values up to 256 characters",
-                    ));
-                }
-                tags
-            }
-        };
-
-        let log_level = env
-            .string("AWS_VPC_K8S_CNI_LOGLEVEL", "DEBUG")
-            .to_ascii_uppercase();
-        if !matches!(
-            log_level.as_str(),
-            "DEBUG" | "INFO" | "WARN" | "ERROR" | "FATAL"
-        ) {
-            return Err(Env::err(
-                "AWS_VPC_K8S_CNI_LOGLEVEL",
-                &log_level,
-                "unknown level",
-                "DEBUG, INFO, WARN, ERROR, FATAL (any case)",
-            ));
-        }
-
-        let endpoint = env.raw("AWS_EC2_ENDPOINT");
-        if let Some(url) = &endpoint {
-            if !(url.starts_with("https://") || url.starts_with("http://")) {
-                return Err(Env::err(
-                    "AWS_EC2_ENDPOINT",
-                    url,
-                    "not an http(s) URL",
-                    "a URL such as https://ec2.us-west-2.amazonaws.com",
-                ));
-            }
-        }
-
-        Ok(Config {
-            warm_eni_target,
-            warm_ip_target: env.positive_or_unset("WARM_IP_TARGET")?,
-            minimum_ip_target: env.positive_or_unset("MINIMUM_IP_TARGET")?,
-            warm_prefix_target: env.positive_or_unset("WARM_PREFIX_TARGET")?,
-            enable_prefix_delegation: env.bool("ENABLE_PREFIX_DELEGATION", false)?,
-            max_eni: env.positive_or_unset("MAX_ENI")?,
-            custom_network_cfg: env.bool("AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", false)?,
-            eni_config_label_def: env.string("ENI_CONFIG_LABEL_DEF", DEFAULT_ENI_CONFIG_KEY),
-            eni_config_annotation_def: env
-                .string("ENI_CONFIG_ANNOTATION_DEF", DEFAULT_ENI_CONFIG_KEY),
-            external_snat: env.bool("AWS_VPC_K8S_CNI_EXTERNALSNAT", false)?,
-            exclude_snat_cidrs,
-            randomize_snat,
-            eni_mtu: env.ranged("AWS_VPC_ENI_MTU", 9001, 576, 9001)? as u32,
-            veth_prefix,
-            plugin_log_file,
-            plugin_log_level,
-            node_port_support: env.bool("AWS_VPC_CNI_NODE_PORT_SUPPORT", true)?,
-            cluster_endpoint,
-            cluster_name: env.string("CLUSTER_NAME", ""),
-            additional_eni_tags,
-            disable_leaked_eni_cleanup: env.bool("DISABLE_LEAKED_ENI_CLEANUP", false)?,
-            disable_introspection: env.bool("DISABLE_INTROSPECTION", false)?,
-            disable_metrics: env.bool("DISABLE_METRICS", false)?,
-            introspection_bind_address: env
-                .bind("INTROSPECTION_BIND_ADDRESS", "127.0.0.1:61679")?,
-            metrics_bind_address: env.bind("VPCNET_METRICS_BIND_ADDRESS", ":61678")?,
-            ip_cooldown_period_secs: env.ranged("IP_COOLDOWN_PERIOD", 30, 0, 86_400)?,
-            log_level,
-            agent_socket: env.path("VPCNET_AGENT_SOCKET", "/var/run/vpcnet/agent.sock")?,
-            checkpoint_path: env.path("VPCNET_CHECKPOINT_PATH", "/var/run/vpcnet/ipam.json")?,
-            cni_conflist: env.path("VPCNET_CNI_CONFLIST", "/etc/cni/net.d/10-vpcnet.conflist")?,
-            reconcile_interval_secs: env.ranged("VPCNET_RECONCILE_INTERVAL", 30, 1, 86_400)?,
-            node_datapath: env.bool("VPCNET_NODE_DATAPATH", true)?,
-            ec2: Ec2Settings {
-                describe_bucket_size: env.ranged(
-                    "VPCNET_EC2_DESCRIBE_BUCKET_SIZE",
-                    100,
-                    1,
-                    10_000,
-                )? as u32,
-                describe_refill_per_sec: env.rate("VPCNET_EC2_DESCRIBE_REFILL_RATE", 20.0)?,
-                mutating_bucket_size: env.ranged(
-                    "VPCNET_EC2_MUTATING_BUCKET_SIZE",
-                    20,
-                    1,
-                    10_000,
-                )? as u32,
-                mutating_refill_per_sec: env.rate("VPCNET_EC2_MUTATING_REFILL_RATE", 5.0)?,
-                call_timeout_secs: env.ranged("VPCNET_EC2_CALL_TIMEOUT", 30, 1, 3_600)?,
-                endpoint,
-            },
         })
     }
 
@@ -618,125 +319,31 @@ impl Config {
     }
 
     /// Effective value of every variable, keyed by variable name, as the VPC CNI's
-    /// `/v1/env-settings` reports them (unset optional values are empty strings).
+    /// `/v1/env-settings` reports them (unset optional values are empty strings). Reading
+    /// them back with [`Config::from_map`] gives this configuration.
     pub fn env_settings(&self) -> BTreeMap<&'static str, String> {
-        let opt = |v: Option<u32>| v.map(|n| n.to_string()).unwrap_or_default();
-        let cidrs = self
-            .exclude_snat_cidrs
-            .iter()
-            .map(|c| c.to_string())
-            .collect::<Vec<_>>()
-            .join(",");
-        let tags = serde_json::to_string(&self.additional_eni_tags).unwrap_or_default();
-        BTreeMap::from([
-            ("WARM_ENI_TARGET", self.warm_eni_target.to_string()),
-            ("WARM_IP_TARGET", opt(self.warm_ip_target)),
-            ("MINIMUM_IP_TARGET", opt(self.minimum_ip_target)),
-            ("WARM_PREFIX_TARGET", opt(self.warm_prefix_target)),
-            (
-                "ENABLE_PREFIX_DELEGATION",
-                self.enable_prefix_delegation.to_string(),
-            ),
-            ("MAX_ENI", opt(self.max_eni)),
-            (
-                "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG",
-                self.custom_network_cfg.to_string(),
-            ),
-            ("ENI_CONFIG_LABEL_DEF", self.eni_config_label_def.clone()),
-            (
-                "ENI_CONFIG_ANNOTATION_DEF",
-                self.eni_config_annotation_def.clone(),
-            ),
-            (
-                "AWS_VPC_K8S_CNI_EXTERNALSNAT",
-                self.external_snat.to_string(),
-            ),
-            ("AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS", cidrs),
-            (
-                "AWS_VPC_K8S_CNI_RANDOMIZESNAT",
-                self.randomize_snat.to_string(),
-            ),
-            ("AWS_VPC_ENI_MTU", self.eni_mtu.to_string()),
-            ("AWS_VPC_K8S_CNI_VETHPREFIX", self.veth_prefix.clone()),
-            ("AWS_VPC_K8S_PLUGIN_LOG_FILE", self.plugin_log_file.clone()),
-            (
-                "AWS_VPC_K8S_PLUGIN_LOG_LEVEL",
-                self.plugin_log_level.clone(),
-            ),
-            (
-                "AWS_VPC_CNI_NODE_PORT_SUPPORT",
-                self.node_port_support.to_string(),
-            ),
-            (
-                "CLUSTER_ENDPOINT",
-                self.cluster_endpoint.clone().unwrap_or_default(),
-            ),
-            ("CLUSTER_NAME", self.cluster_name.clone()),
-            ("ADDITIONAL_ENI_TAGS", tags),
-            (
-                "DISABLE_LEAKED_ENI_CLEANUP",
-                self.disable_leaked_eni_cleanup.to_string(),
-            ),
-            (
-                "DISABLE_INTROSPECTION",
-                self.disable_introspection.to_string(),
-            ),
-            ("DISABLE_METRICS", self.disable_metrics.to_string()),
-            (
-                "INTROSPECTION_BIND_ADDRESS",
-                self.introspection_bind_address.to_string(),
-            ),
-            (
-                "VPCNET_METRICS_BIND_ADDRESS",
-                self.metrics_bind_address.to_string(),
-            ),
-            (
-                "IP_COOLDOWN_PERIOD",
-                self.ip_cooldown_period_secs.to_string(),
-            ),
-            ("AWS_VPC_K8S_CNI_LOGLEVEL", self.log_level.clone()),
-            (
-                "VPCNET_AGENT_SOCKET",
-                self.agent_socket.display().to_string(),
-            ),
-            (
-                "VPCNET_CHECKPOINT_PATH",
-                self.checkpoint_path.display().to_string(),
-            ),
-            (
-                "VPCNET_CNI_CONFLIST",
-                self.cni_conflist.display().to_string(),
-            ),
-            (
-                "VPCNET_RECONCILE_INTERVAL",
-                self.reconcile_interval_secs.to_string(),
-            ),
-            ("VPCNET_NODE_DATAPATH", self.node_datapath.to_string()),
-            (
-                "VPCNET_EC2_DESCRIBE_BUCKET_SIZE",
-                self.ec2.describe_bucket_size.to_string(),
-            ),
-            (
-                "VPCNET_EC2_DESCRIBE_REFILL_RATE",
-                self.ec2.describe_refill_per_sec.to_string(),
-            ),
-            (
-                "VPCNET_EC2_MUTATING_BUCKET_SIZE",
-                self.ec2.mutating_bucket_size.to_string(),
-            ),
-            (
-                "VPCNET_EC2_MUTATING_REFILL_RATE",
-                self.ec2.mutating_refill_per_sec.to_string(),
-            ),
-            (
-                "VPCNET_EC2_CALL_TIMEOUT",
-                self.ec2.call_timeout_secs.to_string(),
-            ),
-            (
-                "AWS_EC2_ENDPOINT",
-                self.ec2.endpoint.clone().unwrap_or_default(),
-            ),
-        ])
+        let mut out = BTreeMap::new();
+        self.show(&mut out);
+        out
+    }
+
+    /// The tables of `CONFIG.md`, by section id.
+    pub fn doc_tables() -> BTreeMap<&'static str, String> {
+        let rows = Config::declarations().into_iter().map(|d| {
+            let default = if d.default.is_empty() {
+                "unset".to_string()
+            } else {
+                format!("`{}`", d.default)
+            };
+            let cells = vec![
+                format!("`{}`", d.var),
+                default,
+                d.accepted,
+                crate::docs::one_line(d.doc),
+            ];
+            (d.section, cells)
+        });
+        crate::docs::tables(&["variable", "default", "accepts", "meaning"], rows)
     }
 }
 
@@ -1088,5 +695,71 @@ mod tests {
         assert_eq!(json["randomize_snat"], "prng");
         assert_eq!(json["metrics_bind_address"], "0.0.0.0:61678");
         assert_eq!(json["ec2"]["mutating_bucket_size"], 20);
+    }
+}
+
+#[cfg(test)]
+mod declaration_tests {
+    use super::*;
+
+    #[test]
+    fn every_invalid_variable_is_reported_at_once() {
+        let m: HashMap<String, String> = [
+            ("WARM_IP_TARGET", "five"),
+            ("AWS_VPC_ENI_MTU", "100"),
+            ("DISABLE_METRICS", "yes"),
+            ("VPCNET_EC2_CALL_TIMEOUT", "0"),
+            ("CLUSTER_NAME", "fine"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let e = Config::from_map(&m).unwrap_err();
+        let got: Vec<(&str, &str)> = e.all().map(|i| (i.var, i.value.as_str())).collect();
+        assert_eq!(
+            got,
+            [
+                ("WARM_IP_TARGET", "five"),
+                ("AWS_VPC_ENI_MTU", "100"),
+                ("DISABLE_METRICS", "yes"),
+                ("VPCNET_EC2_CALL_TIMEOUT", "0"),
+            ]
+        );
+        let msg = e.to_string();
+        assert!(msg.starts_with("4 invalid variables:\n"), "{msg}");
+        for i in e.all() {
+            assert!(msg.contains(&i.to_string()), "{msg}");
+            assert!(!i.accepted.is_empty() && !i.problem.is_empty(), "{i}");
+        }
+        assert_eq!(e.var, "WARM_IP_TARGET");
+    }
+
+    #[test]
+    fn declarations_are_unique_and_their_defaults_round_trip() {
+        let decls = Config::declarations();
+        let vars: std::collections::BTreeSet<&str> = decls.iter().map(|d| d.var).collect();
+        assert_eq!(vars.len(), decls.len(), "a variable is declared twice");
+        let shown = Config::default().env_settings();
+        assert_eq!(
+            shown
+                .keys()
+                .copied()
+                .collect::<std::collections::BTreeSet<_>>(),
+            vars,
+            "/v1/env-settings lists exactly the declared variables"
+        );
+        for d in &decls {
+            assert!(!d.doc.trim().is_empty(), "{} has no meaning", d.var);
+            assert!(!d.accepted.is_empty(), "{} accepts nothing", d.var);
+        }
+    }
+
+    #[test]
+    fn docs_are_current() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/CONFIG.md");
+        let page = std::fs::read_to_string(path).unwrap();
+        let want = crate::docs::splice(&page, "settings", &Config::doc_tables())
+            .unwrap_or_else(|e| panic!("{path}: {e}"));
+        crate::docs::check_page(path, &want);
     }
 }

@@ -1,21 +1,25 @@
 //! Introspection HTTP server (default 127.0.0.1:61679): /v1/enis, /v1/env-settings,
-//! /v1/pods, /healthz. Answers from memory only; never waits on EC2 or IMDS.
+//! /v1/pods, /healthz, with the documents of the `vpcnet-introspection` crate. Answers from
+//! memory only; never waits on EC2 or IMDS, and holds the pool lock only to copy the pool.
 
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use axum::extract::State;
 use axum::routing::get;
 use axum::{Json, Router};
-use serde_json::{json, Value};
+use vpcnet_introspection as doc;
+use vpcnet_ipam::{Assignment, PodKey, Pool};
 
-use crate::state::{now_ms, Shared};
+use crate::state::{now_ms, NodeFacts, Shared};
 
 pub fn router(shared: Arc<Shared>) -> Router {
     Router::new()
-        .route("/healthz", get(healthz))
-        .route("/v1/enis", get(enis))
-        .route("/v1/pods", get(pods))
-        .route("/v1/env-settings", get(env_settings))
+        .route(doc::HEALTHZ, get(healthz))
+        .route(doc::ENIS, get(enis))
+        .route(doc::PODS, get(pods))
+        .route(doc::ENV_SETTINGS, get(env_settings))
         .with_state(shared)
 }
 
@@ -27,74 +31,112 @@ async fn healthz(State(s): State<Arc<Shared>>) -> (axum::http::StatusCode, &'sta
     }
 }
 
-/// ENIs with their addresses, assignments and cooldowns, plus pool counts.
-pub fn enis_json(s: &Shared) -> Value {
-    let now = now_ms();
-    let pool = s.pool();
+/// `/v1/enis` of the agent now: the pool is copied under its lock, the document built from
+/// the copy.
+pub fn enis_doc(s: &Shared) -> doc::EnisDoc {
+    let pool = s.pool().clone();
+    let last_error = s
+        .last_error
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    build_enis_doc(&s.facts, &pool, last_error, now_ms())
+}
+
+/// `/v1/enis` of `pool` at `now_ms`, in one pass over its addresses.
+pub fn build_enis_doc(
+    facts: &NodeFacts,
+    pool: &Pool,
+    last_error: Option<String>,
+    now_ms: u64,
+) -> doc::EnisDoc {
     let cooldown_ms = pool.config().cooldown_ms;
-    let enis: Vec<Value> = pool
+    let mut owners: HashMap<Ipv4Addr, (&PodKey, &Assignment)> = HashMap::new();
+    for (k, a) in pool.assignments() {
+        owners.entry(a.ip).or_insert((k, a));
+    }
+    let released: HashMap<Ipv4Addr, u64> = pool.cooldowns().collect();
+    let enis = pool
         .enis()
-        .map(|e| {
-            let addrs: Vec<Value> = e
+        .map(|e| doc::Eni {
+            id: e.info.id.clone(),
+            mac: e.info.mac.clone(),
+            device_number: e.info.device_number,
+            network_card: e.info.network_card,
+            subnet_id: e.info.subnet_id.clone(),
+            subnet_cidr: e.info.subnet_cidr.to_string(),
+            primary: e.info.primary,
+            primary_ip: e.info.primary_ip.to_string(),
+            deleting: e.deleting,
+            prefixes: e.prefixes.keys().map(|p| p.to_string()).collect(),
+            addresses: e
                 .addresses()
-                .map(|(ip, added)| {
-                    let owner = pool.assignments().find(|(_, a)| a.ip == ip);
-                    let cooldown = pool.cooldowns().find(|(c, _)| *c == ip).map(|(_, t)| t);
-                    json!({
-                        "ip": ip.to_string(),
-                        "added_at_ms": added,
-                        "assigned": owner.map(|(k, a)| json!({
-                            "container_id": k.container_id, "if_name": k.if_name,
-                            "namespace": a.pod.namespace, "name": a.pod.name, "assigned_at_ms": a.assigned_at_ms,
-                        })),
-                        "released_at_ms": cooldown,
-                        "cooling": pool.is_cooling(ip, now),
-                        "cooldown_ends_at_ms": cooldown.map(|t| t + cooldown_ms),
-                    })
+                .map(|(ip, added_at_ms)| {
+                    let released_at_ms = released.get(&ip).copied();
+                    doc::Address {
+                        ip: ip.to_string(),
+                        added_at_ms,
+                        assigned: owners.get(&ip).map(|(k, a)| doc::Assigned {
+                            container_id: k.container_id.clone(),
+                            if_name: k.if_name.clone(),
+                            namespace: a.pod.namespace.clone(),
+                            name: a.pod.name.clone(),
+                            assigned_at_ms: a.assigned_at_ms,
+                        }),
+                        released_at_ms,
+                        cooling: pool.is_cooling(ip, now_ms),
+                        cooldown_ends_at_ms: released_at_ms.map(|t| t + cooldown_ms),
+                    }
                 })
-                .collect();
-            json!({
-                "id": e.info.id, "mac": e.info.mac, "device_number": e.info.device_number,
-                "network_card": e.info.network_card, "subnet_id": e.info.subnet_id,
-                "subnet_cidr": e.info.subnet_cidr.to_string(), "primary": e.info.primary,
-                "primary_ip": e.info.primary_ip.to_string(), "deleting": e.deleting,
-                "prefixes": e.prefixes.keys().map(|p| p.to_string()).collect::<Vec<_>>(),
-                "addresses": addrs,
-            })
+                .collect(),
         })
         .collect();
-    json!({
-        "instance_id": s.facts.instance_id,
-        "instance_type": s.facts.instance_type,
-        "summary": pool.summary(now),
-        "plan": pool.plan(now),
-        "orphaned": pool.orphaned().into_iter().map(|(k, ip)| json!({"container_id": k.container_id, "if_name": k.if_name, "ip": ip.to_string()})).collect::<Vec<_>>(),
-        "enis": enis,
-        "last_error": s.last_error.lock().unwrap_or_else(|p| p.into_inner()).clone(),
-    })
-}
-
-async fn enis(State(s): State<Arc<Shared>>) -> Json<Value> {
-    Json(enis_json(&s))
-}
-
-async fn pods(State(s): State<Arc<Shared>>) -> Json<Value> {
-    let pool = s.pool();
-    Json(Value::Array(
-        pool.assignments()
-            .map(|(k, a)| json!({"container_id": k.container_id, "if_name": k.if_name, "namespace": a.pod.namespace, "name": a.pod.name, "ip": a.ip.to_string(), "eni_id": a.eni_id, "assigned_at_ms": a.assigned_at_ms}))
+    doc::EnisDoc {
+        instance_id: facts.instance_id.clone(),
+        instance_type: facts.instance_type.clone(),
+        summary: pool.summary(now_ms),
+        plan: pool.plan(now_ms),
+        orphaned: pool
+            .orphaned()
+            .into_iter()
+            .map(|(k, ip)| doc::Orphaned {
+                container_id: k.container_id,
+                if_name: k.if_name,
+                ip: ip.to_string(),
+            })
             .collect(),
-    ))
+        enis,
+        last_error,
+    }
 }
 
-async fn env_settings(State(s): State<Arc<Shared>>) -> Json<Value> {
-    let map: serde_json::Map<String, Value> = s
-        .opts
-        .env_settings
-        .iter()
-        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-        .collect();
-    Json(Value::Object(map))
+/// `/v1/pods` of `pool`: a copy of its assignments.
+pub fn pods_doc(pool: &Pool) -> doc::Pods {
+    pool.assignments()
+        .map(|(k, a)| doc::Pod {
+            container_id: k.container_id.clone(),
+            if_name: k.if_name.clone(),
+            namespace: a.pod.namespace.clone(),
+            name: a.pod.name.clone(),
+            ip: a.ip.to_string(),
+            eni_id: a.eni_id.clone(),
+            assigned_at_ms: a.assigned_at_ms,
+        })
+        .collect()
+}
+
+async fn enis(State(s): State<Arc<Shared>>) -> Json<doc::EnisDoc> {
+    Json(enis_doc(&s))
+}
+
+async fn pods(State(s): State<Arc<Shared>>) -> Json<doc::Pods> {
+    // Copying the assignments is all that happens under the lock.
+    let pods = pods_doc(&s.pool());
+    Json(pods)
+}
+
+async fn env_settings(State(s): State<Arc<Shared>>) -> Json<doc::EnvSettings> {
+    Json(s.opts.env_settings.iter().cloned().collect())
 }
 
 /// Serves `router` on an already bound listener (TCP or Unix) until `stop` flips.

@@ -10,6 +10,7 @@
 mod agent;
 pub mod checkpoint_file;
 pub mod config;
+mod docs;
 pub mod grpc;
 pub mod introspection;
 pub mod metrics;
@@ -18,5 +19,5 @@ pub mod options;
 pub mod reconciler;
 pub mod state;
 
-pub use agent::{options_from_config, run, start, AgentHandle};
-pub use options::{AgentOptions, Targets};
+pub use agent::{run, start, AgentHandle};
+pub use options::{options_from_config, AgentOptions, Targets};

@@ -1,6 +1,12 @@
 //! Prometheus metrics of the agent, under the VPC CNI's metric names where a counterpart
 //! exists (`awscni_*`, as published by amazon-vpc-cni-k8s's ipamd on `:61678/metrics`), and
-//! `vpcnet_*` names for additions. The list, with types and labels, is in `METRICS.md`.
+//! `vpcnet_*` names for additions.
+//!
+//! Each metric is declared once in the `metrics!` block below: field, type and labels,
+//! exposed name, help text, meaning (its doc comment) and, for the metrics the rest of the
+//! agent sets, the name and shape of its setter. Registration, the setters and the tables of
+//! `METRICS.md` come from that declaration; a test checks the page against the registry. A new
+//! metric is one more entry, then `UPDATE_DOCS=1 cargo test -p vpcnet-agent docs_are_current`.
 //!
 //! Encoding is OpenMetrics text ([`CONTENT_TYPE`]). Two deliberate deviations keep the VPC
 //! CNI's series names intact for existing dashboards and alerts:
@@ -10,16 +16,17 @@
 //! - its summary `awscni_aws_api_latency_ms` is a histogram here: `_sum` and `_count` keep their
 //!   names, `_bucket` replaces the quantiles.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::{MetricType, TypedMetric};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 use vpcnet_ec2::{Action, Ec2Error, Ec2Observer};
 
 /// HTTP `Content-Type` of [`Metrics::encode`]'s output.
@@ -58,40 +65,223 @@ impl EncodeMetric for PlainCounter {
     }
 }
 
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct FnLabel {
-    r#fn: String,
+/// The labels of one series: (name, value) pairs in exposition order.
+type LabelSet<const N: usize> = [(&'static str, String); N];
+
+/// A family of metrics `M` with the label names `names`, one series per label values.
+#[derive(Debug)]
+pub struct Labelled<M, const N: usize> {
+    names: [&'static str; N],
+    family: Family<LabelSet<N>, M, fn() -> M>,
 }
 
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ReasonLabel {
-    reason: String,
+impl<M: Default, const N: usize> Labelled<M, N> {
+    /// Series start at `M::default()`.
+    pub fn new(names: [&'static str; N]) -> Self {
+        Labelled::with(names, M::default)
+    }
 }
 
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ApiLatencyLabels {
-    api: String,
-    error: String,
-    status: String,
+impl<M, const N: usize> Labelled<M, N> {
+    /// Series start at `new()` (e.g. a histogram with its buckets).
+    pub fn with(names: [&'static str; N], new: fn() -> M) -> Self {
+        Labelled {
+            names,
+            family: Family::new_with_constructor(new),
+        }
+    }
+
+    /// `f` applied to the series with label values `values` (created if new).
+    pub fn with_series<R>(&self, values: [&str; N], f: impl FnOnce(&M) -> R) -> R {
+        let labels = std::array::from_fn(|i| (self.names[i], values[i].to_string()));
+        f(&self.family.get_or_create(&labels))
+    }
+
+    /// Removes every series.
+    pub fn clear(&self) {
+        self.family.clear();
+    }
 }
 
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ApiErrorLabels {
-    api: String,
-    error: String,
+/// How a kind of metric registers itself and how METRICS.md describes it.
+pub trait Declared {
+    /// The type column of METRICS.md.
+    fn doc_type(&self) -> &'static str;
+    /// Label names, in exposition order.
+    fn label_names(&self) -> &[&'static str] {
+        &[]
+    }
+    fn register(&self, registry: &mut Registry, name: &'static str, help: &'static str);
 }
 
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct EniLabel {
-    eni: String,
+/// The type column of METRICS.md for a metric type.
+fn doc_type(t: MetricType) -> &'static str {
+    match t {
+        MetricType::Gauge => "gauge",
+        MetricType::Histogram => "histogram",
+        // The VPC CNI's counters, exposed without `_total` (see the module docs).
+        MetricType::Unknown => "counter†",
+        _ => "other",
+    }
 }
 
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct CidrLabel {
-    cidr: String,
+/// Unlabelled metrics register a clone (clones share the value).
+fn register_clone<M: Metric + Clone>(m: &M, registry: &mut Registry, name: &str, help: &str) {
+    registry.register(name, help, m.clone());
 }
 
-type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+impl Declared for Gauge {
+    fn doc_type(&self) -> &'static str {
+        doc_type(Self::TYPE)
+    }
+    fn register(&self, registry: &mut Registry, name: &'static str, help: &'static str) {
+        register_clone(self, registry, name, help);
+    }
+}
+
+impl Declared for PlainCounter {
+    fn doc_type(&self) -> &'static str {
+        doc_type(Self::TYPE)
+    }
+    fn register(&self, registry: &mut Registry, name: &'static str, help: &'static str) {
+        register_clone(self, registry, name, help);
+    }
+}
+
+impl<M, const N: usize> Declared for Labelled<M, N>
+where
+    M: EncodeMetric + TypedMetric + std::fmt::Debug + Send + Sync + 'static,
+{
+    fn doc_type(&self) -> &'static str {
+        doc_type(M::TYPE)
+    }
+    fn label_names(&self) -> &[&'static str] {
+        &self.names
+    }
+    fn register(&self, registry: &mut Registry, name: &'static str, help: &'static str) {
+        registry.register(name, help, self.family.clone());
+    }
+}
+
+/// One declared metric, as documented.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricDeclaration {
+    /// Exposed name, e.g. `awscni_total_ip_addresses`.
+    pub name: &'static str,
+    /// HELP text.
+    pub help: &'static str,
+    /// Its table in METRICS.md (`<!-- metrics:SECTION -->`).
+    pub section: &'static str,
+    /// Meaning, from the doc comment.
+    pub doc: &'static str,
+    /// Type as METRICS.md names it.
+    pub doc_type: &'static str,
+    pub labels: Vec<&'static str>,
+}
+
+/// The setter a declaration asks for: `set` (gauge = n), `inc` (counter + 1), `add`
+/// (counter + n), `inc_label` (one labelled counter + 1), `replace` (a one-label gauge family
+/// replaced by the given series, so vanished label values disappear); none for `[]`.
+macro_rules! setter {
+    ([] $field:ident, $(#[$doc:meta])*) => {};
+    ([set $setter:ident] $field:ident, $(#[$doc:meta])*) => {
+        $(#[$doc])*
+        pub fn $setter(&self, n: u64) {
+            self.$field.set(n as i64);
+        }
+    };
+    ([inc $setter:ident] $field:ident, $(#[$doc:meta])*) => {
+        $(#[$doc])*
+        pub fn $setter(&self) {
+            self.$field.inc();
+        }
+    };
+    ([add $setter:ident] $field:ident, $(#[$doc:meta])*) => {
+        $(#[$doc])*
+        pub fn $setter(&self, n: u64) {
+            self.$field.inc_by(n);
+        }
+    };
+    ([inc_label $setter:ident] $field:ident, $(#[$doc:meta])*) => {
+        $(#[$doc])*
+        pub fn $setter(&self, label: &str) {
+            self.$field.with_series([label], |c| c.inc());
+        }
+    };
+    ([replace $setter:ident] $field:ident, $(#[$doc:meta])*) => {
+        $(#[$doc])*
+        pub fn $setter<'a>(&self, series: impl IntoIterator<Item = (&'a str, u64)>) {
+            self.$field.clear();
+            for (label, n) in series {
+                self.$field.with_series([label], |g| g.set(n as i64));
+            }
+        }
+    };
+}
+
+/// Declares the registry struct: `["section"]` headers (the id of a METRICS.md table; they
+/// may repeat, entries keep registration order), then per metric
+/// `/// meaning` + `field: Type = initial value, "exposed_name", "help" [=> op setter];`.
+macro_rules! metrics {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $(
+                [$section:literal]
+                $(
+                    $(#[doc = $doc:literal])*
+                    $field:ident: $ty:ty = $init:expr, $metric:literal, $help:literal
+                        $(=> $op:ident $setter:ident)?;
+                )*
+            )*
+        }
+    ) => {
+        $(#[$meta])*
+        pub struct $name {
+            registry: Registry,
+            $($(
+                #[doc = concat!("`", $metric, "`:")]
+                $(#[doc = $doc])*
+                $field: $ty,
+            )*)*
+        }
+
+        impl $name {
+            /// A registry with every metric registered (families appear once they have a
+            /// series).
+            pub fn new() -> Self {
+                let mut registry = Registry::default();
+                $($(
+                    let $field: $ty = $init;
+                    Declared::register(&$field, &mut registry, $metric, $help);
+                )*)*
+                $name { registry, $($($field,)*)* }
+            }
+
+            /// Every metric, in registration order.
+            pub fn declarations(&self) -> Vec<MetricDeclaration> {
+                vec![$($(
+                    MetricDeclaration {
+                        name: $metric,
+                        help: $help,
+                        section: $section,
+                        doc: concat!($($doc, "\n"),*),
+                        doc_type: Declared::doc_type(&self.$field),
+                        labels: Declared::label_names(&self.$field).to_vec(),
+                    },
+                )*)*]
+            }
+
+            $($(
+                setter!(
+                    [$($op $setter)?] $field,
+                    #[doc = concat!("`", $metric, "`:")]
+                    $(#[doc = $doc])*
+                );
+            )*)*
+        }
+    };
+}
 
 fn api_latency_histogram() -> Histogram {
     // 5 ms .. ~41 s
@@ -103,45 +293,130 @@ fn action_latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.25, 2.0, 18))
 }
 
-fn fn_label(name: &str) -> FnLabel {
-    FnLabel {
-        r#fn: name.to_string(),
-    }
-}
-
 fn ms(d: Duration) -> f64 {
     d.as_micros() as f64 / 1000.0
 }
 
-/// The agent's metrics registry. Share it as `Arc<Metrics>`; pass the same `Arc` to
-/// [`vpcnet_ec2::Ec2::connect`] as the [`Ec2Observer`].
-#[derive(Debug)]
-pub struct Metrics {
-    registry: Registry,
-    ipamd_error_count: Family<FnLabel, PlainCounter>,
-    ipamd_action_inprogress: Family<FnLabel, Gauge>,
-    eni_max: Gauge,
-    ip_max: Gauge,
-    reconcile_count: Family<FnLabel, PlainCounter>,
-    add_ip_req_count: PlainCounter,
-    del_ip_req_count: Family<ReasonLabel, PlainCounter>,
-    aws_api_latency_ms: HistogramFamily<ApiLatencyLabels>,
-    aws_api_error_count: Family<ApiErrorLabels, PlainCounter>,
-    ec2api_req_count: Family<FnLabel, PlainCounter>,
-    ec2api_error_count: Family<FnLabel, PlainCounter>,
-    eni_allocated: Gauge,
-    total_ip_addresses: Gauge,
-    assigned_ip_addresses: Gauge,
-    force_removed_enis: PlainCounter,
-    force_removed_ips: PlainCounter,
-    total_ipv4_prefixes: Gauge,
-    assigned_ip_per_cidr: Family<CidrLabel, Gauge>,
-    no_available_ip_addresses: PlainCounter,
-    assigned_ip_per_eni: Family<EniLabel, Gauge>,
-    cooldown_ip_addresses: Gauge,
-    ipamd_action_latency_ms: HistogramFamily<FnLabel>,
-    ec2_ratelimited_count: Family<FnLabel, PlainCounter>,
-    ec2_call_error_count: Family<ApiErrorLabels, PlainCounter>,
+metrics! {
+    /// The agent's metrics registry. Share it as `Arc<Metrics>`; pass the same `Arc` to
+    /// [`vpcnet_ec2::Ec2::connect`] as the [`Ec2Observer`].
+    #[derive(Debug)]
+    pub struct Metrics {
+        ["ipamd"]
+        /// Errors inside ipamd, by function.
+        ipamd_error_count: Labelled<PlainCounter, 1> = Labelled::new(["fn"]),
+            "awscni_ipamd_error_count", "The number of errors encountered in ipamd"
+            => inc_label inc_ipamd_error;
+        /// ipamd actions (e.g. `increaseIPPool`, `decreaseIPPool`) running now.
+        ipamd_action_inprogress: Labelled<Gauge, 1> = Labelled::new(["fn"]),
+            "awscni_ipamd_action_inprogress", "The number of ipamd actions in progress";
+        ["pool"]
+        /// ENIs the node may hold: the instance type's limit, capped by `MAX_ENI`.
+        eni_max: Gauge = Gauge::default(),
+            "awscni_eni_max", "The maximum number of ENIs that can be attached to the instance"
+            => set set_eni_max;
+        /// Pod addresses the node may hold at its ENI limit.
+        ip_max: Gauge = Gauge::default(),
+            "awscni_ip_max",
+            "The maximum number of IP addresses that can be allocated to the instance"
+            => set set_ip_max;
+        ["ipamd"]
+        /// Reconcile passes against EC2, by kind.
+        reconcile_count: Labelled<PlainCounter, 1> = Labelled::new(["fn"]),
+            "awscni_reconcile_count",
+            "The number of times ipamd reconciled ENIs and IP addresses with EC2"
+            => inc_label inc_reconcile;
+        ["requests"]
+        /// AddNetwork requests received.
+        add_ip_req_count: PlainCounter = PlainCounter::default(),
+            "awscni_add_ip_req_count", "The number of add IP address requests"
+            => inc inc_add_ip_req;
+        /// DelNetwork requests received, by reason (e.g. `PodDeleted`).
+        del_ip_req_count: Labelled<PlainCounter, 1> = Labelled::new(["reason"]),
+            "awscni_del_ip_req_count", "The number of delete IP address requests"
+            => inc_label inc_del_ip_req;
+        ["ec2"]
+        /// Request latency in milliseconds (5 ms … 41 s buckets); `error` is `true` or
+        /// `false`, `status` is `200` or the error code.
+        aws_api_latency_ms: Labelled<Histogram, 3> =
+            Labelled::with(["api", "error", "status"], api_latency_histogram),
+            "awscni_aws_api_latency_ms", "AWS API request latency in ms";
+        /// Failed requests by EC2 error code (e.g. `RequestLimitExceeded`,
+        /// `AttachmentLimitExceeded`; `Timeout`, `Transport` for non-answers).
+        aws_api_error_count: Labelled<PlainCounter, 2> = Labelled::new(["api", "error"]),
+            "awscni_aws_api_error_count",
+            "The number of times an AWS API request returned an error";
+        /// Requests sent to EC2.
+        ec2api_req_count: Labelled<PlainCounter, 1> = Labelled::new(["fn"]),
+            "awscni_ec2api_req_count", "The number of requests made to EC2 APIs";
+        /// Requests EC2 answered with an error, or that failed in transport or timed out.
+        ec2api_error_count: Labelled<PlainCounter, 1> = Labelled::new(["fn"]),
+            "awscni_ec2api_error_count", "The number of failed EC2 API requests";
+        ["pool"]
+        /// ENIs attached and managed, the primary included.
+        eni_allocated: Gauge = Gauge::default(),
+            "awscni_eni_allocated", "The number of ENIs allocated"
+            => set set_eni_allocated;
+        /// Pod IPv4 addresses held on the node's ENIs (free, assigned and cooling down; /28
+        /// prefixes count 16).
+        total_ip_addresses: Gauge = Gauge::default(),
+            "awscni_total_ip_addresses", "The total number of IP addresses"
+            => set set_total_ip_addresses;
+        /// Addresses assigned to pods.
+        assigned_ip_addresses: Gauge = Gauge::default(),
+            "awscni_assigned_ip_addresses", "The number of IP addresses assigned to pods"
+            => set set_assigned_ip_addresses;
+        ["ipamd"]
+        /// ENIs removed while pods still had addresses on them (EC2 said they were gone).
+        force_removed_enis: PlainCounter = PlainCounter::default(),
+            "awscni_force_removed_enis",
+            "The number of ENIs force removed while they had assigned pods"
+            => add inc_force_removed_enis;
+        /// Assigned addresses removed because EC2 no longer listed them.
+        force_removed_ips: PlainCounter = PlainCounter::default(),
+            "awscni_force_removed_ips",
+            "The number of IPs force removed while they had assigned pods"
+            => add inc_force_removed_ips;
+        ["pool"]
+        /// /28 prefixes held (prefix delegation).
+        total_ipv4_prefixes: Gauge = Gauge::default(),
+            "awscni_total_ipv4_prefixes", "The total number of IPv4 prefixes"
+            => set set_total_ipv4_prefixes;
+        /// Assigned addresses per secondary /32 or /28 prefix.
+        assigned_ip_per_cidr: Labelled<Gauge, 1> = Labelled::new(["cidr"]),
+            "awscni_assigned_ip_per_cidr", "The number of IP addresses assigned per CIDR"
+            => replace set_assigned_ip_per_cidr;
+        ["requests"]
+        /// AddNetwork requests that failed for lack of a free address.
+        no_available_ip_addresses: PlainCounter = PlainCounter::default(),
+            "awscni_no_available_ip_addresses",
+            "The number of pod IP assignments that failed for lack of a free IP address"
+            => inc inc_no_available_ip;
+        ["pool"]
+        /// Assigned addresses per ENI.
+        assigned_ip_per_eni: Labelled<Gauge, 1> = Labelled::new(["eni"]),
+            "awscni_assigned_ip_per_eni", "The number of assigned IP addresses per ENI"
+            => replace set_assigned_ip_per_eni;
+        /// Released addresses still in their `IP_COOLDOWN_PERIOD`; not assignable.
+        cooldown_ip_addresses: Gauge = Gauge::default(),
+            "vpcnet_cooldown_ip_addresses",
+            "The number of released IP addresses still in their cooldown period"
+            => set set_cooldown_ip_addresses;
+        ["ipamd"]
+        /// Duration of ipamd actions in milliseconds (0.25 ms … 33 s buckets).
+        ipamd_action_latency_ms: Labelled<Histogram, 1> =
+            Labelled::with(["fn"], action_latency_histogram),
+            "vpcnet_ipamd_action_latency_ms", "Latency of ipamd actions in ms";
+        ["ec2"]
+        /// Calls delayed by the agent's own token bucket (`VPCNET_EC2_*_BUCKET_SIZE`,
+        /// `*_REFILL_RATE`) before being sent.
+        ec2_ratelimited_count: Labelled<PlainCounter, 1> = Labelled::new(["fn"]),
+            "vpcnet_ec2_ratelimited_count",
+            "The number of EC2 calls delayed by the client-side token bucket";
+        /// Calls that still failed after every retry (what the agent acted on).
+        ec2_call_error_count: Labelled<PlainCounter, 2> = Labelled::new(["api", "error"]),
+            "vpcnet_ec2_call_error_count", "The number of EC2 calls that failed after retries";
+    }
 }
 
 impl Default for Metrics {
@@ -151,159 +426,6 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// A registry with every metric registered (families appear once they have a series).
-    pub fn new() -> Self {
-        let m = Metrics {
-            registry: Registry::default(),
-            ipamd_error_count: Family::default(),
-            ipamd_action_inprogress: Family::default(),
-            eni_max: Gauge::default(),
-            ip_max: Gauge::default(),
-            reconcile_count: Family::default(),
-            add_ip_req_count: PlainCounter::default(),
-            del_ip_req_count: Family::default(),
-            aws_api_latency_ms: Family::new_with_constructor(api_latency_histogram),
-            aws_api_error_count: Family::default(),
-            ec2api_req_count: Family::default(),
-            ec2api_error_count: Family::default(),
-            eni_allocated: Gauge::default(),
-            total_ip_addresses: Gauge::default(),
-            assigned_ip_addresses: Gauge::default(),
-            force_removed_enis: PlainCounter::default(),
-            force_removed_ips: PlainCounter::default(),
-            total_ipv4_prefixes: Gauge::default(),
-            assigned_ip_per_cidr: Family::default(),
-            no_available_ip_addresses: PlainCounter::default(),
-            assigned_ip_per_eni: Family::default(),
-            cooldown_ip_addresses: Gauge::default(),
-            ipamd_action_latency_ms: Family::new_with_constructor(action_latency_histogram),
-            ec2_ratelimited_count: Family::default(),
-            ec2_call_error_count: Family::default(),
-        };
-        let mut r = Registry::default();
-        r.register(
-            "awscni_ipamd_error_count",
-            "The number of errors encountered in ipamd",
-            m.ipamd_error_count.clone(),
-        );
-        r.register(
-            "awscni_ipamd_action_inprogress",
-            "The number of ipamd actions in progress",
-            m.ipamd_action_inprogress.clone(),
-        );
-        r.register(
-            "awscni_eni_max",
-            "The maximum number of ENIs that can be attached to the instance",
-            m.eni_max.clone(),
-        );
-        r.register(
-            "awscni_ip_max",
-            "The maximum number of IP addresses that can be allocated to the instance",
-            m.ip_max.clone(),
-        );
-        r.register(
-            "awscni_reconcile_count",
-            "The number of times ipamd reconciled ENIs and IP addresses with EC2",
-            m.reconcile_count.clone(),
-        );
-        r.register(
-            "awscni_add_ip_req_count",
-            "The number of add IP address requests",
-            m.add_ip_req_count.clone(),
-        );
-        r.register(
-            "awscni_del_ip_req_count",
-            "The number of delete IP address requests",
-            m.del_ip_req_count.clone(),
-        );
-        r.register(
-            "awscni_aws_api_latency_ms",
-            "AWS API request latency in ms",
-            m.aws_api_latency_ms.clone(),
-        );
-        r.register(
-            "awscni_aws_api_error_count",
-            "The number of times an AWS API request returned an error",
-            m.aws_api_error_count.clone(),
-        );
-        r.register(
-            "awscni_ec2api_req_count",
-            "The number of requests made to EC2 APIs",
-            m.ec2api_req_count.clone(),
-        );
-        r.register(
-            "awscni_ec2api_error_count",
-            "The number of failed EC2 API requests",
-            m.ec2api_error_count.clone(),
-        );
-        r.register(
-            "awscni_eni_allocated",
-            "The number of ENIs allocated",
-            m.eni_allocated.clone(),
-        );
-        r.register(
-            "awscni_total_ip_addresses",
-            "The total number of IP addresses",
-            m.total_ip_addresses.clone(),
-        );
-        r.register(
-            "awscni_assigned_ip_addresses",
-            "The number of IP addresses assigned to pods",
-            m.assigned_ip_addresses.clone(),
-        );
-        r.register(
-            "awscni_force_removed_enis",
-            "The number of ENIs force removed while they had assigned pods",
-            m.force_removed_enis.clone(),
-        );
-        r.register(
-            "awscni_force_removed_ips",
-            "The number of IPs force removed while they had assigned pods",
-            m.force_removed_ips.clone(),
-        );
-        r.register(
-            "awscni_total_ipv4_prefixes",
-            "The total number of IPv4 prefixes",
-            m.total_ipv4_prefixes.clone(),
-        );
-        r.register(
-            "awscni_assigned_ip_per_cidr",
-            "The number of IP addresses assigned per CIDR",
-            m.assigned_ip_per_cidr.clone(),
-        );
-        r.register(
-            "awscni_no_available_ip_addresses",
-            "The number of pod IP assignments that failed for lack of a free IP address",
-            m.no_available_ip_addresses.clone(),
-        );
-        r.register(
-            "awscni_assigned_ip_per_eni",
-            "The number of assigned IP addresses per ENI",
-            m.assigned_ip_per_eni.clone(),
-        );
-        r.register(
-            "vpcnet_cooldown_ip_addresses",
-            "The number of released IP addresses still in their cooldown period",
-            m.cooldown_ip_addresses.clone(),
-        );
-        r.register(
-            "vpcnet_ipamd_action_latency_ms",
-            "Latency of ipamd actions in ms",
-            m.ipamd_action_latency_ms.clone(),
-        );
-        r.register(
-            "vpcnet_ec2_ratelimited_count",
-            "The number of EC2 calls delayed by the client-side token bucket",
-            m.ec2_ratelimited_count.clone(),
-        );
-        r.register(
-            "vpcnet_ec2_call_error_count",
-            "The number of EC2 calls that failed after retries",
-            m.ec2_call_error_count.clone(),
-        );
-        Metrics { registry: r, ..m }
-    }
-
     /// The registry in OpenMetrics text format (serve with [`CONTENT_TYPE`]).
     pub fn encode(&self) -> String {
         let mut out = String::new();
@@ -312,121 +434,36 @@ impl Metrics {
         out
     }
 
-    // --- pool gauges -------------------------------------------------------------------
-
-    /// `awscni_total_ip_addresses`: IPs held on the node's ENIs (free, assigned, cooling down).
-    pub fn set_total_ip_addresses(&self, n: u64) {
-        self.total_ip_addresses.set(n as i64);
-    }
-
-    /// `awscni_assigned_ip_addresses`: IPs assigned to pods.
-    pub fn set_assigned_ip_addresses(&self, n: u64) {
-        self.assigned_ip_addresses.set(n as i64);
-    }
-
-    /// `vpcnet_cooldown_ip_addresses`: released IPs not yet reusable.
-    pub fn set_cooldown_ip_addresses(&self, n: u64) {
-        self.cooldown_ip_addresses.set(n as i64);
-    }
-
-    /// `awscni_eni_allocated`: ENIs attached and managed.
-    pub fn set_eni_allocated(&self, n: u64) {
-        self.eni_allocated.set(n as i64);
-    }
-
-    /// `awscni_eni_max`: ENIs the node may hold (instance limit, capped by `MAX_ENI`).
-    pub fn set_eni_max(&self, n: u64) {
-        self.eni_max.set(n as i64);
-    }
-
-    /// `awscni_ip_max`: IPs the node may hold.
-    pub fn set_ip_max(&self, n: u64) {
-        self.ip_max.set(n as i64);
-    }
-
-    /// `awscni_total_ipv4_prefixes`: /28 prefixes held.
-    pub fn set_total_ipv4_prefixes(&self, n: u64) {
-        self.total_ipv4_prefixes.set(n as i64);
-    }
-
-    /// `awscni_assigned_ip_per_eni{eni}`: replaces every series with `per_eni`
-    /// (ENI ID, assigned IPs), so freed ENIs disappear.
-    pub fn set_assigned_ip_per_eni<'a>(&self, per_eni: impl IntoIterator<Item = (&'a str, u64)>) {
-        self.assigned_ip_per_eni.clear();
-        for (eni, n) in per_eni {
-            self.assigned_ip_per_eni
-                .get_or_create(&EniLabel {
-                    eni: eni.to_string(),
-                })
-                .set(n as i64);
-        }
-    }
-
-    /// `awscni_assigned_ip_per_cidr{cidr}`: replaces every series with `per_cidr`
-    /// (CIDR as text, e.g. a /32 or a /28 prefix, assigned IPs).
-    pub fn set_assigned_ip_per_cidr<'a>(&self, per_cidr: impl IntoIterator<Item = (&'a str, u64)>) {
-        self.assigned_ip_per_cidr.clear();
-        for (cidr, n) in per_cidr {
-            self.assigned_ip_per_cidr
-                .get_or_create(&CidrLabel {
-                    cidr: cidr.to_string(),
-                })
-                .set(n as i64);
-        }
-    }
-
-    // --- request counters ----------------------------------------------------------------
-
-    /// `awscni_add_ip_req_count`: one AddNetwork request.
-    pub fn inc_add_ip_req(&self) {
-        self.add_ip_req_count.inc();
-    }
-
-    /// `awscni_del_ip_req_count{reason}`: one DelNetwork request (`reason`, e.g. `PodDeleted`).
-    pub fn inc_del_ip_req(&self, reason: &str) {
-        self.del_ip_req_count
-            .get_or_create(&ReasonLabel {
-                reason: reason.to_string(),
-            })
-            .inc();
-    }
-
-    /// `awscni_no_available_ip_addresses`: an AddNetwork failed for lack of a free IP.
-    pub fn inc_no_available_ip(&self) {
-        self.no_available_ip_addresses.inc();
-    }
-
-    /// `awscni_ipamd_error_count{fn}`: an error in ipamd function `fn_`.
-    pub fn inc_ipamd_error(&self, fn_: &str) {
-        self.ipamd_error_count.get_or_create(&fn_label(fn_)).inc();
-    }
-
-    /// `awscni_reconcile_count{fn}`: one reconcile of kind `fn_` (e.g. `eniReconcile`).
-    pub fn inc_reconcile(&self, fn_: &str) {
-        self.reconcile_count.get_or_create(&fn_label(fn_)).inc();
-    }
-
-    /// `awscni_force_removed_enis`.
-    pub fn inc_force_removed_enis(&self, n: u64) {
-        self.force_removed_enis.inc_by(n);
-    }
-
-    /// `awscni_force_removed_ips`.
-    pub fn inc_force_removed_ips(&self, n: u64) {
-        self.force_removed_ips.inc_by(n);
-    }
-
     /// Track ipamd action `fn_` (e.g. `increaseIPPool`): `awscni_ipamd_action_inprogress{fn}`
     /// is raised until the returned guard drops, and the duration lands in
     /// `vpcnet_ipamd_action_latency_ms{fn}`.
     pub fn action(&self, fn_: &str) -> ActionTimer<'_> {
-        let label = fn_label(fn_);
-        self.ipamd_action_inprogress.get_or_create(&label).inc();
+        self.ipamd_action_inprogress.with_series([fn_], |g| g.inc());
         ActionTimer {
             metrics: self,
-            label,
+            fn_: fn_.to_string(),
             started: Instant::now(),
         }
+    }
+
+    /// The tables of `METRICS.md`, by section id.
+    pub fn doc_tables(&self) -> BTreeMap<&'static str, String> {
+        let rows = self.declarations().into_iter().map(|d| {
+            let labels = if d.labels.is_empty() {
+                "–".to_string()
+            } else {
+                let quoted: Vec<String> = d.labels.iter().map(|l| format!("`{l}`")).collect();
+                quoted.join(", ")
+            };
+            let cells = vec![
+                format!("`{}`", d.name),
+                d.doc_type.to_string(),
+                labels,
+                crate::docs::one_line(d.doc),
+            ];
+            (d.section, cells)
+        });
+        crate::docs::tables(&["name", "type", "labels", "meaning"], rows)
     }
 }
 
@@ -434,20 +471,17 @@ impl Metrics {
 #[must_use = "the action is measured until the guard drops"]
 pub struct ActionTimer<'a> {
     metrics: &'a Metrics,
-    label: FnLabel,
+    fn_: String,
     started: Instant,
 }
 
 impl Drop for ActionTimer<'_> {
     fn drop(&mut self) {
-        self.metrics
-            .ipamd_action_inprogress
-            .get_or_create(&self.label)
-            .dec();
-        self.metrics
-            .ipamd_action_latency_ms
-            .get_or_create(&self.label)
-            .observe(ms(self.started.elapsed()));
+        let m = self.metrics;
+        m.ipamd_action_inprogress
+            .with_series([&self.fn_], |g| g.dec());
+        m.ipamd_action_latency_ms
+            .with_series([&self.fn_], |h| h.observe(ms(self.started.elapsed())));
     }
 }
 
@@ -457,26 +491,17 @@ impl Ec2Observer for Metrics {
     /// `awscni_ec2api_error_count{fn}` and `awscni_aws_api_error_count{api,error}`.
     fn on_attempt(&self, action: Action, latency: Duration, error: Option<&Ec2Error>) {
         let api = action.as_str();
-        self.ec2api_req_count.get_or_create(&fn_label(api)).inc();
+        self.ec2api_req_count.with_series([api], |c| c.inc());
         let (error_flag, status) = match error {
-            None => ("false", "200".to_string()),
-            Some(e) => ("true", e.code().to_string()),
+            None => ("false", "200"),
+            Some(e) => ("true", e.code()),
         };
         self.aws_api_latency_ms
-            .get_or_create(&ApiLatencyLabels {
-                api: api.to_string(),
-                error: error_flag.to_string(),
-                status,
-            })
-            .observe(ms(latency));
+            .with_series([api, error_flag, status], |h| h.observe(ms(latency)));
         if let Some(e) = error {
-            self.ec2api_error_count.get_or_create(&fn_label(api)).inc();
+            self.ec2api_error_count.with_series([api], |c| c.inc());
             self.aws_api_error_count
-                .get_or_create(&ApiErrorLabels {
-                    api: api.to_string(),
-                    error: e.code().to_string(),
-                })
-                .inc();
+                .with_series([api, e.code()], |c| c.inc());
         }
     }
 
@@ -484,19 +509,14 @@ impl Ec2Observer for Metrics {
     fn on_call(&self, action: Action, _latency: Duration, error: Option<&Ec2Error>) {
         if let Some(e) = error {
             self.ec2_call_error_count
-                .get_or_create(&ApiErrorLabels {
-                    api: action.as_str().to_string(),
-                    error: e.code().to_string(),
-                })
-                .inc();
+                .with_series([action.as_str(), e.code()], |c| c.inc());
         }
     }
 
     /// `vpcnet_ec2_ratelimited_count{fn}`.
     fn on_rate_limited(&self, action: Action, _waited: Duration) {
         self.ec2_ratelimited_count
-            .get_or_create(&fn_label(action.as_str()))
-            .inc();
+            .with_series([action.as_str()], |c| c.inc());
     }
 }
 
@@ -720,5 +740,86 @@ mod tests {
             sample(&t, "awscni_assigned_ip_per_eni{eni=\"eni-2\"} "),
             Some(4.0)
         );
+    }
+}
+
+#[cfg(test)]
+mod declaration_tests {
+    use super::*;
+
+    /// A registry with a series in every family (a family without one is not encoded).
+    fn populated() -> Arc<Metrics> {
+        let m = Arc::new(Metrics::new());
+        m.set_assigned_ip_per_eni([("eni-1", 1)]);
+        m.set_assigned_ip_per_cidr([("10.0.0.1/32", 1)]);
+        m.inc_del_ip_req("PodDeleted");
+        m.inc_ipamd_error("x");
+        m.inc_reconcile("x");
+        drop(m.action("x"));
+        let e = Ec2Error::api(Action::AttachNetworkInterface, "Boom", "", Some(400));
+        let obs: Arc<dyn Ec2Observer> = m.clone();
+        obs.on_attempt(Action::AttachNetworkInterface, Duration::ZERO, Some(&e));
+        obs.on_call(Action::AttachNetworkInterface, Duration::ZERO, Some(&e));
+        obs.on_rate_limited(Action::AttachNetworkInterface, Duration::ZERO);
+        m
+    }
+
+    /// Names, types, help texts and label names of the encoded registry are the declared
+    /// ones, in declaration order.
+    #[test]
+    fn declarations_match_the_registry() {
+        let m = populated();
+        let text = m.encode();
+        let types: Vec<(&str, &str)> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split_once(' '))
+            .collect();
+        let declared: Vec<(&str, &str)> = m
+            .declarations()
+            .iter()
+            .map(|d| {
+                let t = match d.doc_type {
+                    "counter†" => "unknown",
+                    t => t,
+                };
+                (d.name, t)
+            })
+            .collect();
+        assert_eq!(types, declared);
+        for d in m.declarations() {
+            assert!(
+                text.contains(&format!("# HELP {} {}.\n", d.name, d.help)),
+                "{}",
+                d.name
+            );
+            assert!(!d.doc.trim().is_empty(), "{} has no meaning", d.name);
+            let sum = format!("{}_sum", d.name);
+            let sample = text
+                .lines()
+                .find(|l| {
+                    let series = l.split(['{', ' ']).next().unwrap_or_default();
+                    series == d.name || series == sum
+                })
+                .unwrap_or_else(|| panic!("no series of {}", d.name));
+            let labels: Vec<&str> = sample
+                .split_once('{')
+                .map(|(_, rest)| {
+                    rest.split(',')
+                        .filter_map(|kv| kv.split_once('=').map(|(k, _)| k))
+                        .collect()
+                })
+                .unwrap_or_default();
+            assert_eq!(labels, d.labels, "{sample}");
+        }
+    }
+
+    #[test]
+    fn docs_are_current() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/METRICS.md");
+        let page = std::fs::read_to_string(path).unwrap();
+        let want = crate::docs::splice(&page, "metrics", &Metrics::new().doc_tables())
+            .unwrap_or_else(|e| panic!("{path}: {e}"));
+        crate::docs::check_page(path, &want);
     }
 }

@@ -1,5 +1,6 @@
-//! Everything `run` needs, already parsed and validated. Built from the environment by
-//! `config.rs` (the VPC CNI's variable names) or directly by tests.
+//! Everything `run` needs, already parsed and validated. Built from the environment
+//! ([`crate::config::Config`], the VPC CNI's variable names) by [`options_from_config`], or
+//! directly by tests.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -8,6 +9,7 @@ use std::time::Duration;
 
 use vpcnet_ec2::{CallSettings, StaticCredentials};
 
+use crate::config::{BindAddress, Config, RandomizeSnat};
 use crate::node::NodeNetwork;
 
 /// Default checkpoint path.
@@ -78,7 +80,7 @@ pub struct AgentOptions {
     /// Conflist to write once the pool can serve; `None` = do not write one.
     pub conflist_path: Option<PathBuf>,
     /// Conflist contents (socket path is filled from `socket_path`).
-    pub conflist: vpcnet_cni::conflist::ConflistSettings,
+    pub conflist: vpcnet_cni_config::ConflistSettings,
     /// CLUSTER_NAME, tagged on created ENIs.
     pub cluster_name: String,
     /// AWS_VPC_K8S_CNI_EXTERNALSNAT: no SNAT (and no SNAT connmark) on the node.
@@ -146,7 +148,7 @@ impl Default for AgentOptions {
             introspection_socket: None,
             metrics_socket: None,
             conflist_path: Some(PathBuf::from(DEFAULT_CONFLIST)),
-            conflist: vpcnet_cni::conflist::ConflistSettings::default(),
+            conflist: vpcnet_cni_config::ConflistSettings::default(),
             cluster_name: String::new(),
             external_snat: false,
             exclude_snat_cidrs: Vec::new(),
@@ -166,4 +168,88 @@ impl Default for AgentOptions {
             sweep_leaked_enis: true,
         }
     }
+}
+
+/// Options from the environment configuration (`config.rs`).
+pub fn options_from_config(c: &Config) -> anyhow::Result<AgentOptions> {
+    // Refuse rather than ignore: with custom networking asked for, running anyway would put
+    // pods in the node's subnet and security groups instead of the ENIConfig's.
+    if c.custom_network_cfg {
+        anyhow::bail!(
+            "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG=true (custom networking with ENIConfig) is not \
+             supported by this vpcnet-agent yet: pods would get addresses from the node's subnet \
+             instead of the ENIConfig's. Unset it (or set it to false) to run without custom \
+             networking, or keep the VPC CNI on the nodes that need ENIConfig"
+        );
+    }
+    let tcp = |b: &BindAddress| match b {
+        BindAddress::Tcp(a) => Some(*a),
+        BindAddress::Unix(_) => None,
+    };
+    let unix = |b: &BindAddress| match b {
+        BindAddress::Tcp(_) => None,
+        BindAddress::Unix(p) => Some(p.clone()),
+    };
+    let conflist = vpcnet_cni_config::ConflistSettings {
+        veth_prefix: c.veth_prefix.clone(),
+        plugin_log_file: c.plugin_log_file.clone(),
+        plugin_log_level: c.plugin_log_level.clone(),
+        ..Default::default()
+    };
+    Ok(AgentOptions {
+        targets: Targets {
+            warm_eni_target: c.warm_eni_target,
+            warm_ip_target: c.warm_ip_target,
+            minimum_ip_target: c.minimum_ip_target,
+            warm_prefix_target: c.warm_prefix_target.unwrap_or(1),
+            prefix_delegation: c.enable_prefix_delegation,
+            max_eni: c.max_eni,
+        },
+        cooldown: c.ip_cooldown(),
+        reconcile_interval: c.reconcile_interval(),
+        socket_path: c.agent_socket.clone(),
+        checkpoint_path: c.checkpoint_path.clone(),
+        introspection_addr: (!c.disable_introspection)
+            .then(|| tcp(&c.introspection_bind_address))
+            .flatten(),
+        introspection_socket: (!c.disable_introspection)
+            .then(|| unix(&c.introspection_bind_address))
+            .flatten(),
+        metrics_addr: (!c.disable_metrics)
+            .then(|| tcp(&c.metrics_bind_address))
+            .flatten(),
+        metrics_socket: (!c.disable_metrics)
+            .then(|| unix(&c.metrics_bind_address))
+            .flatten(),
+        conflist_path: Some(c.cni_conflist.clone()),
+        conflist,
+        cluster_name: c.cluster_name.clone(),
+        external_snat: c.external_snat,
+        exclude_snat_cidrs: c.exclude_snat_cidrs.clone(),
+        randomize_snat: match c.randomize_snat {
+            RandomizeSnat::None => vpcnet_datapath::firewall::RandomizeSnat::None,
+            RandomizeSnat::Hashrandom => vpcnet_datapath::firewall::RandomizeSnat::Hashrandom,
+            RandomizeSnat::Prng => vpcnet_datapath::firewall::RandomizeSnat::Prng,
+        },
+        node_port_support: c.node_port_support,
+        mtu: c.eni_mtu,
+        ec2_endpoint: c.ec2.endpoint.clone(),
+        imds_endpoint: std::env::var("AWS_EC2_METADATA_SERVICE_ENDPOINT")
+            .ok()
+            .filter(|s| !s.is_empty()),
+        ec2_calls: c.ec2_call_settings(),
+        node_network: if c.node_datapath {
+            Some(Arc::new(crate::node::NetlinkNode::default()))
+        } else {
+            None
+        },
+        env_settings: c
+            .env_settings()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+        additional_eni_tags: c.additional_eni_tags.clone(),
+        sweep_leaked_enis: !c.disable_leaked_eni_cleanup,
+        ..AgentOptions::default()
+    })
 }

@@ -13,8 +13,8 @@ use clap::{Args as ClapArgs, ValueEnum};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
-use serde::Deserialize;
 use serde_json::Value;
+use vpcnet_introspection::{self as doc, Address, Eni, EnisDoc, EnvSettings, Pod, Pods};
 
 /// The agent's default introspection address (the VPC CNI's port).
 pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:61679";
@@ -180,16 +180,16 @@ pub fn fetch(ep: &Endpoint, view: View) -> Result<Fetched> {
 async fn fetch_view(ep: &Endpoint, what: What) -> Result<Fetched> {
     let mut f = Fetched::default();
     match what {
-        What::Enis => f.enis = Some(get_json(ep, "/v1/enis").await?),
+        What::Enis => f.enis = Some(get_json(ep, doc::ENIS).await?),
         What::Pods => {
-            f.pods = Some(get_json(ep, "/v1/pods").await?);
-            f.enis = Some(get_json(ep, "/v1/enis").await?);
+            f.pods = Some(get_json(ep, doc::PODS).await?);
+            f.enis = Some(get_json(ep, doc::ENIS).await?);
         }
-        What::Env => f.env = Some(get_json(ep, "/v1/env-settings").await?),
+        What::Env => f.env = Some(get_json(ep, doc::ENV_SETTINGS).await?),
         What::Health => {
-            let h = get(ep, "/healthz").await?;
+            let h = get(ep, doc::HEALTHZ).await?;
             if h.status == 200 {
-                f.enis = Some(get_json(ep, "/v1/enis").await?);
+                f.enis = Some(get_json(ep, doc::ENIS).await?);
             }
             f.health = Some(h);
         }
@@ -280,78 +280,7 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-// ---- the agent's JSON (crates/vpcnet-agent/src/introspection.rs); unknown fields ignored ----
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct EnisDoc {
-    instance_id: String,
-    instance_type: String,
-    summary: Summary,
-    plan: Vec<BTreeMap<String, Value>>,
-    orphaned: Vec<Value>,
-    enis: Vec<Eni>,
-    last_error: Option<String>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Summary {
-    enis: u32,
-    max_enis: u32,
-    total_ips: u32,
-    assigned_ips: u32,
-    cooling_ips: u32,
-    available_ips: u32,
-    releasing_ips: u32,
-    prefixes: u32,
-    max_ips: u32,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Eni {
-    id: String,
-    mac: String,
-    device_number: u32,
-    subnet_id: String,
-    subnet_cidr: String,
-    primary: bool,
-    primary_ip: String,
-    deleting: bool,
-    prefixes: Vec<String>,
-    addresses: Vec<Address>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Address {
-    ip: String,
-    assigned: Option<Assigned>,
-    cooling: bool,
-    cooldown_ends_at_ms: Option<u64>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Assigned {
-    container_id: String,
-    namespace: String,
-    name: String,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct Pod {
-    container_id: String,
-    if_name: String,
-    namespace: String,
-    name: String,
-    ip: String,
-    eni_id: String,
-    assigned_at_ms: u64,
-}
-
+/// The document fetched from `what` (e.g. [`doc::ENIS`]) as its type.
 fn parse<T: serde::de::DeserializeOwned>(v: Option<&Value>, what: &str) -> Result<T> {
     let v = v.ok_or_else(|| anyhow!("internal: {what} was not fetched"))?;
     T::deserialize(v).with_context(|| format!("the agent's {what} has an unexpected shape"))
@@ -375,24 +304,15 @@ pub fn render(view: View, fetched: &Fetched, now_ms: u64) -> Result<String> {
         return Ok(serde_json::to_string_pretty(&v)? + "\n");
     }
     match view.what {
-        What::Enis => Ok(enis_text(
-            &parse(fetched.enis.as_ref(), "/v1/enis")?,
-            now_ms,
-        )),
+        What::Enis => Ok(enis_text(&parse(fetched.enis.as_ref(), doc::ENIS)?, now_ms)),
         What::Pods => {
-            let pods: Vec<Pod> = parse(fetched.pods.as_ref(), "/v1/pods")?;
-            Ok(pods_text(&pods, &parse(fetched.enis.as_ref(), "/v1/enis")?))
+            let pods: Pods = parse(fetched.pods.as_ref(), doc::PODS)?;
+            Ok(pods_text(&pods, &parse(fetched.enis.as_ref(), doc::ENIS)?))
         }
         What::Env => {
-            let env: BTreeMap<String, Value> = parse(fetched.env.as_ref(), "/v1/env-settings")?;
+            let env: EnvSettings = parse(fetched.env.as_ref(), doc::ENV_SETTINGS)?;
             let mut rows = vec![row(["KEY", "VALUE"])];
-            for (k, v) in env {
-                let v = v
-                    .as_str()
-                    .map(str::to_string)
-                    .unwrap_or_else(|| v.to_string());
-                rows.push(vec![k, v]);
-            }
+            rows.extend(env.into_iter().map(|(k, v)| vec![k, v]));
             Ok(table(&rows))
         }
         What::Health => {
@@ -407,8 +327,8 @@ pub fn render(view: View, fetched: &Fetched, now_ms: u64) -> Result<String> {
                     h.body.trim()
                 ));
             }
-            let doc: EnisDoc = parse(fetched.enis.as_ref(), "/v1/enis")?;
-            Ok(format!("ready\n{}", summary_text(&doc)))
+            let enis: EnisDoc = parse(fetched.enis.as_ref(), doc::ENIS)?;
+            Ok(format!("ready\n{}", summary_text(&enis)))
         }
     }
 }
@@ -446,7 +366,12 @@ fn summary_text(d: &EnisDoc) -> String {
         let steps: Vec<String> = d
             .plan
             .iter()
-            .map(|a| {
+            .map(|action| {
+                // `{"action": "assign_ips", "count": 2, ...}` → `assign_ips(count=2, ...)`.
+                let a: BTreeMap<String, Value> = serde_json::to_value(action)
+                    .ok()
+                    .and_then(|v| serde_json::from_value(v).ok())
+                    .unwrap_or_default();
                 let name = a.get("action").and_then(Value::as_str).unwrap_or("?");
                 let args: Vec<String> = a
                     .iter()

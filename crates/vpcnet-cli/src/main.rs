@@ -1,11 +1,13 @@
 //! `vpcnet`: the operator CLI.
 //!
 //! Subcommands live in one module each: `max_pods` (kubelet max pods per instance type),
-//! `lab` (the local VPC lab), `inspect` (agent state as tables).
+//! `lab` (the local VPC lab; cargo feature `lab`, on by default, off for node builds),
+//! `inspect` (agent state as tables).
 
 use clap::{Parser, Subcommand};
 
 mod inspect;
+#[cfg(feature = "lab")]
 mod lab;
 mod max_pods;
 
@@ -21,6 +23,7 @@ enum Command {
     /// Max pods for instance types (flags of AWS's max-pods-calculator.sh).
     MaxPods(max_pods::Args),
     /// The local VPC lab: namespaces, emulated EC2, containerd + vpcnet on one machine.
+    #[cfg(feature = "lab")]
     Lab(lab::Args),
     /// An agent's state as tables: ENIs and addresses, pods, settings, health (introspection).
     Inspect(inspect::Args),
@@ -47,6 +50,7 @@ fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::MaxPods(args) => max_pods::run(args),
+        #[cfg(feature = "lab")]
         Command::Lab(args) => lab::run(args),
         Command::Inspect(args) => inspect::run(args),
     }

@@ -456,8 +456,10 @@ async fn not_ready_and_http_errors() {
 }
 
 /// `vpcnet lab down` on drop, so a failing lab test leaves nothing behind.
+#[cfg(feature = "lab")]
 struct LabDown(String);
 
+#[cfg(feature = "lab")]
 impl Drop for LabDown {
     fn drop(&mut self) {
         let _ = std::process::Command::new(env!("CARGO_BIN_EXE_vpcnet"))
@@ -468,6 +470,7 @@ impl Drop for LabDown {
 
 /// `vpcnet lab inspect` reaches the agent inside the node's network namespace. Needs root and
 /// the workspace binaries (`cargo build --workspace --bins`); skipped when not root.
+#[cfg(feature = "lab")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lab_inspect_reads_the_node_agent() {
     let uid = std::process::Command::new("id").arg("-u").output().unwrap();

@@ -1,12 +1,13 @@
 //! vpcnet-cni: the CNI plugin the container runtime executes per pod.
 //!
-//! The library holds everything but `main`: [`conflist::render`] (called by the agent to write
-//! `/etc/cni/net.d/10-vpcnet.conflist`), the CNI protocol types ([`cni`]), the agent client
-//! ([`agent_client`]) and the verbs ([`verbs`]); [`run_plugin`] is the whole plugin.
+//! The library holds everything but `main`: the CNI protocol types ([`cni`]), the agent client
+//! ([`agent_client`]) and the verbs ([`verbs`]); [`run_plugin`] is the whole plugin. The
+//! conflist model (what the agent writes to `/etc/cni/net.d/10-vpcnet.conflist` and
+//! [`cni::config`] reads back) is the `vpcnet-cni-config` crate, re-exported as [`conflist`].
 
 pub mod agent_client;
 pub mod cni;
-pub mod conflist;
+pub use vpcnet_cni_config as conflist;
 pub mod log;
 pub mod verbs;
 

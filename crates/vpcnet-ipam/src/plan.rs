@@ -3,13 +3,13 @@
 use std::net::Ipv4Addr;
 
 use ipnet::Ipv4Net;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::config::{WarmConfig, WarmMode, IPS_PER_PREFIX};
 use crate::pool::EniStats;
 
 /// One EC2 step of a plan. Each is one request sized to the real shortfall or surplus.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "action", rename_all = "snake_case")]
 pub enum Action {
     /// AssignPrivateIpAddresses with SecondaryPrivateIpAddressCount=`count` on `eni_id`.

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 
 use ipnet::Ipv4Net;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::{
     Checkpoint, CheckpointAssignment, CheckpointCooldown, CheckpointError, CHECKPOINT_VERSION,
@@ -66,8 +66,9 @@ pub enum UnknownIpPolicy {
     Cooling,
 }
 
-/// Counts for status, introspection and metrics.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+/// Counts for status, introspection (`/v1/enis` `summary`) and metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct PoolSummary {
     /// Attached ENIs (the primary included).
     pub enis: u32,

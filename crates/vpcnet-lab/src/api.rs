@@ -1,16 +1,22 @@
-//! A minimal HTTP/1.0 client for the lab daemon's emulator API on its Unix socket
+//! The client of the lab daemon's emulator API on its Unix socket
 //! ([`crate::daemon::api_socket`]): the emulator's JSON control API under `/_emu/` and the EC2
-//! Query API at `/`, reachable from the host without entering the VPC namespace.
+//! Query API at `/`, reachable from the host without entering the VPC namespace. HTTP/1.1 over
+//! hyper, one connection per request, 30 s deadline for the whole exchange.
 
-use std::io::{Read, Write};
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
 
-/// Sends one request and returns (status code, body). Errors: the daemon is not running (no
-/// socket), or the answer is not HTTP.
+/// Deadline of one request, connect to last body byte.
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Sends one request and returns (status code, body). Blocking: it runs on a runtime of its
+/// own, so call it from synchronous code. Errors: the daemon is not running (no socket), no
+/// answer within 30 s, or the answer is not HTTP.
 pub fn request(
     socket: &Path,
     method: &str,
@@ -18,35 +24,55 @@ pub fn request(
     content_type: &str,
     body: &[u8],
 ) -> Result<(u16, String)> {
-    let mut s = UnixStream::connect(socket).with_context(|| {
-        format!(
-            "cannot reach the lab's emulator at {} (is the lab up?)",
-            socket.display()
-        )
-    })?;
-    s.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let head = format!(
-        "{method} {path} HTTP/1.0\r\nHost: lab\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    // One write for head and body: a handler that ignores the body (e.g. detach) lets the
-    // server answer and close before a separately written body arrives, and closing a Unix
-    // socket with unread data resets the connection (ECONNRESET) before we read the answer.
-    let mut request = head.into_bytes();
-    request.extend_from_slice(body);
-    s.write_all(&request)?;
-    let mut out = Vec::new();
-    s.read_to_end(&mut out)?;
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let Some((head, body)) = text.split_once("\r\n\r\n") else {
-        bail!("malformed HTTP answer from the lab emulator");
-    };
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .context("no status code in the lab emulator's answer")?;
-    Ok((status, body.to_string()))
+    let req = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header(hyper::header::HOST, "lab")
+        .header(hyper::header::CONTENT_TYPE, content_type)
+        .body(Full::new(Bytes::copy_from_slice(body)))
+        .with_context(|| format!("{method} {path}: not a valid request"))?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        tokio::time::timeout(TIMEOUT, send(socket, req))
+            .await
+            .with_context(|| {
+                format!(
+                    "{method} {path}: no answer from the lab's emulator within {} s",
+                    TIMEOUT.as_secs()
+                )
+            })?
+    })
+}
+
+async fn send(socket: &Path, req: hyper::Request<Full<Bytes>>) -> Result<(u16, String)> {
+    let stream = tokio::net::UnixStream::connect(socket)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot reach the lab's emulator at {} (is the lab up?)",
+                socket.display()
+            )
+        })?;
+    let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .context("HTTP handshake with the lab's emulator")?;
+    let conn = tokio::spawn(conn);
+    let resp = tx
+        .send_request(req)
+        .await
+        .context("no HTTP answer from the lab's emulator")?;
+    let status = resp.status().as_u16();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .context("reading the lab emulator's answer")?
+        .to_bytes();
+    drop(tx);
+    let _ = conn.await;
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
 }
 
 /// `GET /_emu/<path>` and parse the JSON answer. Errors on non-2xx (with the body).
@@ -64,14 +90,14 @@ pub fn control_get<T: serde::de::DeserializeOwned>(socket: &Path, path: &str) ->
     serde_json::from_str(&body).with_context(|| format!("emulator GET /_emu/{path}: bad JSON"))
 }
 
-/// One EC2 Query API call (`Action=<action>&Version=2016-11-15&<params>`); returns the XML body.
-/// Errors on non-2xx (with EC2's error XML).
+/// One EC2 Query API call (`Action=<action>&Version=2016-11-15&<params>`, form-encoded);
+/// returns the XML body. Errors on non-2xx (with EC2's error XML).
 pub fn ec2_query(socket: &Path, action: &str, params: &[(&str, &str)]) -> Result<String> {
-    let mut body = form_encode(&[("Action", action), ("Version", "2016-11-15")]);
-    if !params.is_empty() {
-        body.push('&');
-        body.push_str(&form_encode(params));
-    }
+    let body = form_urlencoded::Serializer::new(String::new())
+        .append_pair("Action", action)
+        .append_pair("Version", "2016-11-15")
+        .extend_pairs(params)
+        .finish();
     let (status, text) = request(
         socket,
         "POST",
@@ -83,36 +109,4 @@ pub fn ec2_query(socket: &Path, action: &str, params: &[(&str, &str)]) -> Result
         bail!("EC2 {action}: HTTP {status}: {text}");
     }
     Ok(text)
-}
-
-fn form_encode(pairs: &[(&str, &str)]) -> String {
-    pairs
-        .iter()
-        .map(|(k, v)| format!("{}={}", enc(k), enc(v)))
-        .collect::<Vec<_>>()
-        .join("&")
-}
-
-fn enc(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn encodes_forms() {
-        assert_eq!(
-            form_encode(&[("Filter.1.Name", "attachment.instance-id"), ("a", "b c")]),
-            "Filter.1.Name=attachment.instance-id&a=b%20c"
-        );
-    }
 }

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::error::{code, CniError};
 use super::version;
-use crate::conflist;
+use crate::conflist::{self, NumOrString, PluginConf};
 
 /// One attachment of `cni.dev/valid-attachments` (GC).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -18,31 +18,14 @@ pub struct Attachment {
     pub ifname: String,
 }
 
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum NumOrString {
-    Num(u64),
-    Str(String),
-}
-
+/// stdin: the runtime's fields around our conflist entry.
 #[derive(Deserialize)]
 struct Raw {
     #[serde(rename = "cniVersion")]
     cni_version: Option<String>,
     name: Option<String>,
-    #[serde(rename = "type")]
-    kind: Option<String>,
-    #[serde(rename = "vethPrefix")]
-    veth_prefix: Option<String>,
-    mtu: Option<NumOrString>,
-    #[serde(rename = "agentSocket")]
-    agent_socket: Option<String>,
-    #[serde(rename = "agentTimeout")]
-    agent_timeout: Option<NumOrString>,
-    #[serde(rename = "pluginLogFile")]
-    plugin_log_file: Option<String>,
-    #[serde(rename = "pluginLogLevel")]
-    plugin_log_level: Option<String>,
+    #[serde(flatten)]
+    plugin: PluginConf,
     #[serde(rename = "prevResult")]
     prev_result: Option<Value>,
     #[serde(rename = "cni.dev/valid-attachments")]
@@ -123,13 +106,13 @@ pub fn parse(stdin: &[u8]) -> Result<NetConf, CniError> {
             "set the network name, e.g. \"aws-cni\"",
         )
     })?;
-    let _ = raw.kind;
-    let veth_prefix = raw
+    let plugin = raw.plugin;
+    let veth_prefix = plugin
         .veth_prefix
         .unwrap_or_else(|| conflist::DEFAULT_VETH_PREFIX.into());
     vpcnet_datapath::names::validate_prefix(&veth_prefix)
         .map_err(|e| invalid(e.to_string(), "fix vethPrefix (AWS_VPC_K8S_CNI_VETHPREFIX)"))?;
-    let mtu = match raw.mtu {
+    let mtu = match plugin.mtu {
         None => None,
         Some(NumOrString::Num(n)) => Some(n),
         Some(NumOrString::Str(s)) if s.is_empty() => None,
@@ -150,7 +133,7 @@ pub fn parse(stdin: &[u8]) -> Result<NetConf, CniError> {
             ))
         }
     };
-    let agent_timeout = match raw.agent_timeout {
+    let agent_timeout = match plugin.agent_timeout {
         None => parse_duration(conflist::DEFAULT_AGENT_TIMEOUT),
         Some(NumOrString::Num(n)) => parse_duration(&n.to_string()),
         Some(NumOrString::Str(s)) => parse_duration(&s),
@@ -166,13 +149,13 @@ pub fn parse(stdin: &[u8]) -> Result<NetConf, CniError> {
         name,
         veth_prefix,
         mtu,
-        agent_socket: raw
+        agent_socket: plugin
             .agent_socket
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| conflist::DEFAULT_AGENT_SOCKET.into()),
         agent_timeout,
-        plugin_log_file: raw.plugin_log_file.unwrap_or_default(),
-        plugin_log_level: raw.plugin_log_level.unwrap_or_else(|| "Info".into()),
+        plugin_log_file: plugin.plugin_log_file.unwrap_or_default(),
+        plugin_log_level: plugin.plugin_log_level.unwrap_or_else(|| "Info".into()),
         prev_result: raw.prev_result,
         valid_attachments: raw.valid_attachments,
     })

@@ -1,9 +1,12 @@
-//! The network configuration list (conflist) the agent writes for the container runtime.
+//! The network configuration list (conflist) the agent writes for the container runtime, and
+//! the wire shape of its `vpcnet-cni` entry, which the plugin reads back from stdin. Both
+//! sides depend on this crate, so a field's name and default are declared once.
 //!
 //! Mirrors the VPC CNI's `10-aws.conflist`: our plugin first, then Debian's / the reference
 //! `portmap` plugin (capabilities `portMappings`, `snat: true`) chained after it. CNI spec section
 //! "Network configuration lists".
 
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 /// Default conflist file name in the runtime's CNI config directory (`/etc/cni/net.d`).
@@ -26,6 +29,46 @@ pub const DEFAULT_AGENT_TIMEOUT: &str = "10s";
 pub const DEFAULT_PLUGIN_LOG_FILE: &str = "/var/log/aws-routed-eni/plugin.log";
 /// Default plugin log level (`AWS_VPC_K8S_PLUGIN_LOG_LEVEL`).
 pub const DEFAULT_PLUGIN_LOG_LEVEL: &str = "Debug";
+
+/// A field the VPC CNI writes as a string and tools sometimes write as a number (`mtu`,
+/// `agentTimeout`): both are accepted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum NumOrString {
+    Num(u64),
+    Str(String),
+}
+
+/// The `vpcnet-cni` entry of the conflist as it is on the wire: every field optional, as a
+/// runtime may pass an entry written by hand. The agent renders it ([`render`]); the plugin
+/// parses it (with the runtime's `cniVersion`, `name`, `prevResult`, ... around it) and applies
+/// the defaults above.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginConf {
+    /// `type`: the plugin binary, [`PLUGIN_TYPE`].
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub plugin_type: Option<String>,
+    /// `vethPrefix`: host veth name prefix, 1 to 4 characters (default [`DEFAULT_VETH_PREFIX`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub veth_prefix: Option<String>,
+    /// `mtu`: pod interface MTU in bytes, a string as the VPC CNI writes it, or a number.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<NumOrString>,
+    /// `agentSocket`: path of the agent's gRPC Unix socket (default [`DEFAULT_AGENT_SOCKET`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_socket: Option<String>,
+    /// `agentTimeout`: deadline of each agent call, "10s" / "500ms" or seconds as a number
+    /// (default [`DEFAULT_AGENT_TIMEOUT`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agent_timeout: Option<NumOrString>,
+    /// `pluginLogFile`: a path, "stderr", or "" for no log.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plugin_log_file: Option<String>,
+    /// `pluginLogLevel`: Debug, Info, Warn or Error.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plugin_log_level: Option<String>,
+}
 
 /// What the agent puts in the conflist. `Default` gives the VPC CNI's defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,20 +109,27 @@ impl Default for ConflistSettings {
     }
 }
 
+impl ConflistSettings {
+    /// Our entry of the list, every field set.
+    pub fn plugin_conf(&self) -> PluginConf {
+        PluginConf {
+            plugin_type: Some(PLUGIN_TYPE.into()),
+            veth_prefix: Some(self.veth_prefix.clone()),
+            mtu: Some(NumOrString::Str(self.mtu.to_string())),
+            agent_socket: Some(self.agent_socket.clone()),
+            agent_timeout: Some(NumOrString::Str(self.agent_timeout.clone())),
+            plugin_log_file: Some(self.plugin_log_file.clone()),
+            plugin_log_level: Some(self.plugin_log_level.clone()),
+        }
+    }
+}
+
 /// Renders the conflist as pretty JSON (ends with a newline), ready to be written atomically
 /// (write a temp file in the same directory, then rename) to `/etc/cni/net.d/10-vpcnet.conflist`.
 ///
 /// `mtu` is rendered as a string, as the VPC CNI does; the plugin accepts a string or a number.
 pub fn render(settings: &ConflistSettings) -> String {
-    let mut plugins: Vec<Value> = vec![json!({
-        "type": PLUGIN_TYPE,
-        "vethPrefix": settings.veth_prefix,
-        "mtu": settings.mtu.to_string(),
-        "agentSocket": settings.agent_socket,
-        "agentTimeout": settings.agent_timeout,
-        "pluginLogFile": settings.plugin_log_file,
-        "pluginLogLevel": settings.plugin_log_level,
-    })];
+    let mut plugins: Vec<Value> = vec![json!(settings.plugin_conf())];
     if settings.portmap {
         plugins.push(json!({
             "type": "portmap",
@@ -97,7 +147,6 @@ pub fn render(settings: &ConflistSettings) -> String {
     out.push('\n');
     out
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,221 @@
+//! ENI lifecycle: create → attach → DeleteOnTermination → node setup, and detach → delete,
+//! never leaking an ENI on a failed step.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use vpcnet_ec2::{AddressRequest, CreateEni, Ec2, Ec2Error, Tags};
+
+use super::adopt::observation;
+use super::node_setup::node_eni;
+use crate::options::{ENI_DESCRIPTION_PREFIX, TAG_CLUSTER_NAME, TAG_CREATED_AT, TAG_INSTANCE_ID};
+use crate::state::{now_ms, Shared};
+
+/// How long a detaching ENI is polled before giving up until the next pass.
+const DETACH_WAIT: Duration = Duration::from_secs(30);
+/// How long a new attachment is polled until it is `attached`.
+const ATTACH_WAIT: Duration = Duration::from_secs(60);
+
+/// The lowest device index that no ENI of the instance uses (ours or foreign).
+fn next_device_index(shared: &Shared) -> u32 {
+    let mut used: BTreeSet<u32> = shared.pool().enis().map(|e| e.info.device_number).collect();
+    used.extend(
+        shared
+            .foreign_devices
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .copied(),
+    );
+    (1..).find(|d| !used.contains(d)).unwrap_or(1)
+}
+
+/// CreateNetworkInterface → AttachNetworkInterface → DeleteOnTermination=true → node setup.
+/// An ENI that cannot be attached (or marked DeleteOnTermination) is detached/deleted again,
+/// so no ENI leaks.
+pub(super) async fn create_eni(
+    shared: &Shared,
+    ec2: &Ec2,
+    ips: u32,
+    prefixes: u32,
+) -> Result<(), Ec2Error> {
+    let f = &shared.facts;
+    let mut tags = Tags::new();
+    tags.insert(TAG_INSTANCE_ID.into(), f.instance_id.clone());
+    if !shared.opts.cluster_name.is_empty() {
+        tags.insert(TAG_CLUSTER_NAME.into(), shared.opts.cluster_name.clone());
+    }
+    for (k, v) in &shared.opts.additional_eni_tags {
+        tags.insert(k.clone(), v.clone());
+    }
+    tags.insert(
+        TAG_CREATED_AT.into(),
+        chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+    );
+    let req = CreateEni {
+        subnet_id: f.subnet_id.clone(),
+        security_group_ids: f.security_groups.clone(),
+        description: format!("{ENI_DESCRIPTION_PREFIX}{}", f.instance_id),
+        tags,
+        addresses: if prefixes > 0 {
+            Some(AddressRequest::Prefixes(prefixes))
+        } else if ips > 0 {
+            Some(AddressRequest::SecondaryIps(ips))
+        } else {
+            None
+        },
+        client_token: None,
+    };
+    let ni = ec2.create_network_interface(&req).await?;
+    let device = next_device_index(shared);
+    let attachment = match ec2
+        .attach_network_interface(&ni.eni_id, &f.instance_id, device, 0)
+        .await
+    {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::warn!(eni = %ni.eni_id, "attach failed ({e}); deleting the new ENI so it does not leak");
+            delete_with_retry(ec2, &ni.eni_id).await;
+            return Err(e);
+        }
+    };
+    if !wait_attached(ec2, &ni.eni_id).await {
+        tracing::warn!(eni = %ni.eni_id, "attachment did not complete; detaching and deleting the ENI");
+        let _ = ec2.detach_network_interface(&attachment, true).await;
+        wait_detached(ec2, &ni.eni_id).await;
+        delete_with_retry(ec2, &ni.eni_id).await;
+        return Err(Ec2Error::Timeout {
+            action: vpcnet_ec2::Action::AttachNetworkInterface,
+            after: ATTACH_WAIT,
+            attempts: 1,
+        });
+    }
+    if let Err(e) = ec2
+        .set_delete_on_termination(&ni.eni_id, &attachment, true)
+        .await
+    {
+        tracing::warn!(eni = %ni.eni_id, "DeleteOnTermination failed ({e}); detaching and deleting the ENI");
+        let _ = ec2.detach_network_interface(&attachment, true).await;
+        wait_detached(ec2, &ni.eni_id).await;
+        delete_with_retry(ec2, &ni.eni_id).await;
+        return Err(e);
+    }
+    shared
+        .attachments
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(ni.eni_id.clone(), attachment.clone());
+    let mut ni = ni;
+    ni.attachment = Some(vpcnet_ec2::EniAttachment {
+        attachment_id: attachment,
+        instance_id: Some(f.instance_id.clone()),
+        device_index: device,
+        network_card_index: 0,
+        status: "attached".into(),
+        delete_on_termination: true,
+    });
+    let obs = observation(shared, &ni, f.subnet_cidr);
+    if let Some(node) = &shared.opts.node_network {
+        if let Err(e) = node.setup_eni(&node_eni(&obs.info, shared.opts.mtu)).await {
+            // The ENI is attached and ours; EC2 state is consistent. Every periodic pass
+            // sets up all secondary ENIs again (idempotent), which repairs this.
+            tracing::error!(eni = %ni.eni_id, "node setup of the new ENI failed: {e:#}");
+        }
+    }
+    tracing::info!(eni = %ni.eni_id, device, ips = obs.secondary_ips.len(), prefixes = obs.prefixes.len(), "created and attached ENI");
+    shared.pool().add_eni(obs, now_ms());
+    Ok(())
+}
+
+pub(super) async fn delete_with_retry(ec2: &Ec2, eni_id: &str) {
+    for attempt in 0..5u32 {
+        match ec2.delete_network_interface(eni_id).await {
+            Ok(()) => return,
+            Err(e) if e.is_not_found() => return,
+            Err(e) => {
+                tracing::warn!(eni = eni_id, attempt, "delete failed: {e}");
+                tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+            }
+        }
+    }
+    tracing::error!(
+        eni = eni_id,
+        "could not delete ENI; the leak sweep at the next start removes it"
+    );
+}
+
+/// Polls until EC2 reports the attachment `attached` (an attach answers `attaching`).
+async fn wait_attached(ec2: &Ec2, eni_id: &str) -> bool {
+    let start = Instant::now();
+    let mut delay = Duration::from_millis(20);
+    while start.elapsed() < ATTACH_WAIT {
+        if let Ok(v) = ec2
+            .describe_network_interfaces_by_id(&[eni_id.to_string()])
+            .await
+        {
+            if v.first()
+                .and_then(|n| n.attachment.as_ref())
+                .is_some_and(|a| a.status == "attached")
+            {
+                return true;
+            }
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_millis(500));
+    }
+    false
+}
+
+async fn wait_detached(ec2: &Ec2, eni_id: &str) -> bool {
+    let start = Instant::now();
+    let mut delay = Duration::from_millis(50);
+    while start.elapsed() < DETACH_WAIT {
+        match ec2
+            .describe_network_interfaces_by_id(&[eni_id.to_string()])
+            .await
+        {
+            Ok(v)
+                if v.first()
+                    .is_none_or(|n| n.attachment.is_none() || n.status == "available") =>
+            {
+                return true
+            }
+            Err(e) if e.is_not_found() => return true,
+            _ => {}
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(2));
+    }
+    false
+}
+
+/// Detach + delete a surplus ENI (never the primary: the core never plans that).
+pub(super) async fn delete_eni(shared: &Shared, ec2: &Ec2, eni_id: &str) -> Result<(), Ec2Error> {
+    let attachment = shared
+        .attachments
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(eni_id)
+        .cloned();
+    if let Some(att) = attachment {
+        match ec2.detach_network_interface(&att, false).await {
+            Ok(()) => {}
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(e),
+        }
+        wait_detached(ec2, eni_id).await;
+    }
+    match ec2.delete_network_interface(eni_id).await {
+        Ok(()) => {}
+        Err(e) if e.is_not_found() => {}
+        Err(e) => return Err(e),
+    }
+    shared
+        .attachments
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(eni_id);
+    shared.pool().remove_eni(eni_id);
+    tracing::info!(eni = eni_id, "freed surplus ENI");
+    Ok(())
+}

@@ -1,0 +1,77 @@
+//! Plans of the core executed against EC2, one action at a time, with the results fed back
+//! into the pool.
+
+use vpcnet_ec2::{AddressRelease, AddressRequest, Ec2, Ec2Error};
+use vpcnet_ipam::Action;
+
+use super::eni::{create_eni, delete_eni};
+use crate::state::{now_ms, Shared};
+
+/// Plans and executes until the pool is on target or an EC2 call fails. Returns whether
+/// anything changed.
+pub async fn fill(shared: &Shared, ec2: &Ec2) -> Result<bool, Ec2Error> {
+    let mut changed = false;
+    for _ in 0..16 {
+        // Plan and mark under one lock, so no ADD can take an address being released.
+        let actions = {
+            let mut pool = shared.pool();
+            let actions = pool.plan(now_ms());
+            for a in &actions {
+                pool.begin(a);
+            }
+            actions
+        };
+        if actions.is_empty() {
+            return Ok(changed);
+        }
+        for (i, a) in actions.iter().enumerate() {
+            tracing::debug!(action = ?a, "executing");
+            if let Err(e) = execute(shared, ec2, a).await {
+                {
+                    let mut pool = shared.pool();
+                    for rest in &actions[i..] {
+                        pool.abort(rest);
+                    }
+                }
+                if changed {
+                    shared.persist().await;
+                }
+                return Err(e);
+            }
+            changed = true;
+        }
+        shared.persist().await;
+        shared.update_gauges();
+    }
+    Ok(changed)
+}
+
+async fn execute(shared: &Shared, ec2: &Ec2, action: &Action) -> Result<(), Ec2Error> {
+    match action {
+        Action::AssignIps { eni_id, count } => {
+            let got = ec2
+                .assign_private_ips(eni_id, AddressRequest::SecondaryIps(*count))
+                .await?;
+            shared.pool().add_ips(eni_id, &got.ips, now_ms());
+        }
+        Action::AssignPrefixes { eni_id, count } => {
+            let got = ec2
+                .assign_private_ips(eni_id, AddressRequest::Prefixes(*count))
+                .await?;
+            shared.pool().add_prefixes(eni_id, &got.prefixes, now_ms());
+        }
+        Action::CreateEni { ips, prefixes } => create_eni(shared, ec2, *ips, *prefixes).await?,
+        Action::UnassignIps { eni_id, ips } => {
+            ec2.unassign_private_ips(eni_id, &AddressRelease::SecondaryIps(ips.clone()))
+                .await?;
+            shared.pool().remove_ips(eni_id, ips);
+        }
+        Action::UnassignPrefixes { eni_id, prefixes } => {
+            ec2.unassign_private_ips(eni_id, &AddressRelease::Prefixes(prefixes.clone()))
+                .await?;
+            shared.pool().remove_prefixes(eni_id, prefixes);
+        }
+        Action::DeleteEni { eni_id } => delete_eni(shared, ec2, eni_id).await?,
+    }
+    Ok(())
+}

@@ -1,0 +1,141 @@
+//! The agent's introspection API: what `vpcnet-agent` serves on `INTROSPECTION_BIND_ADDRESS`
+//! (default `127.0.0.1:61679`, the VPC CNI's introspection port) and `vpcnet inspect` reads.
+//! One declaration of each path and document for both sides: the agent serializes these
+//! types, the CLI deserializes them.
+//!
+//! Every document is JSON. Addresses and CIDRs are strings (`"10.0.0.5"`, `"10.0.0.0/24"`),
+//! times are milliseconds since the Unix epoch. Readers tolerate missing fields (defaults) and
+//! ignore unknown ones, so an older `vpcnet` can read a newer agent.
+//!
+//! A new document: a struct here (Serialize, Deserialize, Default, `#[serde(default)]`), a
+//! path constant, a route in `vpcnet-agent/src/introspection.rs`, a view in
+//! `vpcnet-cli/src/inspect.rs`.
+
+use serde::{Deserialize, Serialize};
+
+pub use vpcnet_ipam::{Action, PoolSummary};
+
+/// `GET /healthz`: `200 ok` once the pool has been filled, `503 starting` before (text).
+pub const HEALTHZ: &str = "/healthz";
+/// `GET /v1/enis`: [`EnisDoc`].
+pub const ENIS: &str = "/v1/enis";
+/// `GET /v1/pods`: [`Pods`].
+pub const PODS: &str = "/v1/pods";
+/// `GET /v1/env-settings`: [`EnvSettings`].
+pub const ENV_SETTINGS: &str = "/v1/env-settings";
+
+/// `/v1/enis`: the node's ENIs with every address, assignment and cooldown, the pool counts,
+/// the EC2 actions the pool wants next, and the reconciler's last EC2 error.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct EnisDoc {
+    /// EC2 instance ID (IMDS `instance-id`).
+    pub instance_id: String,
+    /// EC2 instance type (IMDS `instance-type`), e.g. `m5.large`.
+    pub instance_type: String,
+    /// Pool counts at the time of the answer.
+    pub summary: PoolSummary,
+    /// The EC2 actions the warm-pool decision asks for now (empty when on target).
+    pub plan: Vec<Action>,
+    /// Assignments whose address EC2 no longer lists on the node.
+    pub orphaned: Vec<Orphaned>,
+    /// Attached ENIs the agent manages.
+    pub enis: Vec<Eni>,
+    /// The reconciler's last EC2 error; `None` after a successful pass.
+    pub last_error: Option<String>,
+}
+
+/// An assignment whose address EC2 no longer lists (kept until its pod is deleted, never
+/// handed out again).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Orphaned {
+    /// CNI container ID.
+    pub container_id: String,
+    /// CNI interface name (`CNI_IFNAME`).
+    pub if_name: String,
+    /// The address.
+    pub ip: String,
+}
+
+/// One attached ENI.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Eni {
+    /// `eni-...`.
+    pub id: String,
+    /// MAC address, lower case.
+    pub mac: String,
+    /// Attachment device index (0 = the primary ENI); also its route table number.
+    pub device_number: u32,
+    /// Attachment network card index.
+    pub network_card: u32,
+    pub subnet_id: String,
+    /// The subnet's IPv4 CIDR.
+    pub subnet_cidr: String,
+    /// The instance's primary ENI.
+    pub primary: bool,
+    /// The ENI's primary private IPv4 address (never handed to a pod).
+    pub primary_ip: String,
+    /// A DeleteEni is in flight: nothing new is placed on it.
+    pub deleting: bool,
+    /// Delegated /28 prefixes (prefix delegation).
+    pub prefixes: Vec<String>,
+    /// Every pod-usable address: secondary addresses, then each /32 of each prefix.
+    pub addresses: Vec<Address>,
+}
+
+/// One pod-usable address of an ENI.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Address {
+    pub ip: String,
+    /// When the address (or its prefix) joined the pool.
+    pub added_at_ms: u64,
+    /// The pod holding it, if any.
+    pub assigned: Option<Assigned>,
+    /// When it was last released, while the pool remembers it (cooling or cooled).
+    pub released_at_ms: Option<u64>,
+    /// Still in its `IP_COOLDOWN_PERIOD`: not assignable.
+    pub cooling: bool,
+    /// `released_at_ms` + the cooldown period.
+    pub cooldown_ends_at_ms: Option<u64>,
+}
+
+/// The pod an address is assigned to.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Assigned {
+    /// CNI container ID.
+    pub container_id: String,
+    /// CNI interface name.
+    pub if_name: String,
+    /// Kubernetes namespace (`K8S_POD_NAMESPACE`; empty when the runtime gave none).
+    pub namespace: String,
+    /// Kubernetes pod name (`K8S_POD_NAME`).
+    pub name: String,
+    pub assigned_at_ms: u64,
+}
+
+/// `/v1/pods`: every assignment.
+pub type Pods = Vec<Pod>;
+
+/// One assignment of `/v1/pods`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Pod {
+    /// CNI container ID.
+    pub container_id: String,
+    /// CNI interface name.
+    pub if_name: String,
+    pub namespace: String,
+    pub name: String,
+    pub ip: String,
+    /// ENI holding the address when it was assigned.
+    pub eni_id: String,
+    pub assigned_at_ms: u64,
+}
+
+/// `/v1/env-settings`: the effective value of every configuration variable, by name (unset
+/// optional values are empty strings), as the VPC CNI reports them.
+pub type EnvSettings = std::collections::BTreeMap<String, String>;
