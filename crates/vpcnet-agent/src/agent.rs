@@ -81,6 +81,7 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
             .with_context(|| format!("writing CNI conflist {}", path.display()))?;
     }
     spawn_background(&shared, &ec2, &stop_rx, &mut tasks);
+    spawn_api_client(&shared, &limits, started, &stop_rx, &mut tasks);
     let introspection_addr = serve_http(
         "introspection",
         crate::introspection::router(shared.clone()),
@@ -368,6 +369,46 @@ fn spawn_background(
             crate::reconciler::sweep_leaked(&shared, &ec2).await
         }));
     }
+}
+
+/// The Kubernetes API client (see [`crate::kubernetes`]): started after the pool can serve, so
+/// IPAM never waits for it; stopped with the agent.
+fn spawn_api_client(
+    shared: &Arc<Shared>,
+    limits: &InstanceLimits,
+    started: Instant,
+    stop: &watch::Receiver<bool>,
+    tasks: &mut Vec<JoinHandle<()>>,
+) {
+    let opts = &shared.opts;
+    let mode = vpcnet_limits::MaxPodsOptions {
+        prefix_delegation: opts.targets.prefix_delegation,
+        max_eni: opts.targets.max_eni,
+        ..Default::default()
+    };
+    let limits = limits.clone();
+    let capacity = crate::kubernetes::client::CapacityInput {
+        instance_type: shared.facts.instance_type.clone(),
+        check: Box::new(move |pods| {
+            Some(crate::kubernetes::capacity::CapacityCheck::new(
+                pods, &limits, mode,
+            ))
+        }),
+    };
+    let client = crate::kubernetes::client::run(
+        opts.api.clone(),
+        shared.api.clone(),
+        shared.metrics.clone(),
+        started,
+        capacity,
+    );
+    let mut stop = stop.clone();
+    tasks.push(tokio::spawn(async move {
+        tokio::select! {
+            _ = client => {}
+            _ = stop.changed() => {}
+        }
+    }));
 }
 
 /// Serves `router` on a TCP address and/or a Unix socket; returns the bound TCP address.

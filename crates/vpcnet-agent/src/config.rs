@@ -215,9 +215,14 @@ settings! {
         node_datapath: bool = "VPCNET_NODE_DATAPATH", "true", Flag;
 
         ["cluster"]
-        /// API server URL used directly, without kube-proxy.
-        cluster_endpoint: Option<String> = "CLUSTER_ENDPOINT", "",
-            Url { accepted: "the API server URL, e.g. https://ABCD.gr7.us-east-1.eks.amazonaws.com" };
+        /// The API server's `https://` URL, used directly instead of the `kubernetes` Service,
+        /// so the agent reaches the API before kube-proxy has programmed anything. Never fatal:
+        /// a malformed or unreachable value is logged and shown in `/v1/apiserver`, and IPAM
+        /// runs on.
+        cluster_endpoint: String = "CLUSTER_ENDPOINT", "", TEXT;
+        /// The agent's Node name (the DaemonSet sets it from `spec.nodeName`), for the check of
+        /// the Node's pod capacity against the addresses the node can get.
+        my_node_name: String = "MY_NODE_NAME", "", TEXT;
         /// Value of the `cluster.k8s.amazonaws.com/name` tag on created ENIs.
         cluster_name: String = "CLUSTER_NAME", "", TEXT;
         /// Extra tags on created ENIs.
@@ -399,7 +404,7 @@ mod tests {
             "Warn"
         );
         assert!(c.node_port_support);
-        assert_eq!(c.cluster_endpoint, None);
+        assert_eq!(c.cluster_endpoint, "");
         assert_eq!(c.cluster_name, "");
         assert!(c.additional_eni_tags.is_empty());
         assert!(!c.disable_introspection && !c.disable_metrics && !c.disable_leaked_eni_cleanup);
@@ -618,7 +623,6 @@ mod tests {
                 "verbose",
                 "Debug, Info, Warn, Error",
             ),
-            ("CLUSTER_ENDPOINT", "api.example.com", "API server URL"),
             ("ADDITIONAL_ENI_TAGS", "team=net", "JSON object"),
             (
                 "ADDITIONAL_ENI_TAGS",
@@ -761,5 +765,29 @@ mod declaration_tests {
         let want = crate::docs::splice(&page, "settings", &Config::doc_tables())
             .unwrap_or_else(|e| panic!("{path}: {e}"));
         crate::docs::check_page(path, &want);
+    }
+}
+
+#[cfg(test)]
+mod cluster_endpoint_tests {
+    use super::*;
+
+    #[test]
+    fn a_malformed_cluster_endpoint_never_stops_the_agent() {
+        // The API client reports it (state `misconfigured`); IPAM does not depend on it.
+        let vars: HashMap<String, String> = [
+            (
+                "CLUSTER_ENDPOINT".to_string(),
+                "api.example.com".to_string(),
+            ),
+            (
+                "MY_NODE_NAME".to_string(),
+                "ip-10-0-1-5.ec2.internal".to_string(),
+            ),
+        ]
+        .into();
+        let c = Config::from_map(&vars).unwrap();
+        assert_eq!(c.cluster_endpoint, "api.example.com");
+        assert_eq!(c.my_node_name, "ip-10-0-1-5.ec2.internal");
     }
 }

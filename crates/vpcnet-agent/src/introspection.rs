@@ -20,6 +20,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route(doc::ENIS, get(enis))
         .route(doc::PODS, get(pods))
         .route(doc::ENV_SETTINGS, get(env_settings))
+        .route(doc::APISERVER, get(apiserver))
         .with_state(shared)
 }
 
@@ -29,6 +30,11 @@ async fn healthz(State(s): State<Arc<Shared>>) -> (axum::http::StatusCode, &'sta
     } else {
         (axum::http::StatusCode::SERVICE_UNAVAILABLE, "starting\n")
     }
+}
+
+/// `/v1/apiserver`: the Kubernetes API client's state (answers from memory).
+async fn apiserver(State(s): State<Arc<Shared>>) -> axum::Json<doc::ApiServerDoc> {
+    axum::Json(s.api.read().unwrap_or_else(|p| p.into_inner()).clone())
 }
 
 /// `/v1/enis` of the agent now: the pool is copied under its lock, the document built from

@@ -1,6 +1,7 @@
 //! `vpcnet-agent`: the node agent (the VPC CNI's ipamd). Keeps a warm pool of VPC addresses
 //! on the node's ENIs through EC2, answers the CNI plugin over gRPC on a Unix socket,
-//! checkpoints its state, serves introspection and Prometheus metrics.
+//! checkpoints its state, serves introspection and Prometheus metrics, and talks to the
+//! Kubernetes API in the background (never waiting for it).
 //!
 //! Entry points: [`start`] (in-process, returns an [`AgentHandle`] once the pool can serve;
 //! used by the integration tests) and [`run`] (until SIGTERM; the binary). Options:
@@ -13,6 +14,7 @@ pub mod config;
 mod docs;
 pub mod grpc;
 pub mod introspection;
+pub mod kubernetes;
 pub mod metrics;
 pub mod node;
 pub mod options;

@@ -416,6 +416,25 @@ metrics! {
         /// Calls that still failed after every retry (what the agent acted on).
         ec2_call_error_count: Labelled<PlainCounter, 2> = Labelled::new(["api", "error"]),
             "vpcnet_ec2_call_error_count", "The number of EC2 calls that failed after retries";
+        ["kubernetes"]
+        /// 1 while the Kubernetes API client reaches the API server (`CLUSTER_ENDPOINT` or the
+        /// `kubernetes` Service), else 0. IPAM never depends on it.
+        apiserver_connected: Gauge = Gauge::default(),
+            "vpcnet_apiserver_connected",
+            "Whether the agent's Kubernetes API client is connected (1) or not (0)"
+            => set set_apiserver_connected;
+        /// Connection attempts of the Kubernetes API client (with backoff, 0.5 s to 10 s).
+        apiserver_connect_attempts: PlainCounter = PlainCounter::default(),
+            "vpcnet_apiserver_connect_attempts",
+            "The number of attempts to connect to the Kubernetes API server"
+            => inc inc_apiserver_connect_attempts;
+        /// 1 when the Node's `capacity.pods` (kubelet `maxPods`) exceeds the pods the node's
+        /// ENIs can give addresses to: pods beyond that stay ContainerCreating. A Warning Event
+        /// on the Node names the fix.
+        max_pods_exceeds_pod_ips: Gauge = Gauge::default(),
+            "vpcnet_max_pods_exceeds_pod_ips",
+            "Whether kubelet maxPods exceeds the pod IPs the node can get (1) or not (0)"
+            => set set_max_pods_exceeds_pod_ips;
     }
 }
 

@@ -118,6 +118,10 @@ pub struct AgentOptions {
     /// Delete this instance's detached ENIs (leaks) at start; DISABLE_LEAKED_ENI_CLEANUP
     /// turns it off.
     pub sweep_leaked_enis: bool,
+    /// The Kubernetes API client's endpoint and credentials (`CLUSTER_ENDPOINT`, the pod's
+    /// `KUBERNETES_SERVICE_HOST`/`_PORT` and service account, `MY_NODE_NAME`); by default none
+    /// (the client stays disabled).
+    pub api: crate::kubernetes::ApiSettings,
 }
 
 impl std::fmt::Debug for AgentOptions {
@@ -166,6 +170,10 @@ impl Default for AgentOptions {
             env_settings: Vec::new(),
             additional_eni_tags: Default::default(),
             sweep_leaked_enis: true,
+            api: crate::kubernetes::ApiSettings {
+                service_account_dir: PathBuf::from(crate::kubernetes::client::SERVICE_ACCOUNT_DIR),
+                ..Default::default()
+            },
         }
     }
 }
@@ -250,6 +258,14 @@ pub fn options_from_config(c: &Config) -> anyhow::Result<AgentOptions> {
             .collect(),
         additional_eni_tags: c.additional_eni_tags.clone(),
         sweep_leaked_enis: !c.disable_leaked_eni_cleanup,
+        api: crate::kubernetes::ApiSettings {
+            cluster_endpoint: Some(c.cluster_endpoint.clone()).filter(|v| !v.is_empty()),
+            // Set by kubelet in every pod (not operator settings, so not declared in config).
+            service_host: std::env::var("KUBERNETES_SERVICE_HOST").ok(),
+            service_port: std::env::var("KUBERNETES_SERVICE_PORT").ok(),
+            service_account_dir: PathBuf::from(crate::kubernetes::client::SERVICE_ACCOUNT_DIR),
+            node_name: Some(c.my_node_name.clone()).filter(|v| !v.is_empty()),
+        },
         ..AgentOptions::default()
     })
 }

@@ -54,6 +54,8 @@ pub struct Shared {
     /// Serialises checkpoint writes so an older snapshot never overwrites a newer one.
     persist_lock: tokio::sync::Mutex<()>,
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
+    /// The Kubernetes API client's state (`/v1/apiserver`), written by its task.
+    pub api: crate::kubernetes::client::SharedStatus,
 }
 
 impl Shared {
@@ -74,6 +76,7 @@ impl Shared {
             last_error: Mutex::new(None),
             persist_lock: tokio::sync::Mutex::new(()),
             metrics,
+            api: Default::default(),
         }
     }
 

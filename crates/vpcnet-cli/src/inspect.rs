@@ -33,7 +33,8 @@ pub struct Args {
 #[derive(ClapArgs, Clone, Copy)]
 pub struct View {
     /// enis: ENIs and every address; pods: pod -> IP, ENI; env: the agent's settings;
-    /// health: ready or not (exit status 1 when not ready).
+    /// health: ready or not (exit status 1 when not ready); api: the agent's Kubernetes API
+    /// connection (endpoint, since when, last error) and Node capacity check.
     #[arg(value_enum, default_value_t = What::Enis)]
     pub what: What,
     /// Output format.
@@ -50,6 +51,7 @@ pub enum What {
     Pods,
     Env,
     Health,
+    Api,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -128,6 +130,8 @@ pub struct Fetched {
     pub pods: Option<Value>,
     /// `/v1/env-settings`.
     pub env: Option<Value>,
+    /// `/v1/apiserver`.
+    pub api: Option<Value>,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -186,6 +190,7 @@ async fn fetch_view(ep: &Endpoint, what: What) -> Result<Fetched> {
             f.enis = Some(get_json(ep, doc::ENIS).await?);
         }
         What::Env => f.env = Some(get_json(ep, doc::ENV_SETTINGS).await?),
+        What::Api => f.api = Some(get_json(ep, doc::APISERVER).await?),
         What::Health => {
             let h = get(ep, doc::HEALTHZ).await?;
             if h.status == 200 {
@@ -293,6 +298,7 @@ pub fn render(view: View, fetched: &Fetched, now_ms: u64) -> Result<String> {
             What::Enis => fetched.enis.clone(),
             What::Pods => fetched.pods.clone(),
             What::Env => fetched.env.clone(),
+            What::Api => fetched.api.clone(),
             What::Health => fetched.health.as_ref().map(|h| {
                 serde_json::json!({
                     "ready": h.status == 200, "status": h.status, "body": h.body.trim(),
@@ -315,6 +321,10 @@ pub fn render(view: View, fetched: &Fetched, now_ms: u64) -> Result<String> {
             rows.extend(env.into_iter().map(|(k, v)| vec![k, v]));
             Ok(table(&rows))
         }
+        What::Api => Ok(api_text(
+            &parse(fetched.api.as_ref(), doc::APISERVER)?,
+            now_ms,
+        )),
         What::Health => {
             let h = fetched
                 .health
@@ -338,6 +348,56 @@ fn row<const N: usize>(cells: [&str; N]) -> Vec<String> {
 }
 
 /// "instance ... ENIs x/max, IPs assigned/total ..." plus the pending plan and last error.
+/// The API client as KEY VALUE lines; times as ages ("12s ago").
+fn api_text(d: &doc::ApiServerDoc, now_ms: u64) -> String {
+    let ago = |ms: Option<u64>| {
+        ms.map(|t| format!("{}s ago", now_ms.saturating_sub(t) / 1000))
+            .unwrap_or_else(|| "-".into())
+    };
+    let state = serde_json::to_value(d.state)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    let mut rows = vec![
+        row(["STATE", &state]),
+        row(["ENDPOINT", d.endpoint.as_deref().unwrap_or("-")]),
+        row(["SOURCE", d.source.as_deref().unwrap_or("-")]),
+        row(["CONNECTED SINCE", &ago(d.connected_since_ms)]),
+        row([
+            "FIRST CONNECTED",
+            &d.first_connected_after_ms
+                .map(|ms| format!("{ms} ms after the agent started"))
+                .unwrap_or_else(|| "-".into()),
+        ]),
+        row(["ATTEMPTS", &d.attempts.to_string()]),
+        row(["SERVER VERSION", d.server_version.as_deref().unwrap_or("-")]),
+        row([
+            "LAST ERROR",
+            &d.last_error
+                .as_ref()
+                .map(|e| format!("{e} ({})", ago(d.last_error_ms)))
+                .unwrap_or_else(|| "-".into()),
+        ]),
+    ];
+    if let Some(n) = &d.node {
+        rows.push(row([
+            "NODE",
+            &format!(
+                "{}: capacity.pods {}, pod IPs for {} pods{}",
+                n.name,
+                n.capacity_pods,
+                n.supported_pods,
+                if n.exceeded {
+                    " (EXCEEDED: pods beyond that stay ContainerCreating)"
+                } else {
+                    ""
+                }
+            ),
+        ]));
+    }
+    table(&rows)
+}
+
 fn summary_text(d: &EnisDoc) -> String {
     let s = &d.summary;
     let mut out = format!(
@@ -568,6 +628,33 @@ pub(crate) fn table(rows: &[Vec<String>]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn api_view_shows_endpoint_error_age_and_capacity() {
+        let d = doc::ApiServerDoc {
+            state: doc::ApiState::Connecting,
+            endpoint: Some("https://10.100.0.1:443".into()),
+            source: Some("kubernetes Service".into()),
+            attempts: 7,
+            last_error: Some("no answer".into()),
+            last_error_ms: Some(10_000),
+            node: Some(doc::NodeCapacity {
+                name: "ip-1".into(),
+                capacity_pods: 110,
+                supported_pods: 29,
+                exceeded: true,
+            }),
+            ..Default::default()
+        };
+        let t = api_text(&d, 25_000);
+        assert!(t.contains("STATE            connecting"), "{t}");
+        assert!(t.contains("no answer (15s ago)"), "{t}");
+        assert!(
+            t.contains("capacity.pods 110, pod IPs for 29 pods (EXCEEDED"),
+            "{t}"
+        );
+        assert!(t.contains("ATTEMPTS         7"), "{t}");
+    }
 
     #[test]
     fn endpoint_forms() {

@@ -23,6 +23,8 @@ pub const ENIS: &str = "/v1/enis";
 pub const PODS: &str = "/v1/pods";
 /// `GET /v1/env-settings`: [`EnvSettings`].
 pub const ENV_SETTINGS: &str = "/v1/env-settings";
+/// `GET /v1/apiserver`: [`ApiServerDoc`].
+pub const APISERVER: &str = "/v1/apiserver";
 
 /// `/v1/enis`: the node's ENIs with every address, assignment and cooldown, the pool counts,
 /// the EC2 actions the pool wants next, and the reconciler's last EC2 error.
@@ -139,3 +141,60 @@ pub struct Pod {
 /// `/v1/env-settings`: the effective value of every configuration variable, by name (unset
 /// optional values are empty strings), as the VPC CNI reports them.
 pub type EnvSettings = std::collections::BTreeMap<String, String>;
+
+/// Where the agent's Kubernetes API client is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ApiState {
+    /// No API server configured (neither `CLUSTER_ENDPOINT` nor `KUBERNETES_SERVICE_HOST`).
+    #[default]
+    Disabled,
+    /// The configuration is unusable (e.g. a malformed `CLUSTER_ENDPOINT`); see `last_error`.
+    Misconfigured,
+    /// Trying to reach the API server (with backoff).
+    Connecting,
+    /// The API server answered the last check.
+    Connected,
+}
+
+/// The agent's check of its Node's pod capacity against the addresses it can ever get.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NodeCapacity {
+    /// The agent's Node (`MY_NODE_NAME`).
+    pub name: String,
+    /// Its `status.capacity.pods` (kubelet `maxPods`), a count of pods.
+    pub capacity_pods: u32,
+    /// Pods the node's ENIs can give addresses to, + 2 host-network pods (the max-pods
+    /// formula without the recommended cap).
+    pub supported_pods: u32,
+    /// `capacity_pods > supported_pods`: a Warning Event was sent to the Node.
+    pub exceeded: bool,
+}
+
+/// `/v1/apiserver`: the agent's Kubernetes API client. IPAM never depends on it; this shows
+/// which endpoint it uses and whether it reached it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ApiServerDoc {
+    /// Where the client is.
+    pub state: ApiState,
+    /// The API server URL used (`https://host:port`).
+    pub endpoint: Option<String>,
+    /// Where the endpoint came from: `CLUSTER_ENDPOINT` or `kubernetes Service`.
+    pub source: Option<String>,
+    /// Since when it is connected, ms since the Unix epoch.
+    pub connected_since_ms: Option<u64>,
+    /// Milliseconds from the agent's start to its first successful connection.
+    pub first_connected_after_ms: Option<u64>,
+    /// Connection attempts so far.
+    pub attempts: u64,
+    /// The last error (connecting, or a later check), with its cause chain.
+    pub last_error: Option<String>,
+    /// When the last error happened, ms since the Unix epoch.
+    pub last_error_ms: Option<u64>,
+    /// The API server's version (`gitVersion`), once connected.
+    pub server_version: Option<String>,
+    /// The Node check, once the Node was read.
+    pub node: Option<NodeCapacity>,
+}

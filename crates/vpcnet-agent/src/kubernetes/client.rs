@@ -1,0 +1,438 @@
+//! Choosing the API endpoint, building the kube-rs client, and the background connection loop.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::Client;
+use rand::Rng;
+
+use vpcnet_introspection::{ApiServerDoc, ApiState, NodeCapacity};
+
+use super::capacity::CapacityCheck;
+use crate::metrics::Metrics;
+use crate::state::now_ms;
+
+/// Where a pod finds its service-account token, CA and namespace.
+pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+/// Deadline of one connection attempt or check.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// Backoff between failed attempts: starts here, doubles, with ±20 % jitter ...
+pub const BACKOFF_MIN: Duration = Duration::from_millis(500);
+/// ... up to this.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// Interval of the connectivity check once connected.
+pub const CHECK_INTERVAL: Duration = Duration::from_secs(15);
+
+/// The API client's inputs, from the environment.
+#[derive(Debug, Clone, Default)]
+pub struct ApiSettings {
+    /// `CLUSTER_ENDPOINT` (the VPC CNI's variable): the API server's URL.
+    pub cluster_endpoint: Option<String>,
+    /// `KUBERNETES_SERVICE_HOST` and `KUBERNETES_SERVICE_PORT` (set by kubelet in every pod).
+    pub service_host: Option<String>,
+    /// `KUBERNETES_SERVICE_PORT` (default 443).
+    pub service_port: Option<String>,
+    /// Directory with `token`, `ca.crt` (and `namespace`): [`SERVICE_ACCOUNT_DIR`].
+    pub service_account_dir: PathBuf,
+    /// `MY_NODE_NAME`: the agent's Node (downward API), for the capacity check.
+    pub node_name: Option<String>,
+}
+
+/// Where the endpoint came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndpointSource {
+    /// `CLUSTER_ENDPOINT`.
+    ClusterEndpoint,
+    /// The in-cluster `kubernetes` Service.
+    Service,
+}
+
+impl EndpointSource {
+    /// How logs and introspection name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            EndpointSource::ClusterEndpoint => "CLUSTER_ENDPOINT",
+            EndpointSource::Service => "kubernetes Service",
+        }
+    }
+}
+
+/// The chosen API server URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// `https://host:port`.
+    pub url: String,
+    /// Where it came from.
+    pub source: EndpointSource,
+}
+
+/// `CLUSTER_ENDPOINT` if set (must be an `https://` URL with a host), else
+/// `https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT`, else `None` (no API server
+/// configured). Errors name the variable, the value and the fix.
+pub fn endpoint(s: &ApiSettings) -> Result<Option<Endpoint>> {
+    if let Some(raw) = s
+        .cluster_endpoint
+        .as_deref()
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+    {
+        let uri: http::Uri = raw.parse().with_context(|| {
+            format!(
+                "CLUSTER_ENDPOINT={raw:?} is not a URL: use the API server's https://host[:port]"
+            )
+        })?;
+        if uri.scheme_str() != Some("https") || uri.host().is_none() {
+            bail!(
+                "CLUSTER_ENDPOINT={raw:?} must be an https:// URL with a host (the cluster's API server endpoint, e.g. from `aws eks describe-cluster --query cluster.endpoint`)"
+            );
+        }
+        return Ok(Some(Endpoint {
+            url: raw.trim_end_matches('/').to_string(),
+            source: EndpointSource::ClusterEndpoint,
+        }));
+    }
+    let Some(host) = s.service_host.as_deref().filter(|h| !h.is_empty()) else {
+        return Ok(None);
+    };
+    let port = s.service_port.as_deref().unwrap_or("443");
+    let port: u16 = port
+        .parse()
+        .with_context(|| format!("KUBERNETES_SERVICE_PORT={port:?} is not a port number"))?;
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    };
+    Ok(Some(Endpoint {
+        url: format!("https://{host}:{port}"),
+        source: EndpointSource::Service,
+    }))
+}
+
+/// The kube-rs configuration for `ep` with the service account in `sa_dir`: its CA as the only
+/// trust root, its token (re-read by kube-rs as it is rotated), its namespace.
+fn kube_config(ep: &Endpoint, sa_dir: &Path) -> Result<kube::Config> {
+    let ca_path = sa_dir.join("ca.crt");
+    let pem = std::fs::read(&ca_path).with_context(|| {
+        format!(
+            "reading the cluster CA {} (the pod's service-account volume)",
+            ca_path.display()
+        )
+    })?;
+    let certs = rustls_pemfile_certs(&pem)
+        .with_context(|| format!("no PEM certificate in {}", ca_path.display()))?;
+    let mut c = kube::Config::new(ep.url.parse().context("API server URL")?);
+    c.root_cert = Some(certs);
+    c.auth_info.token_file = Some(sa_dir.join("token").display().to_string());
+    c.connect_timeout = Some(CALL_TIMEOUT);
+    c.read_timeout = Some(CALL_TIMEOUT * 2);
+    if let Ok(ns) = std::fs::read_to_string(sa_dir.join("namespace")) {
+        c.default_namespace = ns.trim().to_string();
+    }
+    Ok(c)
+}
+
+/// DER certificates of every `CERTIFICATE` block in `pem`.
+fn rustls_pemfile_certs(pem: &[u8]) -> Result<Vec<Vec<u8>>> {
+    use rustls_pki_types::pem::PemObject;
+    let certs: Vec<Vec<u8>> = rustls_pki_types::CertificateDer::pem_slice_iter(pem)
+        .map(|c| c.map(|c| c.to_vec()))
+        .collect::<std::result::Result<_, _>>()
+        .context("parsing PEM")?;
+    if certs.is_empty() {
+        bail!("no certificate");
+    }
+    Ok(certs)
+}
+
+/// The shared status, updated by [`run`], read by introspection.
+pub type SharedStatus = Arc<RwLock<ApiServerDoc>>;
+
+fn update(status: &SharedStatus, f: impl FnOnce(&mut ApiServerDoc)) {
+    let mut g = status.write().unwrap_or_else(|e| e.into_inner());
+    f(&mut g);
+}
+
+/// What [`run`] needs to check the Node's capacity: the instance type and a function giving
+/// the check for a capacity (the agent's mode: prefix delegation, `MAX_ENI`, custom
+/// networking).
+pub struct CapacityInput {
+    /// EC2 instance type, for the message.
+    pub instance_type: String,
+    /// The check for a `capacity.pods` value.
+    pub check: Box<dyn Fn(u32) -> Option<CapacityCheck> + Send + Sync>,
+}
+
+/// The connection loop; returns only when no API server is configured or its configuration
+/// is unusable (both shown in `status`), else runs while the agent runs (it is spawned).
+/// `started` is the agent's start, for [`ApiServerDoc::first_connected_after_ms`].
+pub async fn run(
+    settings: ApiSettings,
+    status: SharedStatus,
+    metrics: Arc<Metrics>,
+    started: Instant,
+    capacity: CapacityInput,
+) {
+    let ep = match endpoint(&settings) {
+        Ok(Some(ep)) => ep,
+        Ok(None) => {
+            tracing::info!(
+                "Kubernetes API: none configured (no CLUSTER_ENDPOINT, no KUBERNETES_SERVICE_HOST): running without it; IPAM does not need it"
+            );
+            update(&status, |s| s.state = ApiState::Disabled);
+            return;
+        }
+        Err(e) => {
+            tracing::error!("Kubernetes API: {e:#}; IPAM keeps serving without the API");
+            update(&status, |s| {
+                s.state = ApiState::Misconfigured;
+                s.last_error = Some(format!("{e:#}"));
+                s.last_error_ms = Some(now_ms());
+            });
+            return;
+        }
+    };
+    match ep.source {
+        EndpointSource::ClusterEndpoint => tracing::info!(
+            endpoint = %ep.url,
+            "Kubernetes API: connecting to {} (CLUSTER_ENDPOINT: the API server directly, no kube-proxy needed)",
+            ep.url
+        ),
+        EndpointSource::Service => tracing::info!(
+            endpoint = %ep.url,
+            "Kubernetes API: connecting to {} (the kubernetes Service: reachable once kube-proxy has programmed it; set CLUSTER_ENDPOINT to reach the API server directly)",
+            ep.url
+        ),
+    }
+    update(&status, |s| {
+        s.state = ApiState::Connecting;
+        s.endpoint = Some(ep.url.clone());
+        s.source = Some(ep.source.name().to_string());
+    });
+    let mut backoff = BACKOFF_MIN;
+    loop {
+        update(&status, |s| s.attempts += 1);
+        metrics.inc_apiserver_connect_attempts();
+        match connect(&ep, &settings.service_account_dir).await {
+            Ok((client, version)) => {
+                backoff = BACKOFF_MIN;
+                let after = started.elapsed().as_millis() as u64;
+                tracing::info!(
+                    endpoint = %ep.url,
+                    version = %version,
+                    "Kubernetes API: connected to {} ({version}) {after} ms after start",
+                    ep.url
+                );
+                update(&status, |s| {
+                    s.state = ApiState::Connected;
+                    s.connected_since_ms = Some(now_ms());
+                    s.first_connected_after_ms.get_or_insert(after);
+                    s.server_version = Some(version);
+                });
+                metrics.set_apiserver_connected(1);
+                let e = connected(&client, &settings, &status, &metrics, &capacity).await;
+                tracing::warn!(endpoint = %ep.url, "Kubernetes API: lost: {e:#}; reconnecting");
+                metrics.set_apiserver_connected(0);
+                update(&status, |s| {
+                    s.state = ApiState::Connecting;
+                    s.connected_since_ms = None;
+                    s.last_error = Some(format!("{e:#}"));
+                    s.last_error_ms = Some(now_ms());
+                });
+            }
+            Err(e) => {
+                let attempts = status.read().map(|s| s.attempts).unwrap_or(0);
+                // The first failures are expected while kube-proxy starts: log them quietly.
+                if attempts <= 3 {
+                    tracing::info!(endpoint = %ep.url, "Kubernetes API: not reachable yet: {e:#}");
+                } else {
+                    tracing::warn!(endpoint = %ep.url, attempts, "Kubernetes API: not reachable: {e:#}");
+                }
+                update(&status, |s| {
+                    s.last_error = Some(format!("{e:#}"));
+                    s.last_error_ms = Some(now_ms());
+                });
+            }
+        }
+        let jitter = rand::rng().random_range(0.8..1.2);
+        tokio::time::sleep(backoff.mul_f64(jitter)).await;
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+async fn connect(ep: &Endpoint, sa_dir: &Path) -> Result<(Client, String)> {
+    let client = Client::try_from(kube_config(ep, sa_dir)?).context("building the client")?;
+    let v = tokio::time::timeout(CALL_TIMEOUT, client.apiserver_version())
+        .await
+        .map_err(|_| anyhow::anyhow!("no answer from {} within {CALL_TIMEOUT:?}", ep.url))?
+        .with_context(|| format!("GET {}/version", ep.url))?;
+    Ok((client, v.git_version))
+}
+
+/// While connected: the Node's capacity check (until the Node exists, and again when its
+/// capacity changes), and a connectivity check every [`CHECK_INTERVAL`]. Returns the error that
+/// ended the connection.
+async fn connected(
+    client: &Client,
+    settings: &ApiSettings,
+    status: &SharedStatus,
+    metrics: &Metrics,
+    capacity: &CapacityInput,
+) -> anyhow::Error {
+    let mut warned_for: Option<u32> = None;
+    loop {
+        if let Some(name) = &settings.node_name {
+            match tokio::time::timeout(CALL_TIMEOUT, Api::<Node>::all(client.clone()).get_opt(name))
+                .await
+            {
+                Ok(Ok(Some(node))) => {
+                    if let Err(e) =
+                        check_node(client, &node, status, metrics, capacity, &mut warned_for).await
+                    {
+                        tracing::warn!(node = %name, "capacity check: {e:#}");
+                    }
+                }
+                Ok(Ok(None)) => tracing::debug!(node = %name, "Node not registered yet"),
+                Ok(Err(e)) => return anyhow::Error::new(e).context(format!("GET node {name}")),
+                Err(_) => {
+                    return anyhow::anyhow!("GET node {name}: no answer within {CALL_TIMEOUT:?}")
+                }
+            }
+        }
+        tokio::time::sleep(CHECK_INTERVAL).await;
+        match tokio::time::timeout(CALL_TIMEOUT, client.apiserver_version()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return anyhow::Error::new(e).context("GET /version"),
+            Err(_) => return anyhow::anyhow!("GET /version: no answer within {CALL_TIMEOUT:?}"),
+        }
+    }
+}
+
+async fn check_node(
+    client: &Client,
+    node: &Node,
+    status: &SharedStatus,
+    metrics: &Metrics,
+    capacity: &CapacityInput,
+    warned_for: &mut Option<u32>,
+) -> Result<()> {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let Some(pods) = node
+        .status
+        .as_ref()
+        .and_then(|s| s.capacity.as_ref())
+        .and_then(|c| c.get("pods"))
+        .and_then(|q| q.0.parse::<u32>().ok())
+    else {
+        return Ok(());
+    };
+    let Some(check) = (capacity.check)(pods) else {
+        return Ok(());
+    };
+    update(status, |s| {
+        s.node = Some(NodeCapacity {
+            name: name.clone(),
+            capacity_pods: check.capacity_pods,
+            supported_pods: check.supported_pods,
+            exceeded: check.exceeded(),
+        })
+    });
+    metrics.set_max_pods_exceeds_pod_ips(u64::from(check.exceeded()));
+    if !check.exceeded() || *warned_for == Some(pods) {
+        return Ok(());
+    }
+    let msg = check.message(&capacity.instance_type);
+    tracing::warn!(node = %name, "{msg}");
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "vpcnet-agent".into(),
+            instance: Some(name.clone()),
+        },
+    );
+    let reference = k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: Some(name.clone()),
+        uid: node.metadata.uid.clone(),
+        ..Default::default()
+    };
+    recorder
+        .publish(
+            &Event {
+                type_: EventType::Warning,
+                reason: "MaxPodsExceedsPodIPs".into(),
+                note: Some(msg),
+                action: "CheckCapacity".into(),
+                secondary: None,
+            },
+            &reference,
+        )
+        .await
+        .context("sending the Warning Event")?;
+    *warned_for = Some(pods);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(ce: Option<&str>, host: Option<&str>, port: Option<&str>) -> ApiSettings {
+        ApiSettings {
+            cluster_endpoint: ce.map(Into::into),
+            service_host: host.map(Into::into),
+            service_port: port.map(Into::into),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn cluster_endpoint_wins_over_the_service() {
+        let e = endpoint(&s(
+            Some("https://10.0.0.10:6443/"),
+            Some("10.100.0.1"),
+            Some("443"),
+        ))
+        .unwrap()
+        .unwrap();
+        assert_eq!(e.url, "https://10.0.0.10:6443");
+        assert_eq!(e.source, EndpointSource::ClusterEndpoint);
+    }
+
+    #[test]
+    fn the_service_address_otherwise() {
+        let e = endpoint(&s(None, Some("10.100.0.1"), Some("443")))
+            .unwrap()
+            .unwrap();
+        assert_eq!(e.url, "https://10.100.0.1:443");
+        assert_eq!(e.source, EndpointSource::Service);
+        let e = endpoint(&s(Some(""), Some("fd00::1"), None))
+            .unwrap()
+            .unwrap();
+        assert_eq!(e.url, "https://[fd00::1]:443");
+        assert_eq!(endpoint(&s(None, None, None)).unwrap(), None);
+    }
+
+    #[test]
+    fn bad_endpoints_are_named() {
+        for bad in ["http://10.0.0.10:6443", "not a url", "https://"] {
+            let e = endpoint(&s(Some(bad), None, None)).unwrap_err().to_string();
+            assert!(e.contains("CLUSTER_ENDPOINT"), "{bad}: {e}");
+        }
+        let e = endpoint(&s(None, Some("10.100.0.1"), Some("https")))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("KUBERNETES_SERVICE_PORT"), "{e}");
+    }
+
+    #[test]
+    fn ca_files_must_hold_a_certificate() {
+        assert!(rustls_pemfile_certs(b"garbage").is_err());
+    }
+}

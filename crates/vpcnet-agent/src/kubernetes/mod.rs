@@ -1,0 +1,20 @@
+//! The agent's Kubernetes API client. IPAM never waits for it (DESIGN principle 3): the pool
+//! fills, the plugin is served and the conflist is written whether the API server is reachable
+//! or not; this client connects in the background with backoff, logs which endpoint it uses,
+//! and, once connected, reads the agent's Node to warn when kubelet's pod capacity exceeds the
+//! addresses the node can ever get. Its state is shown in introspection and metrics; health and
+//! readiness never depend on it.
+//!
+//! Endpoint, as the VPC CNI chooses it: `CLUSTER_ENDPOINT` when set (the API server's own
+//! address, reachable before kube-proxy has programmed anything), else the in-cluster
+//! `kubernetes` Service (`KUBERNETES_SERVICE_HOST`/`_PORT`, reachable only once kube-proxy has
+//! programmed it on the node). Credentials are the pod's service-account token and CA.
+//!
+//! Its state is [`vpcnet_introspection::ApiServerDoc`] (`/v1/apiserver`, `vpcnet inspect api`)
+//! and the metrics `vpcnet_apiserver_connected`, `vpcnet_apiserver_connect_attempts` and
+//! `vpcnet_max_pods_exceeds_pod_ips`.
+
+pub mod capacity;
+pub mod client;
+
+pub use client::{endpoint, ApiSettings, Endpoint, EndpointSource};
