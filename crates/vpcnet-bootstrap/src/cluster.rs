@@ -74,6 +74,8 @@ pub struct ClusterInput {
     pub ip_family: Option<IpFamily>,
     pub service_ipv4_cidr: Option<String>,
     pub service_ipv6_cidr: Option<String>,
+    /// The service CIDR came from NodeConfig `spec.cluster.cidr` (names it in errors).
+    pub cidr_from_config: bool,
     /// `--enable-local-outpost` / `enableOutpost`, when given.
     pub outpost: Option<bool>,
     pub cluster_id: Option<String>,
@@ -109,12 +111,19 @@ impl ClusterInput {
         &self,
         w: &mut Vec<String>,
     ) -> Result<(Option<ServiceCidr>, Option<ServiceCidr>), BootstrapError> {
+        let label = |flag: &'static str| {
+            if self.cidr_from_config {
+                "spec.cluster.cidr"
+            } else {
+                flag
+            }
+        };
         let v4 = match &self.service_ipv4_cidr {
-            Some(s) => Some(parse_v4("--service-ipv4-cidr", s, w)?),
+            Some(s) => Some(parse_v4(label("--service-ipv4-cidr"), s, w)?),
             None => None,
         };
         let v6 = match &self.service_ipv6_cidr {
-            Some(s) => Some(parse_v6("--service-ipv6-cidr", s, w)?),
+            Some(s) => Some(parse_v6(label("--service-ipv6-cidr"), s, w)?),
             None => None,
         };
         if let (Some(IpFamily::Ipv4), Some(v6)) = (self.ip_family, &v6) {

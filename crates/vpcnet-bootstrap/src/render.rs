@@ -498,7 +498,6 @@ mod plan_tests {
     use crate::node_config::NodeConfig;
     use crate::systemd::{kubelet_command_line, Unit};
     use clap::Parser;
-    use vpcnet_limits::InstanceLimits;
 
     fn facts(computed: u32, kubelet: KubeletVersion) -> InstanceFacts {
         InstanceFacts {

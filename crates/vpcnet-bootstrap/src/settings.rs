@@ -136,7 +136,8 @@ impl Settings {
             None => None,
         };
         let (mut v4, mut v6) = (args.service_ipv4_cidr.clone(), args.service_ipv6_cidr.clone());
-        if let Some(cidr) = cl.cidr.as_ref().filter(|_| v4.is_none() && v6.is_none()) {
+        let cidr_from_config = v4.is_none() && v6.is_none() && cl.cidr.is_some();
+        if let Some(cidr) = cl.cidr.as_ref().filter(|_| cidr_from_config) {
             if cidr.contains(':') {
                 v6 = Some(cidr.clone());
             } else {
@@ -164,6 +165,7 @@ impl Settings {
             ip_family,
             service_ipv4_cidr: v4,
             service_ipv6_cidr: v6,
+            cidr_from_config,
             outpost,
             cluster_id: args.cluster_id.clone().or_else(|| cl.id.clone()),
             dns_ip_given: dns_cluster_ips.is_some(),

@@ -99,11 +99,18 @@ impl System for Systemctl {
 #[derive(Debug, Default)]
 pub struct RecordingSystem {
     steps: Mutex<Vec<Step>>,
-    /// A step that fails when run (tests of the failure path).
-    pub fail_on: Option<Step>,
+    fail_on: Option<Step>,
 }
 
 impl RecordingSystem {
+    /// A recorder on which `step` fails when run (tests of the failure path).
+    pub fn failing_on(step: Step) -> Self {
+        RecordingSystem {
+            fail_on: Some(step),
+            ..Default::default()
+        }
+    }
+
     /// The steps run so far, in order.
     pub fn steps(&self) -> Vec<Step> {
         self.steps.lock().unwrap_or_else(|e| e.into_inner()).clone()

@@ -4,40 +4,12 @@
 
 mod common;
 
-use std::process::{Command, Output};
-
 use common::*;
-
-fn run_binary(imds: &str, ec2: &str, root: &std::path::Path, args: &[&str]) -> Output {
-    let has = |f: &str| args.contains(&f);
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vpcnet-bootstrap"));
-    cmd.arg("my-cluster");
-    if !has("--apiserver-endpoint") {
-        cmd.args(["--apiserver-endpoint", "https://api.example.com"]);
-    }
-    if !has("--b64-cluster-ca") {
-        cmd.args(["--b64-cluster-ca", &test_ca_b64()]);
-    }
-    cmd.args(args)
-        .args(["--kubelet-version", "1.31.0", "--vcpus", "2", "--files-only"])
-        .args(["--root", root.to_str().unwrap()])
-        .env("AWS_EC2_METADATA_SERVICE_ENDPOINT", imds)
-        .env("AWS_ENDPOINT_URL", ec2)
-        .env("AWS_ACCESS_KEY_ID", "AKIDTEST")
-        .env("AWS_SECRET_ACCESS_KEY", "secret")
-        .env_remove("AWS_REGION")
-        .output()
-        .unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_bootstrap_sh_accepts_is_accepted() {
     let cloud = Cloud::launch(&CloudSpec::new("m5.large", vec!["10.0.0.0/16"])).await;
-    let imds = cloud
-        .emu
-        .imds_endpoint(&cloud.instance.instance_id)
-        .await
-        .unwrap();
+    let imds = cloud.imds_url().await;
     let ec2 = cloud.endpoint.clone();
     // (flags, text the stderr must hold: a warning, or what reached the files)
     let cases: Vec<(Vec<&str>, &str)> = vec![

@@ -5,47 +5,15 @@
 
 mod common;
 
-use std::process::{Command, Output};
+use std::process::Command;
 
 use common::*;
-
-fn run_binary(cloud_imds: &str, ec2: &str, root: &std::path::Path, extra: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vpcnet-bootstrap"))
-        .args([
-            "my-cluster",
-            "--apiserver-endpoint",
-            "https://api.example.com",
-            "--b64-cluster-ca",
-            &test_ca_b64(),
-        ])
-        .args([
-            "--kubelet-version",
-            "1.31.0",
-            "--vcpus",
-            "2",
-            "--files-only",
-            "--root",
-            root.to_str().unwrap(),
-        ])
-        .args(extra)
-        .env("AWS_EC2_METADATA_SERVICE_ENDPOINT", cloud_imds)
-        .env("AWS_ENDPOINT_URL", ec2)
-        .env("AWS_ACCESS_KEY_ID", "AKIDTEST")
-        .env("AWS_SECRET_ACCESS_KEY", "secret")
-        .env_remove("AWS_REGION")
-        .output()
-        .unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_then_rerun_is_a_no_op() {
     let spec = CloudSpec::new("m5.large", vec!["10.0.0.0/16"]);
     let cloud = Cloud::launch(&spec).await;
-    let imds = cloud
-        .emu
-        .imds_endpoint(&cloud.instance.instance_id)
-        .await
-        .unwrap();
+    let imds = cloud.imds_url().await;
     let ec2 = cloud.endpoint.clone();
     let root = tempfile::tempdir().unwrap();
     let r = root.path().to_path_buf();
@@ -119,11 +87,7 @@ async fn writes_then_rerun_is_a_no_op() {
 async fn outpost_with_real_host_adapter() {
     use std::os::unix::fs::PermissionsExt;
     let cloud = Cloud::launch(&CloudSpec::new("m5.large", vec!["10.0.0.0/16"])).await;
-    let imds = cloud
-        .emu
-        .imds_endpoint(&cloud.instance.instance_id)
-        .await
-        .unwrap();
+    let imds = cloud.imds_url().await;
     let ec2 = cloud.endpoint.clone();
     let root = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(root.path().join("etc")).unwrap();
@@ -197,11 +161,7 @@ async fn aws_ec2_endpoint_is_honoured_and_the_private_dns_wait_is_visible() {
         ..CloudSpec::new("m5.large", vec!["10.0.0.0/16"])
     })
     .await;
-    let imds = cloud
-        .emu
-        .imds_endpoint(&cloud.instance.instance_id)
-        .await
-        .unwrap();
+    let imds = cloud.imds_url().await;
     let ec2 = cloud.endpoint.clone();
     let closed = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -263,11 +223,7 @@ async fn aws_ec2_endpoint_is_honoured_and_the_private_dns_wait_is_visible() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waits_for_imds_that_refuses_connections_at_first() {
     let cloud = Cloud::launch(&CloudSpec::new("m5.large", vec!["10.0.0.0/16"])).await;
-    let imds = cloud
-        .emu
-        .imds_endpoint(&cloud.instance.instance_id)
-        .await
-        .unwrap();
+    let imds = cloud.imds_url().await;
     let target = imds.trim_start_matches("http://").to_string();
     // A loopback port nobody listens on yet; a proxy to the instance's IMDS opens it later.
     let port = {

@@ -525,7 +525,7 @@ async fn nodeadm_user_data_on_kubelet_1_34() {
 apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  cluster:\n    name: my-cluster\n    apiServerEndpoint: {ENDPOINT}\n    certificateAuthority: {}\n    cidr: 10.100.0.0/16\n  kubelet:\n    flags:\n      - --node-labels=pool=a\r\n\
 --BOUNDARY\r\nContent-Type: text/x-shellscript; charset=\"us-ascii\"\r\n\r\n#!/bin/bash\necho ignored\r\n\
 --BOUNDARY\r\nContent-Type: application/node.eks.aws\r\n\r\n\
-apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  featureGates:\n    InstanceIdNodeName: true\n  kubelet:\n    maxPodsExpression: max_pods < 20 ? max_pods : 20\n    config:\n      logging:\n        verbosity: 4\n    flags:\n      - --register-with-taints=pool=a:NoSchedule\r\n\
+apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  featureGates:\n    InstanceIdNodeName: true\n  kubelet:\n    maxPodsExpression: \"max_pods < 20 ? max_pods : 20\"\n    config:\n      logging:\n        verbosity: 4\n    flags:\n      - --register-with-taints=pool=a:NoSchedule\r\n\
 --BOUNDARY--\r\n",
         test_ca_b64()
     ));

@@ -132,10 +132,7 @@ async fn a_failing_step_is_reported_after_the_files_are_written() {
     let cloud = Cloud::launch(&CloudSpec::new("m5.large", vec!["10.0.0.0/16"])).await;
     let root = tempfile::tempdir().unwrap();
     let host = FakeHost::new(root.path());
-    let system = RecordingSystem {
-        fail_on: Some(Step::Restart("containerd.service".into())),
-        ..Default::default()
-    };
+    let system = RecordingSystem::failing_on(Step::Restart("containerd.service".into()));
     let e = vpcnet_bootstrap::run(
         &args(root.path(), &[]),
         &cloud.adapters(&host, &system),

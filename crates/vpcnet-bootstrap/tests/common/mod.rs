@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 
 use vpcnet_bootstrap::cloud::{AwsEc2, AwsEks, CloudError, Imds};
 use vpcnet_bootstrap::facts::{under_root, Host};
@@ -202,6 +203,14 @@ impl Cloud {
         }
     }
 
+    /// The instance's own IMDS endpoint (`http://127.0.0.1:PORT`).
+    pub async fn imds_url(&self) -> String {
+        self.emu
+            .imds_endpoint(&self.instance.instance_id)
+            .await
+            .unwrap()
+    }
+
     /// EC2 calls of `action` since launch.
     pub fn calls(&self, action: &str) -> u64 {
         self.emu
@@ -269,6 +278,31 @@ impl Host for FakeHost {
     fn bpffs_mounted(&self) -> Result<bool, BootstrapError> {
         Ok(self.bpffs_mounted)
     }
+}
+
+/// Runs the vpcnet-bootstrap binary for `my-cluster` with IMDS at `imds` and EC2 at `ec2`,
+/// files under `root` and `--files-only` (the machine's systemctl is never called), kubelet
+/// 1.31.0 and 2 CPUs, then `args`; endpoint and CA are added unless `args` has them.
+pub fn run_binary(imds: &str, ec2: &str, root: &Path, args: &[&str]) -> Output {
+    let has = |f: &str| args.contains(&f);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vpcnet-bootstrap"));
+    cmd.arg("my-cluster");
+    if !has("--apiserver-endpoint") {
+        cmd.args(["--apiserver-endpoint", "https://api.example.com"]);
+    }
+    if !has("--b64-cluster-ca") {
+        cmd.args(["--b64-cluster-ca", &test_ca_b64()]);
+    }
+    cmd.args(["--kubelet-version", "1.31.0", "--vcpus", "2", "--files-only"])
+        .args(["--root", root.to_str().unwrap()])
+        .args(args)
+        .env("AWS_EC2_METADATA_SERVICE_ENDPOINT", imds)
+        .env("AWS_ENDPOINT_URL", ec2)
+        .env("AWS_ACCESS_KEY_ID", "AKIDTEST")
+        .env("AWS_SECRET_ACCESS_KEY", "secret")
+        .env_remove("AWS_REGION")
+        .output()
+        .unwrap()
 }
 
 /// A PEM-shaped test CA, base64-encoded as `--b64-cluster-ca` takes it.
