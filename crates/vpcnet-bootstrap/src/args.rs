@@ -195,7 +195,10 @@ impl IgnoredArgs {
     pub fn given(&self) -> Vec<&'static str> {
         [
             ("--docker-config-json", self.docker_config_json.is_some()),
-            ("--enable-docker-bridge", self.enable_docker_bridge.is_some()),
+            (
+                "--enable-docker-bridge",
+                self.enable_docker_bridge.is_some(),
+            ),
             ("--local-disks", self.local_disks.is_some()),
         ]
         .into_iter()

@@ -130,7 +130,10 @@ impl ClusterInput {
             return Err(BootstrapError::invalid(
                 "--ip-family",
                 "ipv4",
-                format!("--service-ipv6-cidr {} makes this an IPv6 cluster", v6.given),
+                format!(
+                    "--service-ipv6-cidr {} makes this an IPv6 cluster",
+                    v6.given
+                ),
                 "drop --ip-family ipv4 (or pass --ip-family ipv6), or drop --service-ipv6-cidr",
             ));
         }
@@ -256,8 +259,7 @@ impl ClusterInput {
 pub fn check_name(flag: &str, v: &str) -> Result<(), BootstrapError> {
     let ok = !v.is_empty()
         && v.len() <= 100
-        && v
-            .chars()
+        && v.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
     if ok {
         Ok(())
@@ -318,7 +320,10 @@ pub fn parse_endpoint(
             "{flag} {given:?} carries a user name, which kubelet ignores"
         ));
     }
-    let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
     Ok((endpoint, host))
 }
 
@@ -338,7 +343,9 @@ pub fn decode_ca(flag: &str, given: &str, w: &mut Vec<String>) -> Result<String,
     let compact: String = given.chars().filter(|c| !c.is_whitespace()).collect();
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(compact.as_bytes())
-        .map_err(|e| BootstrapError::invalid(flag, abbreviate(given), format!("not base64 ({e})"), fix))?;
+        .map_err(|e| {
+            BootstrapError::invalid(flag, abbreviate(given), format!("not base64 ({e})"), fix)
+        })?;
     match String::from_utf8(bytes) {
         Ok(pem) if pem.contains(BEGIN) => Ok(with_newline(pem)),
         Ok(text) => {
@@ -445,7 +452,9 @@ pub fn parse_v6(flag: &str, s: &str, w: &mut Vec<String>) -> Result<ServiceCidr,
         dns
     } else {
         let a: Ipv6Addr = t.parse().map_err(|_| not())?;
-        let dns = format!("{t}a").parse::<Ipv6Addr>().unwrap_or_else(|_| plus_a(a));
+        let dns = format!("{t}a")
+            .parse::<Ipv6Addr>()
+            .unwrap_or_else(|_| plus_a(a));
         w.push(format!(
             "{flag} {s} has no prefix length; cluster DNS is {dns} (\"a\" appended, as bootstrap.sh does)"
         ));
@@ -461,7 +470,9 @@ pub fn parse_v6(flag: &str, s: &str, w: &mut Vec<String>) -> Result<ServiceCidr,
 mod tests {
     use super::*;
 
-    fn warned<T>(f: impl FnOnce(&mut Vec<String>) -> Result<T, BootstrapError>) -> (T, Vec<String>) {
+    fn warned<T>(
+        f: impl FnOnce(&mut Vec<String>) -> Result<T, BootstrapError>,
+    ) -> (T, Vec<String>) {
         let mut w = Vec::new();
         let v = f(&mut w).unwrap();
         (v, w)
@@ -495,7 +506,10 @@ mod tests {
     #[test]
     fn endpoints_like_bootstrap_sh() {
         let (e, w) = warned(|w| parse_endpoint("f", "https://a.example.com", w));
-        assert_eq!((e.0.as_str(), e.1.as_str(), w.len()), ("https://a.example.com", "a.example.com", 0));
+        assert_eq!(
+            (e.0.as_str(), e.1.as_str(), w.len()),
+            ("https://a.example.com", "a.example.com", 0)
+        );
         let (e, w) = warned(|w| parse_endpoint("f", "http://localhost", w));
         assert_eq!(e.1, "localhost");
         assert!(w[0].contains("plain http"), "{w:?}");
@@ -520,12 +534,18 @@ mod tests {
         assert_eq!(c, format!("{pem}\n"));
         assert!(w[0].contains("PEM text"), "{w:?}");
         let (c, w) = warned(|w| decode_ca("f", &b64(&[0x30, 0x82, 0x01, 0xff]), w));
-        assert!(c.starts_with("-----BEGIN CERTIFICATE-----\nMIIB/w==\n"), "{c}");
+        assert!(
+            c.starts_with("-----BEGIN CERTIFICATE-----\nMIIB/w==\n"),
+            "{c}"
+        );
         assert!(w[0].contains("DER"), "{w:?}");
         let (c, w) = warned(|w| decode_ca("f", "Y2VydGlmaWNhdGVBdXRob3JpdHk=", w));
         assert_eq!(c, "certificateAuthority\n");
         assert!(w[0].contains("refuse to start"), "{w:?}");
-        assert!(decode_ca("f", "%%%", &mut Vec::new()).unwrap_err().to_string().contains("not base64"));
+        assert!(decode_ca("f", "%%%", &mut Vec::new())
+            .unwrap_err()
+            .to_string()
+            .contains("not base64"));
         assert!(decode_ca("f", &b64(&[0xff, 0xfe]), &mut Vec::new()).is_err());
     }
 
@@ -534,7 +554,10 @@ mod tests {
             name: "c".into(),
             status: "ACTIVE".into(),
             endpoint: Some("https://eks.example.com".into()),
-            certificate_authority: Some(base64::engine::general_purpose::STANDARD.encode("-----BEGIN CERTIFICATE-----\nA\n-----END CERTIFICATE-----\n")),
+            certificate_authority: Some(
+                base64::engine::general_purpose::STANDARD
+                    .encode("-----BEGIN CERTIFICATE-----\nA\n-----END CERTIFICATE-----\n"),
+            ),
             service_ipv4_cidr: Some("172.20.0.0/16".into()),
             service_ipv6_cidr: None,
             ip_family: Some("ipv4".into()),
@@ -559,8 +582,18 @@ mod tests {
         // An Outpost ARN makes it a local cluster with the described ID.
         assert_eq!(c.outpost_cluster_id.as_deref(), Some("0123-id"));
         // --enable-local-outpost false wins over the detection.
-        let input = ClusterInput { outpost: Some(false), ..input };
-        assert_eq!(input.resolve(Some(&described())).unwrap().0.outpost_cluster_id, None);
+        let input = ClusterInput {
+            outpost: Some(false),
+            ..input
+        };
+        assert_eq!(
+            input
+                .resolve(Some(&described()))
+                .unwrap()
+                .0
+                .outpost_cluster_id,
+            None
+        );
         // Without a lookup the endpoint is missing.
         let e = input.resolve(None).unwrap_err().to_string();
         assert!(e.contains("--apiserver-endpoint"), "{e}");

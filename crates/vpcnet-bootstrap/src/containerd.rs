@@ -50,9 +50,9 @@ fn ecr_account(region: &str) -> (&'static str, String) {
         "ap-southeast-7" => same("121268973566"),
         "mx-central-1" => same("730335286997"),
         "ap-northeast-1" | "ap-northeast-2" | "ap-northeast-3" | "ap-south-1"
-        | "ap-southeast-1" | "ap-southeast-2" | "ca-central-1" | "eu-central-1"
-        | "eu-north-1" | "eu-west-1" | "eu-west-2" | "eu-west-3" | "sa-east-1" | "us-east-1"
-        | "us-east-2" | "us-west-1" | "us-west-2" => same("602401143452"),
+        | "ap-southeast-1" | "ap-southeast-2" | "ca-central-1" | "eu-central-1" | "eu-north-1"
+        | "eu-west-1" | "eu-west-2" | "eu-west-3" | "sa-east-1" | "us-east-1" | "us-east-2"
+        | "us-west-1" | "us-west-2" => same("602401143452"),
         r if r.starts_with("us-gov-") => ("013241004608", "us-gov-west-1".into()),
         r if r.starts_with("cn-") => ("961992271922", "cn-northwest-1".into()),
         r if r.starts_with("us-isob-") => ("187977181151", "us-isob-east-1".into()),
@@ -221,15 +221,33 @@ mod tests {
             "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/pause:3.5"
         );
         assert_eq!(
-            sandbox_image(None, Some("111122223333"), "3.10", "eu-west-1", "amazonaws.com"),
+            sandbox_image(
+                None,
+                Some("111122223333"),
+                "3.10",
+                "eu-west-1",
+                "amazonaws.com"
+            ),
             "111122223333.dkr.ecr.eu-west-1.amazonaws.com/eks/pause:3.10"
         );
         assert_eq!(
-            sandbox_image(Some("registry.local:5000/pause"), None, "3.10", "eu-west-1", "x"),
+            sandbox_image(
+                Some("registry.local:5000/pause"),
+                None,
+                "3.10",
+                "eu-west-1",
+                "x"
+            ),
             "registry.local:5000/pause:3.10"
         );
         assert_eq!(
-            sandbox_image(Some("registry.local/pause:3.9"), None, "3.10", "eu-west-1", "x"),
+            sandbox_image(
+                Some("registry.local/pause:3.9"),
+                None,
+                "3.10",
+                "eu-west-1",
+                "x"
+            ),
             "registry.local/pause:3.9"
         );
     }
@@ -244,9 +262,13 @@ mod tests {
 
     #[test]
     fn broken_configs_are_refused_with_the_place() {
-        let e = check_config("/x.toml", "version = 2\n[plugins\n").unwrap_err().to_string();
+        let e = check_config("/x.toml", "version = 2\n[plugins\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("line 2") && e.contains("Fix:"), "{e}");
-        let e = check_config("/x.toml", "version = 7\n").unwrap_err().to_string();
+        let e = check_config("/x.toml", "version = 7\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("version = 2"), "{e}");
         let w = check_config("/x.toml", "[grpc]\nsandbox_image = \"SANDBOX_IMAGE\"\n").unwrap();
         assert!(w[0].contains("containerd 2 refuses"), "{w:?}");

@@ -343,7 +343,12 @@ async fn private_dns_name(
     let r = retry(
         budget,
         &format!("waiting for EC2 to report the private DNS name of {instance_id}"),
-        |d| Last::Unreachable(format!("no answer within the remaining {:.1} s of the budget", d.as_secs_f64())),
+        |d| {
+            Last::Unreachable(format!(
+                "no answer within the remaining {:.1} s of the budget",
+                d.as_secs_f64()
+            ))
+        },
         move || async move {
             match ec2.private_dns_name(instance_id).await {
                 Ok(name) if !name.trim().is_empty() => Attempt::Done(name.trim().to_string()),

@@ -142,7 +142,9 @@ fn load_node_config_file(path: &str) -> Result<NodeConfig, BootstrapError> {
 }
 
 /// Reads `--containerd-config-file`, if given (checked by [`Settings::new`]).
-pub fn load_containerd_file(args: &BootstrapArgs) -> Result<Option<ContainerdFile>, BootstrapError> {
+pub fn load_containerd_file(
+    args: &BootstrapArgs,
+) -> Result<Option<ContainerdFile>, BootstrapError> {
     let Some(path) = &args.containerd_config_file else {
         return Ok(None);
     };
@@ -253,11 +255,7 @@ pub async fn plan<I: Imds, E: Ec2, K: Eks, H: Host, S: System>(
         None
     };
     let (cluster, warnings) = settings.cluster.resolve(described.as_ref())?;
-    let private_dns = budget(
-        args,
-        args.private_dns_timeout,
-        args.private_dns_attempts,
-    );
+    let private_dns = budget(args, args.private_dns_timeout, args.private_dns_attempts);
     let facts = facts::gather(
         &settings,
         &cluster,

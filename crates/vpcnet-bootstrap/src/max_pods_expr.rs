@@ -179,8 +179,7 @@ impl fmt::Display for Tok {
 }
 
 const SYMBOLS: [&str; 18] = [
-    "<=", ">=", "==", "!=", "&&", "||", "<", ">", "+", "-", "*", "/", "%", "!", "?", ":", "(",
-    ")",
+    "<=", ">=", "==", "!=", "&&", "||", "<", ">", "+", "-", "*", "/", "%", "!", "?", ":", "(", ")",
 ];
 
 fn lex(text: &str) -> Result<Vec<(Tok, usize)>, String> {
@@ -284,7 +283,10 @@ impl Parser {
             return self.unary();
         };
         let mut left = self.binary(level + 1)?;
-        while let Some(&(_, op)) = self.peek_sym().and_then(|s| ops.iter().find(|(t, _)| *t == s)) {
+        while let Some(&(_, op)) = self
+            .peek_sym()
+            .and_then(|s| ops.iter().find(|(t, _)| *t == s))
+        {
             self.pos += 1;
             let right = self.binary(level + 1)?;
             left = Expr::Bin(op, Box::new(left), Box::new(right));
@@ -349,8 +351,14 @@ mod tests {
         assert_eq!(eval_str("max_pods + 2"), Ok(31));
         assert_eq!(eval_str("max_pods < 30 ? max_pods : 30"), Ok(29));
         assert_eq!(eval_str("max_pods > 20 ? 20 : max_pods"), Ok(20));
-        assert_eq!(eval_str("((default_enis -1) * (ips_per_eni - 1)) + 2"), Ok(20));
-        assert_eq!(eval_str("((default_enis - 3) * (ips_per_eni - 1)) + 2"), Ok(2));
+        assert_eq!(
+            eval_str("((default_enis -1) * (ips_per_eni - 1)) + 2"),
+            Ok(20)
+        );
+        assert_eq!(
+            eval_str("((default_enis - 3) * (ips_per_eni - 1)) + 2"),
+            Ok(2)
+        );
     }
 
     #[test]
@@ -371,11 +379,21 @@ mod tests {
         assert!(parse("max_pods +").contains("ends where a value belongs"));
         assert!(parse("max_pods $ 2").contains("'$'"));
         assert!(parse("1 2").contains("unexpected number 2 at character 3"));
-        assert!(eval_str("max_pods / (default_enis - 3)").unwrap_err().contains("division by zero"));
-        assert!(eval_str("max_pods - 100").unwrap_err().contains("not a positive"));
-        assert!(eval_str("max_pods > 2").unwrap_err().contains("not a number"));
-        assert!(eval_str("max_pods && true").unwrap_err().contains("29 where true or false"));
-        assert!(eval_str("9223372036854775807 + 1").unwrap_err().contains("overflow"));
+        assert!(eval_str("max_pods / (default_enis - 3)")
+            .unwrap_err()
+            .contains("division by zero"));
+        assert!(eval_str("max_pods - 100")
+            .unwrap_err()
+            .contains("not a positive"));
+        assert!(eval_str("max_pods > 2")
+            .unwrap_err()
+            .contains("not a number"));
+        assert!(eval_str("max_pods && true")
+            .unwrap_err()
+            .contains("29 where true or false"));
+        assert!(eval_str("9223372036854775807 + 1")
+            .unwrap_err()
+            .contains("overflow"));
     }
 
     proptest! {

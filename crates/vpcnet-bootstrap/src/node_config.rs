@@ -229,7 +229,10 @@ mod tests {
         assert_eq!(nc.spec.cluster.cidr.as_deref(), Some("10.0.0.0/16"));
         assert_eq!(nc.spec.kubelet.flags, vec!["--v=2", "--x=1"]);
         let cfg = serde_json::Value::Object(nc.spec.kubelet.config.unwrap());
-        assert_eq!(cfg, serde_json::json!({"maxPods": 10, "featureGates": {"A": true, "B": false}}));
+        assert_eq!(
+            cfg,
+            serde_json::json!({"maxPods": 10, "featureGates": {"A": true, "B": false}})
+        );
         assert_eq!(nc.spec.feature_gates.get("InstanceIdNodeName"), Some(&true));
         // A part that is wrong on its own is named.
         let bad = "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  kubelt: {}\n";

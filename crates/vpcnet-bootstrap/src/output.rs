@@ -62,9 +62,7 @@ fn changes(root: &Path, files: &[NodeFile], write: bool) -> io::Result<Vec<(Stri
                 Err(e) if e.kind() == io::ErrorKind::NotFound => Change::Absent,
                 Err(e) => return Err(with_path(e, &p)),
             },
-            Some(content) => {
-                write_one(&p, content, f.mode, write).map_err(|e| with_path(e, &p))?
-            }
+            Some(content) => write_one(&p, content, f.mode, write).map_err(|e| with_path(e, &p))?,
         };
         changes.push((f.path.clone(), change));
     }

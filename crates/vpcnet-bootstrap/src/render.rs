@@ -611,24 +611,52 @@ mod plan_tests {
 
     #[test]
     fn max_pods_expression_like_nodeadm_but_kube_reserved_follows_the_value_in_effect() {
-        let nc = |body: &str| format!("apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  kubelet:\n{body}");
+        let nc = |body: &str| {
+            format!(
+                "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  kubelet:\n{body}"
+            )
+        };
         // m5.large: 3 ENIs × (10 − 1) + 2 = 29; with one ENI reserved 20.
-        let (p, cfg) = plan(&[], Some(&nc("    maxPodsExpression: ((default_enis - 1) * (ips_per_eni - 1)) + 2\n")));
+        let (p, cfg) = plan(
+            &[],
+            Some(&nc(
+                "    maxPodsExpression: ((default_enis - 1) * (ips_per_eni - 1)) + 2\n",
+            )),
+        );
         assert_eq!(
-            (p.max_pods_origin, cfg["maxPods"].as_u64(), cfg["kubeReserved"]["memory"].as_str()),
+            (
+                p.max_pods_origin,
+                cfg["maxPods"].as_u64(),
+                cfg["kubeReserved"]["memory"].as_str()
+            ),
             (MaxPodsOrigin::Expression, Some(20), Some("475Mi"))
         );
         // kubelet.config.maxPods wins over the expression; kube-reserved follows it (nodeadm
         // would keep the expression's 915Mi-style value).
-        let (p, cfg) = plan(&[], Some(&nc("    maxPodsExpression: max_pods + 2\n    config:\n      maxPods: 1\n")));
+        let (p, cfg) = plan(
+            &[],
+            Some(&nc(
+                "    maxPodsExpression: max_pods + 2\n    config:\n      maxPods: 1\n",
+            )),
+        );
         assert_eq!(
-            (p.max_pods_origin, cfg["maxPods"].as_u64(), cfg["kubeReserved"]["memory"].as_str()),
+            (
+                p.max_pods_origin,
+                cfg["maxPods"].as_u64(),
+                cfg["kubeReserved"]["memory"].as_str()
+            ),
             (MaxPodsOrigin::NodeConfig, Some(1), Some("266Mi"))
         );
         // An expression that does not evaluate falls back to the instance type, with a warning.
         let (p, cfg) = plan(&[], Some(&nc("    maxPodsExpression: max_pods - 1000\n")));
         assert_eq!(cfg["maxPods"].as_u64(), Some(29));
-        assert!(p.warnings.iter().any(|w| w.contains("not a positive number")), "{:?}", p.warnings);
+        assert!(
+            p.warnings
+                .iter()
+                .any(|w| w.contains("not a positive number")),
+            "{:?}",
+            p.warnings
+        );
     }
 
     #[test]
@@ -651,16 +679,23 @@ mod plan_tests {
             .contains(&json!("TLS_RSA_WITH_AES_256_GCM_SHA384")));
         assert_eq!(cfg["logging"]["verbosity"], 2);
         assert!(cfg.get("shutdownGracePeriod").is_none());
-        assert!(cfg["featureGates"].get("DynamicResourceAllocation").is_none());
+        assert!(cfg["featureGates"]
+            .get("DynamicResourceAllocation")
+            .is_none());
 
         let (_, cfg) = plan_for(&[], None, KubeletVersion::new(1, 33, 1));
         assert_eq!(cfg["featureGates"]["DynamicResourceAllocation"], true);
-        assert!(cfg["featureGates"].get("MutableCSINodeAllocatableCount").is_none());
+        assert!(cfg["featureGates"]
+            .get("MutableCSINodeAllocatableCount")
+            .is_none());
 
         let (_, cfg) = plan_for(&[], None, KubeletVersion::new(1, 34, 0));
         assert_eq!(cfg["featureGates"]["MutableCSINodeAllocatableCount"], true);
         assert_eq!(
-            (cfg["shutdownGracePeriod"].as_str(), cfg["shutdownGracePeriodCriticalPods"].as_str()),
+            (
+                cfg["shutdownGracePeriod"].as_str(),
+                cfg["shutdownGracePeriodCriticalPods"].as_str()
+            ),
             (Some("2m30s"), Some("30s"))
         );
 
@@ -670,7 +705,10 @@ mod plan_tests {
         assert_eq!(cfg["logging"]["verbosity"], 5);
         let root = written(&p);
         let argv = kubelet_command_line(root.path(), Unit::Installed).unwrap();
-        assert!(!argv.iter().any(|a| a.starts_with("--v=") || a == "-v"), "{argv:?}");
+        assert!(
+            !argv.iter().any(|a| a.starts_with("--v=") || a == "-v"),
+            "{argv:?}"
+        );
     }
 
     /// Item 1: the cloud provider reaches kubelet exactly once whichever unit runs it: the EKS
@@ -679,13 +717,19 @@ mod plan_tests {
     #[test]
     fn cloud_provider_reaches_kubelet_on_every_unit_layout() {
         let (p, _) = plan(
-            &["--kubelet-extra-args", "--node-labels='team=a b' --register-with-taints=x=y:NoSchedule"],
+            &[
+                "--kubelet-extra-args",
+                "--node-labels='team=a b' --register-with-taints=x=y:NoSchedule",
+            ],
             None,
         );
         let root = written(&p);
         for unit in [Unit::EksAmi, Unit::Vpcnet, Unit::Installed] {
             let argv = kubelet_command_line(root.path(), unit.clone()).unwrap();
-            let cp: Vec<&String> = argv.iter().filter(|a| a.starts_with("--cloud-provider")).collect();
+            let cp: Vec<&String> = argv
+                .iter()
+                .filter(|a| a.starts_with("--cloud-provider"))
+                .collect();
             assert_eq!(cp, ["--cloud-provider=external"], "{unit:?}: {argv:?}");
             for want in [
                 "--node-ip=10.0.0.5",
@@ -716,7 +760,15 @@ mod plan_tests {
         let (p, _) = plan_for(&[], Some(nc), KubeletVersion::new(1, 35, 0));
         let root = written(&p);
         let argv = kubelet_command_line(root.path(), Unit::Vpcnet).unwrap();
-        assert!(!argv.iter().any(|a| a.starts_with("--pod-infra-container-image")), "{argv:?}");
-        assert!(argv.contains(&"--hostname-override=i-1".to_string()), "{argv:?}");
+        assert!(
+            !argv
+                .iter()
+                .any(|a| a.starts_with("--pod-infra-container-image")),
+            "{argv:?}"
+        );
+        assert!(
+            argv.contains(&"--hostname-override=i-1".to_string()),
+            "{argv:?}"
+        );
     }
 }

@@ -121,45 +121,65 @@ mod tests {
     #[tokio::test]
     async fn retries_until_done_and_keeps_the_last_cause() {
         let calls = Cell::new(0);
-        let r = retry(budget(5_000, None), "t", |_| "timeout", || {
-            calls.set(calls.get() + 1);
-            let n = calls.get();
-            async move {
-                if n < 3 {
-                    Attempt::Retry("not yet")
-                } else {
-                    Attempt::Done(n)
+        let r = retry(
+            budget(5_000, None),
+            "t",
+            |_| "timeout",
+            || {
+                calls.set(calls.get() + 1);
+                let n = calls.get();
+                async move {
+                    if n < 3 {
+                        Attempt::Retry("not yet")
+                    } else {
+                        Attempt::Done(n)
+                    }
                 }
-            }
-        })
+            },
+        )
         .await;
         assert_eq!(r, Ok(3));
 
-        let r: Result<(), _> = retry(budget(5_000, Some(4)), "t", |_| "timeout", || async {
-            Attempt::Retry("still failing")
-        })
+        let r: Result<(), _> = retry(
+            budget(5_000, Some(4)),
+            "t",
+            |_| "timeout",
+            || async { Attempt::Retry("still failing") },
+        )
         .await;
         let g = r.unwrap_err();
         assert_eq!((g.attempts, g.last, g.stopped), (4, "still failing", false));
 
-        let r: Result<(), _> =
-            retry(budget(5_000, None), "t", |_| "timeout", || async { Attempt::Stop("denied") })
-                .await;
+        let r: Result<(), _> = retry(
+            budget(5_000, None),
+            "t",
+            |_| "timeout",
+            || async { Attempt::Stop("denied") },
+        )
+        .await;
         let g = r.unwrap_err();
         assert_eq!((g.attempts, g.last, g.stopped), (1, "denied", true));
     }
 
     #[tokio::test]
     async fn zero_budget_makes_one_attempt_and_a_slow_attempt_times_out() {
-        let r: Result<(), _> = retry(budget(0, None), "t", |_| "timeout", || async {
-            Attempt::Retry("no")
-        })
+        let r: Result<(), _> = retry(
+            budget(0, None),
+            "t",
+            |_| "timeout",
+            || async { Attempt::Retry("no") },
+        )
         .await;
         assert_eq!(r.unwrap_err().attempts, 1);
-        let r: Result<(), _> = retry(budget(50, None), "t", |d| format!("over {d:?}"), || async {
-            tokio::time::sleep(Duration::from_secs(5)).await;
-            Attempt::Done(())
-        })
+        let r: Result<(), _> = retry(
+            budget(50, None),
+            "t",
+            |d| format!("over {d:?}"),
+            || async {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                Attempt::Done(())
+            },
+        )
         .await;
         assert!(r.unwrap_err().last.starts_with("over"));
     }

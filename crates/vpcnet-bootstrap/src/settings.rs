@@ -119,7 +119,9 @@ impl Settings {
             ("instance", nc.spec.instance.is_some()),
         ] {
             if given {
-                warnings.push(format!("NodeConfig spec.{section} is accepted for nodeadm compatibility and ignored"));
+                warnings.push(format!(
+                    "NodeConfig spec.{section} is accepted for nodeadm compatibility and ignored"
+                ));
             }
         }
 
@@ -135,7 +137,10 @@ impl Settings {
             Some(f) => Some(IpFamily::parse("--ip-family", f)?),
             None => None,
         };
-        let (mut v4, mut v6) = (args.service_ipv4_cidr.clone(), args.service_ipv6_cidr.clone());
+        let (mut v4, mut v6) = (
+            args.service_ipv4_cidr.clone(),
+            args.service_ipv6_cidr.clone(),
+        );
         let cidr_from_config = v4.is_none() && v6.is_none() && cl.cidr.is_some();
         if let Some(cidr) = cl.cidr.as_ref().filter(|_| cidr_from_config) {
             if cidr.contains(':') {
@@ -325,8 +330,14 @@ impl Settings {
             kubelet_config_overrides,
             instance_id_node_name,
             pause: PauseImage {
-                image: args.pause_container_image.clone().filter(|s| !s.trim().is_empty()),
-                account: args.pause_container_account.clone().filter(|s| !s.trim().is_empty()),
+                image: args
+                    .pause_container_image
+                    .clone()
+                    .filter(|s| !s.trim().is_empty()),
+                account: args
+                    .pause_container_account
+                    .clone()
+                    .filter(|s| !s.trim().is_empty()),
                 version: args.pause_container_version.clone(),
             },
             containerd_file,
@@ -402,8 +413,14 @@ mod tests {
 
     #[test]
     fn flag_value_forms() {
-        assert_eq!(flag_value(&words(&["--a", "--max-pods=5"]), "--max-pods"), Some("5"));
-        assert_eq!(flag_value(&words(&["--max-pods", "7", "--x"]), "--max-pods"), Some("7"));
+        assert_eq!(
+            flag_value(&words(&["--a", "--max-pods=5"]), "--max-pods"),
+            Some("5")
+        );
+        assert_eq!(
+            flag_value(&words(&["--max-pods", "7", "--x"]), "--max-pods"),
+            Some("7")
+        );
         assert_eq!(
             flag_value(&words(&["--max-pods=5", "--max-pods", "9"]), "--max-pods"),
             Some("9")

@@ -82,7 +82,9 @@ impl System for Systemctl {
             .output()
             .map_err(|e| BootstrapError::System {
                 command: step.to_string(),
-                problem: format!("cannot run systemctl ({e}); this node does not look like it runs systemd"),
+                problem: format!(
+                    "cannot run systemctl ({e}); this node does not look like it runs systemd"
+                ),
             })?;
         if out.status.success() {
             return Ok(());
@@ -147,7 +149,8 @@ pub struct StartupOptions {
 /// 4. `enable` kubelet, then `restart` it if one of its files changed, else `start` it
 ///    (a no-op when it runs), so a rerun that changed nothing disturbs nothing.
 pub fn steps(changes: &[(String, Change)], opts: StartupOptions) -> Vec<Step> {
-    let changed = |p: &(String, Change)| matches!(p.1, Change::Created | Change::Updated | Change::Removed);
+    let changed =
+        |p: &(String, Change)| matches!(p.1, Change::Created | Change::Updated | Change::Removed);
     let any = |pred: &dyn Fn(&str) -> bool| changes.iter().any(|c| changed(c) && pred(&c.0));
     let mut out = Vec::new();
     if any(&|p: &str| p.starts_with("/etc/systemd/system/")) {
@@ -187,7 +190,10 @@ mod tests {
     #[test]
     fn first_run_reloads_restarts_and_starts() {
         let changes = [
-            ch("/etc/kubernetes/kubelet/kubelet-config.json", Change::Created),
+            ch(
+                "/etc/kubernetes/kubelet/kubelet-config.json",
+                Change::Created,
+            ),
             ch("/etc/systemd/system/kubelet.service", Change::Created),
             ch("/etc/containerd/config.toml", Change::Created),
         ];
@@ -212,8 +218,14 @@ mod tests {
     #[test]
     fn unchanged_rerun_only_makes_sure_kubelet_runs() {
         let changes = [
-            ch("/etc/kubernetes/kubelet/kubelet-config.json", Change::Unchanged),
-            ch("/etc/systemd/system/kubelet.service.d/30-kubelet-extra-args.conf", Change::Absent),
+            ch(
+                "/etc/kubernetes/kubelet/kubelet-config.json",
+                Change::Unchanged,
+            ),
+            ch(
+                "/etc/systemd/system/kubelet.service.d/30-kubelet-extra-args.conf",
+                Change::Absent,
+            ),
             ch("/etc/containerd/config.toml", Change::Unchanged),
         ];
         assert_eq!(

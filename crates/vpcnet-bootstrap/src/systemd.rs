@@ -138,7 +138,10 @@ pub fn kubelet_command_line(root: &Path, unit: Unit) -> Result<Vec<String>, Boot
             })?
         }
         Unit::Vpcnet => ("(vpcnet unit)".to_string(), VPCNET_KUBELET_UNIT.to_string()),
-        Unit::EksAmi => ("(EKS AMI unit)".to_string(), EKS_AMI_KUBELET_UNIT.to_string()),
+        Unit::EksAmi => (
+            "(EKS AMI unit)".to_string(),
+            EKS_AMI_KUBELET_UNIT.to_string(),
+        ),
         Unit::Text(t) => ("(unit text)".to_string(), t),
     };
     let mut dropins: BTreeMap<String, String> = BTreeMap::new();
@@ -357,7 +360,9 @@ fn c_unescape(n: char, rest: &mut std::iter::Peekable<std::str::Chars<'_>>) -> S
         's' => " ".into(),
         '\\' | '"' | '\'' | '$' => n.to_string(),
         'x' => {
-            let hex: String = (0..2).filter_map(|_| rest.next_if(|c| c.is_ascii_hexdigit())).collect();
+            let hex: String = (0..2)
+                .filter_map(|_| rest.next_if(|c| c.is_ascii_hexdigit()))
+                .collect();
             match u8::from_str_radix(&hex, 16) {
                 Ok(b) if hex.len() == 2 => char::from(b).to_string(),
                 _ => format!("\\x{hex}"),
@@ -486,7 +491,11 @@ pub fn parse_env_file(path: &str, text: &str) -> Result<Vec<(String, String)>, B
         };
         let k = k.trim();
         if !valid_name(k) {
-            return Err(unit_error(path, i + 1, format!("{k:?} is not a variable name")));
+            return Err(unit_error(
+                path,
+                i + 1,
+                format!("{k:?} is not a variable name"),
+            ));
         }
         let mut value = String::new();
         let mut quote: Option<char> = None;
@@ -516,7 +525,11 @@ pub fn parse_env_file(path: &str, text: &str) -> Result<Vec<(String, String)>, B
                 }
                 (None, c) => {
                     value.push(c);
-                    trailing = if c.is_whitespace() { trailing + c.len_utf8() } else { 0 };
+                    trailing = if c.is_whitespace() {
+                        trailing + c.len_utf8()
+                    } else {
+                        0
+                    };
                 }
             }
         }
@@ -572,7 +585,16 @@ mod tests {
     #[test]
     fn dollar_word_splits_and_braced_stays_one_word() {
         let e = env(&[("A", "--x=1  --y='a b'"), ("B", "p q")]);
-        let exec = words(&["/bin/k", "$A", "${B}", "--z=${B}!", "$UNSET", "${UNSET}", "$$HOME", "pre$A"]);
+        let exec = words(&[
+            "/bin/k",
+            "$A",
+            "${B}",
+            "--z=${B}!",
+            "$UNSET",
+            "${UNSET}",
+            "$$HOME",
+            "pre$A",
+        ]);
         assert_eq!(
             expand_command(&exec, &e),
             words(&["/bin/k", "--x=1", "--y=a b", "p q", "--z=p q!", "", "$HOME", "pre$A"])
@@ -596,11 +618,7 @@ mod tests {
 
     #[test]
     fn environment_assignment_round_trips_through_the_parser() {
-        for v in [
-            "--node-labels='a b' --x=\"q\"",
-            r"back\slash 50% $HOME",
-            "",
-        ] {
+        for v in ["--node-labels='a b' --x=\"q\"", r"back\slash 50% $HOME", ""] {
             let unit = format!(
                 "[Service]\nEnvironment={}\nExecStart=/bin/k $V\n",
                 environment_assignment("V", v)
@@ -621,7 +639,10 @@ mod tests {
         .unwrap();
         assert_eq!(s.exec_start, words(&["/bin/new", "$A", "${B}"]));
         let mut e: BTreeMap<String, String> = s.environment.into_iter().collect();
-        assert_eq!(expand_command(&s.exec_start, &e), words(&["/bin/new", "3", "two words"]));
+        assert_eq!(
+            expand_command(&s.exec_start, &e),
+            words(&["/bin/new", "3", "two words"])
+        );
         for (k, v) in parse_env_file("f", "# c\nA=\"from file\" \nB='x'\\ y  \n").unwrap() {
             e.insert(k, v);
         }
@@ -635,7 +656,10 @@ mod tests {
         let e = Service::parse(&[("u.service".into(), two.into())], "u.service")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("u.service:3") && e.contains("empty ExecStart="), "{e}");
+        assert!(
+            e.contains("u.service:3") && e.contains("empty ExecStart="),
+            "{e}"
+        );
         let spec = "[Service]\nExecStart=/a %Z\n";
         let e = Service::parse(&[("u".into(), spec.into())], "u.service")
             .unwrap_err()
@@ -647,6 +671,9 @@ mod tests {
 
     #[test]
     fn specifiers_resolve() {
-        assert_eq!(specifiers("50%% %n %p", "kubelet.service").unwrap(), "50% kubelet.service kubelet");
+        assert_eq!(
+            specifiers("50%% %n %p", "kubelet.service").unwrap(),
+            "50% kubelet.service kubelet"
+        );
     }
 }

@@ -68,9 +68,14 @@ pub fn multipart_parts(text: &str) -> Result<Option<Vec<Part>>, BootstrapError> 
     if !media.starts_with("multipart/") {
         return Ok(None);
     }
-    let Some(boundary) = params.iter().find(|(k, _)| k == "boundary").map(|(_, v)| v.clone())
+    let Some(boundary) = params
+        .iter()
+        .find(|(k, _)| k == "boundary")
+        .map(|(_, v)| v.clone())
     else {
-        return Err(mime_error("the multipart Content-Type has no boundary parameter"));
+        return Err(mime_error(
+            "the multipart Content-Type has no boundary parameter",
+        ));
     };
     let delimiter = format!("--{boundary}");
     let mut parts = Vec::new();
@@ -159,7 +164,10 @@ fn split_headers(text: &str) -> (Vec<(String, String)>, &str) {
 }
 
 fn header(headers: &[(String, String)], name: &str) -> Option<String> {
-    headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+    headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.clone())
 }
 
 /// `type/subtype; k=v; k2="v 2"` → (lower-case type, parameters with lower-case names).
@@ -212,7 +220,9 @@ mod tests {
     const NC2: &str = "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  cluster:\n    name: two\n  kubelet:\n    flags: [--v=4]\n";
 
     fn mime(parts: &[(&str, &str, Option<&str>)]) -> String {
-        let mut s = String::from("MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=\"//\"\r\n\r\n");
+        let mut s = String::from(
+            "MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=\"//\"\r\n\r\n",
+        );
         for (ct, body, enc) in parts {
             s.push_str(&format!("--//\r\nContent-Type: {ct}\r\n"));
             if let Some(e) = enc {
@@ -229,7 +239,11 @@ mod tests {
         let b64 = base64::engine::general_purpose::STANDARD.encode(NC2);
         let ud = mime(&[
             ("application/node.eks.aws", NC1, None),
-            ("text/x-shellscript; charset=\"us-ascii\"", "#!/bin/bash\necho hi\n", None),
+            (
+                "text/x-shellscript; charset=\"us-ascii\"",
+                "#!/bin/bash\necho hi\n",
+                None,
+            ),
             ("application/node.eks.aws", &b64, Some("base64")),
         ]);
         let nc = node_config(&ud).unwrap();
@@ -239,9 +253,19 @@ mod tests {
 
     #[test]
     fn plain_and_base64_user_data_is_one_document() {
-        assert_eq!(node_config(NC1).unwrap().spec.cluster.name.as_deref(), Some("one"));
-        let b64 = base64::engine::general_purpose::STANDARD.encode(mime(&[("application/node.eks.aws", NC2, None)]));
-        assert_eq!(node_config(&b64).unwrap().spec.cluster.name.as_deref(), Some("two"));
+        assert_eq!(
+            node_config(NC1).unwrap().spec.cluster.name.as_deref(),
+            Some("one")
+        );
+        let b64 = base64::engine::general_purpose::STANDARD.encode(mime(&[(
+            "application/node.eks.aws",
+            NC2,
+            None,
+        )]));
+        assert_eq!(
+            node_config(&b64).unwrap().spec.cluster.name.as_deref(),
+            Some("two")
+        );
     }
 
     #[test]
@@ -249,17 +273,29 @@ mod tests {
         let e = node_config(&mime(&[("text/x-shellscript", "#!/bin/sh\n", None)]))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("no part of type application/node.eks.aws"), "{e}");
+        assert!(
+            e.contains("no part of type application/node.eks.aws"),
+            "{e}"
+        );
         let e = node_config(&mime(&[
             ("application/node.eks.aws", NC1, None),
-            ("application/node.eks.aws", "apiVersion: v1\nkind: Pod\n", None),
+            (
+                "application/node.eks.aws",
+                "apiVersion: v1\nkind: Pod\n",
+                None,
+            ),
         ]))
         .unwrap_err()
         .to_string();
         assert!(e.contains("part 2"), "{e}");
-        let e = node_config("#!/bin/bash\n/etc/eks/bootstrap.sh my-cluster\n").unwrap_err().to_string();
+        let e = node_config("#!/bin/bash\n/etc/eks/bootstrap.sh my-cluster\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("EC2 user data"), "{e}");
         let no_boundary = "Content-Type: multipart/mixed\n\nx\n";
-        assert!(node_config(no_boundary).unwrap_err().to_string().contains("boundary"));
+        assert!(node_config(no_boundary)
+            .unwrap_err()
+            .to_string()
+            .contains("boundary"));
     }
 }

@@ -13,13 +13,34 @@ async fn what_bootstrap_sh_accepts_is_accepted() {
     let ec2 = cloud.endpoint.clone();
     // (flags, text the stderr must hold: a warning, or what reached the files)
     let cases: Vec<(Vec<&str>, &str)> = vec![
-        (vec!["--apiserver-endpoint", "http://api.example.com"], "warning: --apiserver-endpoint \"http://api.example.com\" is plain http"),
-        (vec!["--b64-cluster-ca", "aGVsbG8="], "warning: --b64-cluster-ca does not decode to a PEM certificate"),
-        (vec!["--service-ipv4-cidr", "10.100.5.0/16"], "warning: --service-ipv4-cidr 10.100.5.0/16: host bits are set"),
-        (vec!["--use-max-pods", "False"], "max pods 110 (kubelet default)"),
-        (vec!["--use-max-pods", "yes"], "warning: --use-max-pods \"yes\" is neither true nor false"),
-        (vec!["--kubelet-extra-args", "--node-labels='a=b'"], "max pods 29"),
-        (vec!["--kubelet-extra-args", "--node-labels=a=b\n--v=3"], "warning: --kubelet-extra-args contains line breaks"),
+        (
+            vec!["--apiserver-endpoint", "http://api.example.com"],
+            "warning: --apiserver-endpoint \"http://api.example.com\" is plain http",
+        ),
+        (
+            vec!["--b64-cluster-ca", "aGVsbG8="],
+            "warning: --b64-cluster-ca does not decode to a PEM certificate",
+        ),
+        (
+            vec!["--service-ipv4-cidr", "10.100.5.0/16"],
+            "warning: --service-ipv4-cidr 10.100.5.0/16: host bits are set",
+        ),
+        (
+            vec!["--use-max-pods", "False"],
+            "max pods 110 (kubelet default)",
+        ),
+        (
+            vec!["--use-max-pods", "yes"],
+            "warning: --use-max-pods \"yes\" is neither true nor false",
+        ),
+        (
+            vec!["--kubelet-extra-args", "--node-labels='a=b'"],
+            "max pods 29",
+        ),
+        (
+            vec!["--kubelet-extra-args", "--node-labels=a=b\n--v=3"],
+            "warning: --kubelet-extra-args contains line breaks",
+        ),
     ];
     for (flags, want) in cases {
         let root = tempfile::tempdir().unwrap();
@@ -33,7 +54,10 @@ async fn what_bootstrap_sh_accepts_is_accepted() {
         .unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(0), "{flags:?}: {err}");
-        assert!(err.contains(want), "{flags:?}: stderr lacks {want:?}:\n{err}");
+        assert!(
+            err.contains(want),
+            "{flags:?}: stderr lacks {want:?}:\n{err}"
+        );
         let files = tree(root.path());
         assert!(
             files.contains_key("etc/kubernetes/kubelet/kubelet-config.json"),
@@ -68,16 +92,24 @@ async fn bare_ipv6_service_address_gives_bootstrap_sh_dns() {
     let host = FakeHost::new(root.path());
     let system = vpcnet_bootstrap::startup::RecordingSystem::default();
     let mut err = Vec::new();
-    vpcnet_bootstrap::run(&args, &cloud.adapters(&host, &system), &mut Vec::new(), &mut err)
-        .await
-        .unwrap();
+    vpcnet_bootstrap::run(
+        &args,
+        &cloud.adapters(&host, &system),
+        &mut Vec::new(),
+        &mut err,
+    )
+    .await
+    .unwrap();
     let err = String::from_utf8(err).unwrap();
     assert!(
-        err.contains("warning: --service-ipv6-cidr fe80::1 has no prefix length; cluster DNS is fe80::1a"),
+        err.contains(
+            "warning: --service-ipv6-cidr fe80::1 has no prefix length; cluster DNS is fe80::1a"
+        ),
         "{err}"
     );
     let cfg: serde_json::Value =
-        serde_json::from_str(&tree(root.path())["etc/kubernetes/kubelet/kubelet-config.json"]).unwrap();
+        serde_json::from_str(&tree(root.path())["etc/kubernetes/kubelet/kubelet-config.json"])
+            .unwrap();
     assert_eq!(cfg["clusterDNS"], serde_json::json!(["fe80::1a"]));
     assert!(system.steps().is_empty(), "--files-only runs no step");
 }

@@ -85,7 +85,11 @@ fn malformed_endpoint() {
         &["--apiserver-endpoint", "not a URL", "Fix:"],
     );
     rejects(
-        &["my-cluster", "--apiserver-endpoint", "ftp://api.example.com"],
+        &[
+            "my-cluster",
+            "--apiserver-endpoint",
+            "ftp://api.example.com",
+        ],
         &["--apiserver-endpoint", "https://"],
     );
     rejects(
@@ -200,7 +204,11 @@ fn bad_node_config() {
     std::fs::write(&p, "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  cluster:\n    name: c\n  kubelet:\n    maxPodsExpression: max_pod + 1\n").unwrap();
     rejects(
         &["--config", p.to_str().unwrap()],
-        &["spec.kubelet.maxPodsExpression", "unknown name \"max_pod\"", "Fix:"],
+        &[
+            "spec.kubelet.maxPodsExpression",
+            "unknown name \"max_pod\"",
+            "Fix:",
+        ],
     );
     std::fs::write(&p, "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  cluster:\n    name: c\n    cidr: 10.0.0.0/33\n").unwrap();
     rejects(
@@ -218,29 +226,57 @@ fn bad_node_config() {
 fn containerd_config_that_cannot_be_read() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("config.toml");
-    std::fs::write(&p, "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"\nsandbox_image = 1\n").unwrap();
+    std::fs::write(
+        &p,
+        "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"\nsandbox_image = 1\n",
+    )
+    .unwrap();
     rejects(
-        &["my-cluster", "--containerd-config-file", p.to_str().unwrap()],
-        &["--containerd-config-file", "not valid TOML at line 2", "Fix:"],
+        &[
+            "my-cluster",
+            "--containerd-config-file",
+            p.to_str().unwrap(),
+        ],
+        &[
+            "--containerd-config-file",
+            "not valid TOML at line 2",
+            "Fix:",
+        ],
     );
     rejects(
-        &["my-cluster", "--containerd-config-file", "/nonexistent/config.toml"],
+        &[
+            "my-cluster",
+            "--containerd-config-file",
+            "/nonexistent/config.toml",
+        ],
         &["--containerd-config-file", "cannot read"],
     );
 }
 
 #[test]
 fn unreachable_imds_fails_without_writing() {
-    let (out, root) = run(&["my-cluster", "--imds-timeout", "0.5", "--retry-delay-ms", "100"]);
+    let (out, root) = run(&[
+        "my-cluster",
+        "--imds-timeout",
+        "0.5",
+        "--retry-delay-ms",
+        "100",
+    ]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     // Progress while waiting, then one clean error line: a short cause, one fix, no SDK
     // Debug dump.
-    assert!(err.contains("waiting for IMDS to answer: attempt 1"), "{err}");
+    assert!(
+        err.contains("waiting for IMDS to answer: attempt 1"),
+        "{err}"
+    );
     let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
     assert_eq!(errors.len(), 1, "{err}");
     let e = errors[0];
-    assert!(e.contains("IMDS GET /latest/meta-data/placement/region"), "{e}");
+    assert!(
+        e.contains("IMDS GET /latest/meta-data/placement/region"),
+        "{e}"
+    );
     assert!(e.contains("connection refused"), "{e}");
     assert!(e.contains("attempts in"), "{e}");
     assert_eq!(e.matches("Fix:").count(), 1, "{e}");

@@ -76,7 +76,10 @@ async fn writes_then_rerun_is_a_no_op() {
     assert!(o.status.success());
     let dry = String::from_utf8_lossy(&o.stdout);
     assert!(dry.contains("### /etc/kubernetes/kubelet/kubelet-config.json (mode 0644)"));
-    assert!(!dry.contains("### would run"), "--files-only: no steps: {dry}");
+    assert!(
+        !dry.contains("### would run"),
+        "--files-only: no steps: {dry}"
+    );
     assert!(tree(empty.path()).is_empty());
 }
 
@@ -232,7 +235,9 @@ async fn waits_for_imds_that_refuses_connections_at_first() {
     };
     let proxy = tokio::spawn(async move {
         tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
-        let l = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+        let l = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .unwrap();
         loop {
             let (mut a, _) = l.accept().await.unwrap();
             let target = target.clone();
@@ -247,7 +252,12 @@ async fn waits_for_imds_that_refuses_connections_at_first() {
     let r = root.path().to_path_buf();
     let late = format!("http://127.0.0.1:{port}");
     let o = tokio::task::spawn_blocking(move || {
-        run_binary(&late, &ec2, &r, &["--imds-timeout", "30", "--retry-delay-ms", "200"])
+        run_binary(
+            &late,
+            &ec2,
+            &r,
+            &["--imds-timeout", "30", "--retry-delay-ms", "200"],
+        )
     })
     .await
     .unwrap();

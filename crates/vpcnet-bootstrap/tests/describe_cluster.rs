@@ -124,7 +124,12 @@ async fn a_failed_cluster_is_refused_and_given_values_need_no_lookup() {
     vpcnet_bootstrap::plan(
         &args(
             root.path(),
-            &["--apiserver-endpoint", "https://given.example.com", "--b64-cluster-ca", &ca],
+            &[
+                "--apiserver-endpoint",
+                "https://given.example.com",
+                "--b64-cluster-ca",
+                &ca,
+            ],
         ),
         &cloud.adapters(&host, &system),
     )

@@ -120,18 +120,31 @@ impl Case {
         }
         let argv_of = |unit: Unit| kubelet_command_line(root.path(), unit).unwrap();
         let (ami, vpcnet) = (argv_of(Unit::EksAmi), argv_of(Unit::Vpcnet));
-        assert_eq!(vpcnet, argv_of(Unit::Installed), "{}: vpcnet's unit is installed", self.name);
+        assert_eq!(
+            vpcnet,
+            argv_of(Unit::Installed),
+            "{}: vpcnet's unit is installed",
+            self.name
+        );
         for argv in [&ami, &vpcnet] {
-            let cp = argv.iter().filter(|a| a.starts_with("--cloud-provider")).count();
+            let cp = argv
+                .iter()
+                .filter(|a| a.starts_with("--cloud-provider"))
+                .count();
             assert_eq!(cp, 1, "{}: one --cloud-provider in {argv:?}", self.name);
         }
 
         // Idempotent: a second run changes nothing and restarts nothing.
         let system2 = RecordingSystem::default();
         let (mut out2, mut err2) = (Vec::new(), Vec::new());
-        vpcnet_bootstrap::run(&args, &cloud.adapters(&host, &system2), &mut out2, &mut err2)
-            .await
-            .unwrap();
+        vpcnet_bootstrap::run(
+            &args,
+            &cloud.adapters(&host, &system2),
+            &mut out2,
+            &mut err2,
+        )
+        .await
+        .unwrap();
         let out2 = String::from_utf8(out2).unwrap();
         assert!(
             out2.lines().all(|l| l.starts_with("unchanged")
@@ -141,7 +154,10 @@ impl Case {
             self.name
         );
         assert!(
-            !system2.steps().iter().any(|s| matches!(s, Step::Restart(_) | Step::DaemonReload)),
+            !system2
+                .steps()
+                .iter()
+                .any(|s| matches!(s, Step::Restart(_) | Step::DaemonReload)),
             "{}: second run restarted: {:?}",
             self.name,
             system2.steps()
@@ -261,10 +277,16 @@ impl Case {
         let lines = |v: &[String]| v.iter().map(|a| format!("{a}\n")).collect::<String>();
         golden.insert("kubelet-argv.eks-ami.txt".into(), lines(&ami));
         golden.insert("kubelet-argv.vpcnet.txt".into(), lines(&vpcnet));
-        let steps = |s: &RecordingSystem| lines(&s.steps().iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        let steps = |s: &RecordingSystem| {
+            lines(&s.steps().iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        };
         golden.insert(
             "systemctl.txt".into(),
-            format!("# first run\n{}# second run\n{}", steps(&system), steps(&system2)),
+            format!(
+                "# first run\n{}# second run\n{}",
+                steps(&system),
+                steps(&system2)
+            ),
         );
         if let Some(c) = self.config {
             golden.insert("config.yaml".into(), c.into());
@@ -485,12 +507,17 @@ async fn minimal_user_data_describes_an_outposts_local_cluster() {
     c.cloud = CloudSpec::new("m5.xlarge", vec!["10.0.0.0/16"]);
     c.cloud.eks_cluster = Some(EksClusterSpec {
         service_ipv4_cidr: Some("172.16.0.0/16".into()),
-        outpost_arns: vec!["arn:aws:outposts:us-east-1:123456789012:outpost/op-0123456789abcdef0".into()],
+        outpost_arns: vec![
+            "arn:aws:outposts:us-east-1:123456789012:outpost/op-0123456789abcdef0".into(),
+        ],
         id: Some("0123abcd-4567-89ef-0123-456789abcdef".into()),
         ..eks_cluster("my-cluster")
     });
     c.apiserver_ips = vec!["10.0.1.12".parse().unwrap(), "10.0.2.12".parse().unwrap()];
-    c.preseed = vec![("/etc/hosts", "127.0.0.1   localhost localhost.localdomain\n")];
+    c.preseed = vec![(
+        "/etc/hosts",
+        "127.0.0.1   localhost localhost.localdomain\n",
+    )];
     c.vcpus = 4;
     c.run().await;
 }
@@ -500,7 +527,10 @@ async fn minimal_user_data_describes_an_outposts_local_cluster() {
 #[tokio::test]
 async fn describe_cluster_fills_the_gaps_of_an_ipv6_cluster() {
     let ca = test_ca_b64();
-    let mut c = Case::bare("describe-cluster-ipv6", &["my-cluster", "--b64-cluster-ca", &ca]);
+    let mut c = Case::bare(
+        "describe-cluster-ipv6",
+        &["my-cluster", "--b64-cluster-ca", &ca],
+    );
     c.cloud.eks_cluster = Some(EksClusterSpec {
         ip_family: Some("ipv6".into()),
         service_ipv6_cidr: Some("fd00:c0de:7e57::/108".into()),

@@ -140,9 +140,12 @@ async fn old_kubelet_needs_no_private_dns_name() {
     .await;
     let mut a = args(root.path(), 10);
     a.kubelet_version = Some("1.25.3".into());
-    let plan = vpcnet_bootstrap::plan(&a, &cloud.adapters(&host(root.path()), &RecordingSystem::default()))
-        .await
-        .unwrap();
+    let plan = vpcnet_bootstrap::plan(
+        &a,
+        &cloud.adapters(&host(root.path()), &RecordingSystem::default()),
+    )
+    .await
+    .unwrap();
     assert_eq!(
         (plan.cloud_provider, cloud.calls("DescribeInstances")),
         ("aws", 0)
@@ -236,9 +239,9 @@ async fn refused_connections_fail_within_the_budget_saying_ec2_could_not_be_reac
         ..cloud.adapters(&h, &system)
     };
     let e = vpcnet_bootstrap::plan(&budget_args(root.path(), 2.0), &adapters)
-    .await
-    .unwrap_err()
-    .to_string();
+        .await
+        .unwrap_err()
+        .to_string();
     let took = started.elapsed();
     assert!(took < Duration::from_secs(4), "{took:?}");
     assert!(

@@ -36,10 +36,15 @@ async fn run(
     args: &BootstrapArgs,
 ) -> (Result<(), String>, Vec<String>) {
     let system = RecordingSystem::default();
-    let r = vpcnet_bootstrap::run(args, &cloud.adapters(host, &system), &mut Vec::new(), &mut Vec::new())
-        .await
-        .map(|_| ())
-        .map_err(|e| e.to_string());
+    let r = vpcnet_bootstrap::run(
+        args,
+        &cloud.adapters(host, &system),
+        &mut Vec::new(),
+        &mut Vec::new(),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| e.to_string());
     (r, steps(&system))
 }
 
@@ -115,7 +120,12 @@ async fn files_only_mount_bpf_fs_false_and_dry_run_run_nothing_extra() {
 
     let root2 = tempfile::tempdir().unwrap();
     let host2 = FakeHost::new(root2.path());
-    let (r, s) = run(&cloud, &host2, &args(root2.path(), &["--mount-bpf-fs", "false"])).await;
+    let (r, s) = run(
+        &cloud,
+        &host2,
+        &args(root2.path(), &["--mount-bpf-fs", "false"]),
+    )
+    .await;
     r.unwrap();
     assert!(!s.iter().any(|s| s.contains("bpf")), "{s:?}");
     assert!(!tree(root2.path()).contains_key("etc/systemd/system/sys-fs-bpf.mount"));
@@ -142,13 +152,19 @@ async fn a_failing_step_is_reported_after_the_files_are_written() {
     .await
     .unwrap_err();
     let be = e.downcast_ref::<BootstrapError>().unwrap();
-    assert!(matches!(be, BootstrapError::System { .. }) && !be.is_bad_input(), "{be}");
+    assert!(
+        matches!(be, BootstrapError::System { .. }) && !be.is_bad_input(),
+        "{be}"
+    );
     let msg = e.to_string();
     assert!(
         msg.contains("systemctl restart containerd.service failed") && msg.contains("rerun"),
         "{msg}"
     );
     // Stopped at the failure: kubelet was not started.
-    assert_eq!(system.steps().last(), Some(&Step::Restart("containerd.service".into())));
+    assert_eq!(
+        system.steps().last(),
+        Some(&Step::Restart("containerd.service".into()))
+    );
     assert!(tree(root.path()).contains_key("etc/kubernetes/kubelet/kubelet-config.json"));
 }

@@ -162,7 +162,10 @@ impl Eks {
         let net = c.kubernetes_network_config();
         Ok(ClusterInfo {
             name: c.name().unwrap_or(name).to_string(),
-            status: c.status().map(|s| s.as_str().to_string()).unwrap_or_default(),
+            status: c
+                .status()
+                .map(|s| s.as_str().to_string())
+                .unwrap_or_default(),
             endpoint: c.endpoint().filter(|s| !s.is_empty()).map(str::to_string),
             certificate_authority: c
                 .certificate_authority()

@@ -66,7 +66,11 @@ async fn describes_regular_ipv6_and_local_clusters() {
     );
     let c = eks.describe_cluster("six").await.unwrap();
     assert_eq!(
-        (c.ip_family.as_deref(), c.service_ipv6_cidr.as_deref(), c.service_ipv4_cidr),
+        (
+            c.ip_family.as_deref(),
+            c.service_ipv6_cidr.as_deref(),
+            c.service_ipv4_cidr
+        ),
         (Some("ipv6"), Some("fd00:c0de:7e57::/108"), None)
     );
     let c = eks.describe_cluster("local").await.unwrap();
@@ -88,7 +92,10 @@ async fn errors_carry_eks_codes() {
         "{e:?}"
     );
     assert!(!e.is_transient());
-    assert!(e.to_string().contains("No cluster found for name: nope."), "{e}");
+    assert!(
+        e.to_string().contains("No cluster found for name: nope."),
+        "{e}"
+    );
 
     // Signed for another region: EKS refuses the signature.
     let wrong = client(&server.endpoint, "eu-west-1").await;
@@ -125,5 +132,8 @@ async fn errors_carry_eks_codes() {
         .describe_cluster("c")
         .await
         .unwrap_err();
-    assert!(matches!(e, EksError::Transport(_)) && e.is_transient(), "{e:?}");
+    assert!(
+        matches!(e, EksError::Transport(_)) && e.is_transient(),
+        "{e:?}"
+    );
 }

@@ -31,7 +31,9 @@ fn status_for(code: &str) -> u16 {
     match code {
         "ResourceNotFoundException" | "NotFoundException" => 404,
         "ResourceInUseException" => 409,
-        "AccessDeniedException" | "InvalidSignatureException" | "UnrecognizedClientException" => 403,
+        "AccessDeniedException" | "InvalidSignatureException" | "UnrecognizedClientException" => {
+            403
+        }
         "ThrottlingException" | "TooManyRequestsException" => 429,
         "ServerException" | "InternalFailure" | "InternalError" => 500,
         "ServiceUnavailableException" | "Unavailable" => 503,
@@ -84,7 +86,11 @@ fn describe_body(c: &EksCluster) -> serde_json::Value {
 
 /// The SigV4 credential scope of a request, `(region, service)`, if it is signed.
 fn signing_scope(req: &Request) -> Option<(String, String)> {
-    let auth = req.headers().get(http::header::AUTHORIZATION)?.to_str().ok()?;
+    let auth = req
+        .headers()
+        .get(http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
     let cred = auth.split("Credential=").nth(1)?;
     let scope: Vec<&str> = cred.split([',', ' ']).next()?.split('/').collect();
     // AKID/DATE/REGION/SERVICE/aws4_request

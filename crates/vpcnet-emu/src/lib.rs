@@ -45,9 +45,9 @@ pub use emulator::{
     AttachmentInfo, Emulator, EmulatorOptions, EniInfo, InstanceInfo, RunInstance, VpcInfo,
 };
 pub use error::Ec2Error;
-pub use model::{EksCluster, EksClusterSpec};
 pub use faults::{ActionFaults, CallCounts, Faults, InstanceCalls};
 pub use hooks::{
     AddressesChanged, EniAttached, EniDetached, FabricEvent, FabricHooks, HookFuture, NoHooks,
 };
+pub use model::{EksCluster, EksClusterSpec};
 pub use server::EmuServer;

@@ -548,7 +548,10 @@ async fn shared_listener_knows_the_caller_by_source_address() {
 async fn user_data_as_launched() {
     let lab = lab(32).await;
     let mut ids = Vec::new();
-    for user_data in [Some("apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\n"), None] {
+    for user_data in [
+        Some("apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\n"),
+        None,
+    ] {
         let inst = lab
             .emu
             .run_instance(RunInstance {

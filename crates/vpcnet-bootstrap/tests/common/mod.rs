@@ -165,9 +165,9 @@ impl Cloud {
             )
             .unwrap();
         }
-        let describe_instances_error = spec
-            .fail_describe_instances
-            .or(spec.deny_describe_instances.then_some("UnauthorizedOperation"));
+        let describe_instances_error = spec.fail_describe_instances.or(spec
+            .deny_describe_instances
+            .then_some("UnauthorizedOperation"));
         if let Some(code) = describe_instances_error {
             emu.set_action_faults(
                 "DescribeInstances",
@@ -293,16 +293,22 @@ pub fn run_binary(imds: &str, ec2: &str, root: &Path, args: &[&str]) -> Output {
     if !has("--b64-cluster-ca") {
         cmd.args(["--b64-cluster-ca", &test_ca_b64()]);
     }
-    cmd.args(["--kubelet-version", "1.31.0", "--vcpus", "2", "--files-only"])
-        .args(["--root", root.to_str().unwrap()])
-        .args(args)
-        .env("AWS_EC2_METADATA_SERVICE_ENDPOINT", imds)
-        .env("AWS_ENDPOINT_URL", ec2)
-        .env("AWS_ACCESS_KEY_ID", "AKIDTEST")
-        .env("AWS_SECRET_ACCESS_KEY", "secret")
-        .env_remove("AWS_REGION")
-        .output()
-        .unwrap()
+    cmd.args([
+        "--kubelet-version",
+        "1.31.0",
+        "--vcpus",
+        "2",
+        "--files-only",
+    ])
+    .args(["--root", root.to_str().unwrap()])
+    .args(args)
+    .env("AWS_EC2_METADATA_SERVICE_ENDPOINT", imds)
+    .env("AWS_ENDPOINT_URL", ec2)
+    .env("AWS_ACCESS_KEY_ID", "AKIDTEST")
+    .env("AWS_SECRET_ACCESS_KEY", "secret")
+    .env_remove("AWS_REGION")
+    .output()
+    .unwrap()
 }
 
 /// A PEM-shaped test CA, base64-encoded as `--b64-cluster-ca` takes it.

@@ -11,8 +11,9 @@ use super::Cloud;
 use crate::error::Ec2Error;
 
 /// The cluster statuses EKS reports.
-pub const CLUSTER_STATUSES: [&str; 6] =
-    ["CREATING", "ACTIVE", "DELETING", "FAILED", "UPDATING", "PENDING"];
+pub const CLUSTER_STATUSES: [&str; 6] = [
+    "CREATING", "ACTIVE", "DELETING", "FAILED", "UPDATING", "PENDING",
+];
 
 /// A cluster to create (JSON shape of the control API's `POST /_emu/eks/clusters`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,9 +81,12 @@ impl Cloud {
         let name_ok = !n.is_empty()
             && n.len() <= 100
             && n.starts_with(|c: char| c.is_ascii_alphanumeric())
-            && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+            && n.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
         if !name_ok {
-            return Err(bad(format!("name {n:?}: 1-100 letters, digits, '-' or '_', starting with a letter or digit")));
+            return Err(bad(format!(
+                "name {n:?}: 1-100 letters, digits, '-' or '_', starting with a letter or digit"
+            )));
         }
         if self.eks_clusters.contains_key(n) {
             return Err(Ec2Error::new(
@@ -91,7 +95,9 @@ impl Cloud {
             ));
         }
         if spec.endpoint.is_empty() || spec.certificate_authority.is_empty() {
-            return Err(bad("endpoint and certificate_authority must not be empty".into()));
+            return Err(bad(
+                "endpoint and certificate_authority must not be empty".into()
+            ));
         }
         let ip_family = spec.ip_family.clone().unwrap_or_else(|| "ipv4".into());
         let (want_v4, want_v6) = match ip_family.as_str() {
@@ -106,7 +112,12 @@ impl Cloud {
             if let Some(c) = cidr {
                 match c.parse::<IpNet>() {
                     Ok(net) if matches!(net.network(), IpAddr::V6(_)) == v6 => {}
-                    _ => return Err(bad(format!("{field} {c:?} is not an IPv{} CIDR", if v6 { 6 } else { 4 }))),
+                    _ => {
+                        return Err(bad(format!(
+                            "{field} {c:?} is not an IPv{} CIDR",
+                            if v6 { 6 } else { 4 }
+                        )))
+                    }
                 }
             }
         }
@@ -120,7 +131,9 @@ impl Cloud {
         };
         let status = spec.status.clone().unwrap_or_else(|| "ACTIVE".into());
         if !CLUSTER_STATUSES.contains(&status.as_str()) {
-            return Err(bad(format!("status {status:?}: one of {CLUSTER_STATUSES:?}")));
+            return Err(bad(format!(
+                "status {status:?}: one of {CLUSTER_STATUSES:?}"
+            )));
         }
         let id = match (&spec.id, spec.outpost_arns.is_empty()) {
             (Some(id), _) => Some(id.clone()),
@@ -168,8 +181,16 @@ impl Cloud {
     /// A random UUID (version 4 layout) from the seeded RNG.
     fn new_uuid(&mut self) -> String {
         let b: [u8; 16] = self.rng().random();
-        let h = |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
-        format!("{}-{}-4{}-a{}-{}", h(0..4), h(4..6), &h(6..8)[1..], &h(8..10)[1..], h(10..16))
+        let h =
+            |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
+        format!(
+            "{}-{}-4{}-a{}-{}",
+            h(0..4),
+            h(4..6),
+            &h(6..8)[1..],
+            &h(8..10)[1..],
+            h(10..16)
+        )
     }
 }
 
@@ -199,15 +220,25 @@ mod tests {
         let mut c = Cloud::new(1, "us-west-2", "123456789012");
         let k = c.create_eks_cluster(spec("lab"), 1_700_000_000).unwrap();
         assert_eq!(
-            (k.status.as_str(), k.ip_family.as_str(), k.service_ipv4_cidr.as_deref(), k.id.as_deref()),
+            (
+                k.status.as_str(),
+                k.ip_family.as_str(),
+                k.service_ipv4_cidr.as_deref(),
+                k.id.as_deref()
+            ),
             ("ACTIVE", "ipv4", Some("10.100.0.0/16"), None)
         );
         assert_eq!(k.arn, "arn:aws:eks:us-west-2:123456789012:cluster/lab");
-        assert_eq!(c.create_eks_cluster(spec("lab"), 0).unwrap_err().code, "ResourceInUseException");
+        assert_eq!(
+            c.create_eks_cluster(spec("lab"), 0).unwrap_err().code,
+            "ResourceInUseException"
+        );
         let local = c
             .create_eks_cluster(
                 EksClusterSpec {
-                    outpost_arns: vec!["arn:aws:outposts:us-west-2:123456789012:outpost/op-1".into()],
+                    outpost_arns: vec![
+                        "arn:aws:outposts:us-west-2:123456789012:outpost/op-1".into()
+                    ],
                     ..spec("local")
                 },
                 0,
@@ -216,15 +247,33 @@ mod tests {
         let id = local.id.unwrap();
         assert_eq!((id.len(), id.as_bytes()[14]), (36, b'4'), "{id}");
         for bad in [
-            EksClusterSpec { ip_family: Some("ipv5".into()), ..spec("a") },
-            EksClusterSpec { ip_family: Some("ipv6".into()), ..spec("b") },
-            EksClusterSpec { service_ipv4_cidr: Some("fd00::/108".into()), ..spec("c") },
-            EksClusterSpec { status: Some("RUNNING".into()), ..spec("d") },
+            EksClusterSpec {
+                ip_family: Some("ipv5".into()),
+                ..spec("a")
+            },
+            EksClusterSpec {
+                ip_family: Some("ipv6".into()),
+                ..spec("b")
+            },
+            EksClusterSpec {
+                service_ipv4_cidr: Some("fd00::/108".into()),
+                ..spec("c")
+            },
+            EksClusterSpec {
+                status: Some("RUNNING".into()),
+                ..spec("d")
+            },
             spec("-x"),
         ] {
-            assert_eq!(c.create_eks_cluster(bad, 0).unwrap_err().code, "InvalidParameterException");
+            assert_eq!(
+                c.create_eks_cluster(bad, 0).unwrap_err().code,
+                "InvalidParameterException"
+            );
         }
         c.delete_eks_cluster("lab").unwrap();
-        assert_eq!(c.delete_eks_cluster("lab").unwrap_err().code, "ResourceNotFoundException");
+        assert_eq!(
+            c.delete_eks_cluster("lab").unwrap_err().code,
+            "ResourceNotFoundException"
+        );
     }
 }
