@@ -481,6 +481,11 @@ mod tests {
 
     #[test]
     fn dropin_escapes_systemd_specifiers() {
+        let f = dropin("30-x.conf", "V", "--a=50% --b=c\\d");
+        assert!(f
+            .content
+            .unwrap()
+            .contains("Environment='V=--a=50%% --b=c\\\\d'"));
         let f = dropin("30-x.conf", "V", "--a=50% --b=c\\d --l='x y'");
         assert!(f
             .content

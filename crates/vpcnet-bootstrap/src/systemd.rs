@@ -540,14 +540,17 @@ pub fn parse_env_file(path: &str, text: &str) -> Result<Vec<(String, String)>, B
 }
 
 /// The value to write after `Environment=` so systemd sets `name` to exactly `value`:
-/// double-quoted, with `\` and `"` C-escaped and `%` doubled (specifiers are resolved first).
-/// Line breaks must have been replaced by the caller (they would end the directive).
+/// single-quoted as bootstrap.sh writes it (`'NAME=value'`), or double-quoted when the value
+/// holds a `'`; `\` (and `"` inside double quotes) C-escaped, `%` doubled (specifiers are
+/// resolved first). Line breaks must have been replaced by the caller (they would end the
+/// directive).
 pub fn environment_assignment(name: &str, value: &str) -> String {
-    let escaped = value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('%', "%%");
-    format!("\"{name}={escaped}\"")
+    let escaped = value.replace('\\', "\\\\").replace('%', "%%");
+    if escaped.contains('\'') {
+        format!("\"{name}={}\"", escaped.replace('"', "\\\""))
+    } else {
+        format!("'{name}={escaped}'")
+    }
 }
 
 fn valid_name(k: &str) -> bool {
@@ -618,7 +621,11 @@ mod tests {
 
     #[test]
     fn environment_assignment_round_trips_through_the_parser() {
-        for v in ["--node-labels='a b' --x=\"q\"", r"back\slash 50% $HOME", ""] {
+        for v in [
+            "--node-labels='a b' --x=\"q\"",
+            r#"--x="q" back\slash 50% $HOME"#,
+            "",
+        ] {
             let unit = format!(
                 "[Service]\nEnvironment={}\nExecStart=/bin/k $V\n",
                 environment_assignment("V", v)

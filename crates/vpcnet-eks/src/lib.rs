@@ -3,10 +3,11 @@
 //! bootstrap.sh looks up when the endpoint or CA is not given: endpoint, CA, service CIDRs,
 //! IP family, and the cluster ID and Outpost ARNs of a local cluster on Outposts.
 //!
-//! [`Eks::connect`] builds the client from [`vpcnet_ec2::sdk_config`] (region explicit > env >
-//! IMDS; endpoint explicit > `AWS_ENDPOINT_URL_EKS` > `AWS_ENDPOINT_URL`; credentials explicit
-//! > default chain); [`Eks::describe_cluster`] returns a plain [`ClusterInfo`]. The SDK's own
-//! retries are off: the caller retries under its own budget ([`EksError::is_transient`]).
+//! [`Eks::connect`] builds the client from [`vpcnet_ec2::sdk_config`]: region explicit, else
+//! env, else IMDS; endpoint explicit, else `AWS_ENDPOINT_URL_EKS`, else `AWS_ENDPOINT_URL`;
+//! credentials explicit, else the default chain. [`Eks::describe_cluster`] returns a plain
+//! [`ClusterInfo`]. The SDK's own retries are off: the caller retries under its own budget
+//! ([`EksError::is_transient`]).
 
 use std::time::Duration;
 
