@@ -1,8 +1,9 @@
-//! The two cloud services bootstrap reads, behind small traits: IMDSv2 and EC2.
+//! The cloud services bootstrap reads, behind small traits: IMDSv2, EC2 and EKS.
 //!
-//! The real adapters are `vpcnet-ec2`'s [`vpcnet_ec2::Imds`] and [`AwsEc2`] (a lazily built
-//! [`vpcnet_ec2::Ec2`], with its deadlines, retries and rate limits); tests point them at the
-//! emulator, or implement the traits with fakes.
+//! The real adapters are `vpcnet-ec2`'s [`vpcnet_ec2::Imds`], [`AwsEc2`] (a lazily built
+//! [`vpcnet_ec2::Ec2`], with its deadlines, retries and rate limits) and [`AwsEks`] (a lazily
+//! built [`vpcnet_eks::Eks`]); tests point them at the emulator, or implement the traits with
+//! fakes.
 
 use std::fmt;
 use std::time::Duration;
@@ -32,11 +33,44 @@ impl fmt::Display for CloudError {
 
 impl std::error::Error for CloudError {}
 
+impl CloudError {
+    /// Worth another attempt: no answer at all (no code), throttling, a server-side error, or
+    /// an instance EC2 does not list yet (eventual consistency right after launch).
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self.code.as_deref(),
+            None | Some(
+                "RequestLimitExceeded"
+                    | "Throttling"
+                    | "ThrottlingException"
+                    | "TooManyRequestsException"
+                    | "InternalError"
+                    | "InternalFailure"
+                    | "ServerException"
+                    | "ServiceUnavailable"
+                    | "ServiceUnavailableException"
+                    | "Unavailable"
+                    | "InvalidInstanceID.NotFound"
+            )
+        )
+    }
+}
+
 /// IMDSv2 reads; paths are relative to `/latest/meta-data/` (e.g. `mac`).
 #[allow(async_fn_in_trait)]
 pub trait Imds {
     /// The trimmed body at `path`, `Ok(None)` when IMDS answers 404 (no such item).
     async fn get(&self, path: &str) -> Result<Option<String>, CloudError>;
+
+    /// The instance's user data (`/latest/user-data`), `Ok(None)` when it has none.
+    async fn user_data(&self) -> Result<Option<String>, CloudError>;
+}
+
+/// The EKS action bootstrap uses.
+#[allow(async_fn_in_trait)]
+pub trait Eks {
+    /// `DescribeCluster` for the cluster `name`.
+    async fn describe_cluster(&self, name: &str) -> Result<vpcnet_eks::ClusterInfo, CloudError>;
 }
 
 /// The EC2 actions bootstrap and `vpcnet max-pods` use.
@@ -55,14 +89,26 @@ pub trait Ec2 {
 
 impl Imds for vpcnet_ec2::Imds {
     async fn get(&self, path: &str) -> Result<Option<String>, CloudError> {
-        self.get_opt(path).await.map_err(|e| CloudError {
-            action: format!("IMDS GET /latest/meta-data/{path}"),
-            code: None,
-            message: match &e {
-                ImdsError::Request { message, .. } => imds_cause(message),
-                other => other.to_string(),
-            },
-        })
+        self.get_opt(path)
+            .await
+            .map_err(|e| imds_error(&format!("/latest/meta-data/{path}"), &e))
+    }
+
+    async fn user_data(&self) -> Result<Option<String>, CloudError> {
+        vpcnet_ec2::Imds::user_data(self)
+            .await
+            .map_err(|e| imds_error("/latest/user-data", &e))
+    }
+}
+
+fn imds_error(path: &str, e: &ImdsError) -> CloudError {
+    CloudError {
+        action: format!("IMDS GET {path}"),
+        code: None,
+        message: match e {
+            ImdsError::Request { message, .. } => imds_cause(message),
+            other => other.to_string(),
+        },
     }
 }
 
@@ -112,12 +158,17 @@ pub fn imds_cause(chain: &str) -> String {
     format!("{cause}{step}")
 }
 
-/// EC2 call settings for bootstrap: a short deadline per call (10 s, each HTTP attempt 5 s),
-/// because the caller retries the private DNS name within its own overall budget.
+/// EC2 call settings for bootstrap: a short deadline per call (10 s, each HTTP attempt 5 s)
+/// and at most two attempts per call, because the caller retries within its own overall
+/// budget and must see each answer (e.g. `InternalError`) to name the last real cause.
 pub fn bootstrap_call_settings() -> CallSettings {
     CallSettings {
         operation_timeout: Duration::from_secs(10),
         attempt_timeout: Duration::from_secs(5),
+        retry: vpcnet_ec2::RetryPolicy {
+            max_attempts: 2,
+            ..Default::default()
+        },
         ..CallSettings::default()
     }
 }
@@ -201,6 +252,45 @@ impl Ec2 for AwsEc2 {
             .await
             .map_err(|e| cloud_error(ACTION, &e))?;
         Ok(inst.private_dns_name.unwrap_or_default())
+    }
+}
+
+/// EKS through [`vpcnet_eks::Eks`], connected on first use so that a run given the endpoint
+/// and CA needs neither EKS credentials nor a reachable endpoint.
+pub struct AwsEks {
+    options: vpcnet_eks::EksOptions,
+    client: OnceCell<Result<vpcnet_eks::Eks, vpcnet_eks::EksError>>,
+}
+
+impl AwsEks {
+    /// `options.region`: the instance's region (from IMDS). Endpoint: `options.endpoint_url`,
+    /// else `AWS_ENDPOINT_URL_EKS`, else `AWS_ENDPOINT_URL`.
+    pub fn new(options: vpcnet_eks::EksOptions) -> Self {
+        Self {
+            options,
+            client: OnceCell::new(),
+        }
+    }
+}
+
+impl Eks for AwsEks {
+    async fn describe_cluster(&self, name: &str) -> Result<vpcnet_eks::ClusterInfo, CloudError> {
+        const ACTION: &str = "DescribeCluster";
+        let fail = |e: &vpcnet_eks::EksError| CloudError {
+            action: ACTION.into(),
+            code: e.code().map(str::to_string),
+            message: match e {
+                vpcnet_eks::EksError::Api { message, .. } => message.clone(),
+                other => other.to_string(),
+            },
+        };
+        let client = self
+            .client
+            .get_or_init(|| vpcnet_eks::Eks::connect(self.options.clone()))
+            .await
+            .as_ref()
+            .map_err(fail)?;
+        client.describe_cluster(name).await.map_err(|e| fail(&e))
     }
 }
 

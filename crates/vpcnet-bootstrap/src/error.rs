@@ -2,7 +2,8 @@
 
 use thiserror::Error;
 
-/// Why a bootstrap run stopped. Every variant is raised before any file is written.
+/// Why a bootstrap run stopped. Every variant but [`BootstrapError::System`] is raised before
+/// any file is written.
 #[derive(Debug, Error)]
 pub enum BootstrapError {
     /// Bad input: a flag (or NodeConfig field) with a value that cannot work. The message names
@@ -36,9 +37,28 @@ pub enum BootstrapError {
         fix: String,
     },
 
+    /// EKS DescribeCluster failed (bootstrap looks up the endpoint, CA, service CIDR, IP family
+    /// and Outposts cluster ID there when `--apiserver-endpoint` or `--b64-cluster-ca` is
+    /// missing).
+    #[error("EKS {action}: {problem}. Fix: {fix}")]
+    Eks {
+        action: String,
+        problem: String,
+        fix: String,
+    },
+
+    /// A systemd unit file that cannot be read the way systemd reads it; `path` may end in
+    /// `:LINE`.
+    #[error("{path}: {problem}")]
+    Unit { path: String, problem: String },
+
     /// Something on the node itself (kubelet binary, DNS lookup, file system).
     #[error("{0}")]
     Host(String),
+
+    /// A node start-up command (`systemctl ...`) failed after the files were written.
+    #[error("{command} failed: {problem}. The files are in place; fix the cause and rerun (a rerun changes only what differs), or pass --files-only to skip start-up")]
+    System { command: String, problem: String },
 }
 
 impl BootstrapError {
@@ -55,6 +75,16 @@ impl BootstrapError {
             problem: problem.into(),
             fix: fix.into(),
         }
+    }
+
+    /// Whether this is bad input (exit code 2) rather than a failure at run time (exit 1).
+    pub fn is_bad_input(&self) -> bool {
+        matches!(
+            self,
+            BootstrapError::Invalid { .. }
+                | BootstrapError::Missing { .. }
+                | BootstrapError::NodeConfig { .. }
+        )
     }
 
     /// Shorthand for [`BootstrapError::Missing`].

@@ -5,10 +5,12 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::cloud::{Ec2, Imds};
+use crate::cloud::{CloudError, Ec2, Imds};
+use crate::cluster::{Cluster, IpFamily};
 use crate::error::BootstrapError;
 use crate::max_pods::{self, ResolvedMaxPods};
-use crate::settings::{IpFamily, Settings};
+use crate::retry::{retry, Attempt, Budget, GaveUp};
+use crate::settings::Settings;
 use crate::version::KubeletVersion;
 
 /// Facts about this instance and node, gathered from IMDS, EC2 and the host.
@@ -28,8 +30,12 @@ pub struct InstanceFacts {
     pub node_ip: IpAddr,
     /// `macs/<primary mac>/vpc-ipv4-cidr-blocks`, one CIDR per entry.
     pub vpc_ipv4_cidrs: Vec<String>,
-    /// EC2 `PrivateDnsName`, read when the external cloud provider is used.
+    /// EC2 `PrivateDnsName`, read when the external cloud provider names the node by it.
     pub private_dns_name: Option<String>,
+    /// IMDS `services/domain` (e.g. `amazonaws.com`), else the region's partition domain.
+    pub services_domain: String,
+    /// A BPF file system is mounted at /sys/fs/bpf (read only with `--mount-bpf-fs`).
+    pub bpffs_mounted: bool,
     /// Max pods from the instance type (table, EC2, or the 110 fallback).
     pub max_pods: ResolvedMaxPods,
     /// CPUs online (for kube-reserved CPU).
@@ -52,6 +58,8 @@ pub trait Host {
     async fn lookup_host(&self, host: &str) -> Result<Vec<IpAddr>, BootstrapError>;
     /// A file under the root, `None` when absent; `path` is absolute on the node (`/etc/hosts`).
     fn read_file(&self, path: &str) -> Result<Option<String>, BootstrapError>;
+    /// Whether a BPF file system is mounted at the root's /sys/fs/bpf.
+    fn bpffs_mounted(&self) -> Result<bool, BootstrapError>;
 }
 
 /// The real node, with files under `root`.
@@ -114,6 +122,25 @@ impl Host for RealHost {
             ))),
         }
     }
+
+    /// From /proc/self/mounts: a `bpf` file system whose mount point is ROOT/sys/fs/bpf.
+    fn bpffs_mounted(&self) -> Result<bool, BootstrapError> {
+        let mounts = std::fs::read_to_string("/proc/self/mounts").map_err(|e| {
+            BootstrapError::Host(format!(
+                "cannot read /proc/self/mounts ({e}) to see whether bpffs is mounted; pass --mount-bpf-fs false to skip the mount"
+            ))
+        })?;
+        let want = under_root(&self.root, "/sys/fs/bpf");
+        Ok(bpf_mounted_at(&mounts, &want))
+    }
+}
+
+/// Whether `mounts` (the format of /proc/self/mounts) has a `bpf` file system at `at`.
+pub fn bpf_mounted_at(mounts: &str, at: &Path) -> bool {
+    mounts.lines().any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() >= 3 && f[2] == "bpf" && Path::new(f[1]) == at
+    })
 }
 
 /// `path` (absolute on the node) placed under `root`.
@@ -121,28 +148,54 @@ pub fn under_root(root: &Path, path: &str) -> PathBuf {
     root.join(path.trim_start_matches('/'))
 }
 
-/// Budget for reading the EC2 private DNS name.
-#[derive(Debug, Clone, Copy)]
-pub struct Retry {
-    /// Total time for all attempts and waits (`--private-dns-timeout`).
-    pub budget: Duration,
-    /// Cap on the number of DescribeInstances calls; `None`: only the budget bounds them.
-    pub max_attempts: Option<u32>,
-    /// First delay; doubles per attempt up to 10 s.
-    pub first_delay: Duration,
+/// Waits until IMDS answers (at boot it may refuse connections for a while) and returns the
+/// instance's region (`placement/region`). Retries every failure but a 404 within `budget`,
+/// with a progress line per retry.
+///
+/// Errors ([`BootstrapError::Imds`]): the last real cause (e.g. `connection refused`) with the
+/// attempts and seconds spent; a 404 at once.
+pub async fn await_imds(imds: &impl Imds, budget: Budget) -> Result<String, BootstrapError> {
+    const PATH: &str = "placement/region";
+    let r = retry(
+        budget,
+        "waiting for IMDS to answer",
+        |d| format!("no answer within {:.1} s", d.as_secs_f64()),
+        move || async move {
+            match imds.get(PATH).await {
+                Ok(Some(v)) if !v.trim().is_empty() => Attempt::Done(v.trim().to_string()),
+                Ok(_) => Attempt::Stop("not found (404) or empty".to_string()),
+                Err(e) => Attempt::Retry(e.message),
+            }
+        },
+    )
+    .await;
+    r.map_err(|g: GaveUp<String>| BootstrapError::Imds {
+        path: format!("GET /latest/meta-data/{PATH}"),
+        problem: if g.stopped {
+            g.last
+        } else {
+            format!(
+                "{} ({} attempts in {:.1} s). Fix: run on an EC2 instance (in a container IMDSv2 needs hop limit ≥ 2), set AWS_EC2_METADATA_SERVICE_ENDPOINT to a reachable IMDS, or give IMDS longer with --imds-timeout",
+                g.last, g.attempts, g.seconds
+            )
+        },
+    })
 }
 
-/// Gathers the facts a run needs. `vcpus` overrides the host CPU count.
+/// Gathers the facts a run needs for the `cluster` (resolved before: its IP family picks the
+/// node IP, Outposts needs the API server's addresses). `vcpus` overrides the host CPU count;
+/// `private_dns` bounds the wait for EC2's PrivateDnsName.
 ///
 /// Errors: a required IMDS item missing or failing, the kubelet version unknown, the private
 /// DNS name still empty after the retries, the API server host unresolvable (Outposts).
 pub async fn gather(
     settings: &Settings,
+    cluster: &Cluster,
     imds: &impl Imds,
     ec2: &impl Ec2,
     host: &impl Host,
     vcpus: Option<u32>,
-    retry: Retry,
+    private_dns: Budget,
 ) -> Result<InstanceFacts, BootstrapError> {
     let kubelet_version = match settings.kubelet_version {
         Some(v) => v,
@@ -164,7 +217,7 @@ pub async fn gather(
     let region = imds_required(imds, "placement/region").await?;
     let mac = imds_required(imds, "mac").await?;
     let mac_path = format!("network/interfaces/macs/{mac}");
-    let node_ip_path = match settings.ip_family {
+    let node_ip_path = match cluster.ip_family {
         IpFamily::Ipv4 => format!("{mac_path}/local-ipv4s"),
         IpFamily::Ipv6 => format!("{mac_path}/ipv6s"),
     };
@@ -176,7 +229,7 @@ pub async fn gather(
         .unwrap_or_default();
     let node_ip: IpAddr = first.parse().map_err(|_| BootstrapError::Imds {
         path: node_ip_path.clone(),
-        problem: format!("{first:?} is not an IP address{}", if settings.ip_family == IpFamily::Ipv6 {
+        problem: format!("{first:?} is not an IP address{}", if cluster.ip_family == IpFamily::Ipv6 {
             "; an IPv6 cluster needs an IPv6 address on the primary ENI (subnet with an IPv6 CIDR)"
         } else {
             ""
@@ -189,6 +242,10 @@ pub async fn gather(
         .filter(|l| !l.is_empty())
         .map(str::to_string)
         .collect();
+    let services_domain = match imds.get("services/domain").await {
+        Ok(Some(d)) if !d.trim().is_empty() => d.trim().to_string(),
+        _ => crate::containerd::partition_domain(&region).to_string(),
+    };
 
     let override_hint = "pass --kubelet-extra-args '--max-pods=N' with --use-max-pods false (N from `vpcnet max-pods TYPE`)";
     let max_pods = max_pods::resolve(
@@ -199,20 +256,23 @@ pub async fn gather(
     )
     .await;
 
-    let private_dns_name = if crate::render::uses_external_provider(settings, kubelet_version) {
-        Some(private_dns_name(ec2, &instance_id, retry).await?)
+    let named_by_dns = crate::render::uses_external_provider(cluster, kubelet_version)
+        && !settings.instance_id_node_name;
+    let private_dns_name = if named_by_dns {
+        Some(private_dns_name(ec2, &instance_id, private_dns).await?)
     } else {
         None
     };
 
-    let (apiserver_ips, existing_hosts) = if settings.outpost_cluster_id.is_some() {
+    let (apiserver_ips, existing_hosts) = if cluster.outpost_cluster_id.is_some() {
         (
-            host.lookup_host(&settings.apiserver_host).await?,
+            host.lookup_host(&cluster.apiserver_host).await?,
             host.read_file("/etc/hosts")?,
         )
     } else {
         (Vec::new(), None)
     };
+    let bpffs_mounted = settings.mount_bpf_fs && host.bpffs_mounted()?;
 
     Ok(InstanceFacts {
         instance_type,
@@ -223,6 +283,8 @@ pub async fn gather(
         node_ip,
         vpc_ipv4_cidrs,
         private_dns_name,
+        services_domain,
+        bpffs_mounted,
         max_pods,
         vcpus,
         kubelet_version,
@@ -243,112 +305,96 @@ async fn imds_required(imds: &impl Imds, path: &str) -> Result<String, Bootstrap
 }
 
 /// What the last DescribeInstances attempt showed.
+#[derive(Debug)]
 enum Last {
     /// EC2 answered with an empty PrivateDnsName.
     Empty,
-    /// EC2 could not be reached or did not answer (transport error, timeout, 5xx, throttling).
+    /// No answer: transport error or timeout.
     Unreachable(String),
+    /// EC2 answered with an error worth retrying (throttling, 5xx, instance not listed yet).
+    Failing(CloudError),
+    /// EC2 refused for good (e.g. UnauthorizedOperation).
+    Refused(CloudError),
 }
 
-/// EC2 `PrivateDnsName` of the instance, retried while empty, unreachable or throttled, within
-/// `retry.budget` in total (each call under the client's own short deadline). A progress line
-/// goes to the log (warn, shown by default) before each wait.
+impl std::fmt::Display for Last {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Last::Empty => f.write_str("EC2 answered with an empty PrivateDnsName"),
+            Last::Unreachable(e) => f.write_str(e),
+            Last::Failing(e) | Last::Refused(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// EC2 `PrivateDnsName` of the instance, retried while empty, unreachable, throttled or
+/// failing, within `budget` (each call under the remaining budget). A progress line goes to
+/// the log (warn, shown by default) before each wait.
 ///
-/// Errors ([`BootstrapError::Ec2`]): an EC2 4xx such as UnauthorizedOperation at once;
-/// after the budget, "could not be reached" or "stayed empty" after what the last attempt showed.
+/// Errors ([`BootstrapError::Ec2`]): an EC2 error such as UnauthorizedOperation at once; after
+/// the budget, what the last attempt showed: EC2 could not be reached, answered an error
+/// (its code and message), or answered with an empty name.
 async fn private_dns_name(
     ec2: &impl Ec2,
     instance_id: &str,
-    retry: Retry,
+    budget: Budget,
 ) -> Result<String, BootstrapError> {
     const ACTION: &str = "DescribeInstances";
-    let started = tokio::time::Instant::now();
-    let deadline = started + retry.budget;
-    let mut delay = retry.first_delay;
-    let mut last = Last::Unreachable("no attempt made".into());
-    let mut attempt = 0u32;
-    loop {
-        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let out_of_budget = remaining.is_zero() && attempt > 0;
-        if out_of_budget || retry.max_attempts.is_some_and(|m| attempt >= m.max(1)) {
-            break;
-        }
-        attempt += 1;
-        // A zero budget still makes one attempt, under the client's own deadline.
-        let limit = if remaining.is_zero() {
-            Duration::from_secs(10)
-        } else {
-            remaining
-        };
-        last = match tokio::time::timeout(limit, ec2.private_dns_name(instance_id)).await {
-            Ok(Ok(name)) if !name.trim().is_empty() => return Ok(name.trim().to_string()),
-            Ok(Ok(_)) => Last::Empty,
-            Ok(Err(e)) if is_transient(e.code.as_deref()) => Last::Unreachable(e.to_string()),
-            Ok(Err(e)) => {
-                let denied = matches!(
-                    e.code.as_deref(),
-                    Some("UnauthorizedOperation" | "AccessDenied" | "AccessDeniedException")
-                );
-                return Err(BootstrapError::Ec2 {
-                    action: ACTION.into(),
-                    problem: e.to_string(),
-                    fix: if denied {
-                        "grant the node's IAM role the permission ec2:DescribeInstances; kubelet's node name under the external cloud provider must equal the EC2 PrivateDnsName".into()
-                    } else {
-                        "check the AWS credentials and region the node uses for EC2".into()
-                    },
-                });
-            }
-            Err(_) => Last::Unreachable(format!(
+    let r = retry(
+        budget,
+        &format!("waiting for EC2 to report the private DNS name of {instance_id}"),
+        |d| {
+            Last::Unreachable(format!(
                 "no answer within the remaining {:.1} s of the budget",
-                limit.as_secs_f64()
-            )),
-        };
-        let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
-        if remaining.is_zero() || retry.max_attempts.is_some_and(|m| attempt >= m.max(1)) {
-            break;
+                d.as_secs_f64()
+            ))
+        },
+        move || async move {
+            match ec2.private_dns_name(instance_id).await {
+                Ok(name) if !name.trim().is_empty() => Attempt::Done(name.trim().to_string()),
+                Ok(_) => Attempt::Retry(Last::Empty),
+                Err(e) if e.code.is_none() => Attempt::Retry(Last::Unreachable(e.to_string())),
+                Err(e) if e.is_transient() => Attempt::Retry(Last::Failing(e)),
+                Err(e) => Attempt::Stop(Last::Refused(e)),
+            }
+        },
+    )
+    .await;
+    let g = match r {
+        Ok(name) => return Ok(name),
+        Err(g) => g,
+    };
+    let (n, s) = (g.attempts, g.seconds);
+    Err(match g.last {
+        Last::Refused(e) => {
+            let denied = matches!(
+                e.code.as_deref(),
+                Some("UnauthorizedOperation" | "AccessDenied" | "AccessDeniedException")
+            );
+            BootstrapError::Ec2 {
+                action: ACTION.into(),
+                problem: e.to_string(),
+                fix: if denied {
+                    "grant the node's IAM role the permission ec2:DescribeInstances; kubelet's node name under the external cloud provider must equal the EC2 PrivateDnsName".into()
+                } else {
+                    "check the AWS credentials and region the node uses for EC2".into()
+                },
+            }
         }
-        let wait = delay.min(remaining);
-        let why = match &last {
-            Last::Empty => "EC2 answered with an empty PrivateDnsName".to_string(),
-            Last::Unreachable(e) => e.clone(),
-        };
-        tracing::warn!(
-            "waiting for EC2 to report the private DNS name of {instance_id}: attempt {attempt}, retrying in {:.1}s ({why})",
-            wait.as_secs_f64()
-        );
-        tokio::time::sleep(wait).await;
-        delay = (delay * 2).min(Duration::from_secs(10));
-    }
-    let spent = started.elapsed().as_secs_f64();
-    Err(match last {
         Last::Empty => BootstrapError::Ec2 {
             action: ACTION.into(),
-            problem: format!("EC2 answered but the PrivateDnsName of {instance_id} stayed empty ({attempt} attempts in {spent:.1} s)"),
+            problem: format!("EC2 answered but the PrivateDnsName of {instance_id} stayed empty ({n} attempts in {s:.1} s)"),
             fix: "check that the VPC has DNS hostnames enabled (enableDnsHostnames), then rerun; --private-dns-timeout gives EC2 longer".into(),
+        },
+        Last::Failing(e) => BootstrapError::Ec2 {
+            action: ACTION.into(),
+            problem: format!("EC2 kept answering an error for the PrivateDnsName of {instance_id} ({n} attempts in {s:.1} s; last answer: {})", e.code.as_deref().map_or(e.message.clone(), |c| format!("{c}: {}", e.message))),
+            fix: "EC2 is throttling or failing in this region: rerun later, or give it longer with --private-dns-timeout".into(),
         },
         Last::Unreachable(e) => BootstrapError::Ec2 {
             action: ACTION.into(),
-            problem: format!("EC2 could not be reached or did not answer for the PrivateDnsName of {instance_id} ({attempt} attempts in {spent:.1} s; last error: {e})"),
+            problem: format!("EC2 could not be reached or did not answer for the PrivateDnsName of {instance_id} ({n} attempts in {s:.1} s; last error: {e})"),
             fix: "check AWS_ENDPOINT_URL_EC2 / AWS_EC2_ENDPOINT, the region, the credentials and connectivity to EC2".into(),
         },
     })
-}
-
-/// Errors worth another attempt: no EC2 code (transport, timeout), throttling, 5xx codes, and
-/// an instance EC2 does not list yet (eventual consistency right after launch).
-fn is_transient(code: Option<&str>) -> bool {
-    matches!(
-        code,
-        None | Some(
-            "RequestLimitExceeded"
-                | "Throttling"
-                | "ThrottlingException"
-                | "InternalError"
-                | "InternalFailure"
-                | "ServiceUnavailable"
-                | "Unavailable"
-                | "InvalidInstanceID.NotFound"
-        )
-    )
 }

@@ -1,9 +1,10 @@
 //! `vpcnet-bootstrap`: see the library docs. Exit codes: 0 done, 1 failed, 2 bad input.
 
 use clap::Parser;
-use vpcnet_bootstrap::cloud::{AwsEc2, Imds};
+use vpcnet_bootstrap::cloud::{AwsEc2, AwsEks};
 use vpcnet_bootstrap::facts::RealHost;
-use vpcnet_bootstrap::{BootstrapArgs, BootstrapError};
+use vpcnet_bootstrap::startup::Systemctl;
+use vpcnet_bootstrap::{Adapters, BootstrapArgs, BootstrapError};
 
 fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
@@ -25,29 +26,39 @@ fn main() -> std::process::ExitCode {
         }
     };
     // Bad input fails here, before IMDS or EC2 is contacted.
-    if let Err(e) = vpcnet_bootstrap::load_node_config(&args)
-        .and_then(|nc| vpcnet_bootstrap::Settings::new(&args, nc.as_ref()))
-    {
+    if let Err(e) = vpcnet_bootstrap::check_input(&args) {
         eprintln!("error: {e}");
         return std::process::ExitCode::from(2);
     }
     let result = rt.block_on(async {
         let imds = vpcnet_ec2::Imds::new();
-        // EC2 is called in the instance's own region; the client is only built if needed.
-        let region = Imds::get(&imds, "placement/region").await.ok().flatten();
+        // IMDS may refuse connections early in boot: wait for it (bounded), then call EC2 and
+        // EKS in the instance's own region. Clients are only built if needed.
+        let region =
+            vpcnet_bootstrap::facts::await_imds(&imds, vpcnet_bootstrap::imds_budget(&args))
+                .await?;
         let ec2 = AwsEc2::new(vpcnet_ec2::Ec2Options {
-            region,
+            region: Some(region.clone()),
             calls: vpcnet_bootstrap::cloud::bootstrap_call_settings(),
+            ..Default::default()
+        });
+        let eks = AwsEks::new(vpcnet_eks::EksOptions {
+            region: Some(region),
             ..Default::default()
         });
         let host = RealHost {
             root: args.root.clone(),
         };
+        let adapters = Adapters {
+            imds: &imds,
+            ec2: &ec2,
+            eks: &eks,
+            host: &host,
+            system: &Systemctl,
+        };
         vpcnet_bootstrap::run(
             &args,
-            &imds,
-            &ec2,
-            &host,
+            &adapters,
             &mut std::io::stdout(),
             &mut std::io::stderr(),
         )
@@ -57,14 +68,9 @@ fn main() -> std::process::ExitCode {
         Ok(_) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
-            let bad_input = matches!(
-                e.downcast_ref::<BootstrapError>(),
-                Some(
-                    BootstrapError::Invalid { .. }
-                        | BootstrapError::Missing { .. }
-                        | BootstrapError::NodeConfig { .. }
-                )
-            );
+            let bad_input = e
+                .downcast_ref::<BootstrapError>()
+                .is_some_and(BootstrapError::is_bad_input);
             std::process::ExitCode::from(if bad_input { 2 } else { 1 })
         }
     }

@@ -37,23 +37,39 @@ impl Change {
 ///
 /// Errors: the first I/O error, with the path.
 pub fn apply(root: &Path, files: &[NodeFile]) -> io::Result<Vec<(String, Change)>> {
+    changes(root, files, true)
+}
+
+/// What [`apply`] would do to each file, without writing (for `--dry-run`).
+pub fn preview(root: &Path, files: &[NodeFile]) -> io::Result<Vec<(String, Change)>> {
+    changes(root, files, false)
+}
+
+fn changes(root: &Path, files: &[NodeFile], write: bool) -> io::Result<Vec<(String, Change)>> {
     let mut changes = Vec::new();
     for f in files {
         let p = under_root(root, &f.path);
+        let exists = match fs::symlink_metadata(&p) {
+            Ok(_) => true,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+            Err(e) => return Err(with_path(e, &p)),
+        };
         let change = match &f.content {
+            None if !exists => Change::Absent,
+            None if !write => Change::Removed,
             None => match fs::remove_file(&p) {
                 Ok(()) => Change::Removed,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => Change::Absent,
                 Err(e) => return Err(with_path(e, &p)),
             },
-            Some(content) => write_one(&p, content, f.mode).map_err(|e| with_path(e, &p))?,
+            Some(content) => write_one(&p, content, f.mode, write).map_err(|e| with_path(e, &p))?,
         };
         changes.push((f.path.clone(), change));
     }
     Ok(changes)
 }
 
-fn write_one(p: &Path, content: &str, mode: u32) -> io::Result<Change> {
+fn write_one(p: &Path, content: &str, mode: u32, write: bool) -> io::Result<Change> {
     let existing = match fs::read(p) {
         Ok(b) => Some(b),
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
@@ -64,6 +80,13 @@ fn write_one(p: &Path, content: &str, mode: u32) -> io::Result<Change> {
         if b == content.as_bytes() && cur_mode == mode {
             return Ok(Change::Unchanged);
         }
+    }
+    if !write {
+        return Ok(if existing.is_some() {
+            Change::Updated
+        } else {
+            Change::Created
+        });
     }
     let dir = p
         .parent()

@@ -1,13 +1,18 @@
-//! The pure core: settings + instance facts → the files to write. No I/O.
+//! The pure core: settings + cluster + instance facts → the files to write. No I/O.
 
 use serde_json::{json, Map, Value};
 
+use crate::cluster::Cluster;
 use crate::cluster_dns::cluster_dns;
+use crate::containerd;
 use crate::facts::InstanceFacts;
 use crate::hosts::with_apiserver_entries;
 use crate::max_pods::LimitsSource;
+use crate::max_pods_expr::Vars;
 use crate::reserved;
 use crate::settings::Settings;
+use crate::startup;
+use crate::systemd;
 use crate::version::KubeletVersion;
 
 pub const KUBELET_CONFIG_PATH: &str = "/etc/kubernetes/kubelet/kubelet-config.json";
@@ -35,6 +40,8 @@ pub enum MaxPodsOrigin {
     ExtraArgs,
     /// `maxPods` in NodeConfig `kubelet.config`.
     NodeConfig,
+    /// NodeConfig `kubelet.maxPodsExpression` over the instance type's limits.
+    Expression,
     /// Computed from the instance type's ENI limits.
     InstanceType(LimitsSource),
     /// Nothing set: kubelet's default.
@@ -46,6 +53,7 @@ impl std::fmt::Display for MaxPodsOrigin {
         f.write_str(match self {
             MaxPodsOrigin::ExtraArgs => "--max-pods in the extra kubelet flags",
             MaxPodsOrigin::NodeConfig => "maxPods in NodeConfig kubelet.config",
+            MaxPodsOrigin::Expression => "NodeConfig kubelet.maxPodsExpression",
             MaxPodsOrigin::InstanceType(LimitsSource::Table) => "instance type, vpcnet's table",
             MaxPodsOrigin::InstanceType(LimitsSource::Ec2) => {
                 "instance type, EC2 DescribeInstanceTypes"
@@ -58,7 +66,7 @@ impl std::fmt::Display for MaxPodsOrigin {
     }
 }
 
-/// The result of [`render`]: files in write order and warnings for the operator.
+/// The result of [`render`]: files in write order, what start-up needs, and warnings.
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub files: Vec<NodeFile>,
@@ -68,48 +76,83 @@ pub struct Plan {
     pub max_pods_origin: MaxPodsOrigin,
     /// `external` or `aws`.
     pub cloud_provider: &'static str,
+    /// The pause image containerd and kubelet use.
+    pub sandbox_image: String,
+    /// The bpffs mount unit is part of the plan (start it after writing).
+    pub mount_bpffs: bool,
 }
 
 /// Whether kubelet runs with `--cloud-provider=external`: always on local clusters on
 /// Outposts; on regular clusters from kubelet 1.26 (older kubelets use the in-tree `aws`).
-pub fn uses_external_provider(settings: &Settings, kubelet: KubeletVersion) -> bool {
-    settings.outpost_cluster_id.is_some() || kubelet >= KubeletVersion::new(1, 26, 0)
+pub fn uses_external_provider(cluster: &Cluster, kubelet: KubeletVersion) -> bool {
+    cluster.outpost_cluster_id.is_some() || kubelet >= KubeletVersion::new(1, 26, 0)
 }
 
 /// Renders every file bootstrap writes. Deterministic: the same inputs give the same bytes.
 ///
 /// Files: kubelet config JSON, CA, kubeconfig (or the bootstrap kubeconfig on Outposts),
-/// drop-ins 10-kubelet-args.conf, 20-kubelet-cloud-provider.conf and 30-kubelet-extra-args.conf
-/// (present only with extra args; otherwise a stale one is removed), and /etc/hosts on Outposts.
-pub fn render(s: &Settings, f: &InstanceFacts) -> Plan {
-    let mut warnings = s.warnings.clone();
-    let external = uses_external_provider(s, f.kubelet_version);
+/// vpcnet's kubelet unit, drop-ins 10-kubelet-args.conf (`KUBELET_ARGS`, the cloud provider
+/// included), 20-kubelet-cloud-provider.conf (`KUBELET_CLOUD_PROVIDER`, for units that read
+/// it) and 30-kubelet-extra-args.conf (present only with extra args; otherwise a stale one is
+/// removed), containerd's config, the bpffs mount unit (when bpffs is to be mounted), and
+/// /etc/hosts on Outposts. `warnings` (from resolving the cluster) lead the plan's warnings.
+pub fn render(s: &Settings, c: &Cluster, f: &InstanceFacts, warnings: Vec<String>) -> Plan {
+    let mut warnings = [s.warnings.clone(), warnings].concat();
+    let external = uses_external_provider(c, f.kubelet_version);
     let cloud_provider = if external { "external" } else { "aws" };
+    let v = f.kubelet_version;
 
     // Max pods actually in effect: kubelet flags beat its config file.
+    let instance_type = (
+        f.max_pods.max_pods,
+        MaxPodsOrigin::InstanceType(f.max_pods.source),
+    );
     let (max_pods, max_pods_origin) = if let Some(n) = s.max_pods_flag {
         (n, MaxPodsOrigin::ExtraArgs)
     } else if let Some(n) = s.max_pods_config {
         (n, MaxPodsOrigin::NodeConfig)
-    } else if s.use_max_pods {
-        (
-            f.max_pods.max_pods,
-            MaxPodsOrigin::InstanceType(f.max_pods.source),
-        )
-    } else {
+    } else if !s.use_max_pods {
         (KUBELET_DEFAULT_MAX_PODS, MaxPodsOrigin::KubeletDefault)
+    } else if let Some(expr) = &s.max_pods.expression {
+        let evaluated = match &f.max_pods.limits {
+            Some(l) => expr
+                .eval(Vars {
+                    default_enis: i64::from(l.eni_limit),
+                    ips_per_eni: i64::from(l.ipv4_per_eni),
+                    max_pods: i64::from(f.max_pods.max_pods),
+                })
+                .map(|n| (n, MaxPodsOrigin::Expression)),
+            None => Err("the instance type's limits are unknown".to_string()),
+        };
+        evaluated.unwrap_or_else(|e| {
+            warnings.push(format!(
+                "NodeConfig kubelet.maxPodsExpression {:?}: {e}; using {} max pods from the instance type instead (as nodeadm does)",
+                expr.text(),
+                instance_type.0
+            ));
+            instance_type
+        })
+    } else {
+        instance_type
     };
     if let (MaxPodsOrigin::InstanceType(LimitsSource::Fallback), Some(w)) =
         (max_pods_origin, &f.max_pods.warning)
     {
         warnings.push(w.clone());
     }
+    let sandbox_image = containerd::sandbox_image(
+        s.pause.image.as_deref(),
+        s.pause.account.as_deref(),
+        &s.pause.version,
+        &f.region,
+        &f.services_domain,
+    );
 
     let mut files = Vec::new();
 
     // Kubelet config.
-    let mut cfg = base_kubelet_config(f.kubelet_version);
-    let dns: Vec<String> = cluster_dns(s, &f.vpc_ipv4_cidrs)
+    let mut cfg = base_kubelet_config(v);
+    let dns: Vec<String> = cluster_dns(s.dns_cluster_ips.as_deref(), c, &f.vpc_ipv4_cidrs)
         .iter()
         .map(|ip| ip.to_string())
         .collect();
@@ -155,29 +198,42 @@ pub fn render(s: &Settings, f: &InstanceFacts) -> Plan {
     // CA and kubeconfig.
     files.push(NodeFile {
         path: CA_PATH.into(),
-        content: Some(s.ca_pem.clone()),
+        content: Some(c.ca_pem.clone()),
         mode: 0o644,
     });
-    let (kubeconfig_path, kubeconfig_cluster) = match &s.outpost_cluster_id {
+    let (kubeconfig_path, kubeconfig_cluster) = match &c.outpost_cluster_id {
         Some(id) => (BOOTSTRAP_KUBECONFIG_PATH, id.as_str()),
         None => (KUBECONFIG_PATH, s.cluster_name.as_str()),
     };
     files.push(NodeFile {
         path: kubeconfig_path.into(),
-        content: Some(kubeconfig(
-            &s.apiserver_endpoint,
-            kubeconfig_cluster,
-            &f.region,
-        )),
+        content: Some(kubeconfig(&c.endpoint, kubeconfig_cluster, &f.region)),
         mode: 0o644,
     });
 
-    // Drop-ins.
-    let mut args = vec![format!("--node-ip={}", f.node_ip), "--v=2".to_string()];
-    if let (true, Some(dns_name)) = (external, &f.private_dns_name) {
-        args.push(format!("--hostname-override={dns_name}"));
+    // The kubelet unit and its drop-ins.
+    files.push(NodeFile {
+        path: systemd::KUBELET_UNIT_PATH.into(),
+        content: Some(systemd::VPCNET_KUBELET_UNIT.into()),
+        mode: 0o644,
+    });
+    let mut args = vec![format!("--node-ip={}", f.node_ip)];
+    if v < KubeletVersion::new(1, 35, 0) {
+        // Kubelet 1.35 removed the flag (the runtime's sandbox image is what counts).
+        args.push(format!("--pod-infra-container-image={sandbox_image}"));
     }
-    if f.kubelet_version < KubeletVersion::new(1, 27, 0) {
+    if external {
+        let name = if s.instance_id_node_name {
+            Some(&f.instance_id)
+        } else {
+            f.private_dns_name.as_ref()
+        };
+        if let Some(name) = name {
+            args.push(format!("--hostname-override={name}"));
+        }
+    }
+    args.push(format!("--cloud-provider={cloud_provider}"));
+    if v < KubeletVersion::new(1, 27, 0) {
         args.push("--container-runtime=remote".into());
         args.push(format!("--container-runtime-endpoint={CONTAINERD_SOCKET}"));
     }
@@ -192,7 +248,7 @@ pub fn render(s: &Settings, f: &InstanceFacts) -> Plan {
         cloud_provider,
     ));
     let mut extra = Vec::new();
-    if s.outpost_cluster_id.is_some() {
+    if c.outpost_cluster_id.is_some() {
         extra.push(format!(
             "--bootstrap-kubeconfig {BOOTSTRAP_KUBECONFIG_PATH}"
         ));
@@ -214,14 +270,37 @@ pub fn render(s: &Settings, f: &InstanceFacts) -> Plan {
         ));
     }
 
+    // containerd.
+    let containerd_config = match &s.containerd_file {
+        Some(file) => file
+            .text
+            .replace(containerd::SANDBOX_PLACEHOLDER, &sandbox_image),
+        None => containerd::default_config(&sandbox_image),
+    };
+    files.push(NodeFile {
+        path: containerd::CONFIG_PATH.into(),
+        content: Some(containerd_config),
+        mode: 0o644,
+    });
+
+    // bpffs.
+    let mount_bpffs = s.mount_bpf_fs && !f.bpffs_mounted;
+    if mount_bpffs {
+        files.push(NodeFile {
+            path: startup::BPF_MOUNT_UNIT_PATH.into(),
+            content: Some(startup::BPF_MOUNT_UNIT_TEXT.into()),
+            mode: 0o644,
+        });
+    }
+
     // /etc/hosts on Outposts.
-    if s.outpost_cluster_id.is_some() {
+    if c.outpost_cluster_id.is_some() {
         let existing = f.existing_hosts.clone().unwrap_or_default();
         files.push(NodeFile {
             path: HOSTS_PATH.into(),
             content: Some(with_apiserver_entries(
                 &existing,
-                &s.apiserver_host,
+                &c.apiserver_host,
                 &f.apiserver_ips,
                 &f.instance_id,
             )),
@@ -235,6 +314,8 @@ pub fn render(s: &Settings, f: &InstanceFacts) -> Plan {
         max_pods,
         max_pods_origin,
         cloud_provider,
+        sandbox_image,
+        mount_bpffs,
     }
 }
 
@@ -266,10 +347,19 @@ fn base_kubelet_config(v: KubeletVersion) -> Map<String, Value> {
         m.insert("kubeAPIQPS".into(), json!(10));
         m.insert("kubeAPIBurst".into(), json!(20));
     }
-    m.insert(
-        "featureGates".into(),
-        json!({"RotateKubeletServerCertificate": true}),
-    );
+    let mut gates = json!({"RotateKubeletServerCertificate": true});
+    // nodeadm's defaults for newer kubelets (EKS enables these).
+    if v >= KubeletVersion::new(1, 33, 0) {
+        gates["DynamicResourceAllocation"] = json!(true);
+    }
+    if v >= KubeletVersion::new(1, 34, 0) {
+        gates["MutableCSINodeAllocatableCount"] = json!(true);
+        m.insert("shutdownGracePeriod".into(), json!("2m30s"));
+        m.insert("shutdownGracePeriodCriticalPods".into(), json!("30s"));
+    }
+    m.insert("featureGates".into(), gates);
+    // Verbosity lives in the config (not a --v flag), so NodeConfig kubelet.config can set it.
+    m.insert("logging".into(), json!({"verbosity": 2}));
     m.insert("hairpinMode".into(), json!("hairpin-veth"));
     m.insert("protectKernelDefaults".into(), json!(true));
     m.insert("readOnlyPort".into(), json!(0));
@@ -284,6 +374,8 @@ fn base_kubelet_config(v: KubeletVersion) -> Map<String, Value> {
             "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
             "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
             "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305",
+            "TLS_RSA_WITH_AES_128_GCM_SHA256",
+            "TLS_RSA_WITH_AES_256_GCM_SHA384",
         ]),
     );
     m
@@ -359,13 +451,16 @@ fn kubeconfig(endpoint: &str, cluster: &str, region: &str) -> String {
     serde_yaml::to_string(&k).expect("kubeconfig serializes")
 }
 
-/// A kubelet drop-in setting one environment variable. `%` and `\` are escaped for systemd;
-/// `'` and line breaks were rejected by [`Settings::new`].
+/// A kubelet drop-in setting one environment variable to exactly `value` (quoted and escaped
+/// for systemd by [`systemd::environment_assignment`]; line breaks were replaced by
+/// [`Settings::new`]).
 fn dropin(name: &str, var: &str, value: &str) -> NodeFile {
-    let escaped = value.replace('\\', "\\\\").replace('%', "%%");
     NodeFile {
         path: format!("{DROPIN_DIR}/{name}"),
-        content: Some(format!("# Written by vpcnet-bootstrap; rerunning it rewrites this file.\n[Service]\nEnvironment='{var}={escaped}'\n")),
+        content: Some(format!(
+            "# Written by vpcnet-bootstrap; rerunning it rewrites this file.\n[Service]\nEnvironment={}\n",
+            systemd::environment_assignment(var, value)
+        )),
         mode: 0o644,
     }
 }
@@ -391,19 +486,25 @@ mod tests {
             .content
             .unwrap()
             .contains("Environment='V=--a=50%% --b=c\\\\d'"));
+        let f = dropin("30-x.conf", "V", "--a=50% --b=c\\d --l='x y'");
+        assert!(f
+            .content
+            .unwrap()
+            .contains("Environment=\"V=--a=50%% --b=c\\\\d --l='x y'\""));
     }
 }
 
 #[cfg(test)]
-mod precedence_tests {
+mod plan_tests {
     use super::*;
     use crate::args::BootstrapArgs;
     use crate::facts::InstanceFacts;
     use crate::max_pods::ResolvedMaxPods;
     use crate::node_config::NodeConfig;
+    use crate::systemd::{kubelet_command_line, Unit};
     use clap::Parser;
 
-    fn facts(computed: u32) -> InstanceFacts {
+    fn facts(computed: u32, kubelet: KubeletVersion) -> InstanceFacts {
         InstanceFacts {
             instance_type: "m5.large".into(),
             instance_id: "i-1".into(),
@@ -413,22 +514,24 @@ mod precedence_tests {
             node_ip: "10.0.0.5".parse().unwrap(),
             vpc_ipv4_cidrs: vec!["10.0.0.0/16".into()],
             private_dns_name: Some("ip-10-0-0-5.ec2.internal".into()),
+            services_domain: "amazonaws.com".into(),
+            bpffs_mounted: false,
             max_pods: ResolvedMaxPods {
                 instance_type: "m5.large".into(),
                 max_pods: computed,
                 source: LimitsSource::Table,
-                limits: None,
+                limits: vpcnet_limits::lookup("m5.large").cloned(),
                 report: None,
                 warning: None,
             },
             vcpus: 2,
-            kubelet_version: KubeletVersion::new(1, 31, 0),
+            kubelet_version: kubelet,
             apiserver_ips: vec![],
             existing_hosts: None,
         }
     }
 
-    fn plan(extra: &[&str], config: Option<&str>) -> (Plan, Value) {
+    fn plan_for(extra: &[&str], config: Option<&str>, kubelet: KubeletVersion) -> (Plan, Value) {
         let mut argv = vec![
             "b",
             "c",
@@ -441,10 +544,22 @@ mod precedence_tests {
         argv.extend_from_slice(extra);
         let args = BootstrapArgs::try_parse_from(argv).unwrap();
         let nc = config.map(|c| NodeConfig::parse("t", c).unwrap());
-        let s = Settings::new(&args, nc.as_ref()).unwrap();
-        let p = render(&s, &facts(29));
+        let s = Settings::new(&args, nc.as_ref(), None).unwrap();
+        let (cluster, w) = s.cluster.resolve(None).unwrap();
+        let p = render(&s, &cluster, &facts(29, kubelet), w);
         let cfg = serde_json::from_str(p.files[0].content.as_ref().unwrap()).unwrap();
         (p, cfg)
+    }
+
+    fn plan(extra: &[&str], config: Option<&str>) -> (Plan, Value) {
+        plan_for(extra, config, KubeletVersion::new(1, 31, 0))
+    }
+
+    /// Writes the plan's files under a fresh root.
+    fn written(p: &Plan) -> tempfile::TempDir {
+        let root = tempfile::tempdir().unwrap();
+        crate::output::apply(root.path(), &p.files).unwrap();
+        root
     }
 
     const NC_MAX_PODS_40: &str =
@@ -500,6 +615,56 @@ mod precedence_tests {
     }
 
     #[test]
+    fn max_pods_expression_like_nodeadm_but_kube_reserved_follows_the_value_in_effect() {
+        let nc = |body: &str| {
+            format!(
+                "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  kubelet:\n{body}"
+            )
+        };
+        // m5.large: 3 ENIs × (10 − 1) + 2 = 29; with one ENI reserved 20.
+        let (p, cfg) = plan(
+            &[],
+            Some(&nc(
+                "    maxPodsExpression: ((default_enis - 1) * (ips_per_eni - 1)) + 2\n",
+            )),
+        );
+        assert_eq!(
+            (
+                p.max_pods_origin,
+                cfg["maxPods"].as_u64(),
+                cfg["kubeReserved"]["memory"].as_str()
+            ),
+            (MaxPodsOrigin::Expression, Some(20), Some("475Mi"))
+        );
+        // kubelet.config.maxPods wins over the expression; kube-reserved follows it (nodeadm
+        // would keep the expression's 915Mi-style value).
+        let (p, cfg) = plan(
+            &[],
+            Some(&nc(
+                "    maxPodsExpression: max_pods + 2\n    config:\n      maxPods: 1\n",
+            )),
+        );
+        assert_eq!(
+            (
+                p.max_pods_origin,
+                cfg["maxPods"].as_u64(),
+                cfg["kubeReserved"]["memory"].as_str()
+            ),
+            (MaxPodsOrigin::NodeConfig, Some(1), Some("266Mi"))
+        );
+        // An expression that does not evaluate falls back to the instance type, with a warning.
+        let (p, cfg) = plan(&[], Some(&nc("    maxPodsExpression: max_pods - 1000\n")));
+        assert_eq!(cfg["maxPods"].as_u64(), Some(29));
+        assert!(
+            p.warnings
+                .iter()
+                .any(|w| w.contains("not a positive number")),
+            "{:?}",
+            p.warnings
+        );
+    }
+
+    #[test]
     fn reserved_cpus_flag_drops_reserved_cgroups() {
         let (_, cfg) = plan(&["--kubelet-extra-args", "--reserved-cpus=0-1"], None);
         assert!(
@@ -507,5 +672,108 @@ mod precedence_tests {
         );
         let (_, cfg) = plan(&[], None);
         assert_eq!(cfg["kubeReservedCgroup"], "/runtime");
+    }
+
+    #[test]
+    fn ami_cipher_suites_verbosity_and_version_defaults() {
+        let (_, cfg) = plan(&[], None);
+        assert_eq!(cfg["tlsCipherSuites"].as_array().unwrap().len(), 8);
+        assert!(cfg["tlsCipherSuites"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("TLS_RSA_WITH_AES_256_GCM_SHA384")));
+        assert_eq!(cfg["logging"]["verbosity"], 2);
+        assert!(cfg.get("shutdownGracePeriod").is_none());
+        assert!(cfg["featureGates"]
+            .get("DynamicResourceAllocation")
+            .is_none());
+
+        let (_, cfg) = plan_for(&[], None, KubeletVersion::new(1, 33, 1));
+        assert_eq!(cfg["featureGates"]["DynamicResourceAllocation"], true);
+        assert!(cfg["featureGates"]
+            .get("MutableCSINodeAllocatableCount")
+            .is_none());
+
+        let (_, cfg) = plan_for(&[], None, KubeletVersion::new(1, 34, 0));
+        assert_eq!(cfg["featureGates"]["MutableCSINodeAllocatableCount"], true);
+        assert_eq!(
+            (
+                cfg["shutdownGracePeriod"].as_str(),
+                cfg["shutdownGracePeriodCriticalPods"].as_str()
+            ),
+            (Some("2m30s"), Some("30s"))
+        );
+
+        // NodeConfig's verbosity wins, and no --v flag overrides it on the command line.
+        let nc = "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  kubelet:\n    config:\n      logging: {verbosity: 5}\n";
+        let (p, cfg) = plan(&[], Some(nc));
+        assert_eq!(cfg["logging"]["verbosity"], 5);
+        let root = written(&p);
+        let argv = kubelet_command_line(root.path(), Unit::Installed).unwrap();
+        assert!(
+            !argv.iter().any(|a| a.starts_with("--v=") || a == "-v"),
+            "{argv:?}"
+        );
+    }
+
+    /// Item 1: the cloud provider reaches kubelet exactly once whichever unit runs it: the EKS
+    /// AMI's (reads only `$KUBELET_ARGS $KUBELET_EXTRA_ARGS`) or vpcnet's, and every flag of
+    /// the drop-ins arrives as the intended argument (quotes in extra args included).
+    #[test]
+    fn cloud_provider_reaches_kubelet_on_every_unit_layout() {
+        let (p, _) = plan(
+            &[
+                "--kubelet-extra-args",
+                "--node-labels='team=a b' --register-with-taints=x=y:NoSchedule",
+            ],
+            None,
+        );
+        let root = written(&p);
+        for unit in [Unit::EksAmi, Unit::Vpcnet, Unit::Installed] {
+            let argv = kubelet_command_line(root.path(), unit.clone()).unwrap();
+            let cp: Vec<&String> = argv
+                .iter()
+                .filter(|a| a.starts_with("--cloud-provider"))
+                .collect();
+            assert_eq!(cp, ["--cloud-provider=external"], "{unit:?}: {argv:?}");
+            for want in [
+                "--node-ip=10.0.0.5",
+                "--hostname-override=ip-10-0-0-5.ec2.internal",
+                "--pod-infra-container-image=602401143452.dkr.ecr.us-east-1.amazonaws.com/eks/pause:3.5",
+                "--node-labels=team=a b",
+                "--register-with-taints=x=y:NoSchedule",
+            ] {
+                assert!(argv.iter().any(|a| a == want), "{unit:?} lacks {want}: {argv:?}");
+            }
+        }
+        // The installed unit is vpcnet's.
+        assert_eq!(
+            kubelet_command_line(root.path(), Unit::Installed).unwrap(),
+            kubelet_command_line(root.path(), Unit::Vpcnet).unwrap()
+        );
+        // A unit of late-2022 AMIs reads KUBELET_CLOUD_PROVIDER: both mentions agree.
+        let old = "[Service]\nExecStart=/usr/bin/kubelet --cloud-provider $KUBELET_CLOUD_PROVIDER --config /etc/kubernetes/kubelet/kubelet-config.json $KUBELET_ARGS $KUBELET_EXTRA_ARGS\n";
+        let argv = kubelet_command_line(root.path(), Unit::Text(old.into())).unwrap();
+        let i = argv.iter().position(|a| a == "--cloud-provider").unwrap();
+        assert_eq!(argv[i + 1], "external");
+        assert!(argv.contains(&"--cloud-provider=external".to_string()));
+    }
+
+    #[test]
+    fn pod_infra_flag_stops_at_kubelet_1_35_and_instance_id_names_the_node() {
+        let nc = "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  featureGates:\n    InstanceIdNodeName: true\n";
+        let (p, _) = plan_for(&[], Some(nc), KubeletVersion::new(1, 35, 0));
+        let root = written(&p);
+        let argv = kubelet_command_line(root.path(), Unit::Vpcnet).unwrap();
+        assert!(
+            !argv
+                .iter()
+                .any(|a| a.starts_with("--pod-infra-container-image")),
+            "{argv:?}"
+        );
+        assert!(
+            argv.contains(&"--hostname-override=i-1".to_string()),
+            "{argv:?}"
+        );
     }
 }

@@ -73,18 +73,6 @@ fn malformed_service_cidrs() {
         &["--service-ipv4-cidr", "not an IPv4 CIDR"],
     );
     rejects(
-        &["my-cluster", "--service-ipv4-cidr", "10.100.5.0/16"],
-        &[
-            "--service-ipv4-cidr",
-            "host bits",
-            "Fix: pass the network address, 10.100.0.0/16",
-        ],
-    );
-    rejects(
-        &["my-cluster", "--service-ipv4-cidr", "10.100.0.0/30"],
-        &["--service-ipv4-cidr", "too small"],
-    );
-    rejects(
         &["my-cluster", "--service-ipv6-cidr", "fd00::zz/108"],
         &["--service-ipv6-cidr", "not an IPv6 CIDR", "Fix:"],
     );
@@ -100,20 +88,12 @@ fn malformed_endpoint() {
         &[
             "my-cluster",
             "--apiserver-endpoint",
-            "http://api.example.com",
+            "ftp://api.example.com",
         ],
         &["--apiserver-endpoint", "https://"],
     );
     rejects(
-        &[
-            "my-cluster",
-            "--apiserver-endpoint",
-            "https://api.example.com/some/path",
-        ],
-        &["--apiserver-endpoint", "no path"],
-    );
-    rejects(
-        &["my-cluster", "--apiserver-endpoint", "api.example.com"],
+        &["my-cluster", "--apiserver-endpoint", "https://"],
         &["--apiserver-endpoint"],
     );
 }
@@ -154,15 +134,7 @@ fn ipv6_without_cidr_or_dns_ip() {
 }
 
 #[test]
-fn single_quote_in_extra_args() {
-    rejects(
-        &["my-cluster", "--kubelet-extra-args", "--node-labels='a=b'"],
-        &["--kubelet-extra-args", "single quote", "Fix:"],
-    );
-    rejects(
-        &["my-cluster", "--kubelet-extra-args", "--v=2\n--x=1"],
-        &["--kubelet-extra-args", "line break"],
-    );
+fn max_pods_kubelet_cannot_read() {
     rejects(
         &["my-cluster", "--kubelet-extra-args", "--max-pods=lots"],
         &[
@@ -188,8 +160,8 @@ fn other_bad_values() {
         &["--b64-cluster-ca", "not base64", "Fix:"],
     );
     rejects(
-        &["my-cluster", "--b64-cluster-ca", "aGVsbG8="],
-        &["--b64-cluster-ca", "PEM"],
+        &["my-cluster", "--b64-cluster-ca", "//79/A=="],
+        &["--b64-cluster-ca", "neither PEM nor a DER certificate"],
     );
     rejects(
         &["my-cluster", "--container-runtime", "dockerd"],
@@ -198,10 +170,6 @@ fn other_bad_values() {
     rejects(
         &["my-cluster", "--kubelet-version", "latest"],
         &["--kubelet-version", "Fix:"],
-    );
-    rejects(
-        &["my-cluster", "--use-max-pods", "yes"],
-        &["--use-max-pods"],
     );
     rejects(
         &["my-cluster", "--cni-max-eni", "0"],
@@ -233,10 +201,14 @@ fn bad_node_config() {
         &["--config", "/nonexistent/nc.yaml"],
         &["NodeConfig", "cannot read"],
     );
-    std::fs::write(&p, "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  cluster:\n    name: c\n  kubelet:\n    flags: [\"--node-labels='a=b'\"]\n").unwrap();
+    std::fs::write(&p, "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  cluster:\n    name: c\n  kubelet:\n    maxPodsExpression: max_pod + 1\n").unwrap();
     rejects(
         &["--config", p.to_str().unwrap()],
-        &["spec.kubelet.flags", "single quote"],
+        &[
+            "spec.kubelet.maxPodsExpression",
+            "unknown name \"max_pod\"",
+            "Fix:",
+        ],
     );
     std::fs::write(&p, "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  cluster:\n    name: c\n    cidr: 10.0.0.0/33\n").unwrap();
     rejects(
@@ -251,19 +223,64 @@ fn bad_node_config() {
 }
 
 #[test]
+fn containerd_config_that_cannot_be_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("config.toml");
+    std::fs::write(
+        &p,
+        "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\"\nsandbox_image = 1\n",
+    )
+    .unwrap();
+    rejects(
+        &[
+            "my-cluster",
+            "--containerd-config-file",
+            p.to_str().unwrap(),
+        ],
+        &[
+            "--containerd-config-file",
+            "not valid TOML at line 2",
+            "Fix:",
+        ],
+    );
+    rejects(
+        &[
+            "my-cluster",
+            "--containerd-config-file",
+            "/nonexistent/config.toml",
+        ],
+        &["--containerd-config-file", "cannot read"],
+    );
+}
+
+#[test]
 fn unreachable_imds_fails_without_writing() {
-    let (out, root) = run(&["my-cluster"]);
+    let (out, root) = run(&[
+        "my-cluster",
+        "--imds-timeout",
+        "0.5",
+        "--retry-delay-ms",
+        "100",
+    ]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("IMDS GET /latest/meta-data/"), "{err}");
-    // One clean line: a short cause, one fix, no SDK Debug dump.
-    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-    assert!(err.contains("connection refused"), "{err}");
-    assert_eq!(err.matches("Fix:").count(), 1, "{err}");
-    assert_eq!(err.matches("hop limit").count(), 1, "{err}");
+    // Progress while waiting, then one clean error line: a short cause, one fix, no SDK
+    // Debug dump.
     assert!(
-        !err.contains("FailedToLoadToken") && !err.contains("{"),
+        err.contains("waiting for IMDS to answer: attempt 1"),
         "{err}"
     );
+    let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "{err}");
+    let e = errors[0];
+    assert!(
+        e.contains("IMDS GET /latest/meta-data/placement/region"),
+        "{e}"
+    );
+    assert!(e.contains("connection refused"), "{e}");
+    assert!(e.contains("attempts in"), "{e}");
+    assert_eq!(e.matches("Fix:").count(), 1, "{e}");
+    assert_eq!(e.matches("hop limit").count(), 1, "{e}");
+    assert!(!e.contains("FailedToLoadToken") && !e.contains('{'), "{e}");
     assert_eq!(std::fs::read_dir(root.path()).unwrap().count(), 0);
 }

@@ -1,48 +1,19 @@
 //! The `vpcnet-bootstrap` binary end to end: IMDS from AWS_EC2_METADATA_SERVICE_ENDPOINT, EC2
-//! from AWS_ENDPOINT_URL (both vpcnet-emu), files under --root, rerun changes nothing.
+//! from AWS_ENDPOINT_URL (both vpcnet-emu), files under --root, rerun changes nothing. Every
+//! run passes `--files-only` or `--dry-run`: systemctl of the machine running the tests is
+//! never called.
 
 mod common;
 
-use std::process::{Command, Output};
+use std::process::Command;
 
 use common::*;
-
-fn run_binary(cloud_imds: &str, ec2: &str, root: &std::path::Path, extra: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vpcnet-bootstrap"))
-        .args([
-            "my-cluster",
-            "--apiserver-endpoint",
-            "https://api.example.com",
-            "--b64-cluster-ca",
-            &test_ca_b64(),
-        ])
-        .args([
-            "--kubelet-version",
-            "1.31.0",
-            "--vcpus",
-            "2",
-            "--root",
-            root.to_str().unwrap(),
-        ])
-        .args(extra)
-        .env("AWS_EC2_METADATA_SERVICE_ENDPOINT", cloud_imds)
-        .env("AWS_ENDPOINT_URL", ec2)
-        .env("AWS_ACCESS_KEY_ID", "AKIDTEST")
-        .env("AWS_SECRET_ACCESS_KEY", "secret")
-        .env_remove("AWS_REGION")
-        .output()
-        .unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_then_rerun_is_a_no_op() {
     let spec = CloudSpec::new("m5.large", vec!["10.0.0.0/16"]);
     let cloud = Cloud::launch(&spec).await;
-    let imds = cloud
-        .emu
-        .imds_endpoint(&cloud.instance.instance_id)
-        .await
-        .unwrap();
+    let imds = cloud.imds_url().await;
     let ec2 = cloud.endpoint.clone();
     let root = tempfile::tempdir().unwrap();
     let r = root.path().to_path_buf();
@@ -54,11 +25,13 @@ async fn writes_then_rerun_is_a_no_op() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
     let out = String::from_utf8_lossy(&o.stdout);
+    // kubelet config, CA, kubeconfig, kubelet unit, 2 drop-ins, containerd config, bpffs unit.
     assert_eq!(
         out.lines().filter(|l| l.starts_with("created")).count(),
-        5,
+        8,
         "{out}"
     );
+    assert!(!out.contains("ran "), "--files-only runs nothing: {out}");
     let files = tree(root.path());
     let args10 = &files["etc/systemd/system/kubelet.service.d/10-kubelet-args.conf"];
     assert!(
@@ -101,8 +74,12 @@ async fn writes_then_rerun_is_a_no_op() {
         .await
         .unwrap();
     assert!(o.status.success());
-    assert!(String::from_utf8_lossy(&o.stdout)
-        .contains("### /etc/kubernetes/kubelet/kubelet-config.json (mode 0644)"));
+    let dry = String::from_utf8_lossy(&o.stdout);
+    assert!(dry.contains("### /etc/kubernetes/kubelet/kubelet-config.json (mode 0644)"));
+    assert!(
+        !dry.contains("### would run"),
+        "--files-only: no steps: {dry}"
+    );
     assert!(tree(empty.path()).is_empty());
 }
 
@@ -113,11 +90,7 @@ async fn writes_then_rerun_is_a_no_op() {
 async fn outpost_with_real_host_adapter() {
     use std::os::unix::fs::PermissionsExt;
     let cloud = Cloud::launch(&CloudSpec::new("m5.large", vec!["10.0.0.0/16"])).await;
-    let imds = cloud
-        .emu
-        .imds_endpoint(&cloud.instance.instance_id)
-        .await
-        .unwrap();
+    let imds = cloud.imds_url().await;
     let ec2 = cloud.endpoint.clone();
     let root = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(root.path().join("etc")).unwrap();
@@ -150,6 +123,7 @@ async fn outpost_with_real_host_adapter() {
                 "true",
                 "--cluster-id",
                 "abc-123",
+                "--files-only",
                 "--root",
                 r.to_str().unwrap(),
             ])
@@ -174,10 +148,9 @@ async fn outpost_with_real_host_adapter() {
     // kubelet 1.25 on Outposts: still the external provider, and 1.25 gets the runtime flags.
     let cp = &files["etc/systemd/system/kubelet.service.d/20-kubelet-cloud-provider.conf"];
     assert!(cp.contains("KUBELET_CLOUD_PROVIDER=external"), "{cp}");
-    assert!(
-        files["etc/systemd/system/kubelet.service.d/10-kubelet-args.conf"]
-            .contains("--container-runtime=remote")
-    );
+    let args10 = &files["etc/systemd/system/kubelet.service.d/10-kubelet-args.conf"];
+    assert!(args10.contains("--container-runtime=remote"), "{args10}");
+    assert!(args10.contains("--cloud-provider=external"), "{args10}");
     assert!(files["var/lib/kubelet/bootstrap-kubeconfig"].contains("- abc-123"));
     assert!(!files.contains_key("var/lib/kubelet/kubeconfig"));
 }
@@ -191,11 +164,7 @@ async fn aws_ec2_endpoint_is_honoured_and_the_private_dns_wait_is_visible() {
         ..CloudSpec::new("m5.large", vec!["10.0.0.0/16"])
     })
     .await;
-    let imds = cloud
-        .emu
-        .imds_endpoint(&cloud.instance.instance_id)
-        .await
-        .unwrap();
+    let imds = cloud.imds_url().await;
     let ec2 = cloud.endpoint.clone();
     let closed = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -250,4 +219,55 @@ async fn aws_ec2_endpoint_is_honoured_and_the_private_dns_wait_is_visible() {
     );
     assert_eq!(cloud.calls("DescribeInstances"), 2);
     assert!(tree(root.path()).is_empty());
+}
+
+/// IMDS refusing connections for the first seconds of boot: bootstrap waits (a progress line
+/// per retry naming the cause) and succeeds once IMDS answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_for_imds_that_refuses_connections_at_first() {
+    let cloud = Cloud::launch(&CloudSpec::new("m5.large", vec!["10.0.0.0/16"])).await;
+    let imds = cloud.imds_url().await;
+    let target = imds.trim_start_matches("http://").to_string();
+    // A loopback port nobody listens on yet; a proxy to the instance's IMDS opens it later.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let proxy = tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+        let l = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .unwrap();
+        loop {
+            let (mut a, _) = l.accept().await.unwrap();
+            let target = target.clone();
+            tokio::spawn(async move {
+                let mut b = tokio::net::TcpStream::connect(target).await.unwrap();
+                let _ = tokio::io::copy_bidirectional(&mut a, &mut b).await;
+            });
+        }
+    });
+    let ec2 = cloud.endpoint.clone();
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path().to_path_buf();
+    let late = format!("http://127.0.0.1:{port}");
+    let o = tokio::task::spawn_blocking(move || {
+        run_binary(
+            &late,
+            &ec2,
+            &r,
+            &["--imds-timeout", "30", "--retry-delay-ms", "200"],
+        )
+    })
+    .await
+    .unwrap();
+    proxy.abort();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("waiting for IMDS to answer: attempt 1, retrying in")
+            && err.contains("connection refused"),
+        "{err}"
+    );
+    assert!(tree(root.path()).contains_key("etc/kubernetes/kubelet/kubelet-config.json"));
 }

@@ -1,7 +1,10 @@
 //! Golden-file tests: each case runs vpcnet-bootstrap against one instance in vpcnet-emu
-//! (IMDSv2 and EC2 through the real adapters) and a fake host, into a temporary root, and compares every file (plus the command line and stderr) with
-//! tests/golden/<case>/. Regenerate with `UPDATE_GOLDEN=1 cargo test -p vpcnet-bootstrap
-//! --test golden` and review the diff by eye.
+//! (IMDSv2, EC2 and EKS through the real adapters), a fake host and a recording system, into a
+//! temporary root, and compares every file with tests/golden/<case>/, together with the
+//! command line, stderr, the systemctl steps of a first and a second run, and the kubelet
+//! command line systemd builds from those files with the EKS AMI's unit and with vpcnet's
+//! (`kubelet-argv.*.txt`, one argument per line). Regenerate with `UPDATE_GOLDEN=1 cargo test
+//! -p vpcnet-bootstrap --test golden` and review the diff by eye.
 
 mod common;
 
@@ -10,7 +13,10 @@ use std::net::IpAddr;
 
 use clap::Parser;
 use common::*;
+use vpcnet_bootstrap::startup::{RecordingSystem, Step};
+use vpcnet_bootstrap::systemd::{kubelet_command_line, Unit};
 use vpcnet_bootstrap::BootstrapArgs;
+use vpcnet_emu::EksClusterSpec;
 use vpcnet_limits::{Hypervisor, InstanceLimits, NetworkCard};
 
 const ENDPOINT: &str = "https://0123456789ABCDEF0123456789ABCDEF.gr7.us-west-2.eks.amazonaws.com";
@@ -24,6 +30,9 @@ struct Case {
     apiserver_ips: Vec<IpAddr>,
     preseed: Vec<(&'static str, &'static str)>,
     config: Option<&'static str>,
+    /// A file given to the case's flags as `{containerd}` (a containerd config.toml).
+    containerd: Option<&'static str>,
+    bpffs_mounted: bool,
 }
 
 impl Case {
@@ -45,7 +54,16 @@ impl Case {
             apiserver_ips: vec![],
             preseed: vec![],
             config: None,
+            containerd: None,
+            bpffs_mounted: false,
         }
+    }
+
+    /// A case whose flags are exactly `args` (no endpoint or CA added).
+    fn bare(name: &'static str, args: &[&str]) -> Self {
+        let mut c = Case::new(name, &[]);
+        c.args = args.iter().map(|s| s.to_string()).collect();
+        c
     }
 
     async fn run(self) {
@@ -56,8 +74,16 @@ impl Case {
             std::fs::write(f, c).unwrap();
         }
         let cfg_dir = tempfile::tempdir().unwrap();
+        let containerd_path = cfg_dir.path().join("containerd.toml");
+        if let Some(text) = self.containerd {
+            std::fs::write(&containerd_path, text).unwrap();
+        }
         let mut argv = vec!["vpcnet-bootstrap".to_string()];
-        argv.extend(self.args.iter().cloned());
+        argv.extend(
+            self.args
+                .iter()
+                .map(|a| a.replace("{containerd}", &containerd_path.display().to_string())),
+        );
         if let Some(yaml) = self.config {
             let p = cfg_dir.path().join("nodeconfig.yaml");
             std::fs::write(&p, yaml).unwrap();
@@ -68,16 +94,17 @@ impl Case {
         argv.push(root.path().display().to_string());
         let args = BootstrapArgs::try_parse_from(&argv).unwrap();
         let cloud = Cloud::launch(&self.cloud).await;
-        let (imds, ec2) = (&cloud.imds, &cloud.ec2);
         let host = FakeHost {
-            root: root.path().to_path_buf(),
             vcpus: self.vcpus,
             kubelet_version: self.kubelet.into(),
             apiserver_ips: self.apiserver_ips.clone(),
+            bpffs_mounted: self.bpffs_mounted,
+            ..FakeHost::new(root.path())
         };
 
+        let system = RecordingSystem::default();
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        vpcnet_bootstrap::run(&args, imds, ec2, &host, &mut out, &mut err)
+        vpcnet_bootstrap::run(&args, &cloud.adapters(&host, &system), &mut out, &mut err)
             .await
             .unwrap();
         let first = tree(root.path());
@@ -91,18 +118,49 @@ impl Case {
                 self.name
             );
         }
+        let argv_of = |unit: Unit| kubelet_command_line(root.path(), unit).unwrap();
+        let (ami, vpcnet) = (argv_of(Unit::EksAmi), argv_of(Unit::Vpcnet));
+        assert_eq!(
+            vpcnet,
+            argv_of(Unit::Installed),
+            "{}: vpcnet's unit is installed",
+            self.name
+        );
+        for argv in [&ami, &vpcnet] {
+            let cp = argv
+                .iter()
+                .filter(|a| a.starts_with("--cloud-provider"))
+                .count();
+            assert_eq!(cp, 1, "{}: one --cloud-provider in {argv:?}", self.name);
+        }
 
-        // Idempotent: a second run changes nothing.
+        // Idempotent: a second run changes nothing and restarts nothing.
+        let system2 = RecordingSystem::default();
         let (mut out2, mut err2) = (Vec::new(), Vec::new());
-        vpcnet_bootstrap::run(&args, imds, ec2, &host, &mut out2, &mut err2)
-            .await
-            .unwrap();
+        vpcnet_bootstrap::run(
+            &args,
+            &cloud.adapters(&host, &system2),
+            &mut out2,
+            &mut err2,
+        )
+        .await
+        .unwrap();
         let out2 = String::from_utf8(out2).unwrap();
         assert!(
-            out2.lines()
-                .all(|l| l.starts_with("unchanged") || l.starts_with("absent")),
+            out2.lines().all(|l| l.starts_with("unchanged")
+                || l.starts_with("absent")
+                || l.starts_with("ran")),
             "{}: second run changed files:\n{out2}",
             self.name
+        );
+        assert!(
+            !system2
+                .steps()
+                .iter()
+                .any(|s| matches!(s, Step::Restart(_) | Step::DaemonReload)),
+            "{}: second run restarted: {:?}",
+            self.name,
+            system2.steps()
         );
         assert_eq!(
             first,
@@ -111,7 +169,7 @@ impl Case {
             self.name
         );
 
-        // Dry run prints exactly what was written, and writes nothing.
+        // Dry run prints exactly what was written and the steps, and writes and runs nothing.
         let empty = tempfile::tempdir().unwrap();
         let mut dry_argv = argv.clone();
         let n = dry_argv.len();
@@ -122,10 +180,16 @@ impl Case {
             root: root.path().to_path_buf(),
             ..host
         };
+        let dry_system = RecordingSystem::default();
         let mut dry = Vec::new();
-        vpcnet_bootstrap::run(&dry_args, imds, ec2, &dry_host, &mut dry, &mut Vec::new())
-            .await
-            .unwrap();
+        vpcnet_bootstrap::run(
+            &dry_args,
+            &cloud.adapters(&dry_host, &dry_system),
+            &mut dry,
+            &mut Vec::new(),
+        )
+        .await
+        .unwrap();
         let dry = String::from_utf8(dry).unwrap();
         for (rel, content) in &first {
             assert!(
@@ -134,9 +198,16 @@ impl Case {
                 self.name
             );
         }
+        for step in system.steps() {
+            assert!(
+                dry.contains(&format!("### would run: {step}\n")),
+                "{}: dry run lacks {step}:\n{dry}",
+                self.name
+            );
+        }
         assert!(
-            tree(empty.path()).is_empty(),
-            "{}: dry run wrote files",
+            tree(empty.path()).is_empty() && dry_system.steps().is_empty(),
+            "{}: dry run wrote files or ran steps",
             self.name
         );
 
@@ -165,9 +236,10 @@ impl Case {
         golden.insert(
             "cmdline.txt".into(),
             format!(
-                "{cmdline}\n# kubelet: {}; CPUs: {}\n# cloud (vpcnet-emu): {} in VPC {}{}{}{}{}\n",
+                "{cmdline}\n# kubelet: {}; CPUs: {}{}\n# cloud (vpcnet-emu): {} in VPC {}{}{}{}{}{}{}\n",
                 self.kubelet,
                 self.vcpus,
+                if self.bpffs_mounted { "; bpffs mounted" } else { "" },
                 self.cloud.instance_type,
                 self.cloud.vpc_cidrs.join(" + "),
                 if self.cloud.register.is_some() {
@@ -190,11 +262,40 @@ impl Case {
                 } else {
                     format!("; IPv6 {}", self.cloud.ipv6s.join(", "))
                 },
+                match &self.cloud.eks_cluster {
+                    Some(c) => format!("; EKS cluster {} ({})", c.name, serde_json::to_string(c).unwrap()),
+                    None => String::new(),
+                },
+                if self.cloud.user_data.is_some() {
+                    "; user data in user-data.txt"
+                } else {
+                    ""
+                },
             ),
         );
         golden.insert("stderr.txt".into(), String::from_utf8(err).unwrap());
+        let lines = |v: &[String]| v.iter().map(|a| format!("{a}\n")).collect::<String>();
+        golden.insert("kubelet-argv.eks-ami.txt".into(), lines(&ami));
+        golden.insert("kubelet-argv.vpcnet.txt".into(), lines(&vpcnet));
+        let steps = |s: &RecordingSystem| {
+            lines(&s.steps().iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        };
+        golden.insert(
+            "systemctl.txt".into(),
+            format!(
+                "# first run\n{}# second run\n{}",
+                steps(&system),
+                steps(&system2)
+            ),
+        );
         if let Some(c) = self.config {
             golden.insert("config.yaml".into(), c.into());
+        }
+        if let Some(c) = self.containerd {
+            golden.insert("containerd.toml".into(), c.into());
+        }
+        if let Some(u) = &self.cloud.user_data {
+            golden.insert("user-data.txt".into(), u.clone());
         }
         check_golden(self.name, &golden);
     }
@@ -384,5 +485,125 @@ spec:
 ",
     );
     c.cloud = CloudSpec::new("m5.large", vec!["10.0.0.0/16"]);
+    c.run().await;
+}
+
+fn eks_cluster(name: &str) -> EksClusterSpec {
+    EksClusterSpec {
+        name: name.into(),
+        endpoint: ENDPOINT.into(),
+        certificate_authority: test_ca_b64(),
+        version: Some("1.31".into()),
+        ..Default::default()
+    }
+}
+
+/// The classic minimal user data `bootstrap.sh my-cluster`: EKS DescribeCluster gives the
+/// endpoint, CA and service CIDR, and the Outpost ARN makes it a local cluster with the
+/// described cluster ID (external cloud provider, bootstrap kubeconfig, /etc/hosts).
+#[tokio::test]
+async fn minimal_user_data_describes_an_outposts_local_cluster() {
+    let mut c = Case::bare("describe-cluster-outpost", &["my-cluster"]);
+    c.cloud = CloudSpec::new("m5.xlarge", vec!["10.0.0.0/16"]);
+    c.cloud.eks_cluster = Some(EksClusterSpec {
+        service_ipv4_cidr: Some("172.16.0.0/16".into()),
+        outpost_arns: vec![
+            "arn:aws:outposts:us-east-1:123456789012:outpost/op-0123456789abcdef0".into(),
+        ],
+        id: Some("0123abcd-4567-89ef-0123-456789abcdef".into()),
+        ..eks_cluster("my-cluster")
+    });
+    c.apiserver_ips = vec!["10.0.1.12".parse().unwrap(), "10.0.2.12".parse().unwrap()];
+    c.preseed = vec![(
+        "/etc/hosts",
+        "127.0.0.1   localhost localhost.localdomain\n",
+    )];
+    c.vcpus = 4;
+    c.run().await;
+}
+
+/// Endpoint missing, CA given: DescribeCluster fills in the endpoint and the IPv6 family and
+/// service CIDR; the given CA wins over the described one.
+#[tokio::test]
+async fn describe_cluster_fills_the_gaps_of_an_ipv6_cluster() {
+    let ca = test_ca_b64();
+    let mut c = Case::bare(
+        "describe-cluster-ipv6",
+        &["my-cluster", "--b64-cluster-ca", &ca],
+    );
+    c.cloud.eks_cluster = Some(EksClusterSpec {
+        ip_family: Some("ipv6".into()),
+        service_ipv6_cidr: Some("fd00:c0de:7e57::/108".into()),
+        certificate_authority: "bm90IHRoZSBDQSB0aGF0IGlzIHVzZWQ=".into(),
+        ..eks_cluster("my-cluster")
+    });
+    c.cloud.ipv6s = vec!["2600:1f14:abc:de00:1234:5678:9abc:def0"];
+    c.run().await;
+}
+
+/// nodeadm-style user data (`--config imds`): a MIME multi-part document whose two NodeConfig
+/// parts merge in order (a shell script part is skipped), on kubelet 1.34: the node is named
+/// by its instance ID (feature gate), max pods from maxPodsExpression, verbosity from the
+/// config, nodeadm's 1.33/1.34 defaults.
+#[tokio::test]
+async fn nodeadm_user_data_on_kubelet_1_34() {
+    let mut c = Case::bare("nodeadm-user-data-1.34", &["--config", "imds"]);
+    c.kubelet = "Kubernetes v1.34.4";
+    c.cloud.user_data = Some(format!(
+        "MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=\"BOUNDARY\"\r\n\r\n\
+--BOUNDARY\r\nContent-Type: application/node.eks.aws\r\n\r\n\
+apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  cluster:\n    name: my-cluster\n    apiServerEndpoint: {ENDPOINT}\n    certificateAuthority: {}\n    cidr: 10.100.0.0/16\n  kubelet:\n    flags:\n      - --node-labels=pool=a\r\n\
+--BOUNDARY\r\nContent-Type: text/x-shellscript; charset=\"us-ascii\"\r\n\r\n#!/bin/bash\necho ignored\r\n\
+--BOUNDARY\r\nContent-Type: application/node.eks.aws\r\n\r\n\
+apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  featureGates:\n    InstanceIdNodeName: true\n  kubelet:\n    maxPodsExpression: \"max_pods < 20 ? max_pods : 20\"\n    config:\n      logging:\n        verbosity: 4\n    flags:\n      - --register-with-taints=pool=a:NoSchedule\r\n\
+--BOUNDARY--\r\n",
+        test_ca_b64()
+    ));
+    c.run().await;
+}
+
+/// Inputs bootstrap.sh accepts that look wrong: accepted, each with a warning (stderr.txt),
+/// and a quoted label value reaches kubelet as one argument.
+#[tokio::test]
+async fn bootstrap_sh_quirks_are_accepted_with_warnings() {
+    let c = Case::new(
+        "bootstrap-sh-quirks",
+        &[
+            "--use-max-pods",
+            "False",
+            "--service-ipv4-cidr",
+            "10.100.5.0/16",
+            "--kubelet-extra-args",
+            "--node-labels='team=a b' --max-pods=17",
+            "--pause-container-account",
+            "111122223333",
+            "--pause-container-version",
+            "3.10",
+            "--mount-bpf-fs",
+            "false",
+            "--enable-docker-bridge",
+            "true",
+        ],
+    );
+    c.run().await;
+}
+
+/// `--containerd-config-file` replaces vpcnet's containerd config (SANDBOX_IMAGE filled in with
+/// `--pause-container-image`); bpffs already mounted: no mount unit.
+#[tokio::test]
+async fn containerd_config_file_and_pause_image() {
+    let mut c = Case::new(
+        "containerd-config-file",
+        &[
+            "--containerd-config-file",
+            "{containerd}",
+            "--pause-container-image",
+            "registry.lab:5000/pause",
+        ],
+    );
+    c.containerd = Some(
+        "version = 2\n\n[plugins.\"io.containerd.grpc.v1.cri\"]\nsandbox_image = \"SANDBOX_IMAGE\"\n\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\nSystemdCgroup = true\n",
+    );
+    c.bpffs_mounted = true;
     c.run().await;
 }

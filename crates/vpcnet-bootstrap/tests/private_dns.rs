@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use common::*;
 use vpcnet_bootstrap::cloud::{bootstrap_call_settings, AwsEc2};
-use vpcnet_bootstrap::BootstrapArgs;
+use vpcnet_bootstrap::startup::RecordingSystem;
+use vpcnet_bootstrap::{Adapters, BootstrapArgs};
 use vpcnet_ec2::{Ec2Options, StaticCredentials};
 
 fn args(root: &std::path::Path, attempts: u32) -> BootstrapArgs {
@@ -43,10 +44,8 @@ fn budget_args(root: &std::path::Path, seconds: f64) -> BootstrapArgs {
 
 fn host(root: &std::path::Path) -> FakeHost {
     FakeHost {
-        root: root.to_path_buf(),
-        vcpus: 2,
         kubelet_version: String::new(),
-        apiserver_ips: vec![],
+        ..FakeHost::new(root)
     }
 }
 
@@ -64,9 +63,7 @@ async fn retried_while_empty_then_used() {
     .await;
     let plan = vpcnet_bootstrap::plan(
         &args(root.path(), 5),
-        &cloud.imds,
-        &cloud.ec2,
-        &host(root.path()),
+        &cloud.adapters(&host(root.path()), &RecordingSystem::default()),
     )
     .await
     .unwrap();
@@ -94,9 +91,7 @@ async fn gives_up_after_the_budget_with_a_clear_error_and_writes_nothing() {
     .await;
     let e = vpcnet_bootstrap::run(
         &args(root.path(), 4),
-        &cloud.imds,
-        &cloud.ec2,
-        &host(root.path()),
+        &cloud.adapters(&host(root.path()), &RecordingSystem::default()),
         &mut Vec::new(),
         &mut Vec::new(),
     )
@@ -123,9 +118,7 @@ async fn denied_describe_instances_fails_fast() {
     .await;
     let e = vpcnet_bootstrap::plan(
         &args(root.path(), 10),
-        &cloud.imds,
-        &cloud.ec2,
-        &host(root.path()),
+        &cloud.adapters(&host(root.path()), &RecordingSystem::default()),
     )
     .await
     .unwrap_err()
@@ -147,9 +140,12 @@ async fn old_kubelet_needs_no_private_dns_name() {
     .await;
     let mut a = args(root.path(), 10);
     a.kubelet_version = Some("1.25.3".into());
-    let plan = vpcnet_bootstrap::plan(&a, &cloud.imds, &cloud.ec2, &host(root.path()))
-        .await
-        .unwrap();
+    let plan = vpcnet_bootstrap::plan(
+        &a,
+        &cloud.adapters(&host(root.path()), &RecordingSystem::default()),
+    )
+    .await
+    .unwrap();
     assert_eq!(
         (plan.cloud_provider, cloud.calls("DescribeInstances")),
         ("aws", 0)
@@ -167,9 +163,7 @@ async fn empty_forever_fails_within_the_time_budget_saying_it_stayed_empty() {
     let started = Instant::now();
     let e = vpcnet_bootstrap::plan(
         &budget_args(root.path(), 2.0),
-        &cloud.imds,
-        &cloud.ec2,
-        &host(root.path()),
+        &cloud.adapters(&host(root.path()), &RecordingSystem::default()),
     )
     .await
     .unwrap_err()
@@ -189,6 +183,32 @@ async fn empty_forever_fails_within_the_time_budget_saying_it_stayed_empty() {
         e.contains("DNS hostnames") && !e.contains("could not be reached"),
         "{e}"
     );
+}
+
+/// EC2 answering InternalError every time: the final error names that answer, not an
+/// unreachable EC2.
+#[tokio::test]
+async fn repeated_internal_errors_are_named_as_the_last_cause() {
+    let root = tempfile::tempdir().unwrap();
+    let cloud = Cloud::launch(&CloudSpec {
+        fail_describe_instances: Some("InternalError"),
+        ..spec()
+    })
+    .await;
+    let e = vpcnet_bootstrap::plan(
+        &budget_args(root.path(), 1.5),
+        &cloud.adapters(&host(root.path()), &RecordingSystem::default()),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(cloud.calls("DescribeInstances") >= 2);
+    assert!(
+        e.contains("EC2 kept answering an error")
+            && e.contains("last answer: InternalError: An internal error has occurred."),
+        "{e}"
+    );
+    assert!(!e.contains("could not be reached"), "{e}");
 }
 
 #[tokio::test]
@@ -212,15 +232,16 @@ async fn refused_connections_fail_within_the_budget_saying_ec2_could_not_be_reac
         calls: bootstrap_call_settings(),
     });
     let started = Instant::now();
-    let e = vpcnet_bootstrap::plan(
-        &budget_args(root.path(), 2.0),
-        &cloud.imds,
-        &ec2,
-        &host(root.path()),
-    )
-    .await
-    .unwrap_err()
-    .to_string();
+    let h = host(root.path());
+    let system = RecordingSystem::default();
+    let adapters = Adapters {
+        ec2: &ec2,
+        ..cloud.adapters(&h, &system)
+    };
+    let e = vpcnet_bootstrap::plan(&budget_args(root.path(), 2.0), &adapters)
+        .await
+        .unwrap_err()
+        .to_string();
     let took = started.elapsed();
     assert!(took < Duration::from_secs(4), "{took:?}");
     assert!(

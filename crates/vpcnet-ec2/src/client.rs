@@ -147,13 +147,44 @@ fn endpoint_from_env(var: impl Fn(&str) -> Option<String>) -> Option<String> {
 /// `AWS_ENDPOINT_URL_EC2` > `AWS_EC2_ENDPOINT` > `AWS_ENDPOINT_URL`, credentials explicit >
 /// default chain.
 async fn load_sdk_config(options: &Ec2Options) -> Result<SdkConfig, Ec2Error> {
+    let endpoint = options
+        .endpoint_url
+        .clone()
+        .or_else(|| endpoint_from_env(|name| std::env::var(name).ok()));
+    sdk_config(
+        "EC2",
+        options.region.clone(),
+        options.imds_endpoint.as_deref(),
+        endpoint.as_deref(),
+        options.credentials.as_ref(),
+        options.calls.attempt_timeout.min(Duration::from_secs(5)),
+    )
+    .await
+}
+
+/// The SDK configuration every vpcnet AWS adapter starts from: region `region` >
+/// `AWS_REGION`/`AWS_DEFAULT_REGION` > IMDS `placement/region` (at `imds_endpoint`, else
+/// `AWS_EC2_METADATA_SERVICE_ENDPOINT` or the link-local default); endpoint `endpoint_url` when
+/// given (else the SDK's own `AWS_ENDPOINT_URL_<SERVICE>`, then `AWS_ENDPOINT_URL`);
+/// `credentials` when given (else the default chain); the SDK's own retries off (callers retry
+/// under their own budget); connections time out after `connect_timeout`.
+///
+/// Errors: [`Ec2Error::Config`] for a malformed IMDS endpoint, or an endpoint URL that is not
+/// http(s) (`service`, e.g. `EKS`, names it).
+pub async fn sdk_config(
+    service: &str,
+    region: Option<String>,
+    imds_endpoint: Option<&str>,
+    endpoint_url: Option<&str>,
+    credentials: Option<&StaticCredentials>,
+    connect_timeout: Duration,
+) -> Result<SdkConfig, Ec2Error> {
     let imds_region = ImdsRegionProvider::builder()
-        .imds_client(imds_client(options.imds_endpoint.as_deref())?)
+        .imds_client(imds_client(imds_endpoint)?)
         .build();
-    let region = RegionProviderChain::first_try(options.region.clone().map(Region::new))
+    let region = RegionProviderChain::first_try(region.map(Region::new))
         .or_else(aws_config::environment::region::EnvironmentVariableRegionProvider::new())
         .or_else(imds_region);
-    let connect_timeout = options.calls.attempt_timeout.min(Duration::from_secs(5));
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
         .region(region)
         .retry_config(RetryConfig::disabled())
@@ -162,19 +193,15 @@ async fn load_sdk_config(options: &Ec2Options) -> Result<SdkConfig, Ec2Error> {
                 .connect_timeout(connect_timeout)
                 .build(),
         );
-    let endpoint = options
-        .endpoint_url
-        .clone()
-        .or_else(|| endpoint_from_env(|name| std::env::var(name).ok()));
-    if let Some(url) = &endpoint {
+    if let Some(url) = endpoint_url {
         if !(url.starts_with("http://") || url.starts_with("https://")) {
             return Err(Ec2Error::Config(format!(
-                "EC2 endpoint URL {url:?} must start with http:// or https://"
+                "{service} endpoint URL {url:?} must start with http:// or https://"
             )));
         }
         loader = loader.endpoint_url(url);
     }
-    if let Some(c) = &options.credentials {
+    if let Some(c) = credentials {
         loader = loader.credentials_provider(Credentials::new(
             c.access_key_id.clone(),
             c.secret_access_key.clone(),

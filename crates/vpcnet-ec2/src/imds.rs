@@ -129,6 +129,23 @@ impl Imds {
         }
     }
 
+    /// The instance's user data (`/latest/user-data`), `Ok(None)` when it has none (404).
+    /// Errors: as [`Imds::get`]; user data that is not UTF-8 text (e.g. gzip) is a
+    /// [`ImdsError::Request`] from the SDK client.
+    pub async fn user_data(&self) -> Result<Option<String>, ImdsError> {
+        const PATH: &str = "/latest/user-data";
+        match self.client.get(PATH).await {
+            Ok(v) => Ok(Some(v.as_ref().to_string())),
+            Err(SdkImdsError::ErrorResponse(r)) if r.response().status().as_u16() == 404 => {
+                Ok(None)
+            }
+            Err(e) => Err(ImdsError::Request {
+                path: PATH.into(),
+                message: aws_sdk_ec2::error::DisplayErrorContext(&e).to_string(),
+            }),
+        }
+    }
+
     /// Like [`Imds::get`] but a 404 is `Ok(None)`.
     pub async fn get_opt(&self, path: &str) -> Result<Option<String>, ImdsError> {
         match self.get(path).await {

@@ -9,6 +9,8 @@
 //!   `is_insufficient_addresses`.
 //! - [`Ec2Observer`]: per-request hook for metrics.
 //! - [`Imds`]: instance metadata (IMDSv2) through aws-config's IMDS client.
+//! - [`sdk_config`]: the SDK configuration (region, endpoint, credentials, timeouts) other
+//!   adapters (e.g. `vpcnet-eks`) start from.
 
 mod action;
 mod bucket;
@@ -25,7 +27,7 @@ mod retry;
 pub use action::{Action, ActionClass};
 pub use bucket::{BucketConfig, RateLimiter, TokenBucket};
 pub use call::CallSettings;
-pub use client::{Ec2, Ec2Options, StaticCredentials};
+pub use client::{sdk_config, Ec2, Ec2Options, StaticCredentials};
 pub use error::{classify, Ec2Error, Retry};
 pub use imds::{Imds, ImdsError, ImdsInterface};
 pub use model::{

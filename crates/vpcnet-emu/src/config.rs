@@ -151,6 +151,7 @@ pub async fn apply(emu: &Emulator, cfg: &LabConfig) -> anyhow::Result<LabIds> {
                     security_group_ids: groups,
                     private_ip: i.private_ip,
                     tags: vec![("Name".into(), i.name.clone())],
+                    user_data: None,
                 })
                 .await
                 .map_err(|e| anyhow!("{what}: {e}"))?;

@@ -18,6 +18,8 @@
 //! | `PUT /_emu/imds-lag` | `{"instance_id"?,"ms"}` |
 //! | `PUT /_emu/empty-private-dns-names` | `{"calls"}` |
 //! | `GET /_emu/calls` | → [`crate::CallCounts`]; `DELETE` resets |
+//! | `POST /_emu/eks/clusters` | [`crate::model::EksClusterSpec`] → [`crate::model::EksCluster`] |
+//! | `GET /_emu/eks/clusters`, `GET /_emu/eks/clusters/{name}` | → cluster(s); `DELETE` removes one |
 //!
 //! Errors answer `{"code","message"}` with EC2's status for the code (400 for bad JSON, naming
 //! the problem).
@@ -178,6 +180,7 @@ pub(crate) fn router() -> Router<Emulator> {
         .route("/imds-lag", put(imds_lag))
         .route("/empty-private-dns-names", put(empty_dns))
         .route("/calls", get(calls).delete(reset_calls))
+        .merge(crate::eks::control_routes())
         .fallback(|| async {
             ApiError(Ec2Error::new(
                 "NotFound",

@@ -64,6 +64,9 @@ pub struct RunInstance {
     pub private_ip: Option<Ipv4Addr>,
     #[serde(default)]
     pub tags: Vec<(String, String)>,
+    /// User data (text), served by IMDS at `/latest/user-data` (e.g. a NodeConfig).
+    #[serde(default)]
+    pub user_data: Option<String>,
 }
 
 /// An ENI's attachment, as the control API reports it.
@@ -160,8 +163,8 @@ pub(crate) struct ImdsTokens {
 pub(crate) struct Inner {
     seed: u64,
     cloud: Mutex<Cloud>,
-    faults: Mutex<FaultState>,
-    counts: Mutex<CallCounts>,
+    pub(crate) faults: Mutex<FaultState>,
+    pub(crate) counts: Mutex<CallCounts>,
     hooks: RwLock<Arc<dyn FabricHooks>>,
     /// Serializes mutations with their hook calls, so hooks see changes in order.
     mutation: tokio::sync::Mutex<()>,
@@ -371,6 +374,7 @@ impl Emulator {
                         groups: req.security_group_ids,
                         private_ip: req.private_ip,
                         tags: req.tags,
+                        user_data: req.user_data,
                     },
                     now,
                 )?;

@@ -6,6 +6,7 @@
 //! listener that knows the caller by its source address, the instance's primary private IP
 //! ([`Emulator::serve_imds`]; the lab binds it at 169.254.169.254:80 in each node namespace).
 //! The network part (`network/interfaces/macs/...`) may lag EC2 (see `Faults::imds_lag_ms`).
+//! `/latest/user-data` answers the instance's user data (404 when it has none).
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -141,6 +142,9 @@ impl Emulator {
         self.with_cloud_mut(|c| {
             let net = c.imds_network(instance_id, now)?;
             let i = c.instance(instance_id)?;
+            if path == "/latest/user-data" {
+                return i.user_data.clone();
+            }
             if path == "/latest/dynamic/instance-identity/document" {
                 let doc = serde_json::json!({
                     "accountId": c.account_id,

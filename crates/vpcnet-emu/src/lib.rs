@@ -12,6 +12,10 @@
 //!   [`Emulator::imds_endpoint`] or shared by source address with [`Emulator::serve_imds`].
 //! - [`FabricHooks`]: what the lab implements to mirror ENI attach/detach and address changes.
 //!
+//! EKS: DescribeCluster (`GET /clusters/{name}`) for the cluster records created with
+//! [`Emulator::create_eks_cluster`] or `POST /_emu/eks/clusters` (endpoint, CA, service CIDR,
+//! IP family, Outposts cluster ID); see [`eks`].
+//!
 //! EC2 actions served: DescribeInstances, DescribeInstanceTypes, DescribeSubnets, DescribeVpcs,
 //! DescribeNetworkInterfaces (filters, MaxResults/NextToken), CreateNetworkInterface,
 //! AttachNetworkInterface, DetachNetworkInterface, DeleteNetworkInterface,
@@ -26,6 +30,7 @@
 
 pub mod config;
 pub mod control;
+pub mod eks;
 mod emulator;
 pub mod error;
 pub mod faults;
@@ -44,4 +49,5 @@ pub use faults::{ActionFaults, CallCounts, Faults, InstanceCalls};
 pub use hooks::{
     AddressesChanged, EniAttached, EniDetached, FabricEvent, FabricHooks, HookFuture, NoHooks,
 };
+pub use model::{EksCluster, EksClusterSpec};
 pub use server::EmuServer;

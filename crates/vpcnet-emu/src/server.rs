@@ -1,5 +1,6 @@
-//! The HTTP server: the EC2 Query API (`POST /`, form body; `GET /?Action=...` too) and the
-//! JSON control API under `/_emu/` on the same listener.
+//! The HTTP server: the EC2 Query API (`POST /`, form body; `GET /?Action=...` too), EKS
+//! DescribeCluster (`GET /clusters/{name}`, REST-JSON) and the JSON control API under `/_emu/`
+//! on the same listener.
 
 use std::net::SocketAddr;
 
@@ -65,10 +66,15 @@ impl Drop for EmuServer {
 }
 
 impl Emulator {
-    /// The axum router: EC2 Query API on every path except `/_emu/...` (control API).
+    /// The axum router: EC2 Query API on every path except `/_emu/...` (control API) and
+    /// `GET /clusters/{name}` (EKS).
     pub fn router(&self) -> Router {
         Router::new()
             .nest("/_emu", crate::control::router())
+            .route(
+                "/clusters/{name}",
+                axum::routing::get(crate::eks::describe_cluster),
+            )
             .fallback(ec2)
             .with_state(self.clone())
     }

@@ -562,3 +562,72 @@ async fn ec2_calls_from_an_instance_address_are_counted_per_instance() {
     assert_eq!(calls.per_instance[&inst.instance_id].ec2["DescribeVpcs"], 2);
     assert_eq!(calls.per_instance.len(), 1);
 }
+
+/// EKS cluster records through the control API, then answered by `GET /clusters/{name}` in
+/// EKS's JSON shape (the EC2 Query API still answers everything else).
+#[tokio::test]
+async fn control_api_eks_clusters() {
+    let emu = Emulator::new(53);
+    let app = emu.router();
+    let (st, c) = call(
+        &app,
+        "POST",
+        "/_emu/eks/clusters",
+        Some(json!({
+            "name": "lab",
+            "endpoint": "https://10.0.0.10:6443",
+            "certificate_authority": "Q0E=",
+            "service_ipv4_cidr": "10.96.0.0/16",
+            "outpost_arns": ["arn:aws:outposts:us-east-1:123456789012:outpost/op-1"],
+            "id": "0123abcd-4567-89ef-0123-456789abcdef"
+        })),
+    )
+    .await;
+    assert_eq!(st, 200, "{c}");
+    assert_eq!(c["arn"], "arn:aws:eks:us-east-1:123456789012:cluster/lab");
+    let (st, dup) = call(&app, "POST", "/_emu/eks/clusters", Some(c.clone())).await;
+    assert_eq!(
+        (st, dup["code"].as_str()),
+        (400, Some("InvalidParameterException")),
+        "{dup}"
+    );
+    let (st, dup) = call(
+        &app,
+        "POST",
+        "/_emu/eks/clusters",
+        Some(json!({"name": "lab", "endpoint": "https://x", "certificate_authority": "Q0E="})),
+    )
+    .await;
+    assert_eq!(
+        (st, dup["code"].as_str()),
+        (409, Some("ResourceInUseException"))
+    );
+
+    let (st, d) = call(&app, "GET", "/clusters/lab", None).await;
+    assert_eq!(st, 200, "{d}");
+    assert_eq!(d["cluster"]["endpoint"], "https://10.0.0.10:6443");
+    assert_eq!(d["cluster"]["certificateAuthority"]["data"], "Q0E=");
+    assert_eq!(
+        d["cluster"]["kubernetesNetworkConfig"]["serviceIpv4Cidr"],
+        "10.96.0.0/16"
+    );
+    assert_eq!(d["cluster"]["kubernetesNetworkConfig"]["ipFamily"], "ipv4");
+    assert_eq!(d["cluster"]["id"], "0123abcd-4567-89ef-0123-456789abcdef");
+    assert_eq!(
+        d["cluster"]["outpostConfig"]["outpostArns"][0],
+        "arn:aws:outposts:us-east-1:123456789012:outpost/op-1"
+    );
+    let (st, nf) = call(&app, "GET", "/clusters/other", None).await;
+    assert_eq!(
+        (st, nf["message"].as_str()),
+        (404, Some("No cluster found for name: other."))
+    );
+
+    let (_, all) = call(&app, "GET", "/_emu/eks/clusters", None).await;
+    assert_eq!(all.as_array().unwrap().len(), 1);
+    let (st, _) = call(&app, "DELETE", "/_emu/eks/clusters/lab", None).await;
+    assert_eq!(st, 200);
+    let (st, _) = call(&app, "GET", "/_emu/eks/clusters/lab", None).await;
+    assert_eq!(st, 404);
+    assert_eq!(emu.calls().per_action["DescribeCluster"], 2);
+}

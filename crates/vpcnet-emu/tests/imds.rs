@@ -541,3 +541,43 @@ async fn shared_listener_knows_the_caller_by_source_address() {
     assert_eq!(st, 404, "no instance has that address");
     task.abort();
 }
+
+/// `/latest/user-data` answers what the instance was launched with (e.g. a NodeConfig), and 404
+/// for an instance launched without.
+#[tokio::test]
+async fn user_data_as_launched() {
+    let lab = lab(32).await;
+    let mut ids = Vec::new();
+    for user_data in [
+        Some("apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\n"),
+        None,
+    ] {
+        let inst = lab
+            .emu
+            .run_instance(RunInstance {
+                instance_type: "m5.large".into(),
+                subnet_id: lab.subnet.clone(),
+                user_data: user_data.map(str::to_string),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        ids.push(inst.instance_id);
+    }
+    let read = |id: String| {
+        let emu = lab.emu.clone();
+        async move {
+            let url = emu.imds_endpoint(&id).await.unwrap();
+            vpcnet_ec2::Imds::with_endpoint(&url, None)
+                .unwrap()
+                .user_data()
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(
+        read(ids[0].clone()).await.as_deref(),
+        Some("apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\n")
+    );
+    assert_eq!(read(ids[1].clone()).await, None);
+}

@@ -1,18 +1,20 @@
 //! Test cloud for bootstrap tests: one instance in vpcnet-emu, reached through the real
-//! adapters (`vpcnet_ec2::Imds` on the instance's IMDSv2 endpoint, `AwsEc2` on the emulator's
-//! EC2 endpoint); a fake host (CPUs, kubelet version, DNS, files under the root); and the
-//! golden-file check.
+//! adapters (`vpcnet_ec2::Imds` on the instance's IMDSv2 endpoint, `AwsEc2` and `AwsEks` on the
+//! emulator's endpoint); a fake host (CPUs, kubelet version, DNS, bpffs, files under the root);
+//! a recording system (systemctl); and the golden-file check.
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 
-use vpcnet_bootstrap::cloud::{AwsEc2, CloudError, Imds};
+use vpcnet_bootstrap::cloud::{AwsEc2, AwsEks, CloudError, Imds};
 use vpcnet_bootstrap::facts::{under_root, Host};
-use vpcnet_bootstrap::BootstrapError;
+use vpcnet_bootstrap::startup::RecordingSystem;
+use vpcnet_bootstrap::{Adapters, BootstrapError};
 use vpcnet_ec2::{CreateEni, Ec2Options, StaticCredentials};
-use vpcnet_emu::{ActionFaults, EmuServer, Emulator, InstanceInfo, RunInstance};
+use vpcnet_emu::{ActionFaults, EksClusterSpec, EmuServer, Emulator, InstanceInfo, RunInstance};
 use vpcnet_limits::InstanceLimits;
 
 /// Seed of every test cloud, so IDs, MACs and addresses (and the golden files) are stable.
@@ -30,12 +32,18 @@ pub struct CloudSpec {
     pub deny_describe_instance_types: bool,
     /// DescribeInstances answers UnauthorizedOperation.
     pub deny_describe_instances: bool,
+    /// DescribeInstances answers this EC2 error code every time (e.g. InternalError).
+    pub fail_describe_instances: Option<&'static str>,
     /// The first N DescribeInstances answers carry an empty PrivateDnsName.
     pub empty_private_dns_calls: u32,
     /// Attach a second ENI and make IMDS list its MAC first.
     pub second_eni_listed_first: bool,
     /// IPv6 addresses of the primary ENI (the emulator has no IPv6: served by an overlay).
     pub ipv6s: Vec<&'static str>,
+    /// An EKS cluster record for DescribeCluster.
+    pub eks_cluster: Option<EksClusterSpec>,
+    /// The instance's user data.
+    pub user_data: Option<String>,
 }
 
 impl CloudSpec {
@@ -46,10 +54,22 @@ impl CloudSpec {
             register: None,
             deny_describe_instance_types: false,
             deny_describe_instances: false,
+            fail_describe_instances: None,
             empty_private_dns_calls: 0,
             second_eni_listed_first: false,
             ipv6s: vec![],
+            eks_cluster: None,
+            user_data: None,
         }
+    }
+}
+
+/// Test credentials for the emulator.
+pub fn test_credentials() -> StaticCredentials {
+    StaticCredentials {
+        access_key_id: "AKIDTEST".into(),
+        secret_access_key: "secret".into(),
+        session_token: None,
     }
 }
 
@@ -60,6 +80,7 @@ pub struct Cloud {
     /// The emulator's EC2 endpoint, `http://127.0.0.1:PORT`.
     pub endpoint: String,
     pub ec2: AwsEc2,
+    pub eks: AwsEks,
     pub imds: OverlayImds,
     pub instance: InstanceInfo,
 }
@@ -80,23 +101,29 @@ impl Cloud {
             .run_instance(RunInstance {
                 instance_type: spec.instance_type.into(),
                 subnet_id: subnet.clone(),
+                user_data: spec.user_data.clone(),
                 ..Default::default()
             })
             .await
             .unwrap();
+        if let Some(c) = &spec.eks_cluster {
+            emu.create_eks_cluster(c.clone()).unwrap();
+        }
         let client = vpcnet_ec2::Ec2::connect_unobserved(Ec2Options {
             region: Some(emu.region()),
             endpoint_url: Some(server.endpoint.clone()),
             imds_endpoint: None,
-            credentials: Some(StaticCredentials {
-                access_key_id: "AKIDTEST".into(),
-                secret_access_key: "secret".into(),
-                session_token: None,
-            }),
-            calls: Default::default(),
+            credentials: Some(test_credentials()),
+            calls: vpcnet_bootstrap::cloud::bootstrap_call_settings(),
         })
         .await
         .unwrap();
+        let eks = AwsEks::new(vpcnet_eks::EksOptions {
+            region: Some(emu.region()),
+            endpoint_url: Some(server.endpoint.clone()),
+            credentials: Some(test_credentials()),
+            ..Default::default()
+        });
 
         let mut extra = HashMap::new();
         let primary_mac = instance.primary_eni.as_ref().unwrap().mac.clone();
@@ -138,10 +165,13 @@ impl Cloud {
             )
             .unwrap();
         }
-        if spec.deny_describe_instances {
+        let describe_instances_error = spec.fail_describe_instances.or(spec
+            .deny_describe_instances
+            .then_some("UnauthorizedOperation"));
+        if let Some(code) = describe_instances_error {
             emu.set_action_faults(
                 "DescribeInstances",
-                Some(ActionFaults::default().error(1.0, "UnauthorizedOperation")),
+                Some(ActionFaults::default().error(1.0, code)),
             )
             .unwrap();
         }
@@ -152,9 +182,33 @@ impl Cloud {
             endpoint: server.endpoint.clone(),
             _server: server,
             ec2: AwsEc2::from_client(client),
+            eks,
             imds: OverlayImds { base, extra },
             instance,
         }
+    }
+
+    /// The adapters of this cloud with `host` and `system`.
+    pub fn adapters<'a>(
+        &'a self,
+        host: &'a FakeHost,
+        system: &'a RecordingSystem,
+    ) -> Adapters<'a, OverlayImds, AwsEc2, AwsEks, FakeHost, RecordingSystem> {
+        Adapters {
+            imds: &self.imds,
+            ec2: &self.ec2,
+            eks: &self.eks,
+            host,
+            system,
+        }
+    }
+
+    /// The instance's own IMDS endpoint (`http://127.0.0.1:PORT`).
+    pub async fn imds_url(&self) -> String {
+        self.emu
+            .imds_endpoint(&self.instance.instance_id)
+            .await
+            .unwrap()
     }
 
     /// EC2 calls of `action` since launch.
@@ -181,6 +235,10 @@ impl Imds for OverlayImds {
             None => Imds::get(&self.base, path).await,
         }
     }
+
+    async fn user_data(&self) -> Result<Option<String>, CloudError> {
+        Imds::user_data(&self.base).await
+    }
 }
 
 pub struct FakeHost {
@@ -188,6 +246,20 @@ pub struct FakeHost {
     pub vcpus: u32,
     pub kubelet_version: String,
     pub apiserver_ips: Vec<IpAddr>,
+    pub bpffs_mounted: bool,
+}
+
+impl FakeHost {
+    /// 2 CPUs, kubelet 1.31.2, no API server addresses, bpffs not mounted.
+    pub fn new(root: &Path) -> Self {
+        FakeHost {
+            root: root.to_path_buf(),
+            vcpus: 2,
+            kubelet_version: "Kubernetes v1.31.2-eks-7f9249a".into(),
+            apiserver_ips: vec![],
+            bpffs_mounted: false,
+        }
+    }
 }
 
 impl Host for FakeHost {
@@ -203,6 +275,40 @@ impl Host for FakeHost {
     fn read_file(&self, path: &str) -> Result<Option<String>, BootstrapError> {
         Ok(std::fs::read_to_string(under_root(&self.root, path)).ok())
     }
+    fn bpffs_mounted(&self) -> Result<bool, BootstrapError> {
+        Ok(self.bpffs_mounted)
+    }
+}
+
+/// Runs the vpcnet-bootstrap binary for `my-cluster` with IMDS at `imds` and EC2 at `ec2`,
+/// files under `root` and `--files-only` (the machine's systemctl is never called), kubelet
+/// 1.31.0 and 2 CPUs, then `args`; endpoint and CA are added unless `args` has them.
+pub fn run_binary(imds: &str, ec2: &str, root: &Path, args: &[&str]) -> Output {
+    let has = |f: &str| args.contains(&f);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vpcnet-bootstrap"));
+    cmd.arg("my-cluster");
+    if !has("--apiserver-endpoint") {
+        cmd.args(["--apiserver-endpoint", "https://api.example.com"]);
+    }
+    if !has("--b64-cluster-ca") {
+        cmd.args(["--b64-cluster-ca", &test_ca_b64()]);
+    }
+    cmd.args([
+        "--kubelet-version",
+        "1.31.0",
+        "--vcpus",
+        "2",
+        "--files-only",
+    ])
+    .args(["--root", root.to_str().unwrap()])
+    .args(args)
+    .env("AWS_EC2_METADATA_SERVICE_ENDPOINT", imds)
+    .env("AWS_ENDPOINT_URL", ec2)
+    .env("AWS_ACCESS_KEY_ID", "AKIDTEST")
+    .env("AWS_SECRET_ACCESS_KEY", "secret")
+    .env_remove("AWS_REGION")
+    .output()
+    .unwrap()
 }
 
 /// A PEM-shaped test CA, base64-encoded as `--b64-cluster-ca` takes it.

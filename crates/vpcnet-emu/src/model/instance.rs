@@ -45,6 +45,8 @@ pub struct Instance {
     pub state: InstanceState,
     pub launch_time: Instant,
     pub tags: Tags,
+    /// User data as launched (IMDS `/latest/user-data`); `None`: IMDS answers 404.
+    pub user_data: Option<String>,
     /// IMDS's view of the instance's network: (visible from, snapshot), oldest first.
     pub(crate) imds: VecDeque<(Instant, Arc<ImdsNetwork>)>,
 }
@@ -57,6 +59,7 @@ pub struct RunInstanceRequest {
     pub groups: Vec<String>,
     pub private_ip: Option<Ipv4Addr>,
     pub tags: Vec<(String, String)>,
+    pub user_data: Option<String>,
 }
 
 impl Cloud {
@@ -111,6 +114,7 @@ impl Cloud {
                 state: InstanceState::Running,
                 launch_time: now,
                 tags,
+                user_data: req.user_data.clone(),
                 imds: VecDeque::new(),
             },
         );

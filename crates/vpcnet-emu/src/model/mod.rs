@@ -4,6 +4,7 @@
 //! returns EC2's error codes. Every change the lab's fabric must mirror is queued as a
 //! [`FabricEvent`] for the caller to drain with [`Cloud::take_events`].
 
+mod cluster;
 mod eni;
 mod instance;
 mod metadata;
@@ -21,6 +22,7 @@ use vpcnet_limits::InstanceLimits;
 use crate::error::Ec2Error;
 use crate::hooks::FabricEvent;
 
+pub use cluster::{cluster_not_found, EksCluster, EksClusterSpec, CLUSTER_STATUSES};
 pub use eni::{AssignRequest, Attachment, CreateEniRequest, Eni, ModifyEniRequest};
 pub use instance::{Instance, InstanceState, RunInstanceRequest};
 pub use metadata::{ImdsInterface, ImdsNetwork};
@@ -84,6 +86,8 @@ pub struct Cloud {
     pub(crate) client_tokens: BTreeMap<String, String>,
     macs: HashSet<String>,
     events: Vec<FabricEvent>,
+    /// EKS clusters by name.
+    pub(crate) eks_clusters: BTreeMap<String, EksCluster>,
 }
 
 impl Cloud {
@@ -103,6 +107,7 @@ impl Cloud {
             extra_types: BTreeMap::new(),
             macs: HashSet::new(),
             events: Vec::new(),
+            eks_clusters: BTreeMap::new(),
         }
     }
 
