@@ -32,7 +32,9 @@ pub const CONFIG: &str = "/etc/containerd/config.toml";
 /// the lab's pause image as sandbox image, OOM scores clamped to containerd's own (see the
 /// comment in the file), runc with the cgroupfs driver (kubelet's), the runtime's default CNI
 /// directories; snapshotters and tracing the lab does not use disabled.
-pub fn config_toml() -> String {
+/// `sandbox_image` is the pause image reference (or `SANDBOX_IMAGE`, the placeholder
+/// vpcnet-bootstrap's `--containerd-config-file` replaces).
+pub fn config_toml(sandbox_image: &str) -> String {
     format!(
         r#"version = 2
 disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.internal.v1.tracing", "io.containerd.tracing.processor.v1.otlp"]
@@ -65,7 +67,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     conf_dir = "/etc/cni/net.d"
     max_conf_num = 1
 "#,
-        pause = image::PAUSE_REF,
+        pause = sandbox_image,
     )
 }
 
@@ -74,7 +76,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 pub fn start(node: &NodeRecord, logs: &Path) -> Result<ProcRecord> {
     let cfg = node.path(CONFIG);
     if !cfg.exists() {
-        fs::write(&cfg, config_toml())?;
+        fs::write(&cfg, config_toml(image::PAUSE_REF))?;
     }
     let mut c = Command::new("containerd");
     c.args(["--config", CONFIG]);

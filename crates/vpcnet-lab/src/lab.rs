@@ -461,23 +461,25 @@ impl Lab {
         let nodes = self.state()?.nodes;
         for node in &nodes {
             progress(&format!(
-                "node {}: {} {} eth0 {} — starting containerd",
+                "node {}: {} {} eth0 {}",
                 node.name, node.instance_id, opts.instance_type, node.primary_ip
             ));
+            if let Some((ca, cp)) = &k8s {
+                progress(&format!(
+                    "node {}: vpcnet-bootstrap (IMDS + EC2 → kubelet and containerd configuration, kubeconfig, units)",
+                    node.name
+                ));
+                self.bootstrap_node(node, ca, cp)?;
+            }
             let cd = containerd::start(node, &self.logs())?;
             state::update(dir, |s| {
                 s.processes.push(cd);
                 Ok(())
             })?;
             containerd::import(node, &node.ctr_namespace(), &busybox)?;
-            if let Some((ca, cp)) = &k8s {
+            if k8s.is_some() {
                 containerd::import(node, containerd::CRI_NAMESPACE, &busybox)?;
                 containerd::import(node, containerd::CRI_NAMESPACE, &pause)?;
-                progress(&format!(
-                    "node {}: vpcnet-bootstrap (IMDS + EC2 → kubelet config, kubeconfig, unit drop-ins)",
-                    node.name
-                ));
-                self.bootstrap_node(node, ca, cp)?;
             }
             progress(&format!("node {}: starting vpcnet-agent", node.name));
             self.start_agent_with(node, opts)?;

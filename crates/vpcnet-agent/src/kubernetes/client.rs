@@ -265,7 +265,15 @@ pub async fn run(
     }
 }
 
+/// kube-rs's TLS (rustls) needs a process-wide crypto provider, and rustls cannot choose one
+/// itself when two are compiled in (the AWS SDK brings aws-lc-rs, kube-rs ring): installs
+/// ring's, once (a no-op when one is installed already).
+fn ensure_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 async fn connect(ep: &Endpoint, sa_dir: &Path) -> Result<(Client, String)> {
+    ensure_crypto_provider();
     let client = Client::try_from(kube_config(ep, sa_dir)?).context("building the client")?;
     let v = tokio::time::timeout(CALL_TIMEOUT, client.apiserver_version())
         .await

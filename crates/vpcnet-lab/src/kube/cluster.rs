@@ -78,9 +78,13 @@ impl Lab {
         Ok(self.control_plane()?.kubectl())
     }
 
-    /// Boots `node` as a Kubernetes worker up to (not including) its kubelet: credentials and
-    /// NodeConfig, its cgroup root, `vpcnet-bootstrap` run inside the node against its IMDS and
-    /// the lab cloud's EC2, and the agent's service-account token.
+    /// Boots `node` as a Kubernetes worker up to (not including) its container runtime and
+    /// kubelet: credentials and NodeConfig, its cgroup root, then `vpcnet-bootstrap` run inside
+    /// the node against its IMDS and the lab cloud's EC2, writing the files only (no systemd in
+    /// the lab): kubelet configuration, kubeconfig, CA, kubelet unit and drop-ins, and
+    /// containerd's configuration from the lab's template (`--containerd-config-file`, as an
+    /// operator customizes it on EKS) with the lab's pause image; and the agent's
+    /// service-account token.
     pub(crate) fn bootstrap_node(
         &self,
         node: &NodeRecord,
@@ -92,7 +96,17 @@ impl Lab {
         let bin_dir = self.bin_dir();
         let ep = self.ec2_endpoint()?;
         let mut c = Command::new(bin_dir.join("vpcnet-bootstrap"));
-        c.args(["--config", node::NODE_CONFIG]);
+        c.args([
+            "--config",
+            node::NODE_CONFIG,
+            "--files-only",
+            "--mount-bpf-fs",
+            "false",
+            "--containerd-config-file",
+            node::CONTAINERD_TEMPLATE,
+            "--pause-container-image",
+            crate::image::PAUSE_REF,
+        ]);
         c.envs(aws_env(&ep));
         c.env(
             "AWS_EC2_METADATA_SERVICE_ENDPOINT",

@@ -5,7 +5,7 @@
 //! in the node's network and mount namespaces.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
@@ -26,8 +26,9 @@ pub const EXEC_CREDENTIAL: &str = "/etc/kubernetes/lab/exec-credential.json";
 pub const KUBELET_CONFIG: &str = "/etc/kubernetes/kubelet/kubelet-config.json";
 /// Node path of the kubeconfig vpcnet-bootstrap writes.
 pub const KUBELET_KUBECONFIG: &str = "/var/lib/kubelet/kubeconfig";
-/// Node path of the kubelet unit's drop-in directory.
-pub const KUBELET_DROPINS: &str = "/etc/systemd/system/kubelet.service.d";
+/// Node path of the lab's containerd configuration template, which vpcnet-bootstrap installs
+/// as `/etc/containerd/config.toml` (`--containerd-config-file`, `SANDBOX_IMAGE` replaced).
+pub const CONTAINERD_TEMPLATE: &str = "/etc/kubernetes/lab/containerd-config.toml";
 /// containerd's CRI socket (its default) as kubelet reaches it.
 pub const CRI_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
 /// Label every lab node carries: the lab's short node name (`n1`).
@@ -74,7 +75,7 @@ pub fn node_config(cp: &ControlPlaneRecord, ca_pem: &str, node: &NodeRecord) -> 
 
 /// Writes the node's credentials: the ExecCredential with its `system:node:<name>` client
 /// certificate and the `aws` stand-in (in `<node dir>/bin`, on kubelet's PATH) that prints it,
-/// kube-proxy's kubeconfig and configuration, and the NodeConfig.
+/// kube-proxy's kubeconfig and configuration, the NodeConfig and the containerd template.
 pub fn write_node_files(
     node: &NodeRecord,
     root: &Path,
@@ -109,6 +110,11 @@ pub fn write_node_files(
     pki::write_file(
         &host_path(root, NODE_CONFIG),
         &node_config(cp, &ca.cert_pem, node),
+        0o644,
+    )?;
+    pki::write_file(
+        &host_path(root, CONTAINERD_TEMPLATE),
+        &crate::containerd::config_toml("SANDBOX_IMAGE"),
         0o644,
     )?;
     Ok(())
@@ -172,72 +178,21 @@ pub fn create_cgroup_root(node: &NodeRecord) -> Result<()> {
     Ok(())
 }
 
-/// One `Environment=` assignment of a systemd unit file: `Environment='KEY=VALUE'` (the form
-/// vpcnet-bootstrap writes), with systemd's `%%` and backslash escapes undone.
-fn parse_environment(line: &str) -> Option<(String, String)> {
-    let rest = line.trim().strip_prefix("Environment=")?;
-    let inner = rest
-        .strip_prefix('\'')
-        .and_then(|r| r.strip_suffix('\''))
-        .or_else(|| rest.strip_prefix('"').and_then(|r| r.strip_suffix('"')))
-        .unwrap_or(rest);
-    let (k, v) = inner.split_once('=')?;
-    let mut out = String::new();
-    let mut chars = v.chars().peekable();
-    while let Some(c) = chars.next() {
-        match (c, chars.peek()) {
-            ('%', Some('%')) | ('\\', Some('\\')) => {
-                out.push(c);
-                chars.next();
-            }
-            _ => out.push(c),
-        }
-    }
-    Some((k.to_string(), out))
-}
-
-/// kubelet's command line as systemd builds it from the EKS AMI's kubelet unit
-/// (`kubelet --config ... --kubeconfig ... --container-runtime-endpoint ... $KUBELET_ARGS
-/// $KUBELET_EXTRA_ARGS`, unbraced variables split on whitespace) and the drop-ins
-/// vpcnet-bootstrap wrote under `root`; `KUBELET_CLOUD_PROVIDER` becomes `--cloud-provider=` for
-/// units that read it. Errors: the drop-in directory is missing (bootstrap did not run).
+/// kubelet's command line as systemd would start it from the kubelet unit and drop-ins
+/// vpcnet-bootstrap installed under `root` (see `vpcnet_bootstrap::systemd`), with the lab's
+/// `kubelet` binary as `argv[0]`. Errors: no unit installed (bootstrap did not run), or one it
+/// cannot read.
 pub fn kubelet_argv(root: &Path, kubelet: &Path) -> Result<Vec<String>> {
-    let dir = host_path(root, KUBELET_DROPINS);
-    let mut files: Vec<PathBuf> = fs::read_dir(&dir)
-        .with_context(|| format!("{} missing: did vpcnet-bootstrap run?", dir.display()))?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "conf"))
-        .collect();
-    files.sort();
-    let mut env = std::collections::BTreeMap::new();
-    for f in files {
-        for line in fs::read_to_string(&f)?.lines() {
-            if let Some((k, v)) = parse_environment(line) {
-                env.insert(k, v);
-            }
-        }
+    let mut argv = vpcnet_bootstrap::systemd::kubelet_command_line(
+        root,
+        vpcnet_bootstrap::systemd::Unit::Installed,
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))
+    .context("building kubelet's command line from the unit vpcnet-bootstrap installed")?;
+    if argv.is_empty() {
+        bail!("the kubelet unit under {} starts nothing", root.display());
     }
-    let mut argv = vec![
-        kubelet.display().to_string(),
-        format!("--config={KUBELET_CONFIG}"),
-        format!("--kubeconfig={KUBELET_KUBECONFIG}"),
-        format!("--container-runtime-endpoint={CRI_ENDPOINT}"),
-    ];
-    let has_cloud_flag = |v: &str| {
-        v.split_whitespace()
-            .any(|w| w.starts_with("--cloud-provider"))
-    };
-    if let Some(cp) = env.get("KUBELET_CLOUD_PROVIDER") {
-        if !env.values().any(|v| has_cloud_flag(v)) {
-            argv.push(format!("--cloud-provider={cp}"));
-        }
-    }
-    for var in ["KUBELET_ARGS", "KUBELET_EXTRA_ARGS"] {
-        if let Some(v) = env.get(var) {
-            argv.extend(v.split_whitespace().map(str::to_string));
-        }
-    }
+    argv[0] = kubelet.display().to_string();
     Ok(argv)
 }
 
@@ -254,55 +209,6 @@ pub fn command(argv: &[String]) -> Result<Command> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn environment_lines_are_unescaped() {
-        assert_eq!(
-            parse_environment("Environment='KUBELET_ARGS=--a=50%% --b=c\\\\d'"),
-            Some(("KUBELET_ARGS".into(), "--a=50% --b=c\\d".into()))
-        );
-        assert_eq!(parse_environment("[Service]"), None);
-    }
-
-    #[test]
-    fn kubelet_command_line_from_drop_ins() {
-        let root = tempfile::tempdir().unwrap();
-        let d = host_path(root.path(), KUBELET_DROPINS);
-        fs::create_dir_all(&d).unwrap();
-        fs::write(
-            d.join("10-kubelet-args.conf"),
-            "[Service]\nEnvironment='KUBELET_ARGS=--node-ip=10.0.1.5 --hostname-override=ip-10-0-1-5.ec2.internal'\n",
-        )
-        .unwrap();
-        fs::write(
-            d.join("20-kubelet-cloud-provider.conf"),
-            "[Service]\nEnvironment='KUBELET_CLOUD_PROVIDER=external'\n",
-        )
-        .unwrap();
-        fs::write(
-            d.join("30-kubelet-extra-args.conf"),
-            "[Service]\nEnvironment='KUBELET_EXTRA_ARGS=--node-labels=a=b'\n",
-        )
-        .unwrap();
-        let argv = kubelet_argv(root.path(), Path::new("/k/kubelet")).unwrap();
-        assert_eq!(argv[0], "/k/kubelet");
-        assert!(argv.contains(&"--cloud-provider=external".to_string()));
-        assert!(argv.contains(&"--node-ip=10.0.1.5".to_string()));
-        assert_eq!(argv.last().unwrap(), "--node-labels=a=b");
-        // A unit that already passes the flag in KUBELET_ARGS does not get it twice.
-        fs::write(
-            d.join("10-kubelet-args.conf"),
-            "[Service]\nEnvironment='KUBELET_ARGS=--cloud-provider=external --node-ip=10.0.1.5'\n",
-        )
-        .unwrap();
-        let argv = kubelet_argv(root.path(), Path::new("/k/kubelet")).unwrap();
-        assert_eq!(
-            argv.iter()
-                .filter(|a| a.starts_with("--cloud-provider"))
-                .count(),
-            1
-        );
-    }
 
     #[test]
     fn node_config_merges_lab_settings_through_kubelet_config() {
