@@ -18,6 +18,7 @@
 //! | `PUT /_emu/imds-lag` | `{"instance_id"?,"ms"}` |
 //! | `PUT /_emu/empty-private-dns-names` | `{"calls"}` |
 //! | `GET /_emu/calls` | → [`crate::CallCounts`]; `DELETE` resets |
+//! | `/_emu/elbv2/...` | ELBv2 faults, limits and calls: [`crate::elbv2::control`] |
 //!
 //! Errors answer `{"code","message"}` with EC2's status for the code (400 for bad JSON, naming
 //! the problem).
@@ -120,7 +121,7 @@ impl InstanceTypeSpec {
     }
 }
 
-struct ApiError(Ec2Error);
+pub(crate) struct ApiError(Ec2Error);
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
@@ -139,14 +140,14 @@ impl From<Ec2Error> for ApiError {
     }
 }
 
-type ApiResult = Result<Response, ApiError>;
+pub(crate) type ApiResult = Result<Response, ApiError>;
 
-fn parse<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
+pub(crate) fn parse<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
     serde_json::from_slice(body)
         .map_err(|e| ApiError(Ec2Error::invalid_value(format!("bad JSON body: {e}"))))
 }
 
-fn ok(v: impl Serialize) -> ApiResult {
+pub(crate) fn ok(v: impl Serialize) -> ApiResult {
     Ok(Json(v).into_response())
 }
 
@@ -178,6 +179,7 @@ pub(crate) fn router() -> Router<Emulator> {
         .route("/imds-lag", put(imds_lag))
         .route("/empty-private-dns-names", put(empty_dns))
         .route("/calls", get(calls).delete(reset_calls))
+        .nest("/elbv2", crate::elbv2::control::router())
         .fallback(|| async {
             ApiError(Ec2Error::new(
                 "NotFound",

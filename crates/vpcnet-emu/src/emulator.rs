@@ -169,6 +169,7 @@ pub(crate) struct Inner {
     base_wall: DateTime<Utc>,
     request_seq: AtomicU64,
     pub(crate) imds: Mutex<ImdsTokens>,
+    pub(crate) elbv2: crate::elbv2::Elbv2State,
 }
 
 /// The emulated cloud. Cheap to clone (an `Arc` inside); every clone is the same cloud.
@@ -214,6 +215,7 @@ impl Emulator {
                     endpoints: HashMap::new(),
                     seq: 0,
                 }),
+                elbv2: crate::elbv2::Elbv2State::new(o.seed, &o.region, &o.account_id),
             }),
         }
     }
