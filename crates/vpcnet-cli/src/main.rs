@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod inspect;
 mod lab;
+mod lab_lb;
 mod max_pods;
 
 #[derive(Parser)]

@@ -18,72 +18,14 @@
 
 mod common;
 
-use std::net::{Ipv4Addr, TcpListener};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::net::Ipv4Addr;
 
+use common::moto::start_moto;
 use common::{client, code};
 use ipnet::Ipv4Net;
 use vpcnet_ec2::aws_sdk_ec2::types::{Filter, InstanceType, ResourceType, Tag, TagSpecification};
 use vpcnet_ec2::aws_sdk_ec2::Client;
 use vpcnet_emu::{Emulator, RunInstance};
-
-/// Kills the moto server when the test ends, pass or fail.
-struct Moto {
-    child: Child,
-    endpoint: String,
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_moto() -> Moto {
-    let check = Command::new("python3")
-        .args(["-c", "import moto.server"])
-        .output();
-    match check {
-        Ok(o) if o.status.success() => {}
-        _ => panic!(
-            "moto is not installed (python3 -c 'import moto.server' failed): run scripts/install-deps.sh \
-             or `python3 -m pip install 'moto[server]'`; this cross-check does not skip"
-        ),
-    }
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = Command::new("python3")
-        .args([
-            "-m",
-            "moto.server",
-            "-H",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("cannot start python3 -m moto.server");
-    let moto = Moto {
-        child,
-        endpoint: format!("http://127.0.0.1:{port}"),
-    };
-    let t0 = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "moto server did not listen on port {port} within 30 s"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    moto
-}
 
 fn filter(name: &str, value: &str) -> Filter {
     Filter::builder().name(name).values(value).build()

@@ -62,6 +62,8 @@ pub fn is_elbv2(params: &Params, authorization: Option<&str>) -> bool {
     }
 }
 
+type Applied = BTreeMap<String, Option<LbSpec>>;
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -72,9 +74,10 @@ pub(crate) struct Elbv2State {
     faults: Mutex<FaultState>,
     counts: Mutex<CallCounts>,
     plane: RwLock<Arc<dyn LoadBalancerPlane>>,
-    /// What the plane was last given, per load balancer; held while a mutation and its plane
-    /// deliveries run, so the plane sees changes in order.
-    applied: tokio::sync::Mutex<BTreeMap<String, LbSpec>>,
+    /// What the plane was last given, per load balancer it knows (None: the last apply failed
+    /// and is retried on the next change); held while a mutation and its plane deliveries
+    /// run, so the plane sees changes in order.
+    applied: tokio::sync::Mutex<Applied>,
     /// The pending wake-up that ends deregistration delays.
     wakeup: Mutex<Option<Instant>>,
 }
@@ -315,7 +318,7 @@ impl Emulator {
     /// Bring the data plane to the model: apply every changed load balancer, remove deleted
     /// ones, record each load balancer's state, and schedule the end of the next
     /// deregistration delay. `applied` is the held plane record.
-    async fn sync_plane(&self, applied: &mut BTreeMap<String, LbSpec>) {
+    async fn sync_plane(&self, applied: &mut Applied) {
         let st = self.elbv2();
         let now = Instant::now();
         let (wanted, next) = self.with_cloud_mut(|cloud| {
@@ -336,7 +339,7 @@ impl Emulator {
             applied.remove(&arn);
         }
         for (arn, spec) in wanted {
-            if applied.get(&arn) == Some(&spec) {
+            if applied.get(&arn).is_some_and(|a| a.as_ref() == Some(&spec)) {
                 continue;
             }
             let result = plane.apply(spec.clone()).await;
@@ -350,10 +353,7 @@ impl Emulator {
             if let Some(lb) = lock(&st.model).load_balancers.get_mut(&arn) {
                 lb.state = state;
             }
-            match result {
-                Ok(()) => applied.insert(arn, spec),
-                Err(_) => applied.remove(&arn),
-            };
+            applied.insert(arn, result.ok().map(|()| spec));
         }
         if let Some(at) = next {
             self.wake_at(at);

@@ -1,6 +1,8 @@
 //! Shared test setup: an emulator served on 127.0.0.1 and an unmodified aws-sdk-ec2 client.
 #![allow(dead_code)]
 
+pub mod moto;
+
 use std::time::Duration;
 
 use vpcnet_ec2::aws_sdk_ec2::config::retry::RetryConfig;

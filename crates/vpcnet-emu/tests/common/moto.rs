@@ -1,0 +1,64 @@
+//! The moto server (PyPI `moto[server]`, installed by scripts/install-deps.sh), an independent
+//! AWS emulator the wire cross-checks compare vpcnet-emu with. Never skipped: a missing moto is
+//! a test failure naming the fix.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Kills the moto server when the test ends, pass or fail.
+pub struct Moto {
+    child: Child,
+    pub endpoint: String,
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn start_moto() -> Moto {
+    let check = Command::new("python3")
+        .args(["-c", "import moto.server"])
+        .output();
+    match check {
+        Ok(o) if o.status.success() => {}
+        _ => panic!(
+            "moto is not installed (python3 -c 'import moto.server' failed): run scripts/install-deps.sh \
+             or `python3 -m pip install 'moto[server]'`; this cross-check does not skip"
+        ),
+    }
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new("python3")
+        .args([
+            "-m",
+            "moto.server",
+            "-H",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("cannot start python3 -m moto.server");
+    let moto = Moto {
+        child,
+        endpoint: format!("http://127.0.0.1:{port}"),
+    };
+    let t0 = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "moto server did not listen on port {port} within 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    moto
+}
