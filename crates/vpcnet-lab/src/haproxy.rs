@@ -215,6 +215,22 @@ pub fn checked(socket: &Path, cmd: &str) -> Result<String> {
     }
 }
 
+/// Asks the master (its CLI `socket`) to reload: re-read the configuration and replace the
+/// worker. The master re-executes itself on every reload, so its socket may refuse connections
+/// for a moment: tried again for up to `patience`.
+pub fn reload(socket: &Path, patience: Duration) -> Result<()> {
+    let t0 = std::time::Instant::now();
+    loop {
+        match command(socket, "reload") {
+            Ok(_) => return Ok(()),
+            Err(e) if t0.elapsed() >= patience => {
+                return Err(e.context("asking the HAProxy master to reload"))
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
 /// The pid of the worker answering on the admin socket (`show info`).
 pub fn worker_pid(socket: &Path) -> Result<u32> {
     let info = command(socket, "show info")?;

@@ -319,7 +319,7 @@ impl Shared {
         let states = haproxy::command(&admin, "show servers state")?;
         std::fs::write(lb.files.state_file(), states)?;
         std::fs::write(lb.files.config(), &config)?;
-        haproxy::command(&lb.files.master_socket(), "reload")?;
+        haproxy::reload(&lb.files.master_socket(), READY_TIMEOUT)?;
         let t0 = Instant::now();
         loop {
             if haproxy::worker_pid(&admin).is_ok_and(|p| p != old) {

@@ -1,9 +1,10 @@
 //! A web server for lab containers, for load-balancer targets: busybox `httpd` serving
 //! - `/` — the container's name on one line (so a client can tell which target answered);
-//! - `/cgi-bin/stream` — `tick N` every 200 ms for two minutes (a long-lived connection).
+//! - `/cgi-bin/stream` — the container's name, then `tick N` every 200 ms for two minutes (a
+//!   long-lived connection whose target the client knows).
 
 /// The CGI script behind `/cgi-bin/stream`.
-pub const STREAM_CGI: &str = "#!/bin/sh\necho 'Content-Type: text/plain'\necho\ni=0\nwhile [ $i -lt 600 ]; do echo \"tick $i\"; i=$((i+1)); sleep 0.2; done\n";
+pub const STREAM_CGI: &str = "#!/bin/sh\necho 'Content-Type: text/plain'\necho\ncat /www/index.html\ni=0\nwhile [ $i -lt 600 ]; do echo \"tick $i\"; i=$((i+1)); sleep 0.2; done\n";
 
 /// The command of a container `name` serving HTTP on `port` (see the module docs).
 pub fn httpd_command(name: &str, port: u16) -> Vec<String> {

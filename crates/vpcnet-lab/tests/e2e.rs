@@ -9,123 +9,16 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
-use std::path::PathBuf;
-use std::process::Command;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use quick_xml::events::Event;
 use vpcnet_ipam::Checkpoint;
-use vpcnet_lab::lab::{ContainerInfo, Lab, LabGuard, UpOptions};
+use vpcnet_lab::lab::{ContainerInfo, Lab};
 use vpcnet_lab::state::NodeRecord;
 
-static SEQ: AtomicU32 = AtomicU32::new(0);
-
-fn is_root() -> bool {
-    nix::unistd::Uid::effective().is_root()
-}
-
-/// target/debug, where the workspace binaries are (the test binary is in target/debug/deps).
-fn bin_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-    for b in ["vpcnet", "vpcnet-agent", "vpcnet-cni"] {
-        assert!(
-            dir.join(b).is_file(),
-            "{} missing: run `cargo build --workspace --bins` first",
-            dir.join(b).display()
-        );
-    }
-    dir
-}
-
-fn sh(program: &str, args: &[&str]) -> String {
-    let out = Command::new(program).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// The root namespace's links, routes (all tables) and rules.
-fn root_snapshot() -> String {
-    [
-        sh("ip", &["-o", "link", "show"]),
-        sh("ip", &["route", "show", "table", "all"]),
-        sh("ip", &["rule", "show"]),
-    ]
-    .join("\n")
-}
-
-/// Tears down labs of earlier test runs whose process died (e.g. killed by a timeout): their
-/// names carry the test process id.
-fn remove_stale_test_labs() {
-    for name in vpcnet_lab::state::list_labs() {
-        let Some(rest) = name.strip_prefix("e2e-") else {
-            continue;
-        };
-        let pid = rest.split('-').nth(1).and_then(|p| p.parse::<u32>().ok());
-        if let Some(pid) = pid {
-            if pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists()
-            {
-                eprintln!("removing stale lab {name}");
-                let _ = Lab::open(&name).map(|l| l.down());
-            }
-        }
-    }
-}
-
-/// Builds a lab, runs `f`, always tears down, then checks nothing is left.
-fn with_lab(tag: &str, tweak: impl FnOnce(&mut UpOptions), f: impl FnOnce(&Lab)) {
-    if !is_root() {
-        eprintln!("skipped: needs root");
-        return;
-    }
-    remove_stale_test_labs();
-    let before = root_snapshot();
-    let name = format!(
-        "e2e-{tag}-{}-{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    );
-    let mut opts = UpOptions::new(&name);
-    opts.bin_dir = bin_dir();
-    // Reconcile often so restarts are observed quickly.
-    opts.agent_env
-        .push(("VPCNET_RECONCILE_INTERVAL".into(), "2".into()));
-    tweak(&mut opts);
-    let lab = Lab::up(&opts).expect("lab up");
-    let namespaces = lab.state().unwrap().namespaces;
-    let guard = LabGuard::new(lab.clone());
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&lab)));
-    if result.is_err() {
-        for log in ["emulator.log", "agent-n1.log"] {
-            let p = lab.dir.join("logs").join(log);
-            eprintln!(
-                "--- {log}\n{}",
-                std::fs::read_to_string(p).unwrap_or_default()
-            );
-        }
-    }
-    let down = guard.down();
-    if let Err(p) = result {
-        std::panic::resume_unwind(p);
-    }
-    down.expect("lab down removes everything");
-    let netns = sh("ip", &["netns", "list"]);
-    for ns in &namespaces {
-        assert!(!netns.contains(ns.as_str()), "namespace {ns} left behind");
-    }
-    assert!(!lab.dir.exists(), "lab directory left behind");
-    // Other test binaries may run at the same time: allow a transient difference to settle.
-    let t0 = Instant::now();
-    while root_snapshot() != before && t0.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    assert_eq!(before, root_snapshot(), "root namespace changed");
-}
+mod common;
+use common::{bin_dir, is_root, root_snapshot, sh, wait_until, with_lab};
+use vpcnet_lab::lab::UpOptions;
 
 fn node(lab: &Lab) -> NodeRecord {
     lab.state().unwrap().node("n1").unwrap().clone()
@@ -233,17 +126,6 @@ fn eni_of(enis: &[DescribedEni], ip: Ipv4Addr) -> Option<&DescribedEni> {
 
 fn checkpoint(node: &NodeRecord) -> Checkpoint {
     Checkpoint::from_json(&std::fs::read_to_string(node.checkpoint_path()).unwrap()).unwrap()
-}
-
-fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(
-            t0.elapsed() < timeout,
-            "timed out after {timeout:?}: {what}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 /// The host-side veth of a pod: the device of the node's /32 route to it.
