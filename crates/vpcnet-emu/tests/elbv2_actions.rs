@@ -507,7 +507,10 @@ async fn listeners_rules_and_target_group_use() {
         .send()
         .await
         .unwrap();
-    assert_eq!(d.target_groups()[0].load_balancer_arns(), [lb.clone()]);
+    assert_eq!(
+        d.target_groups()[0].load_balancer_arns(),
+        std::slice::from_ref(&lb)
+    );
 
     let create = |port: i32, proto: ProtocolEnum, tg: &str| {
         lab.elb

@@ -247,7 +247,7 @@ async fn run_sequence(elb: &Client, s: &Setup) -> Trace {
                 .iter()
                 .map(|t| (
                     t.target_group_name().unwrap_or(""),
-                    t.load_balancer_arns() == [lb_arn.clone()]
+                    t.load_balancer_arns() == std::slice::from_ref(&lb_arn)
                 ))
                 .collect::<Vec<_>>()
         ),

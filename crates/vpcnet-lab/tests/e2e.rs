@@ -9,6 +9,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
+use std::process::Command;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use quick_xml::events::Event;
@@ -17,7 +19,9 @@ use vpcnet_lab::lab::{ContainerInfo, Lab};
 use vpcnet_lab::state::NodeRecord;
 
 mod common;
-use common::{bin_dir, is_root, root_snapshot, sh, wait_until, with_lab};
+use common::{
+    bin_dir, is_root, remove_stale_test_labs, root_snapshot, sh, wait_until, with_lab, SEQ,
+};
 use vpcnet_lab::lab::UpOptions;
 
 fn node(lab: &Lab) -> NodeRecord {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use vpcnet_lab::lab::{Lab, LabGuard, UpOptions};
 
-static SEQ: AtomicU32 = AtomicU32::new(0);
+pub static SEQ: AtomicU32 = AtomicU32::new(0);
 
 pub fn is_root() -> bool {
     nix::unistd::Uid::effective().is_root()
