@@ -3,7 +3,9 @@
 
 use std::future::Future;
 
+use aws_sdk_elasticloadbalancingv2::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_elasticloadbalancingv2::types as sdk;
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 
 use crate::error::sdk_error;
 use crate::model::{self, sdk_tags, sdk_target};
@@ -36,22 +38,39 @@ fn pairs(attrs: &[sdk::TargetGroupAttribute]) -> Vec<(String, String)> {
 }
 
 impl Elbv2 {
+    /// One logical call: `request()` builds and sends the request (once per attempt) under the
+    /// client's [`vpcnet_ec2::CallSettings`]; SDK errors become [`Elbv2Error`]s.
+    async fn send<O, E, F, Fut>(&self, action: &'static str, request: F) -> Result<O, Elbv2Error>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<O, SdkError<E, HttpResponse>>>,
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    {
+        self.caller
+            .run(action, || {
+                let sent = request();
+                async move { sent.await.map_err(|e| sdk_error(action, e)) }
+            })
+            .await
+    }
+
     /// Every page of a Marker-paginated Describe: `call(marker)` sends one request, `split`
     /// converts the page's items and returns its NextMarker.
-    async fn all_pages<O, T, F, Fut>(
+    async fn all_pages<O, E, T, F, Fut>(
         &self,
         action: &'static str,
-        mut call: F,
+        call: F,
         split: impl Fn(&O) -> (Result<Vec<T>, Elbv2Error>, Option<String>),
     ) -> Result<Vec<T>, Elbv2Error>
     where
-        F: FnMut(Option<String>) -> Fut,
-        Fut: Future<Output = Result<O, Elbv2Error>>,
+        F: Fn(Option<String>) -> Fut,
+        Fut: Future<Output = Result<O, SdkError<E, HttpResponse>>>,
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
         let mut out = Vec::new();
         let mut marker: Option<String> = None;
         loop {
-            let page = self.caller.run(action, || call(marker.clone())).await?;
+            let page = self.send(action, || call(marker.clone())).await?;
             let (items, next) = split(&page);
             out.extend(items?);
             match next {
@@ -69,8 +88,7 @@ impl Elbv2 {
     ) -> Result<LoadBalancer, Elbv2Error> {
         const A: &str = "CreateLoadBalancer";
         let out = self
-            .caller
-            .run(A, || async {
+            .send(A, || {
                 self.client
                     .create_load_balancer()
                     .name(&lb.name)
@@ -89,8 +107,6 @@ impl Elbv2 {
                     )
                     .set_tags((!lb.tags.is_empty()).then(|| sdk_tags(&lb.tags)))
                     .send()
-                    .await
-                    .map_err(|e| sdk_error(A, e))
             })
             .await?;
         let first = first(A, out.load_balancers(), "no load balancer in the answer")?;
@@ -110,7 +126,7 @@ impl Elbv2 {
                     .set_names((!names.is_empty()).then(|| names.to_vec()))
                     .set_marker(marker)
                     .page_size(self.page_size());
-                async move { req.send().await.map_err(|e| sdk_error(A, e)) }
+                req.send()
             },
             |page| {
                 let items = page
@@ -126,16 +142,13 @@ impl Elbv2 {
     /// `DeleteLoadBalancer` (and its listeners); succeeds when it is already gone.
     pub async fn delete_load_balancer(&self, arn: &str) -> Result<(), Elbv2Error> {
         const A: &str = "DeleteLoadBalancer";
-        self.caller
-            .run(A, || async {
-                self.client
-                    .delete_load_balancer()
-                    .load_balancer_arn(arn)
-                    .send()
-                    .await
-                    .map_err(|e| sdk_error(A, e))
-            })
-            .await?;
+        self.send(A, || {
+            self.client
+                .delete_load_balancer()
+                .load_balancer_arn(arn)
+                .send()
+        })
+        .await?;
         Ok(())
     }
 
@@ -148,8 +161,7 @@ impl Elbv2 {
         const A: &str = "CreateTargetGroup";
         let h = &tg.health;
         let out = self
-            .caller
-            .run(A, || async {
+            .send(A, || {
                 self.client
                     .create_target_group()
                     .name(&tg.name)
@@ -174,8 +186,6 @@ impl Elbv2 {
                     )
                     .set_tags((!tg.tags.is_empty()).then(|| sdk_tags(&tg.tags)))
                     .send()
-                    .await
-                    .map_err(|e| sdk_error(A, e))
             })
             .await?;
         let first = first(A, out.target_groups(), "no target group in the answer")?;
@@ -200,7 +210,7 @@ impl Elbv2 {
                     .set_names((!names.is_empty()).then(|| names.to_vec()))
                     .set_marker(marker)
                     .page_size(self.page_size());
-                async move { req.send().await.map_err(|e| sdk_error(A, e)) }
+                req.send()
             },
             |page| {
                 let items = page
@@ -222,8 +232,7 @@ impl Elbv2 {
     ) -> Result<TargetGroup, Elbv2Error> {
         const A: &str = "ModifyTargetGroup";
         let out = self
-            .caller
-            .run(A, || async {
+            .send(A, || {
                 self.client
                     .modify_target_group()
                     .target_group_arn(arn)
@@ -240,8 +249,6 @@ impl Elbv2 {
                             .map(|m| sdk::Matcher::builder().http_code(m).build()),
                     )
                     .send()
-                    .await
-                    .map_err(|e| sdk_error(A, e))
             })
             .await?;
         let first = first(A, out.target_groups(), "no target group in the answer")?;
@@ -251,16 +258,13 @@ impl Elbv2 {
     /// `DeleteTargetGroup`. Error: `ResourceInUse` (a listener forwards to it).
     pub async fn delete_target_group(&self, arn: &str) -> Result<(), Elbv2Error> {
         const A: &str = "DeleteTargetGroup";
-        self.caller
-            .run(A, || async {
-                self.client
-                    .delete_target_group()
-                    .target_group_arn(arn)
-                    .send()
-                    .await
-                    .map_err(|e| sdk_error(A, e))
-            })
-            .await?;
+        self.send(A, || {
+            self.client
+                .delete_target_group()
+                .target_group_arn(arn)
+                .send()
+        })
+        .await?;
         Ok(())
     }
 
@@ -271,14 +275,11 @@ impl Elbv2 {
     ) -> Result<Vec<(String, String)>, Elbv2Error> {
         const A: &str = "DescribeTargetGroupAttributes";
         let out = self
-            .caller
-            .run(A, || async {
+            .send(A, || {
                 self.client
                     .describe_target_group_attributes()
                     .target_group_arn(arn)
                     .send()
-                    .await
-                    .map_err(|e| sdk_error(A, e))
             })
             .await?;
         Ok(pairs(out.attributes()))
@@ -302,15 +303,12 @@ impl Elbv2 {
             })
             .collect();
         let out = self
-            .caller
-            .run(A, || async {
+            .send(A, || {
                 self.client
                     .modify_target_group_attributes()
                     .target_group_arn(arn)
                     .set_attributes(Some(list.clone()))
                     .send()
-                    .await
-                    .map_err(|e| sdk_error(A, e))
             })
             .await?;
         Ok(pairs(out.attributes()))
@@ -332,8 +330,7 @@ impl Elbv2 {
             .target_group_arn(tg_arn)
             .build();
         let out = self
-            .caller
-            .run(A, || async {
+            .send(A, || {
                 self.client
                     .create_listener()
                     .load_balancer_arn(lb_arn)
@@ -341,8 +338,6 @@ impl Elbv2 {
                     .port(i32::from(port))
                     .default_actions(forward.clone())
                     .send()
-                    .await
-                    .map_err(|e| sdk_error(A, e))
             })
             .await?;
         let first = first(A, out.listeners(), "no listener in the answer")?;
@@ -361,7 +356,7 @@ impl Elbv2 {
                     .load_balancer_arn(lb_arn)
                     .set_marker(marker)
                     .page_size(self.page_size());
-                async move { req.send().await.map_err(|e| sdk_error(A, e)) }
+                req.send()
             },
             |page| {
                 let items = page.listeners().iter().map(|l| model::listener(A, l));
@@ -374,15 +369,7 @@ impl Elbv2 {
     /// `DeleteListener`. Error: `ListenerNotFound`.
     pub async fn delete_listener(&self, arn: &str) -> Result<(), Elbv2Error> {
         const A: &str = "DeleteListener";
-        self.caller
-            .run(A, || async {
-                self.client
-                    .delete_listener()
-                    .listener_arn(arn)
-                    .send()
-                    .await
-                    .map_err(|e| sdk_error(A, e))
-            })
+        self.send(A, || self.client.delete_listener().listener_arn(arn).send())
             .await?;
         Ok(())
     }
@@ -396,17 +383,14 @@ impl Elbv2 {
     ) -> Result<(), Elbv2Error> {
         const A: &str = "RegisterTargets";
         let list: Vec<sdk::TargetDescription> = targets.iter().map(sdk_target).collect();
-        self.caller
-            .run(A, || async {
-                self.client
-                    .register_targets()
-                    .target_group_arn(tg_arn)
-                    .set_targets(Some(list.clone()))
-                    .send()
-                    .await
-                    .map_err(|e| sdk_error(A, e))
-            })
-            .await?;
+        self.send(A, || {
+            self.client
+                .register_targets()
+                .target_group_arn(tg_arn)
+                .set_targets(Some(list.clone()))
+                .send()
+        })
+        .await?;
         Ok(())
     }
 
@@ -419,17 +403,14 @@ impl Elbv2 {
     ) -> Result<(), Elbv2Error> {
         const A: &str = "DeregisterTargets";
         let list: Vec<sdk::TargetDescription> = targets.iter().map(sdk_target).collect();
-        self.caller
-            .run(A, || async {
-                self.client
-                    .deregister_targets()
-                    .target_group_arn(tg_arn)
-                    .set_targets(Some(list.clone()))
-                    .send()
-                    .await
-                    .map_err(|e| sdk_error(A, e))
-            })
-            .await?;
+        self.send(A, || {
+            self.client
+                .deregister_targets()
+                .target_group_arn(tg_arn)
+                .set_targets(Some(list.clone()))
+                .send()
+        })
+        .await?;
         Ok(())
     }
 
@@ -442,15 +423,12 @@ impl Elbv2 {
         const A: &str = "DescribeTargetHealth";
         let list: Vec<sdk::TargetDescription> = targets.iter().map(sdk_target).collect();
         let out = self
-            .caller
-            .run(A, || async {
+            .send(A, || {
                 self.client
                     .describe_target_health()
                     .target_group_arn(tg_arn)
                     .set_targets((!list.is_empty()).then(|| list.clone()))
                     .send()
-                    .await
-                    .map_err(|e| sdk_error(A, e))
             })
             .await?;
         out.target_health_descriptions()
@@ -467,34 +445,28 @@ impl Elbv2 {
         tags: &[(String, String)],
     ) -> Result<(), Elbv2Error> {
         const A: &str = "AddTags";
-        self.caller
-            .run(A, || async {
-                self.client
-                    .add_tags()
-                    .set_resource_arns(Some(arns.to_vec()))
-                    .set_tags(Some(sdk_tags(tags)))
-                    .send()
-                    .await
-                    .map_err(|e| sdk_error(A, e))
-            })
-            .await?;
+        self.send(A, || {
+            self.client
+                .add_tags()
+                .set_resource_arns(Some(arns.to_vec()))
+                .set_tags(Some(sdk_tags(tags)))
+                .send()
+        })
+        .await?;
         Ok(())
     }
 
     /// `RemoveTags` (keys) from 1..=20 resources.
     pub async fn remove_tags(&self, arns: &[String], keys: &[String]) -> Result<(), Elbv2Error> {
         const A: &str = "RemoveTags";
-        self.caller
-            .run(A, || async {
-                self.client
-                    .remove_tags()
-                    .set_resource_arns(Some(arns.to_vec()))
-                    .set_tag_keys(Some(keys.to_vec()))
-                    .send()
-                    .await
-                    .map_err(|e| sdk_error(A, e))
-            })
-            .await?;
+        self.send(A, || {
+            self.client
+                .remove_tags()
+                .set_resource_arns(Some(arns.to_vec()))
+                .set_tag_keys(Some(keys.to_vec()))
+                .send()
+        })
+        .await?;
         Ok(())
     }
 
@@ -505,14 +477,11 @@ impl Elbv2 {
     ) -> Result<Vec<(String, Vec<(String, String)>)>, Elbv2Error> {
         const A: &str = "DescribeTags";
         let out = self
-            .caller
-            .run(A, || async {
+            .send(A, || {
                 self.client
                     .describe_tags()
                     .set_resource_arns(Some(arns.to_vec()))
                     .send()
-                    .await
-                    .map_err(|e| sdk_error(A, e))
             })
             .await?;
         Ok(out

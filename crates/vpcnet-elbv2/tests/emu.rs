@@ -7,7 +7,7 @@ use vpcnet_elbv2::{
     CallSettings, Elbv2, Elbv2Options, HealthCheck, HealthState, LoadBalancerType, NewLoadBalancer,
     NewTargetGroup, StaticCredentials, Target, TargetType,
 };
-use vpcnet_emu::elbv2::Limits;
+use vpcnet_emu::elbv2::{fault_key, Limits};
 use vpcnet_emu::{ActionFaults, EmuServer, Emulator};
 
 struct Cloud {
@@ -56,6 +56,17 @@ async fn cloud(seed: u64, calls: CallSettings) -> Cloud {
     }
 }
 
+fn nlb(name: &str, subnet: &str) -> NewLoadBalancer {
+    NewLoadBalancer {
+        name: name.into(),
+        lb_type: LoadBalancerType::Network,
+        internal: true,
+        subnets: vec![subnet.into()],
+        security_groups: vec![],
+        tags: vec![],
+    }
+}
+
 fn tg(name: &str, vpc: &str) -> NewTargetGroup {
     NewTargetGroup {
         name: name.into(),
@@ -76,14 +87,7 @@ async fn typed_round_trip() {
     let c = cloud(1, fast()).await;
     let lb = c
         .elb
-        .create_load_balancer(&NewLoadBalancer {
-            name: "web".into(),
-            lb_type: LoadBalancerType::Network,
-            internal: true,
-            subnets: vec![c.subnet.clone()],
-            security_groups: vec![],
-            tags: vec![],
-        })
+        .create_load_balancer(&nlb("web", &c.subnet))
         .await
         .unwrap();
     assert_eq!(
@@ -117,7 +121,7 @@ async fn typed_round_trip() {
     assert_eq!(h[0].state, HealthState::Initial);
     assert_eq!(h[0].reason.as_deref(), Some("Elb.RegistrationInProgress"));
     assert_eq!(h[0].target.availability_zone.as_deref(), Some("us-east-1a"));
-    let tags = c.elb.tags(&[t.arn.clone()]).await.unwrap();
+    let tags = c.elb.tags(std::slice::from_ref(&t.arn)).await.unwrap();
     assert_eq!(tags[0].1, vec![("team".to_string(), "net".to_string())]);
     let m = c
         .elb
@@ -155,7 +159,10 @@ async fn every_page_is_read() {
     }
     let all = c.elb.target_groups(None, &[]).await.unwrap();
     assert_eq!(all.len(), 5);
-    assert_eq!(c.emu.elbv2_calls().per_action["DescribeTargetGroups"], 3);
+    assert_eq!(
+        c.emu.calls().per_action[&fault_key("DescribeTargetGroups")],
+        3
+    );
 }
 
 #[tokio::test]
@@ -163,16 +170,19 @@ async fn throttling_is_retried_and_client_errors_are_not() {
     let c = cloud(3, fast()).await;
     let t = c.elb.create_target_group(&tg("t", &c.vpc)).await.unwrap();
     c.emu
-        .set_elbv2_action_faults(
-            "DescribeTargetHealth",
+        .set_action_faults(
+            &fault_key("DescribeTargetHealth"),
             Some(ActionFaults::default().throttle(1, 10.0)),
         )
         .unwrap();
     for _ in 0..3 {
         c.elb.target_health(&t.arn, &[]).await.unwrap();
     }
-    let calls = c.emu.elbv2_calls();
-    assert!(calls.throttled["DescribeTargetHealth"] >= 1, "{calls:?}");
+    let calls = c.emu.calls();
+    assert!(
+        calls.throttled[&fault_key("DescribeTargetHealth")] >= 1,
+        "{calls:?}"
+    );
 
     let e = c
         .elb
@@ -181,7 +191,7 @@ async fn throttling_is_retried_and_client_errors_are_not() {
         .unwrap_err();
     assert!(e.is_invalid_target() && !e.is_retryable(), "{e}");
     assert_eq!(
-        c.emu.elbv2_calls().per_action["RegisterTargets"],
+        c.emu.calls().per_action[&fault_key("RegisterTargets")],
         1,
         "not retried"
     );
@@ -203,21 +213,14 @@ async fn throttling_is_retried_and_client_errors_are_not() {
     assert!(e.is_not_found(), "{e}");
     // a 5xx is retried until it passes
     c.emu
-        .set_elbv2_action_faults(
-            "DescribeListeners",
+        .set_action_faults(
+            &fault_key("DescribeListeners"),
             Some(ActionFaults::default().error(0.5, "InternalFailure")),
         )
         .unwrap();
     let lb = c
         .elb
-        .create_load_balancer(&NewLoadBalancer {
-            name: "w".into(),
-            lb_type: LoadBalancerType::Network,
-            internal: true,
-            subnets: vec![c.subnet.clone()],
-            security_groups: vec![],
-            tags: vec![],
-        })
+        .create_load_balancer(&nlb("w", &c.subnet))
         .await
         .unwrap();
     for _ in 0..5 {
@@ -232,8 +235,8 @@ async fn attempt_deadline_then_operation_deadline() {
     s.operation_timeout = Duration::from_millis(700);
     let c = cloud(4, s).await;
     c.emu
-        .set_elbv2_action_faults(
-            "DescribeLoadBalancers",
+        .set_action_faults(
+            &fault_key("DescribeLoadBalancers"),
             Some(ActionFaults::default().latency(Duration::from_secs(5))),
         )
         .unwrap();
@@ -242,7 +245,7 @@ async fn attempt_deadline_then_operation_deadline() {
     assert_eq!(e.code(), "Timeout", "{e}");
     assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
     assert!(
-        c.emu.elbv2_calls().per_action["DescribeLoadBalancers"] >= 2,
+        c.emu.calls().per_action[&fault_key("DescribeLoadBalancers")] >= 2,
         "attempts retried"
     );
 }

@@ -18,7 +18,7 @@
 //! | `PUT /_emu/imds-lag` | `{"instance_id"?,"ms"}` |
 //! | `PUT /_emu/empty-private-dns-names` | `{"calls"}` |
 //! | `GET /_emu/calls` | → [`crate::CallCounts`]; `DELETE` resets |
-//! | `/_emu/elbv2/...` | ELBv2 faults, limits and calls: [`crate::elbv2::control`] |
+//! | `GET`/`PUT /_emu/elbv2/limits` | ELBv2 quotas: [`crate::elbv2::control`] (ELBv2 faults and calls: the rows above, keyed `elbv2:<Action>`) |
 //!
 //! Errors answer `{"code","message"}` with EC2's status for the code (400 for bad JSON, naming
 //! the problem).

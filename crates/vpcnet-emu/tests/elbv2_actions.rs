@@ -1,15 +1,16 @@
 //! Every ELBv2 action through the unmodified aws-sdk-elasticloadbalancingv2, with ELBv2's
 //! defaults, rules and error codes.
 
-mod elbv2_common;
+mod common;
 
 use std::time::Duration;
 
+use common::elbv2::{forward, lab, target};
+use common::{code, status};
 use elb::types::{
     LoadBalancerSchemeEnum, LoadBalancerTypeEnum, Matcher, ProtocolEnum, SubnetMapping, Tag,
     TargetGroupAttribute, TargetTypeEnum,
 };
-use elbv2_common::{code, forward, lab, status, target};
 use vpcnet_elbv2::aws_sdk_elasticloadbalancingv2 as elb;
 use vpcnet_emu::elbv2::Limits;
 use vpcnet_emu::RunInstance;
@@ -761,18 +762,7 @@ async fn ip_targets_rules_quota_and_health_states() {
     assert_eq!(lab.health(&tg).await.len(), 5);
 
     // deregistration drains for the delay, then the target is gone
-    lab.elb
-        .modify_target_group_attributes()
-        .target_group_arn(&tg)
-        .attributes(
-            TargetGroupAttribute::builder()
-                .key("deregistration_delay.timeout_seconds")
-                .value("1")
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
+    lab.set_delay(&tg, 1).await;
     lab.elb
         .deregister_targets()
         .target_group_arn(&tg)

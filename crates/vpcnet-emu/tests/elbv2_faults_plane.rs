@@ -2,52 +2,54 @@
 //! latency), dispatch between EC2 and ELBv2 on one endpoint, and the data-plane contract: what
 //! the emulator hands a [`LoadBalancerPlane`] and how its check reports become target health.
 
-mod elbv2_common;
+mod common;
 
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use elb::types::TargetGroupAttribute;
-use elbv2_common::{client, code, lab, status, target};
+use common::elbv2::{client, lab, target};
+use common::{code, status};
 use tower::ServiceExt;
-use vpcnet_elbv2::aws_sdk_elasticloadbalancingv2 as elb;
 use vpcnet_emu::elbv2::{
-    CheckFailure, LbSpec, LoadBalancerPlane, Observation, PlaneFuture, TargetSpec,
+    fault_key, CheckFailure, LbSpec, LoadBalancerPlane, Observation, PlaneFuture, TargetSpec,
 };
 use vpcnet_emu::ActionFaults;
 
 #[tokio::test]
 async fn throttling_is_elbv2s_and_the_sdk_retries_it() {
     let lab = lab(11).await;
-    // other actions have their own bucket; EC2's faults are separate
+    // ELBv2 actions have buckets of their own, keyed elbv2:<Action>
     lab.emu
-        .set_elbv2_action_faults(
-            "DescribeTargetGroups",
+        .set_action_faults(
+            &fault_key("DescribeTargetGroups"),
             Some(ActionFaults::default().throttle(1, 4.0)),
         )
         .unwrap();
     lab.elb.describe_load_balancers().send().await.unwrap();
-    assert!(lab.emu.faults().actions.is_empty());
+    lab.elb.describe_load_balancers().send().await.unwrap();
     lab.elb.describe_target_groups().send().await.unwrap();
     let e = lab.elb.describe_target_groups().send().await.unwrap_err();
     assert_eq!((code(&e).as_str(), status(&e)), ("Throttling", 400));
 
     // the SDK's standard retry treats Throttling as throttling and tries again until the
     // bucket (4 tokens/s) has a token: about 250 ms
-    lab.emu.reset_elbv2_calls();
+    lab.emu.reset_calls();
     let retrying = client(&lab.server.endpoint, 30);
     let t0 = Instant::now();
     retrying.describe_target_groups().send().await.unwrap();
-    let calls = lab.emu.elbv2_calls();
+    let calls = lab.emu.calls();
     let throttled = calls
         .throttled
-        .get("DescribeTargetGroups")
+        .get(&fault_key("DescribeTargetGroups"))
         .copied()
         .unwrap_or(0);
     assert!(throttled >= 1, "{calls:?}");
-    assert_eq!(calls.per_action["DescribeTargetGroups"], throttled + 1);
+    assert_eq!(
+        calls.per_action[&fault_key("DescribeTargetGroups")],
+        throttled + 1
+    );
     assert!(
         t0.elapsed() >= Duration::from_millis(150),
         "{:?}",
@@ -56,8 +58,8 @@ async fn throttling_is_elbv2s_and_the_sdk_retries_it() {
 
     // injected errors carry ELBv2's status; latency delays the answer
     lab.emu
-        .set_elbv2_action_faults(
-            "DescribeListeners",
+        .set_action_faults(
+            &fault_key("DescribeListeners"),
             Some(
                 ActionFaults::default()
                     .error(1.0, "InternalFailure")
@@ -77,7 +79,10 @@ async fn throttling_is_elbv2s_and_the_sdk_retries_it() {
     assert!(t0.elapsed() >= Duration::from_millis(150));
     assert!(lab
         .emu
-        .set_elbv2_action_faults("X", Some(ActionFaults::default().throttle(0, 1.0)))
+        .set_action_faults(
+            &fault_key("X"),
+            Some(ActionFaults::default().throttle(0, 1.0))
+        )
         .is_err());
 }
 
@@ -106,7 +111,7 @@ async fn call(
 }
 
 #[tokio::test]
-async fn control_api_sets_elbv2_faults_and_limits() {
+async fn control_api_sets_elbv2_faults_limits_and_counts() {
     let lab = lab(12).await;
     let app = lab.emu.router();
     let json = [("content-type", "application/json")];
@@ -132,7 +137,7 @@ async fn control_api_sets_elbv2_faults_and_limits() {
     let (st, body) = call(
         &app,
         "PUT",
-        "/_emu/elbv2/faults/actions/DescribeTags",
+        "/_emu/faults/actions/elbv2:DescribeTags",
         &json,
         r#"{"error":{"rate":1.0,"code":"Throttling"}}"#,
     )
@@ -146,18 +151,18 @@ async fn control_api_sets_elbv2_faults_and_limits() {
         .await
         .unwrap_err();
     assert_eq!(code(&e), "Throttling");
-    let (_, body) = call(&app, "GET", "/_emu/elbv2/calls", &json, "").await;
-    assert!(body.contains("\"DescribeTags\":1"), "{body}");
+    let (_, body) = call(&app, "GET", "/_emu/calls", &json, "").await;
+    assert!(body.contains("\"elbv2:DescribeTags\":1"), "{body}");
     let (st, _) = call(
         &app,
         "DELETE",
-        "/_emu/elbv2/faults/actions/DescribeTags",
+        "/_emu/faults/actions/elbv2:DescribeTags",
         &json,
         "",
     )
     .await;
     assert_eq!(st, 200);
-    assert!(lab.emu.elbv2_faults().actions.is_empty());
+    assert!(lab.emu.faults().actions.is_empty());
 }
 
 #[tokio::test]
@@ -318,18 +323,7 @@ async fn the_plane_gets_the_desired_state_and_reports_health() {
     );
 
     // deregistration: draining in the plane, then gone when the delay ends — with no call
-    lab.elb
-        .modify_target_group_attributes()
-        .target_group_arn(&tg)
-        .attributes(
-            TargetGroupAttribute::builder()
-                .key("deregistration_delay.timeout_seconds")
-                .value("1")
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
+    lab.set_delay(&tg, 1).await;
     lab.elb
         .deregister_targets()
         .target_group_arn(&tg)

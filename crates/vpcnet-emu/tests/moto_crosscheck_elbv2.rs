@@ -27,15 +27,14 @@
 //!   load balancer's private address (the lab needs it to send traffic).
 
 mod common;
-mod elbv2_common;
 
-use common::moto::start_moto;
+use common::code;
+use common::moto::{assert_same_trace, start_moto, Trace};
 use elb::types::{
     Action, ActionTypeEnum, LoadBalancerSchemeEnum, LoadBalancerTypeEnum, ProtocolEnum, Tag,
     TargetDescription, TargetGroupAttribute, TargetTypeEnum,
 };
 use elb::Client;
-use elbv2_common::code;
 use vpcnet_elbv2::aws_sdk_elasticloadbalancingv2 as elb;
 use vpcnet_emu::Emulator;
 
@@ -44,8 +43,6 @@ struct Setup {
     vpc_id: String,
     subnet_id: String,
 }
-
-type Trace = Vec<(String, String)>;
 
 fn rel(v: Option<&str>, s: &Setup) -> String {
     match v {
@@ -441,7 +438,7 @@ async fn same_elbv2_sequence_same_results_as_moto() {
         vpc_id,
         subnet_id: sn.subnet().unwrap().subnet_id().unwrap().to_string(),
     };
-    let moto_trace = run_sequence(&elbv2_common::client(&moto.endpoint, 1), &moto_setup).await;
+    let moto_trace = run_sequence(&common::elbv2::client(&moto.endpoint, 1), &moto_setup).await;
 
     let emu = Emulator::new(41);
     let v = emu.create_vpc("10.0.0.0/16".parse().unwrap(), &[]).unwrap();
@@ -453,24 +450,8 @@ async fn same_elbv2_sequence_same_results_as_moto() {
         vpc_id: v.vpc_id,
         subnet_id,
     };
-    let emu_trace = run_sequence(&elbv2_common::client(&server.endpoint, 1), &emu_setup).await;
+    let emu_trace = run_sequence(&common::elbv2::client(&server.endpoint, 1), &emu_setup).await;
 
-    assert_eq!(
-        moto_trace.len(),
-        emu_trace.len(),
-        "moto: {moto_trace:#?}\nemu: {emu_trace:#?}"
-    );
-    let diffs: Vec<String> = moto_trace
-        .iter()
-        .zip(&emu_trace)
-        .filter(|(m, e)| m != e)
-        .map(|(m, e)| format!("{}: moto={:?} emu={:?}", m.0, m.1, e.1))
-        .collect();
-    assert!(
-        diffs.is_empty(),
-        "wire results differ:\n{}",
-        diffs.join("\n")
-    );
-    assert!(emu_trace.len() >= 40, "{}", emu_trace.len());
+    assert_same_trace(&moto_trace, &emu_trace, 40);
     drop(moto);
 }

@@ -50,8 +50,7 @@ fn httpd(ns: &str, dir: &Path, addr: &str, body: &str, healthy: bool) {
     }
     let mut c = Command::new("busybox");
     c.args(["httpd", "-f", "-p", addr, "-h"]).arg(dir);
-    Place::netns(ns).apply(&mut c).unwrap();
-    c.spawn().unwrap();
+    procs::spawn("httpd", c, &Place::netns(ns), &dir.join("httpd.log")).unwrap();
 }
 
 fn wait(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {

@@ -2,8 +2,9 @@
 //! unmodified aws-sdk-elasticloadbalancingv2: load balancers (`network`, `application`,
 //! scheme `internal`, one ENI per subnet), target groups (`ip`, `instance`) with health
 //! checks and attributes, listeners forwarding to one target group, target registration with
-//! ELBv2's rules and quotas, target health, tags; ELBv2's error codes; per-action faults
-//! (throttling answers `Throttling`) and call counts of their own.
+//! ELBv2's rules and quotas, target health, tags; ELBv2's error codes. Faults and call counts
+//! are the emulator's, keyed `elbv2:<Action>` ([`fault_key`]); an empty token bucket (or an
+//! injected `RequestLimitExceeded`) answers ELBv2's `Throttling`.
 //!
 //! A Query request is ELBv2's when its `Version` is `2015-12-01`, or, without `Version`, when
 //! its SigV4 credential scope names the service `elasticloadbalancing` ([`is_elbv2`]); both
@@ -37,10 +38,16 @@ pub use plane::{
 };
 
 use crate::emulator::Emulator;
-use crate::faults::{ActionFaults, CallCounts, FaultState, Faults};
 use crate::model::Cloud;
 use crate::query::params::Params;
 use model::LbState;
+
+/// The key of ELBv2 action `action` in the emulator's [`crate::Faults`] and
+/// [`crate::CallCounts`]: `elbv2:` + the action name (EC2 and ELBv2 share names such as
+/// `DescribeTags`), e.g. `elbv2:RegisterTargets`.
+pub fn fault_key(action: &str) -> String {
+    format!("elbv2:{action}")
+}
 
 /// ELBv2's API version: the `Version` of its Query requests.
 pub const API_VERSION: &str = "2015-12-01";
@@ -71,8 +78,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The ELBv2 side of one emulator.
 pub(crate) struct Elbv2State {
     model: Mutex<Elbv2Model>,
-    faults: Mutex<FaultState>,
-    counts: Mutex<CallCounts>,
     plane: RwLock<Arc<dyn LoadBalancerPlane>>,
     /// What the plane was last given, per load balancer it knows (None: the last apply failed
     /// and is retried on the next change); held while a mutation and its plane deliveries
@@ -86,8 +91,6 @@ impl Elbv2State {
     pub(crate) fn new(seed: u64, region: &str, account_id: &str) -> Self {
         Elbv2State {
             model: Mutex::new(Elbv2Model::new(seed, region, account_id)),
-            faults: Mutex::new(FaultState::new(seed ^ 0xe1b)),
-            counts: Mutex::new(CallCounts::default()),
             plane: RwLock::new(Arc::new(NoPlane)),
             applied: tokio::sync::Mutex::new(BTreeMap::new()),
             wakeup: Mutex::new(None),
@@ -210,43 +213,6 @@ impl Emulator {
         lock(&self.elbv2().model).limits = limits;
     }
 
-    /// Replace every ELBv2 fault setting (same shape as EC2's; only `actions` applies).
-    /// Errors: `InvalidParameterValue` naming the bad field.
-    pub fn set_elbv2_faults(&self, faults: Faults) -> Result<(), ElbError> {
-        faults.validate().map_err(ElbError::invalid_value)?;
-        lock(&self.elbv2().faults).set(faults);
-        Ok(())
-    }
-
-    /// Set (Some) or clear (None) the faults of one ELBv2 action, or of all (`*`). A throttle
-    /// bucket answers `Throttling` when empty.
-    pub fn set_elbv2_action_faults(
-        &self,
-        action: &str,
-        faults: Option<ActionFaults>,
-    ) -> Result<(), ElbError> {
-        if let Some(f) = &faults {
-            let mut probe = Faults::default();
-            probe.actions.insert(action.to_string(), f.clone());
-            probe.validate().map_err(ElbError::invalid_value)?;
-        }
-        lock(&self.elbv2().faults).set_action(action, faults);
-        Ok(())
-    }
-
-    pub fn elbv2_faults(&self) -> Faults {
-        lock(&self.elbv2().faults).config().clone()
-    }
-
-    /// ELBv2 call counters (per action, throttled, mutating) since start or the last reset.
-    pub fn elbv2_calls(&self) -> CallCounts {
-        lock(&self.elbv2().counts).clone()
-    }
-
-    pub fn reset_elbv2_calls(&self) {
-        *lock(&self.elbv2().counts) = CallCounts::default();
-    }
-
     /// Answer one ELBv2 Query call: (HTTP status, XML body).
     pub async fn elbv2_call(&self, params: Params) -> (u16, String) {
         let request_id = self.next_request_id();
@@ -259,19 +225,8 @@ impl Emulator {
             return fail(error::invalid_action(&action));
         };
         let st = self.elbv2();
-        {
-            let mut counts = lock(&st.counts);
-            *counts.per_action.entry(action.clone()).or_default() += 1;
-            if mutating {
-                counts.mutating += 1;
-            }
-        }
-        let admission = lock(&st.faults).admit(&action, Instant::now());
+        let admission = self.admit_call(&fault_key(&action), mutating);
         if admission.throttled {
-            *lock(&st.counts)
-                .throttled
-                .entry(action.clone())
-                .or_default() += 1;
             return fail(error::throttling());
         }
         if !admission.latency.is_zero() {

@@ -62,3 +62,24 @@ pub fn start_moto() -> Moto {
     }
     moto
 }
+
+/// Observations of one run, as (step.field, normalized value).
+pub type Trace = Vec<(String, String)>;
+
+/// Panics listing every field where the two runs differ; `at_least` guards against a trace
+/// that is trivially short.
+pub fn assert_same_trace(moto: &Trace, emu: &Trace, at_least: usize) {
+    assert_eq!(moto.len(), emu.len(), "moto: {moto:#?}\nemu: {emu:#?}");
+    let diffs: Vec<String> = moto
+        .iter()
+        .zip(emu)
+        .filter(|(m, e)| m != e)
+        .map(|(m, e)| format!("{}: moto={:?} emu={:?}", m.0, m.1, e.1))
+        .collect();
+    assert!(
+        diffs.is_empty(),
+        "wire results differ:\n{}",
+        diffs.join("\n")
+    );
+    assert!(emu.len() >= at_least, "only {} observations", emu.len());
+}

@@ -1,15 +1,12 @@
 //! Shared ELBv2 test setup: an emulator with a VPC of two subnets in two zones, served on
 //! 127.0.0.1, and the unmodified aws-sdk-elasticloadbalancingv2 client.
-#![allow(dead_code)]
 
 use std::time::Duration;
 
-use elb::config::retry::RetryConfig;
-use elb::config::{BehaviorVersion, Credentials, Region};
-use elb::error::{ProvideErrorMetadata, SdkError};
+use elb::config::{BehaviorVersion, Region};
 use elb::types::{
     Action, ActionTypeEnum, LoadBalancerSchemeEnum, LoadBalancerTypeEnum, ProtocolEnum,
-    TargetDescription, TargetTypeEnum,
+    TargetDescription, TargetGroupAttribute, TargetTypeEnum,
 };
 use elb::{Client, Config};
 use vpcnet_elbv2::aws_sdk_elasticloadbalancingv2 as elb;
@@ -17,20 +14,12 @@ use vpcnet_emu::{EmuServer, Emulator, VpcInfo};
 
 /// An ELBv2 client for `endpoint`; `attempts` = 1 disables the SDK's retries.
 pub fn client(endpoint: &str, attempts: u32) -> Client {
-    let retry = if attempts <= 1 {
-        RetryConfig::disabled()
-    } else {
-        RetryConfig::standard()
-            .with_max_attempts(attempts)
-            .with_initial_backoff(Duration::from_millis(1))
-            .with_max_backoff(Duration::from_millis(50))
-    };
     let cfg = Config::builder()
         .behavior_version(BehaviorVersion::latest())
         .endpoint_url(endpoint)
         .region(Region::new("us-east-1"))
-        .credentials_provider(Credentials::new("AKIDEMU", "secret", None, None, "tests"))
-        .retry_config(retry)
+        .credentials_provider(super::credentials())
+        .retry_config(super::retry(attempts, Duration::from_millis(50)))
         .build();
     Client::from_conf(cfg)
 }
@@ -67,21 +56,6 @@ pub async fn lab(seed: u64) -> Lab {
         subnet_a,
         subnet_b,
     }
-}
-
-/// ELBv2 error code of an SDK error (panics on anything but a service error).
-pub fn code<E: ProvideErrorMetadata + std::fmt::Debug, R: std::fmt::Debug>(
-    e: &SdkError<E, R>,
-) -> String {
-    match e {
-        SdkError::ServiceError(s) => s.err().code().unwrap_or("<no code>").to_string(),
-        other => panic!("expected a service error, got {other:?}"),
-    }
-}
-
-/// HTTP status of an SDK error's raw response.
-pub fn status<E>(e: &SdkError<E, elb::config::http::HttpResponse>) -> u16 {
-    e.raw_response().map(|r| r.status().as_u16()).unwrap_or(0)
 }
 
 pub fn target(id: &str, port: Option<i32>, az: Option<&str>) -> TargetDescription {
@@ -150,6 +124,22 @@ impl Lab {
             .listener_arn()
             .unwrap()
             .to_string()
+    }
+
+    /// Sets target group `tg`'s `deregistration_delay.timeout_seconds`.
+    pub async fn set_delay(&self, tg: &str, seconds: u32) {
+        self.elb
+            .modify_target_group_attributes()
+            .target_group_arn(tg)
+            .attributes(
+                TargetGroupAttribute::builder()
+                    .key("deregistration_delay.timeout_seconds")
+                    .value(seconds.to_string())
+                    .build(),
+            )
+            .send()
+            .await
+            .expect("ModifyTargetGroupAttributes");
     }
 
     /// (target id, state, reason) of every registered target.
