@@ -532,20 +532,7 @@ async fn listeners_rules_and_target_group_use() {
     );
     let e = create(82, ProtocolEnum::Tls, &tg).await.unwrap_err();
     assert_eq!(code(&e), "UnsupportedProtocol");
-    let http_tg = lab
-        .elb
-        .create_target_group()
-        .name("h")
-        .protocol(ProtocolEnum::Http)
-        .port(80)
-        .vpc_id(&lab.vpc.vpc_id)
-        .send()
-        .await
-        .unwrap()
-        .target_groups()[0]
-        .target_group_arn()
-        .unwrap()
-        .to_string();
+    let http_tg = lab.tg("h", ProtocolEnum::Http, 80, None).await;
     let e = create(83, ProtocolEnum::Tcp, &http_tg).await.unwrap_err();
     assert_eq!(code(&e), "IncompatibleProtocols");
     let e = create(
@@ -763,13 +750,7 @@ async fn ip_targets_rules_quota_and_health_states() {
 
     // deregistration drains for the delay, then the target is gone
     lab.set_delay(&tg, 1).await;
-    lab.elb
-        .deregister_targets()
-        .target_group_arn(&tg)
-        .targets(target("10.0.1.10", None, None))
-        .send()
-        .await
-        .unwrap();
+    lab.deregister(&tg, "10.0.1.10").await;
     let h = lab.health(&tg).await;
     assert_eq!(
         h[0],
@@ -821,20 +802,7 @@ async fn instance_targets_and_groups_not_in_use() {
         })
         .await
         .unwrap();
-    let tg = lab
-        .elb
-        .create_target_group()
-        .name("nodes")
-        .protocol(ProtocolEnum::Tcp)
-        .port(30080)
-        .vpc_id(&lab.vpc.vpc_id)
-        .send()
-        .await
-        .unwrap()
-        .target_groups()[0]
-        .target_group_arn()
-        .unwrap()
-        .to_string();
+    let tg = lab.tg("nodes", ProtocolEnum::Tcp, 30080, None).await;
     let reg = |t| {
         lab.elb
             .register_targets()
@@ -864,13 +832,7 @@ async fn instance_targets_and_groups_not_in_use() {
         (Some(i.instance_id.as_str()), Some(30080))
     );
     // a group no load balancer uses: deregistration is immediate
-    lab.elb
-        .deregister_targets()
-        .target_group_arn(&tg)
-        .targets(target(&i.instance_id, None, None))
-        .send()
-        .await
-        .unwrap();
+    lab.deregister(&tg, &i.instance_id).await;
     assert!(lab.health(&tg).await.is_empty());
     lab.emu.terminate_instance(&i.instance_id).await.unwrap();
     let e = reg(target(&i.instance_id, None, None)).await.unwrap_err();

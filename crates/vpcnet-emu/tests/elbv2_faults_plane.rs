@@ -324,13 +324,7 @@ async fn the_plane_gets_the_desired_state_and_reports_health() {
 
     // deregistration: draining in the plane, then gone when the delay ends — with no call
     lab.set_delay(&tg, 1).await;
-    lab.elb
-        .deregister_targets()
-        .target_group_arn(&tg)
-        .targets(target("10.0.1.10", None, None))
-        .send()
-        .await
-        .unwrap();
+    lab.deregister(&tg, "10.0.1.10").await;
     assert!(plane.last().target_groups[0]
         .targets
         .iter()

@@ -20,7 +20,7 @@ mod common;
 
 use std::net::Ipv4Addr;
 
-use common::moto::{assert_same_trace, start_moto, Trace};
+use common::moto::{assert_same_trace, start_moto, vpc_with_subnet, Trace};
 use common::{client, code};
 use ipnet::Ipv4Net;
 use vpcnet_ec2::aws_sdk_ec2::types::{Filter, InstanceType, ResourceType, Tag, TagSpecification};
@@ -359,22 +359,7 @@ async fn run_sequence(ec2: &Client, setup: &Setup) -> Trace {
 }
 
 async fn moto_setup(ec2: &Client) -> Setup {
-    let vpc = ec2
-        .create_vpc()
-        .cidr_block("10.0.0.0/16")
-        .send()
-        .await
-        .expect("moto CreateVpc");
-    let vpc_id = vpc.vpc().unwrap().vpc_id().unwrap().to_string();
-    let s = ec2
-        .create_subnet()
-        .vpc_id(&vpc_id)
-        .cidr_block("10.0.0.0/24")
-        .availability_zone("us-east-1a")
-        .send()
-        .await
-        .expect("moto CreateSubnet");
-    let subnet_id = s.subnet().unwrap().subnet_id().unwrap().to_string();
+    let (vpc_id, subnet_id) = vpc_with_subnet(ec2, "10.0.0.0/24").await;
     let r = ec2
         .run_instances()
         .image_id("ami-12c6146b")

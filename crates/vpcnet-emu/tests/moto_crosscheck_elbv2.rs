@@ -29,7 +29,7 @@
 mod common;
 
 use common::code;
-use common::moto::{assert_same_trace, start_moto, Trace};
+use common::moto::{assert_same_trace, start_moto, vpc_with_subnet, Trace};
 use elb::types::{
     Action, ActionTypeEnum, LoadBalancerSchemeEnum, LoadBalancerTypeEnum, ProtocolEnum, Tag,
     TargetDescription, TargetGroupAttribute, TargetTypeEnum,
@@ -419,25 +419,8 @@ async fn run_sequence(elb: &Client, s: &Setup) -> Trace {
 async fn same_elbv2_sequence_same_results_as_moto() {
     let moto = start_moto();
     let ec2 = common::client(&moto.endpoint, 1);
-    let vpc = ec2
-        .create_vpc()
-        .cidr_block("10.0.0.0/16")
-        .send()
-        .await
-        .expect("moto CreateVpc");
-    let vpc_id = vpc.vpc().unwrap().vpc_id().unwrap().to_string();
-    let sn = ec2
-        .create_subnet()
-        .vpc_id(&vpc_id)
-        .cidr_block("10.0.1.0/24")
-        .availability_zone("us-east-1a")
-        .send()
-        .await
-        .expect("moto CreateSubnet");
-    let moto_setup = Setup {
-        vpc_id,
-        subnet_id: sn.subnet().unwrap().subnet_id().unwrap().to_string(),
-    };
+    let (vpc_id, subnet_id) = vpc_with_subnet(&ec2, "10.0.1.0/24").await;
+    let moto_setup = Setup { vpc_id, subnet_id };
     let moto_trace = run_sequence(&common::elbv2::client(&moto.endpoint, 1), &moto_setup).await;
 
     let emu = Emulator::new(41);

@@ -93,13 +93,25 @@ impl Lab {
 
     /// A TCP target group of type ip on `port` in the lab VPC; returns its ARN.
     pub async fn ip_tg(&self, name: &str, port: i32) -> String {
+        self.tg(name, ProtocolEnum::Tcp, port, Some(TargetTypeEnum::Ip))
+            .await
+    }
+
+    /// A target group in the lab VPC (target type: ELBv2's default when None); returns its ARN.
+    pub async fn tg(
+        &self,
+        name: &str,
+        protocol: ProtocolEnum,
+        port: i32,
+        target_type: Option<TargetTypeEnum>,
+    ) -> String {
         self.elb
             .create_target_group()
             .name(name)
-            .protocol(ProtocolEnum::Tcp)
+            .protocol(protocol)
             .port(port)
             .vpc_id(&self.vpc.vpc_id)
-            .target_type(TargetTypeEnum::Ip)
+            .set_target_type(target_type)
             .send()
             .await
             .expect("CreateTargetGroup")
@@ -107,6 +119,17 @@ impl Lab {
             .target_group_arn()
             .unwrap()
             .to_string()
+    }
+
+    /// DeregisterTargets of target `id` (on the group's port) from `tg`.
+    pub async fn deregister(&self, tg: &str, id: &str) {
+        self.elb
+            .deregister_targets()
+            .target_group_arn(tg)
+            .targets(target(id, None, None))
+            .send()
+            .await
+            .expect("DeregisterTargets");
     }
 
     /// A TCP listener on `port` of `lb` forwarding to `tg`; returns its ARN.

@@ -83,3 +83,27 @@ pub fn assert_same_trace(moto: &Trace, emu: &Trace, at_least: usize) {
     );
     assert!(emu.len() >= at_least, "only {} observations", emu.len());
 }
+
+/// A VPC 10.0.0.0/16 with subnet `subnet_cidr` in us-east-1a, made in moto through EC2:
+/// (VPC ID, subnet ID).
+pub async fn vpc_with_subnet(
+    ec2: &vpcnet_ec2::aws_sdk_ec2::Client,
+    subnet_cidr: &str,
+) -> (String, String) {
+    let vpc = ec2
+        .create_vpc()
+        .cidr_block("10.0.0.0/16")
+        .send()
+        .await
+        .expect("moto CreateVpc");
+    let vpc_id = vpc.vpc().unwrap().vpc_id().unwrap().to_string();
+    let s = ec2
+        .create_subnet()
+        .vpc_id(&vpc_id)
+        .cidr_block(subnet_cidr)
+        .availability_zone("us-east-1a")
+        .send()
+        .await
+        .expect("moto CreateSubnet");
+    (vpc_id, s.subnet().unwrap().subnet_id().unwrap().to_string())
+}
