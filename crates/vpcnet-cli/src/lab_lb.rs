@@ -133,8 +133,14 @@ pub fn run(args: Args) -> Result<()> {
         LbCommand::Register { lb, targets } => lab.register(&lb, &targets)?,
         LbCommand::Deregister { lb, targets } => lab.deregister(&lb, &targets)?,
         LbCommand::Health { lb } => {
+            let names: std::collections::HashMap<String, String> = lab
+                .containers()?
+                .into_iter()
+                .map(|c| (c.ip.to_string(), c.id))
+                .collect();
             let mut rows = vec![row(&[
                 "TARGET",
+                "CONTAINER",
                 "PORT",
                 "ZONE",
                 "STATE",
@@ -142,8 +148,10 @@ pub fn run(args: Args) -> Result<()> {
                 "DESCRIPTION",
             ])];
             for h in lab.target_health(&lb)? {
+                let name = names.get(&h.target.id).cloned();
                 rows.push(vec![
                     h.target.id,
+                    name.unwrap_or_else(|| "-".into()),
                     h.target.port.map(|p| p.to_string()).unwrap_or_default(),
                     h.target.availability_zone.unwrap_or_default(),
                     h.state.as_str().to_string(),

@@ -1,4 +1,6 @@
-//! The local VPC lab: namespaces, VPC fabric, per-node containerd, driven by vpcnet-emu hooks.
+//! The local VPC lab: namespaces, VPC fabric, per-node containerd, driven by vpcnet-emu hooks;
+//! load balancers served by HAProxy in namespaces of their own ([`lb`], driven by the
+//! emulator's ELBv2), operated with [`lbctl`], loaded with [`load`].
 //!
 //! Everything the lab creates (network namespaces, processes, containers, mounts, directories)
 //! is recorded in `/run/vpcnet-lab/<name>/state.json` before it is created, and

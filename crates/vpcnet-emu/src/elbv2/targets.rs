@@ -151,9 +151,11 @@ pub fn health_check(
             .clone()
             .or(base.and_then(|b| b.path.clone()))
             .unwrap_or_else(|| "/".into());
-        if !p.starts_with('/') || p.len() > 1024 {
+        // URI characters only (RFC 3986 unreserved, reserved and '%'), as ELBv2 checks
+        let uri_char = |c: char| c.is_ascii_alphanumeric() || "-._~:/?#[]@!$&'()*+,;=%".contains(c);
+        if !p.starts_with('/') || p.len() > 1024 || !p.chars().all(uri_char) {
             return Err(error::validation(format!(
-                "Health check path '{p}' must start with '/' and be at most 1024 characters"
+                "Health check path '{p}' must start with '/', be at most 1024 characters and hold only URI characters"
             )));
         }
         Some(p)
@@ -644,6 +646,9 @@ mod tests {
         assert!(with(|i| i.protocol = Some(Protocol::Tcp)).is_err());
         assert!(with(|i| i.enabled = Some(false)).is_err());
         assert!(with(|i| i.path = Some("nope".into())).is_err());
+        assert!(with(|i| i.path = Some("/a b".into())).is_err());
+        assert!(with(|i| i.path = Some("/x\nbind :1".into())).is_err());
+        assert!(with(|i| i.path = Some("/healthz?full=1&x=%20".into())).is_ok());
         assert!(with(|i| i.port = Some("0".into())).is_err());
         assert!(with(|i| i.port = Some("8080".into())).is_ok());
     }
