@@ -3,11 +3,10 @@
 
 use std::collections::BTreeMap;
 
+use super::balancers::{CreateListener, CreateLoadBalancer};
 use super::error::{self, revalidate, ElbError};
 use super::health::{self, TargetHealth, Usage};
-use super::model::{
-    CreateListener, CreateLoadBalancer, Elbv2Model, LbType, Protocol, TargetGroup, TargetType,
-};
+use super::model::{Elbv2Model, LbType, Protocol, TargetGroup, TargetType};
 use super::plane::LoadBalancerPlane;
 use super::render::{self, HealthRow};
 use super::targets::{CreateTargetGroup, HealthCheckInput, TargetInput};

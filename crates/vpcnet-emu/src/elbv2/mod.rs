@@ -16,6 +16,7 @@
 
 mod actions;
 pub mod attributes;
+pub mod balancers;
 pub mod control;
 pub mod error;
 pub mod health;
