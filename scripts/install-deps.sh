@@ -18,12 +18,20 @@ have conntrack || need_pkgs+=(conntrack)           # kube-proxy clears UDP connt
 have gcc || need_pkgs+=(gcc)                       # the lab's pause image (gcc -static)
 [ -e /usr/lib/x86_64-linux-gnu/libc.a ] || [ -e /usr/lib/aarch64-linux-gnu/libc.a ] || need_pkgs+=(libc6-dev)
 have openssl || need_pkgs+=(openssl)
+# The lab's load balancers: one HAProxy per load balancer, inside the lab's namespaces.
+have haproxy || need_pkgs+=(haproxy)
 
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "==> installing Debian packages: ${need_pkgs[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+  # Debian's package starts haproxy.service with its sample configuration; the lab starts its
+  # own HAProxy processes in its namespaces and needs no system-wide one. Only the service this
+  # run installed is stopped.
+  if [[ " ${need_pkgs[*]} " == *" haproxy "* ]] && [ -d /run/systemd/system ]; then
+    systemctl disable --now haproxy >/dev/null 2>&1 || true
+  fi
 fi
 
 if ! python3 -c 'import moto.server' >/dev/null 2>&1; then

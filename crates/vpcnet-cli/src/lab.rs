@@ -76,6 +76,10 @@ enum LabCommand {
         /// How many containers (named c<N>) when no names are given.
         #[arg(long, default_value_t = 1)]
         count: usize,
+        /// Run busybox httpd on this port (answers its name on `/`; `/cgi-bin/stream` streams),
+        /// for load-balancer targets.
+        #[arg(long, value_name = "PORT")]
+        httpd: Option<u16>,
         /// Container names.
         names: Vec<String>,
     },
@@ -108,6 +112,9 @@ enum LabCommand {
         #[command(flatten)]
         view: crate::inspect::View,
     },
+    /// Load balancers (ELBv2 on the lab cloud, served by HAProxy): create, list, register,
+    /// deregister, health, load, delete.
+    Lb(crate::lab_lb::Args),
     /// Remove everything the lab created.
     Down {
         #[command(flatten)]
@@ -196,6 +203,7 @@ pub fn run(args: Args) -> Result<()> {
             name,
             node,
             count,
+            httpd,
             names,
         } => {
             let lab = Lab::open(&name.name)?;
@@ -204,7 +212,12 @@ pub fn run(args: Args) -> Result<()> {
             } else {
                 names
             };
-            let started = lab.run(&node, &names)?;
+            let started = match httpd {
+                Some(port) => lab.run_with(&node, &names, &|id| {
+                    vpcnet_lab::web::httpd_command(id, port)
+                })?,
+                None => lab.run(&node, &names)?,
+            };
             for c in started {
                 println!("{}\t{}\t{}", c.id, c.node, c.ip);
             }
@@ -259,6 +272,7 @@ pub fn run(args: Args) -> Result<()> {
             }
             Ok(())
         }
+        LabCommand::Lb(args) => crate::lab_lb::run(args),
         LabCommand::Demo { up, count } => {
             if up.no_kubernetes {
                 demo(&up, count)

@@ -20,6 +20,7 @@
 //! | `GET /_emu/calls` | → [`crate::CallCounts`]; `DELETE` resets |
 //! | `POST /_emu/eks/clusters` | [`crate::model::EksClusterSpec`] → [`crate::model::EksCluster`] |
 //! | `GET /_emu/eks/clusters`, `GET /_emu/eks/clusters/{name}` | → cluster(s); `DELETE` removes one |
+//! | `GET`/`PUT /_emu/elbv2/limits` | ELBv2 quotas: [`crate::elbv2::control`] (ELBv2 faults and calls: the rows above, keyed `elbv2:<Action>`) |
 //!
 //! Errors answer `{"code","message"}` with EC2's status for the code (400 for bad JSON, naming
 //! the problem).
@@ -122,7 +123,7 @@ impl InstanceTypeSpec {
     }
 }
 
-struct ApiError(Ec2Error);
+pub(crate) struct ApiError(Ec2Error);
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
@@ -141,14 +142,14 @@ impl From<Ec2Error> for ApiError {
     }
 }
 
-type ApiResult = Result<Response, ApiError>;
+pub(crate) type ApiResult = Result<Response, ApiError>;
 
-fn parse<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
+pub(crate) fn parse<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
     serde_json::from_slice(body)
         .map_err(|e| ApiError(Ec2Error::invalid_value(format!("bad JSON body: {e}"))))
 }
 
-fn ok(v: impl Serialize) -> ApiResult {
+pub(crate) fn ok(v: impl Serialize) -> ApiResult {
     Ok(Json(v).into_response())
 }
 
@@ -181,6 +182,7 @@ pub(crate) fn router() -> Router<Emulator> {
         .route("/empty-private-dns-names", put(empty_dns))
         .route("/calls", get(calls).delete(reset_calls))
         .merge(crate::eks::control_routes())
+        .nest("/elbv2", crate::elbv2::control::router())
         .fallback(|| async {
             ApiError(Ec2Error::new(
                 "NotFound",

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use vpcnet_limits::InstanceLimits;
 
 use crate::error::Ec2Error;
-use crate::faults::{ActionFaults, CallCounts, FaultState, Faults};
+use crate::faults::{ActionFaults, Admission, CallCounts, FaultState, Faults};
 use crate::hooks::{deliver, FabricEvent, FabricHooks, NoHooks};
 use crate::model::{Cloud, Eni, Instance, InstanceState, RunInstanceRequest};
 use crate::query::actions::{self, Ctx};
@@ -172,6 +172,7 @@ pub(crate) struct Inner {
     base_wall: DateTime<Utc>,
     request_seq: AtomicU64,
     pub(crate) imds: Mutex<ImdsTokens>,
+    pub(crate) elbv2: crate::elbv2::Elbv2State,
 }
 
 /// The emulated cloud. Cheap to clone (an `Arc` inside); every clone is the same cloud.
@@ -217,6 +218,7 @@ impl Emulator {
                     endpoints: HashMap::new(),
                     seq: 0,
                 }),
+                elbv2: crate::elbv2::Elbv2State::new(o.seed, &o.region, &o.account_id),
             }),
         }
     }
@@ -509,29 +511,16 @@ impl Emulator {
             }
             _ => None,
         };
-        {
-            let mut counts = lock(&self.inner.counts);
-            *counts.per_action.entry(action.clone()).or_default() += 1;
-            if mutating {
-                counts.mutating += 1;
-            }
-            if let Some(i) = &caller {
-                *counts
-                    .per_instance
-                    .entry(i.clone())
-                    .or_default()
-                    .ec2
-                    .entry(action.clone())
-                    .or_default() += 1;
-            }
-        }
-        let admission = lock(&self.inner.faults).admit(&action, Instant::now());
-        if admission.throttled {
+        if let Some(i) = &caller {
             *lock(&self.inner.counts)
-                .throttled
+                .per_instance
+                .entry(i.clone())
+                .or_default()
+                .ec2
                 .entry(action.clone())
                 .or_default() += 1;
         }
+        let admission = self.admit_call(&action, mutating);
         let attach_delay = if action == "AttachNetworkInterface" {
             admission.latency
         } else {
@@ -564,6 +553,26 @@ impl Emulator {
             Ok(body) => (200, body),
             Err(e) => fail(e),
         }
+    }
+
+    /// Count one call of `action` (its key in [`CallCounts`] and [`Faults`]: the EC2 action
+    /// name, or `elbv2:` + the ELBv2 action name) and decide its faults.
+    pub(crate) fn admit_call(&self, action: &str, mutating: bool) -> Admission {
+        {
+            let mut counts = lock(&self.inner.counts);
+            *counts.per_action.entry(action.to_string()).or_default() += 1;
+            if mutating {
+                counts.mutating += 1;
+            }
+        }
+        let admission = lock(&self.inner.faults).admit(action, Instant::now());
+        if admission.throttled {
+            *lock(&self.inner.counts)
+                .throttled
+                .entry(action.to_string())
+                .or_default() += 1;
+        }
+        admission
     }
 
     pub(crate) fn instance_state(&self, instance_id: &str) -> Option<InstanceState> {

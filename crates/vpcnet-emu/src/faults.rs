@@ -18,8 +18,9 @@ pub const MAX_DELAY_MS: u64 = 24 * 3600 * 1000;
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Faults {
-    /// Per EC2 action name (e.g. `AssignPrivateIpAddresses`); the key `*` applies to every
-    /// action without an entry of its own (each action still gets its own bucket).
+    /// Per EC2 action name (e.g. `AssignPrivateIpAddresses`) or ELBv2 action as `elbv2:<Action>`
+    /// (e.g. `elbv2:RegisterTargets`); the key `*` applies to every action without an entry of
+    /// its own (each action still gets its own bucket).
     #[serde(default)]
     pub actions: BTreeMap<String, ActionFaults>,
     /// IMDS lag for every instance, in milliseconds.
@@ -320,12 +321,14 @@ impl FaultState {
 /// Call counters, as read by the control API (`GET /_emu/calls`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CallCounts {
-    /// EC2 calls per action, throttled and failed ones included.
+    /// Calls per action (EC2 names; ELBv2 as `elbv2:<Action>`), throttled and failed ones
+    /// included.
     pub per_action: BTreeMap<String, u64>,
     /// Calls per action answered RequestLimitExceeded by a token bucket.
     pub throttled: BTreeMap<String, u64>,
     /// Calls to mutating actions (Create*, Attach*, Detach*, Delete*, Modify*, Assign*,
-    /// Unassign*, Terminate*), throttled and failed ones included.
+    /// Unassign*, Terminate*; ELBv2's Register/Deregister/Add/Remove too), throttled and failed
+    /// ones included.
     pub mutating: u64,
     /// Calls attributed to an instance: IMDS calls by the caller's instance, EC2 calls by a
     /// source address equal to an instance's primary private IP (the lab).

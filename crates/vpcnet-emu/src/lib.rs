@@ -22,6 +22,10 @@
 //! ModifyNetworkInterfaceAttribute, AssignPrivateIpAddresses, UnassignPrivateIpAddresses,
 //! CreateTags, DeleteTags, TerminateInstances.
 //!
+//! ELBv2 (API 2015-12-01) on the same endpoint, dispatched by `Version` or signing service:
+//! see [`elbv2`] (load balancers, target groups, listeners, targets and their health, tags; a
+//! [`elbv2::LoadBalancerPlane`] serves the traffic).
+//!
 //! # Binary
 //!
 //! `vpcnet-emu --listen 127.0.0.1:8080 --seed 1 [--config lab.json] [--imds-listen ADDR]`
@@ -31,6 +35,7 @@
 pub mod config;
 pub mod control;
 pub mod eks;
+pub mod elbv2;
 mod emulator;
 pub mod error;
 pub mod faults;

@@ -16,7 +16,7 @@ use vpcnet_emu::{Emulator, EmulatorOptions};
 #[derive(Parser, Debug)]
 #[command(
     name = "vpcnet-emu",
-    about = "Lab cloud: EC2 Query API and IMDSv2 with EC2's limits, errors and faults"
+    about = "Lab cloud: EC2 Query API, ELBv2 and IMDSv2 with AWS's limits, errors and faults"
 )]
 struct Args {
     /// Address for the EC2 endpoint and the control API (`/_emu/`).

@@ -1,6 +1,7 @@
-//! The HTTP server: the EC2 Query API (`POST /`, form body; `GET /?Action=...` too), EKS
-//! DescribeCluster (`GET /clusters/{name}`, REST-JSON) and the JSON control API under `/_emu/`
-//! on the same listener.
+//! The HTTP server: the EC2 Query API (`POST /`, form body; `GET /?Action=...` too), ELBv2's
+//! Query API on the same path (by `Version` or signing service, [`crate::elbv2::is_elbv2`]),
+//! EKS DescribeCluster (`GET /clusters/{name}`, REST-JSON) and the JSON control API under
+//! `/_emu/` on the same listener.
 
 use std::net::SocketAddr;
 
@@ -24,6 +25,11 @@ async fn ec2(State(emu): State<Emulator>, req: Request) -> Response {
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0.ip());
     let query = req.uri().query().map(|q| Params::parse(q.as_bytes()));
+    let authorization = req
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
     let body = match to_bytes(req.into_body(), MAX_BODY).await {
         Ok(b) => b,
         Err(_) => {
@@ -37,7 +43,11 @@ async fn ec2(State(emu): State<Emulator>, req: Request) -> Response {
     if let Some(q) = query {
         params.merge_missing(q);
     }
-    let (status, body) = emu.ec2_call(params, peer).await;
+    let (status, body) = if crate::elbv2::is_elbv2(&params, authorization.as_deref()) {
+        emu.elbv2_call(params).await
+    } else {
+        emu.ec2_call(params, peer).await
+    };
     xml(status, body)
 }
 

@@ -18,72 +18,14 @@
 
 mod common;
 
-use std::net::{Ipv4Addr, TcpListener};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::net::Ipv4Addr;
 
+use common::moto::{assert_same_trace, start_moto, vpc_with_subnet, Trace};
 use common::{client, code};
 use ipnet::Ipv4Net;
 use vpcnet_ec2::aws_sdk_ec2::types::{Filter, InstanceType, ResourceType, Tag, TagSpecification};
 use vpcnet_ec2::aws_sdk_ec2::Client;
 use vpcnet_emu::{Emulator, RunInstance};
-
-/// Kills the moto server when the test ends, pass or fail.
-struct Moto {
-    child: Child,
-    endpoint: String,
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_moto() -> Moto {
-    let check = Command::new("python3")
-        .args(["-c", "import moto.server"])
-        .output();
-    match check {
-        Ok(o) if o.status.success() => {}
-        _ => panic!(
-            "moto is not installed (python3 -c 'import moto.server' failed): run scripts/install-deps.sh \
-             or `python3 -m pip install 'moto[server]'`; this cross-check does not skip"
-        ),
-    }
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = Command::new("python3")
-        .args([
-            "-m",
-            "moto.server",
-            "-H",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("cannot start python3 -m moto.server");
-    let moto = Moto {
-        child,
-        endpoint: format!("http://127.0.0.1:{port}"),
-    };
-    let t0 = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "moto server did not listen on port {port} within 30 s"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    moto
-}
 
 fn filter(name: &str, value: &str) -> Filter {
     Filter::builder().name(name).values(value).build()
@@ -96,9 +38,6 @@ struct Setup {
     subnet_cidr: Ipv4Net,
     instance_id: String,
 }
-
-/// Observations of one run, as (step.field, normalized value).
-type Trace = Vec<(String, String)>;
 
 fn rel(v: Option<&str>, setup: &Setup) -> String {
     match v {
@@ -420,22 +359,7 @@ async fn run_sequence(ec2: &Client, setup: &Setup) -> Trace {
 }
 
 async fn moto_setup(ec2: &Client) -> Setup {
-    let vpc = ec2
-        .create_vpc()
-        .cidr_block("10.0.0.0/16")
-        .send()
-        .await
-        .expect("moto CreateVpc");
-    let vpc_id = vpc.vpc().unwrap().vpc_id().unwrap().to_string();
-    let s = ec2
-        .create_subnet()
-        .vpc_id(&vpc_id)
-        .cidr_block("10.0.0.0/24")
-        .availability_zone("us-east-1a")
-        .send()
-        .await
-        .expect("moto CreateSubnet");
-    let subnet_id = s.subnet().unwrap().subnet_id().unwrap().to_string();
+    let (vpc_id, subnet_id) = vpc_with_subnet(ec2, "10.0.0.0/24").await;
     let r = ec2
         .run_instances()
         .image_id("ami-12c6146b")
@@ -487,23 +411,7 @@ async fn same_sequence_same_results_as_moto() {
     let emu_ec2 = client(&server.endpoint, 1);
     let emu_trace = run_sequence(&emu_ec2, &emu_setup(&emu).await).await;
 
-    assert_eq!(
-        moto_trace.len(),
-        emu_trace.len(),
-        "moto: {moto_trace:#?}\nemu: {emu_trace:#?}"
-    );
-    let diffs: Vec<String> = moto_trace
-        .iter()
-        .zip(&emu_trace)
-        .filter(|(m, e)| m != e)
-        .map(|(m, e)| format!("{}: moto={:?} emu={:?}", m.0, m.1, e.1))
-        .collect();
-    assert!(
-        diffs.is_empty(),
-        "wire results differ:\n{}",
-        diffs.join("\n")
-    );
     // the trace is not trivially empty
-    assert!(emu_trace.len() >= 30);
+    assert_same_trace(&moto_trace, &emu_trace, 30);
     drop(moto);
 }

@@ -1,7 +1,8 @@
 //! The lab's cloud process (`vpcnet lab serve`): started by `lab up` inside the VPC namespace,
 //! it hosts the in-process [`Emulator`] with [`LabHooks`], creates the VPC, subnets and one
-//! instance per node (their primary ENIs become the nodes' `eth0`), serves the EC2 endpoint on
-//! every subnet router (port [`EC2_PORT`]), IMDS on 169.254.169.254:80 (callers known by source
+//! instance per node (their primary ENIs become the nodes' `eth0`), serves the EC2 endpoint (and
+//! ELBv2 on the same port, its load balancers served by [`crate::lb::HaproxyPlane`]) on every
+//! subnet router (port [`EC2_PORT`]), IMDS on 169.254.169.254:80 (callers known by source
 //! address) and the emulator's API on a Unix socket in the lab directory (for `lab status` and
 //! tests), then writes `ready.json` and serves until killed.
 
@@ -101,6 +102,11 @@ async fn serve_async(dir: &Path, spec: DaemonSpec) -> Result<()> {
     });
     let hooks = LabHooks::new(&spec.vpc_netns, spec.subnets.clone());
     emu.set_hooks(std::sync::Arc::new(hooks.clone()));
+    emu.set_lb_plane(std::sync::Arc::new(crate::lb::HaproxyPlane::new(
+        dir,
+        &spec.vpc_netns,
+        spec.subnets.clone(),
+    )));
     let vpc = emu
         .create_vpc(spec.vpc_cidr, &[])
         .map_err(|e| anyhow::anyhow!("CreateVpc {}: {e}", spec.vpc_cidr))?;

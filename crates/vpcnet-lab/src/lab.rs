@@ -652,6 +652,17 @@ impl Lab {
     /// and waits until each is running (its CNI ADD done). Errors name the failing container
     /// and quote ctr's output (the plugin's error).
     pub fn run(&self, node_name: &str, ids: &[String]) -> Result<Vec<ContainerInfo>> {
+        self.run_with(node_name, ids, &|_| vec!["sleep".into(), "86400".into()])
+    }
+
+    /// [`Lab::run`] with each container's command given by `command(id)` (e.g.
+    /// [`crate::web::httpd_command`]).
+    pub fn run_with(
+        &self,
+        node_name: &str,
+        ids: &[String],
+        command: &dyn Fn(&str) -> Vec<String>,
+    ) -> Result<Vec<ContainerInfo>> {
         let s = self.state()?;
         let node = s.node(node_name)?.clone();
         for id in ids {
@@ -675,13 +686,14 @@ impl Lab {
                 });
                 Ok(())
             })?;
-            started.push((id.clone(), self.start_container(&node, id)?));
+            let args = command(id);
+            started.push((id.clone(), self.start_container(&node, id, &args)?, args));
         }
         // Wait for every container, even after one failed, so none is left half-made.
         let mut out = Vec::new();
         let mut failed = Vec::new();
-        for (id, p) in &started {
-            let info = self.wait_started(&node, id, p.clone()).and_then(|t| {
+        for (id, p, args) in &started {
+            let info = self.wait_started(&node, id, p.clone(), args).and_then(|t| {
                 let ip = containerd::container_ip(t.pid)?
                     .parse()
                     .context("container address")?;
@@ -714,14 +726,9 @@ impl Lab {
         Ok(out)
     }
 
-    fn start_container(&self, node: &NodeRecord, id: &str) -> Result<ProcRecord> {
-        let p = containerd::run_container(
-            node,
-            image::IMAGE_REF,
-            id,
-            &["sleep", "86400"],
-            &self.logs(),
-        )?;
+    fn start_container(&self, node: &NodeRecord, id: &str, args: &[String]) -> Result<ProcRecord> {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let p = containerd::run_container(node, image::IMAGE_REF, id, &args, &self.logs())?;
         state::update(&self.dir, |s| {
             s.processes.push(p.clone());
             Ok(())
@@ -737,6 +744,7 @@ impl Lab {
         node: &NodeRecord,
         id: &str,
         mut p: ProcRecord,
+        args: &[String],
     ) -> Result<containerd::Task> {
         let t0 = Instant::now();
         loop {
@@ -757,7 +765,7 @@ impl Lab {
                     progress(&format!("{id}: {why}; retrying as a kubelet would"));
                     self.discard_failed(node, id, &p, false)?;
                     std::thread::sleep(Duration::from_secs(1));
-                    p = self.start_container(node, id)?;
+                    p = self.start_container(node, id, args)?;
                 }
                 Err(e) => {
                     // Leave nothing half-made, so `lab run` can be tried again.

@@ -1,4 +1,6 @@
-//! The local VPC lab: namespaces, VPC fabric, per-node containerd, driven by vpcnet-emu hooks.
+//! The local VPC lab: namespaces, VPC fabric, per-node containerd, driven by vpcnet-emu hooks;
+//! load balancers served by HAProxy in namespaces of their own ([`lb`], driven by the
+//! emulator's ELBv2), operated with [`lbctl`], loaded with [`load`].
 //!
 //! Everything the lab creates (network namespaces, processes, containers, mounts, directories)
 //! is recorded in `/run/vpcnet-lab/<name>/state.json` before it is created, and
@@ -10,14 +12,19 @@ pub mod cmd;
 pub mod containerd;
 pub mod daemon;
 pub mod fabric;
+pub mod haproxy;
 pub mod hooks;
 pub mod image;
 pub mod kube;
 pub mod lab;
 pub mod machine;
+pub mod lb;
+pub mod lbctl;
+pub mod load;
 pub mod netns;
 pub mod procs;
 pub mod spawn;
 pub mod state;
 pub mod teardown;
 pub mod wait;
+pub mod web;

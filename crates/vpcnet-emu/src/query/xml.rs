@@ -27,8 +27,14 @@ fn push_escaped(buf: &mut String, s: &str) {
 }
 
 impl Xml {
-    /// Start a response document with root `<{root} xmlns="...">`.
+    /// Start a response document with root `<{root} xmlns="...">` in EC2's namespace.
     pub fn response(root: &str) -> Self {
+        Self::response_in(root, EC2_XMLNS)
+    }
+
+    /// Start a response document with root `<{root} xmlns="{xmlns}">` (another service's
+    /// namespace, e.g. ELBv2's).
+    pub fn response_in(root: &str, xmlns: &str) -> Self {
         let mut x = Xml {
             buf: String::with_capacity(1024),
         };
@@ -36,7 +42,7 @@ impl Xml {
             .push_str("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<");
         x.buf.push_str(root);
         x.buf.push_str(" xmlns=\"");
-        x.buf.push_str(EC2_XMLNS);
+        x.buf.push_str(xmlns);
         x.buf.push_str("\">");
         x
     }

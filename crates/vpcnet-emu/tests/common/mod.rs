@@ -1,6 +1,9 @@
 //! Shared test setup: an emulator served on 127.0.0.1 and an unmodified aws-sdk-ec2 client.
 #![allow(dead_code)]
 
+pub mod elbv2;
+pub mod moto;
+
 use std::time::Duration;
 
 use vpcnet_ec2::aws_sdk_ec2::config::retry::RetryConfig;
@@ -9,28 +12,32 @@ use vpcnet_ec2::aws_sdk_ec2::error::{ProvideErrorMetadata, SdkError};
 use vpcnet_ec2::aws_sdk_ec2::{Client, Config};
 use vpcnet_emu::{EmuServer, Emulator, RunInstance, VpcInfo};
 
-/// An aws-sdk-ec2 client for `endpoint`; `attempts` = 1 disables retries.
-pub fn client(endpoint: &str, attempts: u32) -> Client {
-    let retry = if attempts <= 1 {
+/// The SDKs' retry settings for tests: `attempts` = 1 disables retries, else the standard
+/// mode with backoffs of 1 ms up to `max_backoff`.
+pub fn retry(attempts: u32, max_backoff: Duration) -> RetryConfig {
+    if attempts <= 1 {
         RetryConfig::disabled()
     } else {
         RetryConfig::standard()
             .with_max_attempts(attempts)
             .with_initial_backoff(Duration::from_millis(1))
-            .with_max_backoff(Duration::from_millis(5))
-    };
+            .with_max_backoff(max_backoff)
+    }
+}
+
+/// The static credentials every test client signs with.
+pub fn credentials() -> Credentials {
+    Credentials::new("AKIDEMU", "secret", None, None, "vpcnet-emu-tests")
+}
+
+/// An aws-sdk-ec2 client for `endpoint`; `attempts` = 1 disables retries.
+pub fn client(endpoint: &str, attempts: u32) -> Client {
     let cfg = Config::builder()
         .behavior_version(BehaviorVersion::latest())
         .endpoint_url(endpoint)
         .region(Region::new("us-east-1"))
-        .credentials_provider(Credentials::new(
-            "AKIDEMU",
-            "secret",
-            None,
-            None,
-            "vpcnet-emu-tests",
-        ))
-        .retry_config(retry)
+        .credentials_provider(credentials())
+        .retry_config(retry(attempts, Duration::from_millis(5)))
         .build();
     Client::from_conf(cfg)
 }
