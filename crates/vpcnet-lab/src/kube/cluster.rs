@@ -204,6 +204,7 @@ impl Lab {
     /// `wait`) waits (3 min) for all of them to be Ready and initialized.
     pub(crate) fn join_nodes(&self, kube_proxy: bool, wait: bool) -> Result<()> {
         let nodes = self.state()?.nodes;
+        let t0 = std::time::Instant::now();
         for n in &nodes {
             if kube_proxy {
                 self.start_kube_proxy(&n.name)?;
@@ -218,7 +219,17 @@ impl Lab {
             return Ok(());
         }
         progress("waiting for the nodes to register, turn Ready and be initialized by the cloud controller manager");
-        self.wait_nodes_ready(Duration::from_secs(180))
+        self.wait_nodes_ready(Duration::from_secs(180))?;
+        progress(&format!(
+            "nodes Ready and initialized {:.1} s after their kubelets started{}",
+            t0.elapsed().as_secs_f64(),
+            if kube_proxy {
+                ""
+            } else {
+                " (kube-proxy not started)"
+            }
+        ));
+        Ok(())
     }
 }
 
