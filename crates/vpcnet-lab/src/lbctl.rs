@@ -102,15 +102,39 @@ impl Lab {
         })
     }
 
-    /// Creates an internal load balancer in the lab subnet, a target group of type `ip` in
+    /// The subnets of the lab's worker nodes (not the control plane's), where load balancers
+    /// go.
+    fn node_subnets(&self) -> Result<Vec<String>> {
+        let ready = self.ready()?;
+        let spec: daemon::DaemonSpec = serde_json::from_slice(
+            &std::fs::read(daemon::spec_path(&self.dir)).context("reading the lab's spec.json")?,
+        )?;
+        let mut out: Vec<String> = Vec::new();
+        for n in spec
+            .nodes
+            .iter()
+            .filter(|n| n.name != crate::lab::CONTROL_PLANE_NAME)
+        {
+            if let Some(id) = ready.subnet_ids.get(n.subnet) {
+                if !out.contains(id) {
+                    out.push(id.clone());
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Creates an internal load balancer in the nodes' subnet, a target group of type `ip` in
     /// the lab VPC and a listener forwarding to it. Errors: ELBv2's (name taken, bad health
-    /// settings); an application load balancer needs two zones, and the lab has one subnet.
+    /// settings); an application load balancer needs two zones, and the lab's nodes have one
+    /// subnet.
     pub fn create_lb(&self, s: &LbSettings) -> Result<LabLb> {
         let ready = self.ready()?;
-        if s.lb_type == LoadBalancerType::Application && ready.subnet_ids.len() < 2 {
+        let subnets = self.node_subnets()?;
+        if s.lb_type == LoadBalancerType::Application && subnets.len() < 2 {
             bail!(
-                "an application load balancer needs subnets in two zones and this lab has {}: use --type network",
-                ready.subnet_ids.len()
+                "an application load balancer needs subnets in two zones and this lab's nodes have {}: use --type network",
+                subnets.len()
             );
         }
         let s = s.clone();
@@ -120,7 +144,7 @@ impl Lab {
                     name: s.name.clone(),
                     lb_type: s.lb_type,
                     internal: true,
-                    subnets: ready.subnet_ids.clone(),
+                    subnets,
                     security_groups: vec![],
                     tags: vec![("created-by".into(), "vpcnet lab lb".into())],
                 })
