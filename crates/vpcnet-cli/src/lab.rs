@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use crate::inspect::table;
 use anyhow::{bail, Result};
 use clap::{Args as ClapArgs, Subcommand};
-use vpcnet_lab::lab::{progress, ContainerInfo, Lab, LabGuard, UpOptions};
+use vpcnet_lab::lab::{progress, ContainerInfo, Lab, UpOptions};
 
 #[derive(ClapArgs)]
 pub struct Args {
@@ -159,13 +159,18 @@ fn up_options(a: &UpArgs, default_nodes: usize) -> Result<UpOptions> {
     o.kubernetes = !a.no_kubernetes;
     o.k8s_bin_dir = a.k8s_bin_dir.clone();
     o.cluster_endpoint = a.cluster_endpoint;
-    for kv in &a.agent_env {
-        let Some((k, v)) = kv.split_once('=') else {
-            bail!("--agent-env {kv:?}: expected KEY=VALUE");
-        };
-        o.agent_env.push((k.to_string(), v.to_string()));
-    }
+    o.agent_env = parse_env(&a.agent_env)?;
     Ok(o)
+}
+
+/// `--agent-env KEY=VALUE` arguments as pairs; errors name a malformed one.
+pub(crate) fn parse_env(kvs: &[String]) -> Result<Vec<(String, String)>> {
+    kvs.iter()
+        .map(|kv| match kv.split_once('=') {
+            Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+            _ => bail!("--agent-env {kv:?}: expected KEY=VALUE"),
+        })
+        .collect()
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -352,12 +357,7 @@ pub(crate) fn enis_table(lab: &Lab, enis: &[vpcnet_lab::lab::EniInfo]) -> Result
 }
 
 fn demo(up: &UpArgs, count: usize) -> Result<()> {
-    let guard = LabGuard::new(Lab::up(&up_options(up, 1)?)?);
-    let result = demo_steps(guard.lab(), count);
-    progress("tearing the lab down");
-    let down = guard.down();
-    let failed = result?;
-    down?;
+    let failed = vpcnet_lab::lab::with_lab(&up_options(up, 1)?, |lab| demo_steps(lab, count))?;
     if failed > 0 {
         bail!("{failed} ping(s) failed");
     }

@@ -941,6 +941,19 @@ impl Lab {
     }
 }
 
+/// Builds a lab with `opts`, runs `f` on it and always tears it down (also when `f` fails or
+/// panics), for the one-shot commands (`lab demo`, `lab bench-pods`). Returns `f`'s result;
+/// when `f` succeeded, a teardown problem is the error.
+pub fn with_lab<T>(opts: &UpOptions, f: impl FnOnce(&Lab) -> Result<T>) -> Result<T> {
+    let guard = LabGuard::new(Lab::up(opts)?);
+    let result = f(guard.lab());
+    progress("tearing the lab down");
+    let down = guard.down();
+    let value = result?;
+    down?;
+    Ok(value)
+}
+
 /// Tears a lab down when dropped (tests and `lab demo`), unless [`LabGuard::keep`] was called.
 pub struct LabGuard {
     lab: Option<Lab>,

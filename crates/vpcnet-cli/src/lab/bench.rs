@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Result;
 use clap::Args as ClapArgs;
 use vpcnet_lab::kube::bench::{quantile, PodTimes};
-use vpcnet_lab::lab::{progress, Lab, LabGuard, UpOptions};
+use vpcnet_lab::lab::{progress, Lab, UpOptions};
 
 use crate::inspect::table;
 
@@ -48,18 +48,8 @@ fn q(v: &[PodTimes], f: fn(&PodTimes) -> Option<Duration>, p: f64) -> Option<Dur
 pub fn run(a: &Args) -> Result<()> {
     let mut o = UpOptions::new(&a.name);
     o.instance_type = a.instance_type.clone();
-    for kv in &a.agent_env {
-        let (k, v) = kv
-            .split_once('=')
-            .ok_or_else(|| anyhow::anyhow!("--agent-env {kv:?}: expected KEY=VALUE"))?;
-        o.agent_env.push((k.into(), v.into()));
-    }
-    let guard = LabGuard::new(Lab::up(&o)?);
-    let result = measure(guard.lab(), a);
-    progress("tearing the lab down");
-    let down = guard.down();
-    let rows = result?;
-    down?;
+    o.agent_env = super::parse_env(&a.agent_env)?;
+    let rows = vpcnet_lab::lab::with_lab(&o, |lab| measure(lab, a))?;
     print!("{}", render(a, &rows));
     Ok(())
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use vpcnet_lab::kube::workload::{httpd_manifest, Placement, PodInfo};
-use vpcnet_lab::lab::{progress, Lab, LabGuard, UpOptions};
+use vpcnet_lab::lab::{progress, Lab, UpOptions};
 
 use crate::inspect::table;
 
@@ -26,12 +26,7 @@ struct Check {
 
 /// Runs the demo; errors if a pod did not start on an ENI address or a check failed.
 pub fn run(opts: &UpOptions, count: usize) -> Result<()> {
-    let guard = LabGuard::new(Lab::up(opts)?);
-    let result = steps(guard.lab(), count);
-    progress("tearing the lab down");
-    let down = guard.down();
-    let failed = result?;
-    down?;
+    let failed = vpcnet_lab::lab::with_lab(opts, |lab| steps(lab, count))?;
     if failed > 0 {
         bail!("{failed} check(s) failed");
     }
