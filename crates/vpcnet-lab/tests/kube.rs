@@ -66,6 +66,23 @@ fn pods_get_addresses_of_their_nodes_enis_and_reach_each_other_and_the_service()
                 assert!(addrs.contains(&n.primary_ip), "{addrs}");
                 let taints = obj["spec"]["taints"].to_string();
                 assert!(!taints.contains("uninitialized"), "{taints}");
+                // The running kubelet got the cloud provider from the files vpcnet-bootstrap
+                // wrote (KUBELET_ARGS in the unit's drop-ins), as on an EKS AMI.
+                let kubelet = state
+                    .processes
+                    .iter()
+                    .find(|p| p.role == format!("kubelet {}", n.name))
+                    .unwrap_or_else(|| panic!("no kubelet process for {}", n.name));
+                let cmdline = std::fs::read(format!("/proc/{}/cmdline", kubelet.pid)).unwrap();
+                let argv: Vec<String> = cmdline
+                    .split(|b| *b == 0)
+                    .map(|a| String::from_utf8_lossy(a).into_owned())
+                    .collect();
+                assert!(
+                    argv.iter().any(|a| a == "--cloud-provider=external"),
+                    "kubelet of {} runs without --cloud-provider=external: {argv:?}",
+                    n.name
+                );
             }
 
             // 12 pods, most on n1 (so its second ENI is used), the rest on n2.
