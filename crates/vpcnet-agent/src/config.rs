@@ -180,6 +180,11 @@ settings! {
         max_eni: Option<u32> = "MAX_ENI", "", Target;
         /// Seconds a released address stays unavailable. Persisted across restarts.
         ip_cooldown_period_secs: u64 = "IP_COOLDOWN_PERIOD", "30", Int::range(0, 86_400);
+        /// Seconds an ADD that finds no free address waits for the pool to grow (an ENI or
+        /// addresses being added) before failing; `0` fails at once, as the VPC CNI does.
+        /// Spares a burst of pods beyond the warm pool kubelet's sandbox back-off. Keep it
+        /// below the plugin's `agentTimeout` (10 s by default).
+        add_ip_wait_secs: u64 = "VPCNET_ADD_IP_WAIT", "5", Int::range(0, 30);
 
         ["custom-networking"]
         /// Take subnet and security groups of new ENIs from the node's ENIConfig (not
@@ -288,6 +293,11 @@ impl Config {
     /// `IP_COOLDOWN_PERIOD` as a duration.
     pub fn ip_cooldown(&self) -> Duration {
         Duration::from_secs(self.ip_cooldown_period_secs)
+    }
+
+    /// `VPCNET_ADD_IP_WAIT` as a duration.
+    pub fn add_ip_wait(&self) -> Duration {
+        Duration::from_secs(self.add_ip_wait_secs)
     }
 
     /// `VPCNET_RECONCILE_INTERVAL` as a duration.

@@ -27,7 +27,42 @@ fn key_of(container_id: &str, if_name: &str) -> Result<PodKey, Status> {
     Ok(PodKey::new(container_id, if_name))
 }
 
+/// How often a waiting ADD looks at the pool again (see `VPCNET_ADD_IP_WAIT`).
+const ADD_WAIT_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
 impl Backend {
+    /// The status of an ADD that got no address: UNAVAILABLE while the pool can still grow or
+    /// addresses are cooling down (the runtime retries), RESOURCE_EXHAUSTED at the node's
+    /// ENI/IP limit. Counts the failure in `awscni_no_available_ip_addresses`.
+    fn no_address(&self, e: AssignError, waited: bool) -> Status {
+        self.shared.metrics.inc_no_available_ip();
+        match e {
+            e @ AssignError::PoolEmpty { .. } => {
+                let waited = if waited {
+                    format!(
+                        " (waited {} s for the pool to grow: VPCNET_ADD_IP_WAIT)",
+                        self.shared.opts.add_ip_wait.as_secs()
+                    )
+                } else {
+                    String::new()
+                };
+                Status::unavailable(format!("{e}{waited}"))
+            }
+            e @ AssignError::AtLimit { .. } => {
+                let cfg = self.shared.pool().config().clone();
+                Status::resource_exhausted(format!(
+                    "{e}: instance type {} allows {} ENIs with {} IPv4 addresses each{}",
+                    self.shared.facts.instance_type,
+                    cfg.eni_limit,
+                    cfg.ipv4_per_eni,
+                    cfg.max_eni
+                        .map(|m| format!(" (MAX_ENI={m})"))
+                        .unwrap_or_default()
+                ))
+            }
+        }
+    }
+
     fn route_table(primary: bool, device_number: u32) -> u32 {
         if primary {
             0
@@ -56,27 +91,29 @@ impl CniBackend for Backend {
             namespace: r.k8s_pod_namespace.clone(),
             name: r.k8s_pod_name.clone(),
         };
-        let result = self.shared.pool().assign(key.clone(), pod, now_ms());
-        // Whatever happened, the reconciler looks at the pool now (no sleep on this path).
-        self.shared.wake.notify_one();
-        let g = match result {
-            Ok(g) => g,
-            Err(e @ AssignError::PoolEmpty { .. }) => {
-                self.shared.metrics.inc_no_available_ip();
-                return Err(Status::unavailable(e.to_string()));
+        let deadline = tokio::time::Instant::now() + self.shared.opts.add_ip_wait;
+        let mut waited = false;
+        let g = loop {
+            let result = self
+                .shared
+                .pool()
+                .assign(key.clone(), pod.clone(), now_ms());
+            // The reconciler looks at the pool now (no sleep on this path); once per ADD.
+            if !waited {
+                self.shared.wake.notify_one();
             }
-            Err(e @ AssignError::AtLimit { .. }) => {
-                self.shared.metrics.inc_no_available_ip();
-                let cfg = self.shared.pool().config().clone();
-                return Err(Status::resource_exhausted(format!(
-                    "{e}: instance type {} allows {} ENIs with {} IPv4 addresses each{}",
-                    self.shared.facts.instance_type,
-                    cfg.eni_limit,
-                    cfg.ipv4_per_eni,
-                    cfg.max_eni
-                        .map(|m| format!(" (MAX_ENI={m})"))
-                        .unwrap_or_default()
-                )));
+            match result {
+                Ok(g) => break g,
+                // Nothing free, but an ENI or addresses can still be added: wait (bounded by
+                // VPCNET_ADD_IP_WAIT) for the reconciler rather than fail the ADD into
+                // kubelet's sandbox back-off.
+                Err(AssignError::PoolEmpty { pending_growth, .. })
+                    if pending_growth > 0 && tokio::time::Instant::now() < deadline =>
+                {
+                    waited = true;
+                    tokio::time::sleep(ADD_WAIT_POLL).await;
+                }
+                Err(e) => return Err(self.no_address(e, waited)),
             }
         };
         if !g.existing {

@@ -61,6 +61,9 @@ pub struct AgentOptions {
     pub targets: Targets,
     /// Cooldown of a released address before reuse (IP_COOLDOWN_PERIOD, default 30 s).
     pub cooldown: Duration,
+    /// How long an ADD that finds no free address waits for the pool to grow before it
+    /// fails with UNAVAILABLE (VPCNET_ADD_IP_WAIT, default 5 s; zero = fail at once).
+    pub add_ip_wait: Duration,
     /// How long an address must stay free before it is returned to EC2 as surplus.
     pub surplus_hold: Duration,
     /// Period of the full reconcile pass (describe + plan incl. freeing surplus). Default 30 s.
@@ -145,6 +148,7 @@ impl Default for AgentOptions {
             cooldown: Duration::from_millis(vpcnet_ipam::DEFAULT_COOLDOWN_MS),
             surplus_hold: Duration::from_millis(vpcnet_ipam::DEFAULT_COOLDOWN_MS),
             reconcile_interval: Duration::from_secs(30),
+            add_ip_wait: Duration::from_secs(5),
             socket_path: PathBuf::from(vpcnet_proto::DEFAULT_SOCKET),
             checkpoint_path: PathBuf::from(DEFAULT_CHECKPOINT),
             introspection_addr: Some(SocketAddr::from(([127, 0, 0, 1], 61679))),
@@ -215,6 +219,7 @@ pub fn options_from_config(c: &Config) -> anyhow::Result<AgentOptions> {
         },
         cooldown: c.ip_cooldown(),
         reconcile_interval: c.reconcile_interval(),
+        add_ip_wait: c.add_ip_wait(),
         socket_path: c.agent_socket.clone(),
         checkpoint_path: c.checkpoint_path.clone(),
         introspection_addr: (!c.disable_introspection)

@@ -488,3 +488,59 @@ async fn failed_attach_deletes_the_new_eni() {
     assert!(lab.detached_enis().is_empty());
     agent.shutdown().await;
 }
+
+/// A burst of ADDs beyond the warm pool while EC2 takes 1 s to attach the next ENI: with
+/// `VPCNET_ADD_IP_WAIT` each ADD waits for the pool to grow and succeeds on its first call;
+/// with the wait at zero (the VPC CNI's behaviour) the ones beyond the pool fail UNAVAILABLE
+/// at once and the runtime would have to retry them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_beyond_the_warm_pool_waits_for_the_next_eni() {
+    for wait in [Duration::from_secs(5), Duration::ZERO] {
+        let lab = lab("m5.large").await;
+        let agent = vpcnet_agent::start(vpcnet_agent::AgentOptions {
+            add_ip_wait: wait,
+            ..lab.options()
+        })
+        .await
+        .unwrap();
+        lab.emu
+            .set_action_faults(
+                "AttachNetworkInterface",
+                Some(vpcnet_emu::ActionFaults::default().latency(Duration::from_secs(1))),
+            )
+            .unwrap();
+        // m5.large: the primary ENI's 9 secondary IPs are free; 14 pods at once need the
+        // second ENI, which attaches 1 s after it is asked for.
+        let mut calls = Vec::new();
+        for i in 0..14 {
+            let mut c = client(&lab.socket()).await;
+            calls.push(tokio::spawn(async move {
+                c.add_network(add_req(&format!("b{i}"))).await
+            }));
+        }
+        let mut ok = BTreeSet::new();
+        let mut unavailable = 0;
+        for call in calls {
+            match call.await.unwrap() {
+                Ok(r) => assert!(ok.insert(r.into_inner().ipv4_addr), "IP handed out twice"),
+                Err(s) => {
+                    assert_eq!(s.code(), tonic::Code::Unavailable, "{s:?}");
+                    unavailable += 1;
+                }
+            }
+        }
+        if wait.is_zero() {
+            assert!(
+                unavailable >= 5,
+                "without the wait, the ADDs beyond the 9 free IPs fail at once ({unavailable} did)"
+            );
+        } else {
+            assert_eq!(
+                (ok.len(), unavailable),
+                (14, 0),
+                "with the wait, every ADD of the burst gets an address on its first call"
+            );
+        }
+        agent.shutdown().await;
+    }
+}
