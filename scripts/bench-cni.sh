@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ADD/DEL latency of vpcnet-cni (warm pool from a fake agent) against Debian's reference
-# ptp + host-local plugins, same namespaces, same run, interleaved; prints p50/p90 and the ratio.
+# ptp + host-local plugins, same namespaces, same run, interleaved; prints p50/p90/p99 and the ratio.
 # A third row, "(veth floor)", times the kernel alone creating and deleting one veth pair over
 # netlink inside the driver process: both plugins pay it, and deleting a veth waits for an RCU
 # grace period (~20-30 ms on a loaded 2-core VM), which bounds DEL for any plugin.

@@ -4,6 +4,9 @@
 #                          kube-scheduler, kubelet, kube-proxy, kubectl (as `tool`s, unmodified)
 #   lab/etcd               go.etcd.io/etcd/server/v3 (etcdmain.Main)
 #   lab/cloud-provider-aws k8s.io/cloud-provider-aws: aws-cloud-controller-manager (a `tool`)
+#   lab/vpc-cni            github.com/aws/amazon-vpc-cni-k8s, the peer CNI (as `tool`s, unmodified):
+#                          aws-k8s-agent (ipamd), aws-cni (cmd/routed-eni-cni-plugin),
+#                          egress-cni (cmd/egress-cni-plugin)
 #
 # Binaries go to a cache outside the repository, keyed by the pins (the go.mod/go.sum files and
 # this script), so a fresh clone on the same machine finds them and a build only happens when a
@@ -20,10 +23,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
-command -v go >/dev/null || { echo "build-k8s: Go is not installed (need go >= 1.26; see README)" >&2; exit 1; }
+command -v go >/dev/null || { echo "build-k8s: Go is not installed (need go >= 1.26.6 (amazon-vpc-cni-k8s v1.23.2 asks for it); see README)" >&2; exit 1; }
 
 key=$(cat scripts/build-k8s.sh lab/k8s/go.mod lab/k8s/go.sum lab/etcd/go.mod lab/etcd/go.sum lab/etcd/main.go \
-  lab/cloud-provider-aws/go.mod lab/cloud-provider-aws/go.sum | sha256sum | cut -c1-16)
+  lab/cloud-provider-aws/go.mod lab/cloud-provider-aws/go.sum lab/vpc-cni/go.mod lab/vpc-cni/go.sum | sha256sum | cut -c1-16)
 cache=${VPCNET_CACHE:-/var/cache/vpcnet}/k8s/$key
 bin=$cache/bin
 
@@ -41,6 +44,7 @@ k8s_version=$(awk '$1=="require" && $2=="k8s.io/kubernetes" {print $3}' lab/k8s/
 [ -n "$k8s_version" ] || k8s_version=$(cd lab/k8s && go list -m -f '{{.Version}}' k8s.io/kubernetes)
 ccm_version=$(cd lab/cloud-provider-aws && go list -m -f '{{.Version}}' k8s.io/cloud-provider-aws)
 etcd_version=$(cd lab/etcd && go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
+vpc_cni_version=$(cd lab/vpc-cni && go list -m -f '{{.Version}}' github.com/aws/amazon-vpc-cni-k8s)
 
 # Version stamps as Kubernetes' own build (hack/lib/version.sh) sets them, so /version and
 # `kubelet --version` report the release.
@@ -68,7 +72,8 @@ build() { # $1 = module dir, $2 = output name, $3 = package, $4 = ldflags
   echo "build-k8s: built $2 in $((end - start)) s" >&2
 }
 
-echo "build-k8s: Kubernetes $k8s_version, etcd $etcd_version, cloud-provider-aws $ccm_version into $bin" >&2
+echo "build-k8s: Kubernetes $k8s_version, etcd $etcd_version, cloud-provider-aws $ccm_version," \
+  "amazon-vpc-cni-k8s $vpc_cni_version into $bin" >&2
 kflags=$(stamp "$k8s_version")
 for cmd in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl; do
   build lab/k8s "$cmd" "k8s.io/kubernetes/cmd/$cmd" "$kflags"
@@ -76,6 +81,13 @@ done
 build lab/etcd etcd vpcnet.lab/etcd "-s -w"
 build lab/cloud-provider-aws aws-cloud-controller-manager k8s.io/cloud-provider-aws/cmd/aws-cloud-controller-manager \
   "$(stamp "$ccm_version")"
+# The VPC CNI as its Makefile builds it (CGO off, -s -w), installed under the names its image uses.
+# Its version variable is stamped through its full import path (the Makefile's `-X pkg/version/info.Version`
+# names no package, so the linker would set nothing).
+vflags="-s -w -X github.com/aws/amazon-vpc-cni-k8s/pkg/version.Version=$vpc_cni_version"
+build lab/vpc-cni aws-k8s-agent github.com/aws/amazon-vpc-cni-k8s/cmd/aws-k8s-agent "$vflags"
+build lab/vpc-cni aws-cni github.com/aws/amazon-vpc-cni-k8s/cmd/routed-eni-cni-plugin "$vflags"
+build lab/vpc-cni egress-cni github.com/aws/amazon-vpc-cni-k8s/cmd/egress-cni-plugin "$vflags"
 
 "$bin/kubelet" --version >&2
 touch "$cache/complete"

@@ -43,9 +43,9 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install --locked cargo-nextest
 fi
 
-# The lab's Kubernetes is built from Go modules (scripts/build-k8s.sh) and needs Go >= 1.26.
+# The lab's Kubernetes is built from Go modules (scripts/build-k8s.sh) and needs Go >= 1.26.6 (the VPC CNI v1.23.2 module asks for it).
 if ! command -v go >/dev/null 2>&1; then
-  echo "install-deps: Go is not installed: the Kubernetes lab needs Go >= 1.26 (https://go.dev/dl)" >&2
+  echo "install-deps: Go is not installed: the Kubernetes lab needs Go >= 1.26.6 (https://go.dev/dl)" >&2
   exit 1
 fi
 echo "==> dependencies present" >&2

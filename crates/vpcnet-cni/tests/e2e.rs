@@ -80,12 +80,36 @@ impl Lab {
         (ns, att)
     }
 
+    /// The node namespace is as before the test, except for host veths: DEL leaves those to the
+    /// pod namespace's teardown, as the VPC CNI does (see [`Lab::assert_clean_after_teardown`]).
     fn assert_clean(&self) {
+        let strip = |s: &str| {
+            s.lines()
+                .filter(|l| !is_host_veth_line(l))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
         assert_eq!(
-            self.node.snapshot().unwrap(),
-            self.baseline,
+            strip(&self.node.snapshot().unwrap()),
+            strip(&self.baseline),
             "node namespace changed"
         );
+    }
+
+    /// After the pod namespaces are deleted, the node namespace is exactly as before the test
+    /// (the kernel destroys the veth pairs asynchronously: waits up to 10 s).
+    fn assert_clean_after_teardown(&self) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let now = self.node.snapshot().unwrap();
+            if now == self.baseline {
+                return;
+            }
+            if std::time::Instant::now() > deadline {
+                assert_eq!(now, self.baseline, "node namespace changed");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
     }
 
     fn plugin_conf(&self) -> Value {
@@ -118,6 +142,11 @@ fn sha1_11(s: &str) -> String {
         .output()
         .unwrap();
     String::from_utf8(out.stdout).unwrap()[..11].to_string()
+}
+
+/// A line of `ip -o link show` for a host veth (prefix `eni`).
+fn is_host_veth_line(l: &str) -> bool {
+    l.split(": ").nth(1).is_some_and(|n| n.starts_with("eni"))
 }
 
 fn lines_with(text: &str, needle: &str) -> Vec<String> {
@@ -229,13 +258,60 @@ fn add_check_del_on_a_secondary_eni() {
 
     lab.rt.del(&att).unwrap();
     lab.assert_clean();
-    assert!(!pod.ip(&["link"]).unwrap().contains("eth0"));
+    // Like the VPC CNI's DEL: the veth pair is left to the runtime's namespace teardown.
+    assert!(pod.ip(&["link"]).unwrap().contains("eth0"));
+    assert!(lab.node.ip(&["-o", "link"]).unwrap().contains(&veth));
     assert_eq!(
         lab.agent.state().released,
         ["10.0.1.10".parse::<std::net::Ipv4Addr>().unwrap()]
     );
     // DEL again: idempotent.
     lab.rt.del(&att).unwrap();
+    lab.assert_clean();
+    drop(pod);
+    lab.assert_clean_after_teardown();
+}
+
+#[test]
+fn add_replaces_the_veth_of_a_same_named_pod_whose_namespace_outlived_del() {
+    let lab = Lab::new(
+        FakeConfig {
+            secondary_from: 0,
+            ..Default::default()
+        },
+        |_| {},
+    );
+    let veth = format!("eni{}", sha1_11("default.sts-0"));
+    let (old_ns, old) = lab.pod("sts-0");
+    lab.rt.add(&old).unwrap();
+    lab.rt.del(&old).unwrap();
+    // The runtime keeps the old sandbox's namespace (and so the veth pair) a while longer; the
+    // pod comes back under the same name, so with the same host veth name.
+    assert!(old_ns.ip(&["link"]).unwrap().contains("eth0"));
+    let (_new_ns, mut new) = lab.pod("sts-0");
+    new.container_id = "cid-sts-0-new".into();
+    let r = lab.rt.add(&new).unwrap();
+    assert_eq!(r["interfaces"][0]["name"], veth.as_str());
+    lab.rt.check(&new).unwrap();
+    assert!(
+        !old_ns.ip(&["link"]).unwrap().contains("eth0"),
+        "the stale pair was not replaced"
+    );
+    let links = lab.node.ip(&["-o", "link"]).unwrap();
+    assert_eq!(lines_with(&links, &veth).len(), 1, "{links}");
+    let ip = r["ips"][0]["address"]
+        .as_str()
+        .unwrap()
+        .trim_end_matches("/32");
+    let routes = lab
+        .node
+        .ip(&["-4", "route", "show", "table", "all"])
+        .unwrap();
+    assert_eq!(
+        lines_with(&routes, &veth),
+        [format!("{ip} dev {veth} proto static scope link")]
+    );
+    lab.rt.del(&new).unwrap();
     lab.assert_clean();
 }
 
@@ -538,8 +614,7 @@ fn chained_portmap_receives_our_result_and_returns_it() {
         .find(|e| e.plugin == "vpcnet-cni" && e.command == "DEL")
         .unwrap();
     assert_eq!(del_ours.stdin["prevResult"], result);
-    let links = lab.node.ip(&["-o", "link"]).unwrap();
-    assert!(!links.contains("eni"), "{links}");
+    lab.assert_clean();
 }
 
 #[test]

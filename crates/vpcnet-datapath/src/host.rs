@@ -118,13 +118,34 @@ pub async fn ip_of_host_veth(h: &Handle, host_index: u32) -> Result<Option<Ipv4A
         .map(|r| r.dst))
 }
 
+/// What [`remove`] does with the pod's host veth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VethAction {
+    /// Leave it: the runtime's deletion of the pod network namespace destroys the pair (the
+    /// kernel's namespace teardown deletes every veth with an end inside it). This is CNI DEL as
+    /// the VPC CNI does it (its routed-eni plugin's teardown removes the pod's rules and /32
+    /// route only), and it spares DEL the veth deletion's synchronous RCU wait (25-35 ms on a
+    /// loaded 2-core VM). A veth that outlives its pod (a runtime that keeps the namespace) is
+    /// replaced by the next ADD of a pod with the same name ([`crate::pod::create_veth`]).
+    Keep,
+    /// Delete it (and with it the pod-side peer and every route via it): for interfaces nobody
+    /// else will remove (GC of attachments the runtime no longer knows, rollback of a failed
+    /// ADD).
+    Delete,
+}
+
 /// What [`remove`] found and removed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Removed {
-    /// The host veth existed and was deleted (with its pod peer and routes via it).
+    /// The host veth existed and was deleted (with its pod peer and routes via it); always
+    /// false with [`VethAction::Keep`].
     pub veth: bool,
+    /// The host veth exists and was left in place ([`VethAction::Keep`]).
+    pub veth_kept: bool,
     /// The pod IP used for rule cleanup (given, or read from the veth's /32 route).
     pub ip: Option<Ipv4Addr>,
+    /// Number of /32 routes deleted.
+    pub routes: usize,
     /// Number of rules deleted.
     pub rules: usize,
     /// Rules were kept because another interface now routes the IP (it was reassigned).
@@ -134,44 +155,54 @@ pub struct Removed {
     pub veth_of_other_pod: bool,
 }
 
-/// Removes the node side of a pod, idempotently: deletes the host veth named `host_veth` if it
-/// exists (the kernel then drops the pod-side peer and routes via it), then the pod rules and any
-/// leftover /32 route for the IP. The IP is `ip` when given, otherwise read from the veth's /32
-/// route (pass `None` only when the veth is known to be this pod's). A veth of that name that
-/// routes a different IP belongs to a newer pod of the same name and is kept; if another
-/// interface routes the IP (it was already given to another pod), that pod's route and rules are
-/// left alone.
+/// Removes the node side of a pod, idempotently: the /32 route to the pod's IP and its rules
+/// (`to ip` at 512, `from ip` at 1536) and, with [`VethAction::Delete`], the host veth named
+/// `host_veth` (the kernel then drops the pod-side peer and the routes via it). The IP is `ip`
+/// when given, otherwise read from the veth's /32 route (pass `None` only when the veth is known
+/// to be this pod's). A veth of that name that routes a different IP belongs to a newer pod of
+/// the same name and is never touched; if another interface routes the IP (it was already given
+/// to another pod), that pod's route and rules are left alone.
 ///
 /// Errors: [`crate::Error::Netlink`] for failures other than "already gone".
-pub async fn remove(h: &Handle, host_veth: &str, ip: Option<Ipv4Addr>) -> Result<Removed> {
+pub async fn remove(
+    h: &Handle,
+    host_veth: &str,
+    ip: Option<Ipv4Addr>,
+    veth: VethAction,
+) -> Result<Removed> {
     let mut out = Removed::default();
-    let link = link_by_name(h, host_veth).await?;
     let mut ip = ip;
-    let mut link = link;
-    if let Some(l) = &link {
+    // `ours`: the index of this pod's host veth while it still exists (routes via it are ours).
+    let mut ours = None;
+    if let Some(l) = link_by_name(h, host_veth).await? {
         let routed = ip_of_host_veth(h, l.index).await?;
         match (ip, routed) {
-            (Some(want), Some(r)) if want != r => {
-                out.veth_of_other_pod = true;
-                link = None;
-            }
+            (Some(want), Some(r)) if want != r => out.veth_of_other_pod = true,
             _ => {
                 ip = ip.or(routed);
-                crate::nl::delete_link(h, l.index, host_veth).await?;
-                out.veth = true;
+                match veth {
+                    VethAction::Delete => {
+                        crate::nl::delete_link(h, l.index, host_veth).await?;
+                        out.veth = true;
+                    }
+                    VethAction::Keep => {
+                        out.veth_kept = true;
+                        ours = Some(l.index);
+                    }
+                }
             }
         }
     }
     out.ip = ip;
     let Some(ip) = ip else { return Ok(out) };
     let routes = pod_routes(h, ip).await?;
-    let our_index = link.as_ref().map(|l| l.index);
-    if routes.iter().any(|r| r.oif.is_some() && r.oif != our_index) {
+    if routes.iter().any(|r| r.oif.is_some() && r.oif != ours) {
         out.ip_in_use_elsewhere = true;
         return Ok(out);
     }
     for r in &routes {
         delete_route(h, r).await?;
+        out.routes += 1;
     }
     for r in pod_rules(h, ip).await? {
         delete_rule(h, &r).await?;

@@ -43,8 +43,10 @@ pub struct PodLinks {
 /// `node`, peer `spec.container_ifname` directly in `pod_ns`; both MACs (derived from the host
 /// veth name) and MTU set at creation, the host end up. (The pod end cannot be brought up in the
 /// same request: the kernel opens the peer before the pair is linked and answers ENOTCONN; see
-/// [`configure_pod_side`].) A stale host veth with the same name (a pod whose
-/// DEL was lost) is deleted and the creation retried once.
+/// [`configure_pod_side`].) A stale host veth with the same name is deleted and the creation
+/// retried once, as the VPC CNI's ADD does: the veth of an earlier pod with the same namespace
+/// and name whose DEL was lost, or whose DEL ran but whose network namespace the runtime kept
+/// (DEL leaves the veth to the namespace teardown, see [`crate::host::VethAction::Keep`]).
 ///
 /// Errors: [`Error::Netlink`] (e.g. EEXIST when the pod already has `container_ifname`).
 pub async fn create_veth(
@@ -209,7 +211,14 @@ pub async fn setup_with(
     }
     .await;
     if result.is_err() {
-        if let Err(e) = host::remove(node, &spec.host_veth, Some(spec.ip)).await {
+        if let Err(e) = host::remove(
+            node,
+            &spec.host_veth,
+            Some(spec.ip),
+            host::VethAction::Delete,
+        )
+        .await
+        {
             tracing::warn!(error = %e, veth = %spec.host_veth, "rollback after failed setup");
         }
     }

@@ -5,6 +5,7 @@ mod common;
 use std::net::Ipv4Addr;
 
 use common::TestNetns;
+use vpcnet_datapath::host::VethAction;
 use vpcnet_datapath::{host, netns, node, pod};
 
 fn rt() -> tokio::runtime::Runtime {
@@ -211,18 +212,144 @@ fn pod_setup_check_and_remove() {
             .await
             .unwrap()
             .is_empty());
-        let removed = host::remove(&node, &spec.host_veth, None).await.unwrap();
+        // DEL's removal: routes and rules go, the veth pair stays for the namespace teardown.
+        let removed = host::remove(&node, &spec.host_veth, None, VethAction::Keep)
+            .await
+            .unwrap();
         assert_eq!(removed.ip, Some(spec.ip));
-        assert!(removed.veth);
-        assert_eq!(removed.rules, 2);
+        assert!(removed.veth_kept && !removed.veth, "{removed:?}");
+        assert_eq!((removed.routes, removed.rules), (1, 2));
         assert!(!node_ns.ip(&["-4", "rule", "show"]).contains("10.0.1.20"));
         assert!(!node_ns.ip(&["-4", "route", "show"]).contains("10.0.1.20"));
+        assert!(node_ns.ip(&["link"]).contains(&spec.host_veth));
+        assert!(pod_ns.ip(&["link"]).contains("eth0"));
+        let again = host::remove(&node, &spec.host_veth, Some(spec.ip), VethAction::Keep)
+            .await
+            .unwrap();
+        assert_eq!((again.routes, again.rules), (0, 0));
+        // GC's removal deletes the pair itself.
+        let gone = host::remove(&node, &spec.host_veth, Some(spec.ip), VethAction::Delete)
+            .await
+            .unwrap();
+        assert!(gone.veth, "{gone:?}");
+        assert!(!node_ns.ip(&["link"]).contains(&spec.host_veth));
         assert!(!pod_ns.ip(&["link"]).contains("eth0"));
-        let again = host::remove(&node, &spec.host_veth, Some(spec.ip))
+        let again = host::remove(&node, &spec.host_veth, Some(spec.ip), VethAction::Delete)
             .await
             .unwrap();
         assert_eq!((again.veth, again.rules), (false, 0));
     });
+}
+
+/// Waits up to 10 s for `name` to disappear from `ns` (the kernel destroys a deleted namespace's
+/// interfaces asynchronously, in its netns cleanup work).
+fn wait_link_gone(ns: &TestNetns, name: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while ns.ip(&["-o", "link"]).contains(name) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{name} still in {} 10 s after its pod namespace was deleted",
+            ns.name
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+fn pod_spec(ip: [u8; 4], host_veth: &str) -> pod::PodSpec {
+    pod::PodSpec {
+        ip: Ipv4Addr::from(ip),
+        host_veth: host_veth.into(),
+        container_ifname: "eth0".into(),
+        mtu: 9001,
+        route_table: 0,
+    }
+}
+
+#[test]
+fn kept_veth_goes_with_the_pod_namespace() {
+    let node_ns = TestNetns::new();
+    let pod_ns = TestNetns::new();
+    let spec = pod_spec([10, 0, 1, 40], "enitest0000040");
+    rt().block_on(async {
+        let node = handle(&node_ns);
+        let pod_fd = netns::open(&pod_ns.path()).unwrap();
+        pod::setup(&node, &pod_fd, &pod_ns.path(), &spec)
+            .await
+            .unwrap();
+        let r = host::remove(&node, &spec.host_veth, Some(spec.ip), VethAction::Keep)
+            .await
+            .unwrap();
+        assert!(r.veth_kept, "{r:?}");
+    });
+    assert!(node_ns.ip(&["-o", "link"]).contains(&spec.host_veth));
+    // The runtime deletes the pod's namespace: the kernel destroys the pair.
+    drop(pod_ns);
+    wait_link_gone(&node_ns, &spec.host_veth);
+    assert!(!node_ns
+        .ip(&["-4", "route", "show", "table", "all"])
+        .contains("10.0.1.40"));
+    assert!(!node_ns.ip(&["-4", "rule", "show"]).contains("10.0.1.40"));
+}
+
+#[test]
+fn add_replaces_a_same_named_veth_left_by_a_kept_namespace() {
+    let node_ns = TestNetns::new();
+    let old_ns = TestNetns::new();
+    let new_ns = TestNetns::new();
+    // Same pod name, same host veth name; the old sandbox's namespace outlives its DEL.
+    let old = pod_spec([10, 0, 1, 50], "enitest0000050");
+    let new = pod_spec([10, 0, 1, 51], "enitest0000050");
+    rt().block_on(async {
+        let node = handle(&node_ns);
+        let old_fd = netns::open(&old_ns.path()).unwrap();
+        let new_fd = netns::open(&new_ns.path()).unwrap();
+        pod::setup(&node, &old_fd, &old_ns.path(), &old)
+            .await
+            .unwrap();
+        host::remove(&node, &old.host_veth, Some(old.ip), VethAction::Keep)
+            .await
+            .unwrap();
+        let links = pod::setup(&node, &new_fd, &new_ns.path(), &new)
+            .await
+            .unwrap();
+        let new_pod = handle(&new_ns);
+        let exp = pod::Expected {
+            ip: new.ip,
+            host_veth: new.host_veth.clone(),
+            container_ifname: "eth0".into(),
+            mtu: Some(9001),
+        };
+        let bad = pod::check(&node, Some(&new_pod), &exp).await.unwrap();
+        assert!(bad.is_empty(), "{bad:?}");
+        // The host veth is the new pair's: its peer is the new pod's eth0.
+        let host = vpcnet_datapath::nl::link_by_name(&node, &new.host_veth)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(host.index, links.host_index);
+        assert_eq!(host.peer_index, Some(links.pod_index));
+        // A late DEL of the old sandbox spares the new pod (its veth routes another IP).
+        let late = host::remove(&node, &old.host_veth, Some(old.ip), VethAction::Keep)
+            .await
+            .unwrap();
+        assert!(late.veth_of_other_pod, "{late:?}");
+        assert!(pod::check(&node, Some(&new_pod), &exp)
+            .await
+            .unwrap()
+            .is_empty());
+    });
+    // The stale pair went with its replacement: the old namespace has no eth0 any more.
+    assert!(!old_ns.ip(&["-o", "link"]).contains("eth0"));
+    let routes = node_ns.ip(&["-4", "route", "show", "table", "all"]);
+    assert!(!routes.contains("10.0.1.50"), "{routes}");
+    assert_eq!(
+        routes
+            .lines()
+            .filter(|l| l.contains("enitest0000050"))
+            .count(),
+        1,
+        "{routes}"
+    );
 }
 
 #[test]

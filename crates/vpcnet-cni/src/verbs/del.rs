@@ -1,9 +1,13 @@
-//! DEL: idempotent. Releases the IP at the agent, then removes whatever datapath exists: the host
-//! veth by its deterministic name (only if it routes this container's IP, since a newer pod with
-//! the same name gets the same veth name), the /32 route and the rules for the IP (from
-//! prevResult, else the agent's answer, else the veth provably peered with CNI_IFNAME in
-//! CNI_NETNS). Succeeds with a missing or empty netns and with the agent unreachable (the agent
-//! reclaims the IP by reconciling after it restarts).
+//! DEL: idempotent. Releases the IP at the agent, then removes the node side of the pod: the /32
+//! route and the rules for the IP (from prevResult, else the agent's answer, else the veth
+//! provably peered with CNI_IFNAME in CNI_NETNS). Like the VPC CNI's DEL (its routed-eni plugin
+//! tears down routes and rules only), it leaves the veth pair to the runtime, whose deletion of
+//! the pod network namespace destroys it; deleting it here would make DEL wait for the kernel's
+//! synchronous RCU grace period (25-35 ms on a loaded 2-core VM). A same-named veth that outlives
+//! its pod is replaced by the next ADD (see `vpcnet_datapath::pod::create_veth`); one that routes
+//! another IP belongs to a newer pod with the same name and is never touched. Succeeds with a
+//! missing or empty netns and with the agent unreachable (the agent reclaims the IP by
+//! reconciling after it restarts).
 
 use vpcnet_datapath::{host, netns, nl};
 use vpcnet_proto::DelNetworkRequest;
@@ -61,7 +65,7 @@ pub async fn del(inv: &Invocation) -> Result<(), CniError> {
             }
         },
     };
-    let removed = host::remove(&node, &veth, ip)
+    let removed = host::remove(&node, &veth, ip, host::VethAction::Keep)
         .await
         .map_err(|e| datapath_error("removing the pod network", e))?;
     tracing::info!(container = %env.container_id, ?removed, "datapath removed");

@@ -1,6 +1,7 @@
 //! GC (CNI 1.1.0): the agent releases every assignment not in `cni.dev/valid-attachments`; then
 //! host veths with our prefix that route one of the released addresses are removed with their
-//! rules.
+//! rules. Unlike DEL, GC deletes the veth itself: the runtime no longer knows these attachments,
+//! so no namespace teardown can be counted on to destroy them.
 
 use vpcnet_datapath::{host, names, netns, nl};
 use vpcnet_proto::Attachment;
@@ -48,7 +49,7 @@ pub async fn gc(inv: &Invocation) -> Result<(), CniError> {
             .await
             .map_err(|e| datapath_error("reading routes", e))?;
         if let Some(ip) = ip.filter(|ip| released.contains(ip)) {
-            host::remove(&node, &l.name, Some(ip))
+            host::remove(&node, &l.name, Some(ip), host::VethAction::Delete)
                 .await
                 .map_err(|e| datapath_error("removing a stale pod network", e))?;
             tracing::info!(veth = %l.name, %ip, "removed stale host veth");
