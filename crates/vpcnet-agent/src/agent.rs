@@ -31,26 +31,113 @@ pub struct AgentHandle {
     /// Time from `start` to the pool being able to serve.
     pub time_to_ready: Duration,
     stop: watch::Sender<bool>,
-    tasks: Vec<JoinHandle<()>>,
+    tasks: Tasks,
 }
 
 impl AgentHandle {
     /// Stops every task and waits for them; the socket file is removed.
     pub async fn shutdown(mut self) {
         let _ = self.stop.send(true);
-        for t in self.tasks.drain(..) {
+        for t in self.tasks.supervisors.drain(..) {
             let _ = t.await;
         }
         let _ = std::fs::remove_file(&self.socket_path);
+    }
+
+    /// Resolves with the reason once an essential task (gRPC server, reconciler, pod reclaim,
+    /// leaked-ENI sweep, introspection or metrics server) has stopped unexpectedly; pending
+    /// forever otherwise.
+    pub async fn failed(&self) -> String {
+        let mut rx = self.shared.failed.subscribe();
+        let _ = rx.wait_for(|f| *f).await;
+        self.shared.failure().unwrap_or_default()
+    }
+
+    /// Fault injection for tests: aborts the essential task `name` (`grpc`, `reconciler`,
+    /// `pod-reclaim`, `leaked-eni-sweep`, `introspection`, `metrics`) as if it had ended on
+    /// its own. Returns false when no such task runs.
+    pub fn abort_task(&self, name: &str) -> bool {
+        let mut found = false;
+        for (n, a) in &self.tasks.essential {
+            if *n == name {
+                a.abort();
+                found = true;
+            }
+        }
+        found
     }
 }
 
 impl Drop for AgentHandle {
     fn drop(&mut self) {
         let _ = self.stop.send(true);
-        for t in &self.tasks {
+        for t in &self.tasks.supervisors {
             t.abort();
         }
+        for (_, a) in &self.tasks.essential {
+            a.abort();
+        }
+    }
+}
+
+/// The agent's spawned tasks: each essential task runs under a supervisor that turns its
+/// unexpected end (return, panic, abort) into [`Shared::fail`].
+#[derive(Default)]
+struct Tasks {
+    /// Awaited at shutdown.
+    supervisors: Vec<JoinHandle<()>>,
+    /// Name and abort handle of each essential task.
+    essential: Vec<(&'static str, tokio::task::AbortHandle)>,
+}
+
+impl Tasks {
+    /// Spawns `fut` as the essential task `name`. If it ends before `stop` flips, the agent
+    /// fails: one error line naming the task and why, `/healthz` 503 at once, and [`run`]
+    /// returns the error (the process exits non-zero, so kubelet restarts it).
+    fn essential<F>(
+        &mut self,
+        name: &'static str,
+        shared: &Arc<Shared>,
+        stop: &watch::Receiver<bool>,
+        fut: F,
+    ) where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let inner = tokio::spawn(fut);
+        self.essential.push((name, inner.abort_handle()));
+        let (shared, stop) = (shared.clone(), stop.clone());
+        self.supervisors.push(tokio::spawn(async move {
+            let res = inner.await;
+            if *stop.borrow() {
+                return;
+            }
+            let why = match res {
+                Ok(()) => "ended".to_string(),
+                Err(e) if e.is_panic() => {
+                    let p = e.into_panic();
+                    let msg = p
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| p.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    format!("panicked: {msg}")
+                }
+                Err(_) => "was cancelled".to_string(),
+            };
+            tracing::error!(
+                task = name,
+                "essential task {name} {why} unexpectedly: the agent is unhealthy and exits so that it is restarted"
+            );
+            shared.fail(format!("essential task {name} {why}"));
+        }));
+    }
+
+    /// Spawns a task that is not essential (its end is logged only).
+    fn other<F>(&mut self, fut: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.supervisors.push(tokio::spawn(fut));
     }
 }
 
@@ -65,14 +152,24 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
     let metrics = Arc::new(Metrics::new());
     let found = discover(&opts, metrics.clone(), started).await?;
     let limits = instance_limits(&found.ec2, &found.facts).await?;
-    let (pool, policy) = restore_pool(&opts, &limits)?;
+    let store: Arc<dyn checkpoint_file::CheckpointStore> =
+        opts.checkpoint_store.clone().unwrap_or_else(|| {
+            Arc::new(checkpoint_file::FileCheckpoint {
+                path: opts.checkpoint_path.clone(),
+            })
+        });
+    let (pool, policy) = restore_pool(&opts, store.as_ref(), &limits)?;
     let ec2 = found.ec2;
+    let mut opts = opts;
+    opts.checkpoint_store = Some(store);
     let shared = Arc::new(Shared::new(opts.clone(), found.facts, pool, metrics));
-    let mut tasks = vec![tokio::spawn(crate::grpc::serve(
-        shared.clone(),
-        listener,
-        stop_rx.clone(),
-    ))];
+    let mut tasks = Tasks::default();
+    tasks.essential(
+        "grpc",
+        &shared,
+        &stop_rx,
+        crate::grpc::serve(shared.clone(), listener, stop_rx.clone()),
+    );
     bring_up(&shared, &ec2, found.enis, policy).await?;
     let time_to_ready = started.elapsed();
     tracing::info!(summary = ?shared.pool().summary(now_ms()), ?time_to_ready, "pool ready; serving");
@@ -87,6 +184,7 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
         crate::introspection::router(shared.clone()),
         opts.introspection_addr,
         opts.introspection_socket.as_deref(),
+        &shared,
         &stop_rx,
         &mut tasks,
     )
@@ -96,6 +194,7 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
         crate::introspection::metrics_router(shared.metrics.clone()),
         opts.metrics_addr,
         opts.metrics_socket.as_deref(),
+        &shared,
         &stop_rx,
         &mut tasks,
     )
@@ -111,17 +210,22 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
     })
 }
 
-/// Runs the agent until SIGINT/SIGTERM.
+/// Runs the agent until SIGINT/SIGTERM, or until an essential task stops unexpectedly
+/// (then the error names the task, and the caller exits non-zero).
 pub async fn run(opts: AgentOptions) -> anyhow::Result<()> {
     let handle = start(opts).await?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
+    let failure = tokio::select! {
+        _ = tokio::signal::ctrl_c() => None,
+        _ = term.recv() => None,
+        why = handle.failed() => Some(why),
+    };
     tracing::info!("shutting down");
     handle.shutdown().await;
-    Ok(())
+    match failure {
+        None => Ok(()),
+        Some(why) => Err(anyhow!("{why}")),
+    }
 }
 
 /// What start-up learns about the instance before the pool exists.
@@ -260,10 +364,11 @@ fn warm_config(opts: &AgentOptions, limits: &InstanceLimits) -> anyhow::Result<W
 /// (running pods may hold them).
 fn restore_pool(
     opts: &AgentOptions,
+    store: &dyn checkpoint_file::CheckpointStore,
     limits: &InstanceLimits,
 ) -> anyhow::Result<(Pool, UnknownIpPolicy)> {
     let mut pool = Pool::new(warm_config(opts, limits)?);
-    let policy = match checkpoint_file::load(&opts.checkpoint_path, now_ms()) {
+    let policy = match store.load(now_ms()) {
         Loaded::Missing => UnknownIpPolicy::Free,
         Loaded::Valid(cp) => match pool.restore(&cp) {
             Ok(()) => {
@@ -277,7 +382,7 @@ fn restore_pool(
             Err(e) => {
                 tracing::error!(
                     "checkpoint {} is inconsistent ({e}); rebuilding from EC2",
-                    opts.checkpoint_path.display()
+                    store.location()
                 );
                 pool = Pool::new(pool.config().clone());
                 UnknownIpPolicy::Cooling
@@ -285,7 +390,7 @@ fn restore_pool(
         },
         Loaded::Corrupt { reason, moved_to } => {
             tracing::error!(
-                path = %opts.checkpoint_path.display(),
+                path = %store.location(),
                 moved_to = ?moved_to,
                 "checkpoint is corrupt ({reason}); rebuilding from EC2: addresses already on the node cool down before reuse, since running pods may hold them"
             );
@@ -306,8 +411,11 @@ async fn bring_up(
 ) -> anyhow::Result<()> {
     crate::reconciler::adopt(shared, ec2, enis, policy)
         .await
-        .map_err(|e| anyhow!("adopting the instance's ENIs: {e}"))?;
-    shared.persist().await;
+        .context("adopting the instance's ENIs")?;
+    hold_routed_unknowns(shared).await;
+    if let Err(e) = shared.persist().await {
+        tracing::warn!(error = %e, cause = %e.source, "initial checkpoint write failed; every ADD writes it again (and fails while it cannot)");
+    }
     crate::reconciler::setup_node_enis(shared).await;
     crate::reconciler::setup_node_firewall(shared).await;
     if let Err(e) = crate::reconciler::fill(shared, ec2).await {
@@ -318,6 +426,34 @@ async fn bring_up(
     shared.ready.store(true, Ordering::Release);
     shared.update_gauges();
     Ok(())
+}
+
+/// Addresses the node routes to pods (host /32 routes) that the pool does not list as
+/// assigned are held for an unknown pod, until their route disappears (the reclaim then frees
+/// them): with a missing, corrupt or stale checkpoint a running pod may hold them. Only when
+/// the agent manages the node datapath. Runs before the agent serves, so no ADD races it.
+async fn hold_routed_unknowns(shared: &Shared) {
+    let Some(node) = &shared.opts.node_network else {
+        return;
+    };
+    let routed = match node.pod_route_ips().await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!("listing pod routes at start failed: {e:#}; addresses of running pods the checkpoint lacks are protected by the cooldown only");
+            return;
+        }
+    };
+    let now = now_ms();
+    let held: Vec<_> = {
+        let mut pool = shared.pool();
+        routed
+            .into_iter()
+            .filter(|ip| pool.hold_unknown(*ip, now))
+            .collect()
+    };
+    if !held.is_empty() {
+        tracing::warn!(addresses = ?held, "addresses routed to pods on the node are missing from the checkpoint: held for their unknown pods until their routes disappear");
+    }
 }
 
 /// Writes the conflist atomically (temp file in the same directory, then rename), with the
@@ -344,30 +480,33 @@ fn spawn_background(
     shared: &Arc<Shared>,
     ec2: &Ec2,
     stop: &watch::Receiver<bool>,
-    tasks: &mut Vec<JoinHandle<()>>,
+    tasks: &mut Tasks,
 ) {
-    tasks.push(tokio::spawn(crate::reconciler::run(
-        shared.clone(),
-        ec2.clone(),
-        stop.clone(),
-    )));
+    tasks.essential(
+        "reconciler",
+        shared,
+        stop,
+        crate::reconciler::run(shared.clone(), ec2.clone(), stop.clone()),
+    );
     if shared.opts.node_network.is_some() {
-        let (shared, mut stop) = (shared.clone(), stop.clone());
-        tasks.push(tokio::spawn(async move {
+        let (s, mut st) = (shared.clone(), stop.clone());
+        tasks.essential("pod-reclaim", shared, stop, async move {
             loop {
-                crate::reconciler::reclaim_unrouted(&shared).await;
+                crate::reconciler::reclaim_unrouted(&s).await;
                 tokio::select! {
-                    _ = tokio::time::sleep(crate::reconciler::POD_RECLAIM_INTERVAL) => {}
-                    _ = stop.changed() => return,
+                    _ = tokio::time::sleep(s.opts.pod_reclaim_interval) => {}
+                    _ = st.changed() => return,
                 }
             }
-        }));
+        });
     }
     if shared.opts.sweep_leaked_enis {
-        let (shared, ec2) = (shared.clone(), ec2.clone());
-        tasks.push(tokio::spawn(async move {
-            crate::reconciler::sweep_leaked(&shared, &ec2).await
-        }));
+        tasks.essential(
+            "leaked-eni-sweep",
+            shared,
+            stop,
+            crate::reconciler::sweep_leaked_periodically(shared.clone(), ec2.clone(), stop.clone()),
+        );
     }
 }
 
@@ -378,7 +517,7 @@ fn spawn_api_client(
     limits: &InstanceLimits,
     started: Instant,
     stop: &watch::Receiver<bool>,
-    tasks: &mut Vec<JoinHandle<()>>,
+    tasks: &mut Tasks,
 ) {
     let opts = &shared.opts;
     let mode = vpcnet_limits::MaxPodsOptions {
@@ -402,23 +541,26 @@ fn spawn_api_client(
         started,
         capacity,
     );
+    // Not essential: IPAM never depends on the Kubernetes API (DESIGN principle 3).
     let mut stop = stop.clone();
-    tasks.push(tokio::spawn(async move {
+    tasks.other(async move {
         tokio::select! {
-            _ = client => {}
+            _ = client => tracing::error!("the Kubernetes API client stopped; IPAM goes on without it"),
             _ = stop.changed() => {}
         }
-    }));
+    });
 }
 
 /// Serves `router` on a TCP address and/or a Unix socket; returns the bound TCP address.
+#[allow(clippy::too_many_arguments)]
 async fn serve_http(
-    what: &str,
+    what: &'static str,
     router: axum::Router,
     tcp: Option<SocketAddr>,
     unix: Option<&Path>,
+    shared: &Arc<Shared>,
     stop: &watch::Receiver<bool>,
-    tasks: &mut Vec<JoinHandle<()>>,
+    tasks: &mut Tasks,
 ) -> anyhow::Result<Option<SocketAddr>> {
     let mut bound = None;
     if let Some(addr) = tcp {
@@ -426,19 +568,21 @@ async fn serve_http(
             .await
             .with_context(|| format!("cannot bind {what} on {addr}"))?;
         bound = Some(l.local_addr()?);
-        tasks.push(tokio::spawn(crate::introspection::serve(
-            router.clone(),
-            l,
-            stop.clone(),
-        )));
+        tasks.essential(
+            what,
+            shared,
+            stop,
+            crate::introspection::serve(router.clone(), l, stop.clone()),
+        );
     }
     if let Some(path) = unix {
         let l = crate::introspection::bind_unix(path, what)?;
-        tasks.push(tokio::spawn(crate::introspection::serve(
-            router,
-            l,
-            stop.clone(),
-        )));
+        tasks.essential(
+            what,
+            shared,
+            stop,
+            crate::introspection::serve(router, l, stop.clone()),
+        );
     }
     Ok(bound)
 }

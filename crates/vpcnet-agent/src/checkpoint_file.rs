@@ -1,5 +1,6 @@
 //! The checkpoint on disk: JSON, mode 0600, written atomically (temp file in the same
-//! directory, fsync, rename, fsync of the directory).
+//! directory, fsync, rename, fsync of the directory), behind [`CheckpointStore`] so tests can
+//! make reads and writes fail.
 
 use std::fs;
 use std::io::Write;
@@ -19,6 +20,49 @@ pub enum Loaded {
         reason: String,
         moved_to: Option<PathBuf>,
     },
+}
+
+/// Where the agent keeps its checkpoint. One real adapter ([`FileCheckpoint`]); tests wrap it
+/// to inject failures.
+pub trait CheckpointStore: Send + Sync + 'static {
+    /// Reads the checkpoint at start (`now_ms`, ms since the epoch, names a corrupt file
+    /// moved aside).
+    fn load(&self, now_ms: u64) -> Loaded;
+    /// Replaces the checkpoint with `cp`, atomically: after an error the previous
+    /// checkpoint is still in place.
+    fn write(&self, cp: &Checkpoint) -> std::io::Result<()>;
+    /// Where it is, for logs and errors (a path).
+    fn location(&self) -> String;
+}
+
+/// The checkpoint file at `path` ([`load`], [`write`]).
+#[derive(Debug, Clone)]
+pub struct FileCheckpoint {
+    pub path: PathBuf,
+}
+
+impl CheckpointStore for FileCheckpoint {
+    fn load(&self, now_ms: u64) -> Loaded {
+        load(&self.path, now_ms)
+    }
+
+    fn write(&self, cp: &Checkpoint) -> std::io::Result<()> {
+        write(&self.path, cp)
+    }
+
+    fn location(&self) -> String {
+        self.path.display().to_string()
+    }
+}
+
+/// A checkpoint write failed; the assignment or release it was to record did not happen
+/// on disk.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write checkpoint {location}")]
+pub struct CheckpointWriteError {
+    pub location: String,
+    #[source]
+    pub source: std::io::Error,
 }
 
 /// Reads the checkpoint; a corrupt file is moved aside so the next write does not

@@ -232,9 +232,16 @@ settings! {
         cluster_name: String = "CLUSTER_NAME", "", TEXT;
         /// Extra tags on created ENIs.
         additional_eni_tags: BTreeMap<String, String> = "ADDITIONAL_ENI_TAGS", "{}", Tags;
-        /// Skip the sweep, at start, of detached ENIs this node created (leaked by a crash
-        /// between create and attach).
+        /// Skip the sweep of detached ENIs this node created (leaked by a crash between
+        /// create and attach, or a delete whose outcome was lost). The sweep runs at start and
+        /// every `VPCNET_LEAKED_ENI_SWEEP_INTERVAL`, and skips ENIs whose
+        /// `node.k8s.amazonaws.com/createdAt` tag is less than 5 minutes old (an ENI without
+        /// the tag is tagged now and swept later), as the VPC CNI does.
         disable_leaked_eni_cleanup: bool = "DISABLE_LEAKED_ENI_CLEANUP", "false", Flag;
+        /// Seconds between leaked-ENI sweeps (the VPC CNI sweeps once, at start, and has no
+        /// such setting).
+        leaked_eni_sweep_interval_secs: u64 =
+            "VPCNET_LEAKED_ENI_SWEEP_INTERVAL", "300", Int::range(10, 86_400);
         /// The agent's log level (`RUST_LOG` overrides it).
         log_level: String = "AWS_VPC_K8S_CNI_LOGLEVEL", "DEBUG", LOG_LEVEL;
 
@@ -258,6 +265,11 @@ settings! {
             "VPCNET_CNI_CONFLIST", "/etc/cni/net.d/10-vpcnet.conflist", AbsPath;
         /// Seconds between periodic pool passes.
         reconcile_interval_secs: u64 = "VPCNET_RECONCILE_INTERVAL", "30", Int::range(1, 86_400);
+        /// Seconds after assignment before an address whose pod has no datapath on the node
+        /// (no /32 route and no host veth, at two consecutive checks 5 s apart) is reclaimed.
+        /// Must exceed the plugin's worst ADD from receiving the address to building its
+        /// datapath (no VPC CNI equivalent).
+        pod_reclaim_grace_secs: u64 = "VPCNET_POD_RECLAIM_GRACE", "60", Int::range(5, 86_400);
 
         @group ec2: Ec2Settings;
     }

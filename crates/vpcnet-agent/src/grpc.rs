@@ -117,7 +117,18 @@ impl CniBackend for Backend {
             }
         };
         if !g.existing {
-            self.shared.persist().await;
+            if let Err(e) = self.shared.persist().await {
+                // Never hand out an address the checkpoint does not record: after a restart
+                // it would be adopted as free while this pod holds it. Undo and fail the ADD
+                // (the runtime retries it), as the VPC CNI does.
+                self.shared.pool().unassign(&key);
+                self.shared.update_gauges();
+                tracing::error!(container = %key.container_id, ip = %g.ip, error = %e, cause = %e.source, "ADD failed: the assignment could not be checkpointed and was undone");
+                return Err(checkpoint_unavailable(format!(
+                    "{e}: {}; the address was not handed out, retry",
+                    e.source
+                )));
+            }
             self.shared.update_gauges();
         }
         tracing::info!(container = %key.container_id, ifname = %key.if_name, pod = %format!("{}/{}", r.k8s_pod_namespace, r.k8s_pod_name), ip = %g.ip, eni = %g.eni_id, "assigned");
@@ -157,7 +168,19 @@ impl CniBackend for Backend {
         };
         let reply = match released {
             Some((a, eni)) => {
-                self.shared.persist().await;
+                if let Err(e) = self.shared.persist().await {
+                    // Keep memory and file in agreement: the pod holds the address again and
+                    // the DEL fails (the runtime retries it; the plugin removes the datapath
+                    // anyway, and the reclaim frees the address once it is gone).
+                    if self.shared.pool().reinstate(key.clone(), a.clone()) {
+                        self.shared.update_gauges();
+                        tracing::error!(container = %key.container_id, ip = %a.ip, error = %e, cause = %e.source, "DEL failed: the release could not be checkpointed and was undone");
+                        return Err(checkpoint_unavailable(format!(
+                            "{e}: {}; the address was not released, retry",
+                            e.source
+                        )));
+                    }
+                }
                 self.shared.update_gauges();
                 self.shared.wake.notify_one();
                 tracing::info!(container = %key.container_id, ifname = %key.if_name, ip = %a.ip, "released");
@@ -215,7 +238,7 @@ impl CniBackend for Backend {
         }
         let gone = self.shared.pool().garbage_collect(&valid, now_ms());
         if !gone.is_empty() {
-            self.shared.persist().await;
+            let _ = self.shared.persist().await;
             self.shared.update_gauges();
             self.shared.wake.notify_one();
             tracing::info!(released = gone.len(), "garbage collected stale assignments");
@@ -244,6 +267,54 @@ pub fn bind(path: &Path) -> anyhow::Result<tokio::net::UnixListener> {
     Ok(l)
 }
 
+/// UNAVAILABLE for a call undone because the checkpoint could not be written, marked
+/// ([`vpcnet_proto::REASON_HEADER`]) so the plugin does not report it as an empty pool.
+fn checkpoint_unavailable(msg: String) -> Status {
+    let mut s = Status::unavailable(msg);
+    s.metadata_mut().insert(
+        vpcnet_proto::REASON_HEADER,
+        tonic::metadata::MetadataValue::from_static(vpcnet_proto::REASON_CHECKPOINT_WRITE),
+    );
+    s
+}
+
+/// Every answer, errors and unknown calls included, carries the agent's version, so a newer
+/// plugin calling something this agent does not know can name both versions.
+fn with_agent_version<B>(mut r: http::Response<B>) -> http::Response<B> {
+    r.headers_mut().insert(
+        vpcnet_proto::AGENT_VERSION_HEADER,
+        http::HeaderValue::from_static(vpcnet_proto::VERSION),
+    );
+    r
+}
+
+/// The version handshake: a plugin of another version (or one from before the handshake,
+/// which sends none) is logged once per version; its calls are served all the same (the API
+/// only grows, so calls of earlier versions keep working).
+fn check_plugin_version(req: Request<()>) -> Result<Request<()>, Status> {
+    static SEEN: std::sync::Mutex<BTreeSet<String>> = std::sync::Mutex::new(BTreeSet::new());
+    let plugin = req
+        .metadata()
+        .get(vpcnet_proto::PLUGIN_VERSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    if plugin != vpcnet_proto::VERSION
+        && SEEN
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(plugin.clone())
+    {
+        let shown = if plugin.is_empty() {
+            "unknown (older than the version handshake)"
+        } else {
+            plugin.as_str()
+        };
+        tracing::warn!(plugin = shown, agent = vpcnet_proto::VERSION, "vpcnet-cni plugin and agent versions differ; calls the agent knows are served, others fail with a CNI error naming both versions: install the plugin shipped with this agent");
+    }
+    Ok(req)
+}
+
 /// Serves until `stop` flips.
 pub async fn serve(
     shared: Arc<Shared>,
@@ -251,8 +322,11 @@ pub async fn serve(
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
-    let svc = CniBackendServer::new(Backend { shared });
+    let svc = CniBackendServer::with_interceptor(Backend { shared }, check_plugin_version);
     let res = tonic::transport::Server::builder()
+        .layer(tower::util::MapResponseLayer::new(
+            with_agent_version::<tonic::body::Body>,
+        ))
         .add_service(svc)
         .serve_with_incoming_shutdown(incoming, async move {
             let _ = stop.changed().await;

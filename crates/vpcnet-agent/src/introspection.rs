@@ -24,11 +24,21 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .with_state(shared)
 }
 
-async fn healthz(State(s): State<Arc<Shared>>) -> (axum::http::StatusCode, &'static str) {
-    if s.is_ready() {
-        (axum::http::StatusCode::OK, "ok\n")
+/// `/healthz`: 200 once the pool has been filled; 503 while starting, and as soon as an
+/// essential task has stopped (the body names it; the process exits right after).
+async fn healthz(State(s): State<Arc<Shared>>) -> (axum::http::StatusCode, String) {
+    if let Some(why) = s.failure() {
+        (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            format!("failed: {why}\n"),
+        )
+    } else if s.is_ready() {
+        (axum::http::StatusCode::OK, "ok\n".into())
     } else {
-        (axum::http::StatusCode::SERVICE_UNAVAILABLE, "starting\n")
+        (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "starting\n".into(),
+        )
     }
 }
 

@@ -72,6 +72,10 @@ pub trait NodeNetwork: Send + Sync + 'static {
     /// DEL ran while the agent was down, so the agent reclaims the address.
     fn pod_route_ips(&self) -> BoxFuture<'_, anyhow::Result<BTreeSet<Ipv4Addr>>>;
 
+    /// Names of the node's network interfaces (host veths among them): a pod whose host veth
+    /// still exists is not gone, whatever its route says.
+    fn link_names(&self) -> BoxFuture<'_, anyhow::Result<BTreeSet<String>>>;
+
     /// Applies the node firewall: SNAT of VPC-external traffic to the primary IP (unless
     /// external SNAT), connmark and `fwmark 0x80/0x80 lookup main` so replies to traffic that
     /// arrived on the primary ENI leave by it, loose rp_filter on it (node port support). Only
@@ -133,6 +137,17 @@ impl NodeNetwork for NetlinkNode {
         Box::pin(async move {
             let handle = vpcnet_datapath::netns::connect()?;
             Ok(vpcnet_datapath::host::pod_route_ips(&handle).await?)
+        })
+    }
+
+    fn link_names(&self) -> BoxFuture<'_, anyhow::Result<BTreeSet<String>>> {
+        Box::pin(async move {
+            let handle = vpcnet_datapath::netns::connect()?;
+            Ok(vpcnet_datapath::nl::links(&handle)
+                .await?
+                .into_iter()
+                .map(|l| l.name)
+                .collect())
         })
     }
 

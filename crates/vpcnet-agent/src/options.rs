@@ -118,9 +118,25 @@ pub struct AgentOptions {
     pub env_settings: Vec<(String, String)>,
     /// ADDITIONAL_ENI_TAGS: extra tags on created ENIs.
     pub additional_eni_tags: std::collections::BTreeMap<String, String>,
-    /// Delete this instance's detached ENIs (leaks) at start; DISABLE_LEAKED_ENI_CLEANUP
-    /// turns it off.
+    /// Delete this instance's detached ENIs (leaks) at start and then every
+    /// `leaked_eni_sweep_interval`; DISABLE_LEAKED_ENI_CLEANUP turns it off.
     pub sweep_leaked_enis: bool,
+    /// Period of the leaked-ENI sweep (VPCNET_LEAKED_ENI_SWEEP_INTERVAL, default 300 s).
+    pub leaked_eni_sweep_interval: Duration,
+    /// ENIs younger than this (by their `node.k8s.amazonaws.com/createdAt` tag) are never
+    /// swept: they may be between create and attach in this or a previous agent. 5 minutes,
+    /// the VPC CNI's `eniDeleteCooldownTime`.
+    pub leaked_eni_min_age: Duration,
+    /// How long after assignment a pod's missing datapath can get its address reclaimed
+    /// (VPCNET_POD_RECLAIM_GRACE, default 60 s): longer than the plugin's worst ADD between
+    /// receiving the address and building the route and veth.
+    pub pod_reclaim_grace: Duration,
+    /// Period of the pod-datapath check behind the reclaim (a route and link dump; default
+    /// 5 s). An address is freed only after two consecutive checks miss its pod.
+    pub pod_reclaim_interval: Duration,
+    /// Where the checkpoint is kept; `None` = the file at `checkpoint_path` (tests inject
+    /// failing stores here).
+    pub checkpoint_store: Option<Arc<dyn crate::checkpoint_file::CheckpointStore>>,
     /// The Kubernetes API client's endpoint and credentials (`CLUSTER_ENDPOINT`, the pod's
     /// `KUBERNETES_SERVICE_HOST`/`_PORT` and service account, `MY_NODE_NAME`); by default none
     /// (the client stays disabled).
@@ -174,6 +190,11 @@ impl Default for AgentOptions {
             env_settings: Vec::new(),
             additional_eni_tags: Default::default(),
             sweep_leaked_enis: true,
+            leaked_eni_sweep_interval: Duration::from_secs(300),
+            leaked_eni_min_age: Duration::from_secs(300),
+            pod_reclaim_grace: Duration::from_secs(60),
+            pod_reclaim_interval: Duration::from_secs(5),
+            checkpoint_store: None,
             api: crate::kubernetes::ApiSettings {
                 service_account_dir: PathBuf::from(crate::kubernetes::client::SERVICE_ACCOUNT_DIR),
                 ..Default::default()
@@ -263,6 +284,8 @@ pub fn options_from_config(c: &Config) -> anyhow::Result<AgentOptions> {
             .collect(),
         additional_eni_tags: c.additional_eni_tags.clone(),
         sweep_leaked_enis: !c.disable_leaked_eni_cleanup,
+        leaked_eni_sweep_interval: Duration::from_secs(c.leaked_eni_sweep_interval_secs),
+        pod_reclaim_grace: Duration::from_secs(c.pod_reclaim_grace_secs),
         api: crate::kubernetes::ApiSettings {
             cluster_endpoint: Some(c.cluster_endpoint.clone()).filter(|v| !v.is_empty()),
             // Set by kubelet in every pod (not operator settings, so not declared in config).

@@ -17,4 +17,6 @@ pub use adopt::{adopt, manageable, observation, sync_from_ec2};
 pub use execute::fill;
 pub use node_setup::{setup_node_enis, setup_node_firewall};
 pub use run_loop::run;
-pub use sweep::{reclaim_unrouted, sweep_leaked, POD_RECLAIM_GRACE, POD_RECLAIM_INTERVAL};
+pub use sweep::{
+    pods_present, reclaim_unrouted, sweep_leaked, sweep_leaked_periodically, POD_RECLAIM_MISSES,
+};

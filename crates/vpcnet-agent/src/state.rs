@@ -3,13 +3,14 @@
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use ipnet::Ipv4Net;
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 use vpcnet_ipam::Pool;
 
+use crate::checkpoint_file::{CheckpointStore, CheckpointWriteError, FileCheckpoint};
 use crate::options::AgentOptions;
 
 /// Facts about the node, read once at start (IMDS hints confirmed by EC2 where it matters).
@@ -53,6 +54,18 @@ pub struct Shared {
     pub last_error: Mutex<Option<String>>,
     /// Serialises checkpoint writes so an older snapshot never overwrites a newer one.
     persist_lock: tokio::sync::Mutex<()>,
+    /// Where the checkpoint lives ([`AgentOptions::checkpoint_store`], else the file at
+    /// `checkpoint_path`).
+    pub store: Arc<dyn CheckpointStore>,
+    /// Why an essential task stopped (the agent is unhealthy and the process exits).
+    failure: Mutex<Option<String>>,
+    /// Flips to true when an essential task stops unexpectedly.
+    pub failed: watch::Sender<bool>,
+    /// The last periodic pass or an unknown EC2 outcome asks the reconciler for a describe.
+    pub need_describe: AtomicBool,
+    /// Held across create → attach of an ENI and by the leaked-ENI sweep, so the sweep never
+    /// sees (and deletes) an ENI the reconciler is about to attach.
+    pub eni_lifecycle: tokio::sync::Mutex<()>,
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
     /// The Kubernetes API client's state (`/v1/apiserver`), written by its task.
     pub api: crate::kubernetes::client::SharedStatus,
@@ -65,6 +78,11 @@ impl Shared {
         pool: Pool,
         metrics: std::sync::Arc<crate::metrics::Metrics>,
     ) -> Self {
+        let store: Arc<dyn CheckpointStore> = opts.checkpoint_store.clone().unwrap_or_else(|| {
+            Arc::new(FileCheckpoint {
+                path: opts.checkpoint_path.clone(),
+            })
+        });
         Shared {
             opts,
             facts,
@@ -75,6 +93,11 @@ impl Shared {
             foreign_devices: Mutex::new(Vec::new()),
             last_error: Mutex::new(None),
             persist_lock: tokio::sync::Mutex::new(()),
+            store,
+            failure: Mutex::new(None),
+            failed: watch::channel(false).0,
+            need_describe: AtomicBool::new(false),
+            eni_lifecycle: tokio::sync::Mutex::new(()),
             metrics,
             api: Default::default(),
         }
@@ -89,14 +112,47 @@ impl Shared {
         self.ready.load(Ordering::Acquire)
     }
 
-    /// Writes the checkpoint (atomic, 0600). Errors are logged: the pool keeps working, and
-    /// the next change retries the write.
-    pub async fn persist(&self) {
+    /// Writes the checkpoint (atomic, 0600) from the pool as it is now.
+    ///
+    /// Errors: the write failed ([`CheckpointWriteError`], logged here too with its cause);
+    /// the previous checkpoint is still in place. ADD undoes its assignment and fails; other
+    /// callers go on, since the next write records their change (a release missing from the
+    /// file only keeps an address held until the reclaim frees it, never hands it out twice).
+    pub async fn persist(&self) -> Result<(), CheckpointWriteError> {
         let _g = self.persist_lock.lock().await;
         let cp = self.pool().checkpoint();
-        if let Err(e) = crate::checkpoint_file::write(&self.opts.checkpoint_path, &cp) {
-            tracing::error!(path = %self.opts.checkpoint_path.display(), "cannot write checkpoint: {e}");
+        let store = self.store.clone();
+        let res = tokio::task::spawn_blocking(move || store.write(&cp))
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+        res.map_err(|source| {
+            let e = CheckpointWriteError {
+                location: self.store.location(),
+                source,
+            };
+            tracing::error!(error = %e, cause = %e.source, "checkpoint write failed");
+            self.metrics.inc_ipamd_error("checkpointWrite");
+            e
+        })
+    }
+
+    /// Records that an essential task stopped: health turns unhealthy and [`crate::run`]
+    /// ends the process. The first reason is kept.
+    pub fn fail(&self, reason: String) {
+        let mut f = self.failure.lock().unwrap_or_else(|p| p.into_inner());
+        if f.is_none() {
+            *f = Some(reason);
         }
+        drop(f);
+        self.failed.send_replace(true);
+    }
+
+    /// Why the agent failed, if an essential task stopped.
+    pub fn failure(&self) -> Option<String> {
+        self.failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     pub fn set_error(&self, e: Option<String>) {

@@ -1,7 +1,8 @@
 //! gRPC client of the agent (`vpcnet.cni.v1.CniBackend`) over its Unix socket, every call with a
 //! deadline. gRPC statuses map to CNI errors: UNAVAILABLE → 11 (try again later),
-//! RESOURCE_EXHAUSTED → 101, FAILED_PRECONDITION → 102, INVALID_ARGUMENT → 103; an unreachable
-//! socket or a missed deadline → 100.
+//! RESOURCE_EXHAUSTED → 101, FAILED_PRECONDITION → 102, INVALID_ARGUMENT → 103, UNIMPLEMENTED
+//! (a call the agent does not know: versions differ) → 106; an unreachable socket or a missed
+//! deadline → 100. Every call carries the plugin's version (the handshake).
 
 use std::time::Duration;
 
@@ -57,6 +58,11 @@ impl Agent {
     fn request<T>(&self, msg: T) -> tonic::Request<T> {
         let mut r = tonic::Request::new(msg);
         r.set_timeout(self.timeout);
+        // The handshake: the agent logs a plugin of another version.
+        r.metadata_mut().insert(
+            vpcnet_proto::PLUGIN_VERSION_HEADER,
+            tonic::metadata::MetadataValue::from_static(vpcnet_proto::VERSION),
+        );
         r
     }
 
@@ -121,6 +127,16 @@ pub fn map_status(socket: &str, what: &str, s: Status) -> CniError {
     let m = s.message();
     match s.code() {
         Code::Unavailable if is_transport(&s) => unreachable(socket, format!("{what}: {m}")),
+        Code::Unavailable
+            if s.metadata().get(vpcnet_proto::REASON_HEADER).and_then(|v| v.to_str().ok())
+                == Some(vpcnet_proto::REASON_CHECKPOINT_WRITE) =>
+        {
+            CniError::new(
+                code::TRY_AGAIN_LATER,
+                format!("vpcnet-agent could not record {what} in its checkpoint"),
+                format!("{m}; nothing was changed and the runtime retries the pod, but the retry fails until the agent's checkpoint directory is writable (disk full or read-only?): see the agent's log"),
+            )
+        }
         Code::Unavailable => CniError::new(
             code::TRY_AGAIN_LATER,
             "no free IP address on this node right now",
@@ -141,6 +157,25 @@ pub fn map_status(socket: &str, what: &str, s: Status) -> CniError {
             format!("vpcnet-agent rejected {what}"),
             format!("{m}; check the CNI_CONTAINERID / CNI_IFNAME the runtime passes"),
         ),
+        Code::Unimplemented => {
+            let agent = s
+                .metadata()
+                .get(vpcnet_proto::AGENT_VERSION_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("unknown, older than the version handshake")
+                .to_string();
+            CniError::new(
+                code::VERSION_MISMATCH,
+                format!(
+                    "vpcnet-agent does not know {what}: plugin version {} and agent version {agent} do not match",
+                    vpcnet_proto::VERSION
+                ),
+                format!(
+                    "{m}; the plugin on this node is newer than the agent: roll out the vpcnet-agent of version {} (the DaemonSet image), or install the vpcnet-cni binary shipped with the agent's version",
+                    vpcnet_proto::VERSION
+                ),
+            )
+        }
         Code::DeadlineExceeded | Code::Cancelled => {
             unreachable(socket, format!("{what} missed its deadline: {m}"))
         }
@@ -155,4 +190,46 @@ pub fn map_status(socket: &str, what: &str, s: Status) -> CniError {
 /// Whether an UNAVAILABLE status comes from the transport (connection lost) rather than the agent.
 fn is_transport(s: &Status) -> bool {
     std::error::Error::source(s).is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_call_names_the_mismatch_and_the_fix() {
+        let mut s = Status::unimplemented("");
+        s.metadata_mut().insert(
+            vpcnet_proto::AGENT_VERSION_HEADER,
+            tonic::metadata::MetadataValue::from_static("0.0.9"),
+        );
+        let e = map_status("/s", "NewCall", s);
+        assert_eq!(e.code, code::VERSION_MISMATCH);
+        assert!(
+            e.msg.contains("0.0.9") && e.msg.contains(vpcnet_proto::VERSION),
+            "{e:?}"
+        );
+        assert!(e.details.contains("vpcnet-agent of version"), "{e:?}");
+        // An agent from before the handshake sends no version.
+        let e = map_status("/s", "NewCall", Status::unimplemented("unknown method"));
+        assert!(e.msg.contains("older than the version handshake"), "{e:?}");
+    }
+
+    #[test]
+    fn unavailable_from_a_checkpoint_failure_is_not_reported_as_an_empty_pool() {
+        let mut s = Status::unavailable("cannot write checkpoint /x: no space left on device");
+        s.metadata_mut().insert(
+            vpcnet_proto::REASON_HEADER,
+            tonic::metadata::MetadataValue::from_static(vpcnet_proto::REASON_CHECKPOINT_WRITE),
+        );
+        let e = map_status("/s", "AddNetwork", s);
+        assert_eq!(e.code, code::TRY_AGAIN_LATER);
+        assert!(
+            e.msg.contains("checkpoint") && !e.msg.contains("no free IP"),
+            "{e:?}"
+        );
+        assert!(e.details.contains("no space left on device"), "{e:?}");
+        let e = map_status("/s", "AddNetwork", Status::unavailable("pool empty"));
+        assert!(e.msg.contains("no free IP"), "{e:?}");
+    }
 }

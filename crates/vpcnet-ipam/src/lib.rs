@@ -26,4 +26,6 @@ pub use checkpoint::{
 pub use config::{ConfigError, WarmConfig, WarmMode, DEFAULT_COOLDOWN_MS, IPS_PER_PREFIX};
 pub use model::{Assignment, Eni, EniInfo, EniObservation, PodKey, PodRef};
 pub use plan::Action;
-pub use pool::{AssignError, Granted, Pool, PoolSummary, ReconcileReport, UnknownIpPolicy};
+pub use pool::{
+    AssignError, Granted, Pool, PoolSummary, ReconcileReport, UnknownIpPolicy, UNKNOWN_POD_PREFIX,
+};

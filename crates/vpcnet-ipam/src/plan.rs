@@ -40,6 +40,12 @@ impl Action {
             Action::AssignIps { .. } | Action::AssignPrefixes { .. } | Action::CreateEni { .. }
         )
     }
+
+    /// Whether the action gives addresses (or an ENI) back to EC2: a failure of it must go
+    /// through [`crate::Pool::unsettle`], never [`crate::Pool::abort`].
+    pub fn is_release(&self) -> bool {
+        !self.grows()
+    }
 }
 
 pub(crate) fn plan(cfg: &WarmConfig, stats: &[EniStats], eni_count: u32) -> Vec<Action> {

@@ -13,6 +13,10 @@ use crate::config::WarmConfig;
 use crate::model::{Assignment, Eni, EniObservation, IpSet, PodKey, PodRef};
 use crate::plan::Action;
 
+/// Container-ID prefix of the holds for pods the agent has no record of
+/// ([`Pool::hold_unknown`]).
+pub const UNKNOWN_POD_PREFIX: &str = "unknown:";
+
 /// Why no address could be handed out.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AssignError {
@@ -119,6 +123,14 @@ pub struct Pool {
     cooldowns: BTreeMap<Ipv4Addr, u64>,
     releasing: IpSet,
     releasing_prefixes: BTreeSet<Ipv4Net>,
+    /// Releases whose EC2 outcome is unknown (timeout, 5xx, lost reply): the addresses stay
+    /// out of service (still in `releasing`) until the next [`Pool::reconcile`] settles them.
+    unsettled: IpSet,
+    unsettled_prefixes: BTreeSet<Ipv4Net>,
+    /// ENIs whose DeleteEni outcome is unknown: kept `deleting` until a reconcile.
+    unsettled_enis: BTreeSet<String>,
+    /// Consecutive reclaim checks that found no datapath for the assignment.
+    reclaim_misses: BTreeMap<PodKey, u32>,
 }
 
 impl Pool {
@@ -132,6 +144,10 @@ impl Pool {
             cooldowns: BTreeMap::new(),
             releasing: IpSet::new(),
             releasing_prefixes: BTreeSet::new(),
+            unsettled: IpSet::new(),
+            unsettled_prefixes: BTreeSet::new(),
+            unsettled_enis: BTreeSet::new(),
+            reclaim_misses: BTreeMap::new(),
         }
     }
 
@@ -297,13 +313,73 @@ impl Pool {
     pub fn release(&mut self, key: &PodKey, now_ms: u64) -> Option<Assignment> {
         let a = self.assignments.remove(key)?;
         self.by_ip.remove(&a.ip);
+        self.reclaim_misses.remove(key);
         if self.eni_of(a.ip).is_some() {
             self.cooldowns.insert(a.ip, now_ms);
         }
         Some(a)
     }
 
-    /// CNI GC: releases every assignment whose key is not in `valid`.
+    /// Undoes a new assignment whose ADD failed before the address reached the pod (the
+    /// checkpoint could not be written): the address becomes assignable again at once, with
+    /// no cooldown, since no pod ever used it. `None` for an unknown key.
+    pub fn unassign(&mut self, key: &PodKey) -> Option<Assignment> {
+        let a = self.assignments.remove(key)?;
+        self.by_ip.remove(&a.ip);
+        self.reclaim_misses.remove(key);
+        Some(a)
+    }
+
+    /// Undoes a [`Pool::release`] whose DEL failed before it was recorded (the checkpoint
+    /// could not be written): `key` holds `a` again and the address's cooldown is dropped.
+    /// Returns false, changing nothing, when the address was handed out again meanwhile (a
+    /// zero cooldown) or `key` holds another address: the release then stands.
+    pub fn reinstate(&mut self, key: PodKey, a: Assignment) -> bool {
+        if self.by_ip.contains_key(&a.ip) || self.assignments.contains_key(&key) {
+            return false;
+        }
+        self.cooldowns.remove(&a.ip);
+        self.by_ip.insert(a.ip, key.clone());
+        self.assignments.insert(key, a);
+        true
+    }
+
+    /// Key under which [`Pool::hold_unknown`] holds an address for a pod the agent has no
+    /// record of (container ID `unknown:<ip>`).
+    pub fn unknown_pod_key(ip: Ipv4Addr) -> PodKey {
+        PodKey::new(format!("{UNKNOWN_POD_PREFIX}{ip}"), "eth0")
+    }
+
+    /// Holds `ip` for a pod the agent has no record of: the node routes the address to a pod
+    /// but the checkpoint (missing, corrupt, or older than the pod) does not list it. The
+    /// hold is an assignment under [`Pool::unknown_pod_key`], released by the reclaim once the
+    /// pod's route is gone. Returns false (nothing held) when the address is already
+    /// assigned or not on any ENI of the pool (it can never be handed out then anyway).
+    pub fn hold_unknown(&mut self, ip: Ipv4Addr, now_ms: u64) -> bool {
+        if self.by_ip.contains_key(&ip) {
+            return false;
+        }
+        let Some(eni_id) = self.eni_of(ip).map(|e| e.info.id.clone()) else {
+            return false;
+        };
+        let key = Self::unknown_pod_key(ip);
+        self.by_ip.insert(ip, key.clone());
+        self.cooldowns.remove(&ip);
+        self.assignments.insert(
+            key,
+            Assignment {
+                ip,
+                eni_id,
+                pod: PodRef::default(),
+                assigned_at_ms: now_ms,
+            },
+        );
+        true
+    }
+
+    /// CNI GC: releases every assignment whose key is not in `valid`. Holds of unknown pods
+    /// ([`Pool::hold_unknown`]) are kept: their real key is not known, so the runtime's list
+    /// cannot vouch for or against them (the reclaim frees them once their route is gone).
     pub fn garbage_collect(
         &mut self,
         valid: &BTreeSet<PodKey>,
@@ -312,30 +388,41 @@ impl Pool {
         let stale: Vec<PodKey> = self
             .assignments
             .keys()
-            .filter(|k| !valid.contains(*k))
+            .filter(|k| !valid.contains(*k) && !k.container_id.starts_with(UNKNOWN_POD_PREFIX))
             .cloned()
             .collect();
         self.release_all(stale, now_ms)
     }
 
-    /// Releases (into cooldown) every assignment older than `grace_ms` whose address is not in
-    /// `routed`, the IPv4 /32s the node routes to pods. Such a pod has no datapath left: the
-    /// plugin's DEL removed it while the agent could not be reached. The grace covers an ADD
-    /// in flight (address handed out, route not yet created). Returns what was released.
+    /// Releases (into cooldown) every assignment whose pod has no datapath left on the node,
+    /// on consistent evidence only. `present` holds the addresses for which the node still
+    /// shows any trace of the pod (a /32 route to the address, or the pod's host veth). An
+    /// assignment is released when it is older than `grace_ms` and absent from `present` at
+    /// `misses_needed` consecutive calls (a call that sees it resets its count). The grace
+    /// covers an ADD in flight (address handed out, datapath not built yet); the repeated miss
+    /// covers a route dump racing a datapath being rebuilt. GC-style holds of unknown pods
+    /// ([`Pool::hold_unknown`]) are released the same way. Returns what was released.
     pub fn reclaim_unrouted(
         &mut self,
-        routed: &BTreeSet<Ipv4Addr>,
+        present: &BTreeSet<Ipv4Addr>,
         grace_ms: u64,
+        misses_needed: u32,
         now_ms: u64,
     ) -> Vec<(PodKey, Assignment)> {
-        let stale: Vec<PodKey> = self
-            .assignments
-            .iter()
-            .filter(|(_, a)| {
-                !routed.contains(&a.ip) && a.assigned_at_ms.saturating_add(grace_ms) <= now_ms
-            })
-            .map(|(k, _)| k.clone())
-            .collect();
+        let mut stale = Vec::new();
+        let mut misses = BTreeMap::new();
+        for (k, a) in &self.assignments {
+            if present.contains(&a.ip) || a.assigned_at_ms.saturating_add(grace_ms) > now_ms {
+                continue;
+            }
+            let n = self.reclaim_misses.get(k).copied().unwrap_or(0) + 1;
+            if n >= misses_needed.max(1) {
+                stale.push(k.clone());
+            } else {
+                misses.insert(k.clone(), n);
+            }
+        }
+        self.reclaim_misses = misses;
         self.release_all(stale, now_ms)
     }
 
@@ -482,6 +569,40 @@ impl Pool {
             }
             _ => {}
         }
+    }
+
+    /// The EC2 call of `action` ended without a definitive answer (timeout, 5xx, transport
+    /// error: EC2 may or may not have applied it). What [`Pool::begin`] took away stays out of
+    /// service until the next [`Pool::reconcile`] (a describe) shows whether EC2 still lists
+    /// it; never put back with [`Pool::abort`], which could hand out an address EC2 already
+    /// took away. Assign and create need nothing: addresses or an ENI created behind a lost
+    /// reply are adopted by the next reconcile (an ENI that was never attached is left for
+    /// the leaked-ENI sweep).
+    pub fn unsettle(&mut self, action: &Action) {
+        match action {
+            Action::UnassignIps { ips, .. } => {
+                self.releasing.extend(ips.iter().copied());
+                self.unsettled.extend(ips.iter().copied());
+            }
+            Action::UnassignPrefixes { prefixes, .. } => {
+                self.releasing_prefixes.extend(prefixes.iter().copied());
+                self.unsettled_prefixes.extend(prefixes.iter().copied());
+            }
+            Action::DeleteEni { eni_id } => {
+                if let Some(e) = self.enis.get_mut(eni_id) {
+                    e.deleting = true;
+                    self.unsettled_enis.insert(eni_id.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether some EC2 outcome is unknown and waits for a describe ([`Pool::unsettle`]).
+    pub fn has_unsettled(&self) -> bool {
+        !self.unsettled.is_empty()
+            || !self.unsettled_prefixes.is_empty()
+            || !self.unsettled_enis.is_empty()
     }
 
     /// Result of CreateEni + Attach: the new attached ENI with its addresses.
@@ -648,6 +769,7 @@ impl Pool {
             .flat_map(|e| e.prefixes.keys().copied())
             .collect();
         self.releasing_prefixes.retain(|p| prefixes.contains(p));
+        self.settle_unknown_outcomes(&held, &prefixes, now_ms);
         // Assignments follow their address to the ENI EC2 says holds it.
         let owners: BTreeMap<Ipv4Addr, String> = self
             .enis
@@ -665,6 +787,42 @@ impl Pool {
             }
         }
         report
+    }
+
+    /// After a describe: releases and deletes whose outcome was unknown are settled. What EC2
+    /// no longer lists is gone already (dropped above); what it still lists comes back into
+    /// service through a cooldown from `now_ms`, so a describe that lags behind an applied
+    /// release gets another pass to show it before the address is used.
+    fn settle_unknown_outcomes(
+        &mut self,
+        held: &BTreeSet<Ipv4Addr>,
+        prefixes: &BTreeSet<Ipv4Net>,
+        now_ms: u64,
+    ) {
+        let mut back: Vec<Ipv4Addr> = Vec::new();
+        for ip in std::mem::take(&mut self.unsettled) {
+            if held.contains(&ip) {
+                self.releasing.remove(&ip);
+                back.push(ip);
+            }
+        }
+        for p in std::mem::take(&mut self.unsettled_prefixes) {
+            if prefixes.contains(&p) {
+                self.releasing_prefixes.remove(&p);
+                back.extend(Eni::prefix_addresses(p));
+            }
+        }
+        for id in std::mem::take(&mut self.unsettled_enis) {
+            if let Some(e) = self.enis.get_mut(&id) {
+                e.deleting = false;
+                back.extend(e.addresses().map(|(ip, _)| ip));
+            }
+        }
+        for ip in back {
+            if !self.by_ip.contains_key(&ip) {
+                self.cooldowns.insert(ip, now_ms);
+            }
+        }
     }
 
     /// The persisted model: every assignment and every cooldown timestamp.

@@ -392,7 +392,14 @@ fn unrouted_assignments_are_reclaimed_after_grace() {
     let c = pool.assign(key(3), pod(3), 9_000).unwrap();
     // The node routes a and c; b's datapath is gone; c is younger than the grace.
     let routed: std::collections::BTreeSet<_> = [a.ip].into_iter().collect();
-    let released = pool.reclaim_unrouted(&routed, 5_000, 10_000);
+    // First miss: nothing is freed yet (one route dump is not proof).
+    assert!(pool.reclaim_unrouted(&routed, 5_000, 2, 9_500).is_empty());
+    // A check that sees the pod again resets its count.
+    let all: std::collections::BTreeSet<_> = [a.ip, b.ip, c.ip].into_iter().collect();
+    assert!(pool.reclaim_unrouted(&all, 5_000, 2, 9_700).is_empty());
+    assert!(pool.reclaim_unrouted(&routed, 5_000, 2, 9_800).is_empty());
+    // Second consecutive miss: b is released.
+    let released = pool.reclaim_unrouted(&routed, 5_000, 2, 10_000);
     assert_eq!(released.len(), 1);
     assert_eq!(released[0].1.ip, b.ip);
     assert!(pool.assignment(&key(2)).is_none());
@@ -402,4 +409,133 @@ fn unrouted_assignments_are_reclaimed_after_grace() {
     assert!(pool.cooldowns().any(|(ip, t)| ip == b.ip && t == 10_000));
     assert_eq!(pool.summary(10_000).assigned_ips, 2);
     let _ = c;
+}
+
+#[test]
+fn undone_assignment_is_free_again_without_cooldown() {
+    let (mut pool, mut ec2) = start(limits("m5.large"));
+    ec2.settle(&mut pool, 0);
+    let free_before = pool.summary(1_000).available_ips;
+    let g = pool.assign(key(1), pod(1), 1_000).unwrap();
+    let a = pool.unassign(&key(1)).unwrap();
+    assert_eq!(a.ip, g.ip);
+    assert!(pool.assignment(&key(1)).is_none());
+    assert!(!pool.is_cooling(g.ip, 1_000));
+    assert_eq!(pool.summary(1_000).available_ips, free_before);
+    assert!(pool.unassign(&key(1)).is_none());
+}
+
+#[test]
+fn lost_reply_on_unassign_keeps_addresses_out_until_a_describe() {
+    let mut cfg = limits("m5.large");
+    cfg.warm_ip_target = Some(1);
+    cfg.minimum_ip_target = Some(1);
+    cfg.surplus_hold_ms = 0;
+    cfg.cooldown_ms = 1_000;
+    let (mut pool, mut ec2) = start(cfg);
+    ec2.enis.get_mut("eni-0").unwrap().secondary_ips = (10..15)
+        .map(|i| std::net::Ipv4Addr::new(10, 0, 9, i))
+        .collect();
+    pool.reconcile(&ec2.view(), UnknownIpPolicy::Free, 0);
+    let plan = pool.plan(10_000);
+    let Some(a @ Action::UnassignIps { ips, .. }) = plan.first() else {
+        panic!("{plan:?}")
+    };
+    let ips = ips.clone();
+    // EC2 applies the release but the reply is lost.
+    ec2.execute(&mut pool, a, Outcome::LostReply, 10_000);
+    for _ in 0..20 {
+        let g = pool.assign(key(99), pod(99), 10_000);
+        if let Ok(g) = g {
+            assert!(
+                !ips.contains(&g.ip),
+                "handed out {} before a describe",
+                g.ip
+            );
+            pool.release(&key(99), 10_000);
+        }
+    }
+    assert!(pool.has_unsettled());
+    assert!(
+        pool.plan(10_000).iter().all(|p| p != a),
+        "the same release planned again"
+    );
+    // The describe settles it: EC2 no longer lists them, so they are gone.
+    pool.reconcile(&ec2.view(), UnknownIpPolicy::Free, 11_000);
+    assert!(!pool.has_unsettled());
+    for ip in &ips {
+        assert!(pool.eni_of(*ip).is_none());
+    }
+}
+
+#[test]
+fn unknown_outcome_of_an_unapplied_release_comes_back_after_cooldown() {
+    let mut cfg = limits("m5.large");
+    cfg.warm_ip_target = Some(1);
+    cfg.minimum_ip_target = Some(1);
+    cfg.surplus_hold_ms = 0;
+    cfg.cooldown_ms = 1_000;
+    let (mut pool, mut ec2) = start(cfg);
+    ec2.enis.get_mut("eni-0").unwrap().secondary_ips = (10..15)
+        .map(|i| std::net::Ipv4Addr::new(10, 0, 9, i))
+        .collect();
+    pool.reconcile(&ec2.view(), UnknownIpPolicy::Free, 0);
+    let plan = pool.plan(10_000);
+    let Some(a @ Action::UnassignIps { ips, .. }) = plan.first() else {
+        panic!("{plan:?}")
+    };
+    // The call timed out and EC2 did not apply it.
+    pool.begin(a);
+    pool.unsettle(a);
+    pool.reconcile(&ec2.view(), UnknownIpPolicy::Free, 11_000);
+    assert!(!pool.has_unsettled());
+    for ip in ips {
+        assert!(pool.eni_of(*ip).is_some());
+        assert!(pool.is_cooling(*ip, 11_500), "back through a cooldown");
+        assert!(!pool.is_cooling(*ip, 12_000));
+    }
+}
+
+#[test]
+fn addresses_of_unknown_pods_are_held_until_their_route_is_gone() {
+    let (mut pool, mut ec2) = start(limits("m5.large"));
+    ec2.settle(&mut pool, 0);
+    let ip = pool
+        .eni("eni-0")
+        .unwrap()
+        .ips
+        .keys()
+        .next()
+        .copied()
+        .unwrap();
+    assert!(pool.hold_unknown(ip, 1_000));
+    assert!(!pool.hold_unknown(ip, 1_000), "held once");
+    assert!(
+        !pool.hold_unknown(std::net::Ipv4Addr::new(192, 0, 2, 1), 1_000),
+        "not ours"
+    );
+    for i in 0..40 {
+        if let Ok(g) = pool.assign(key(i), pod(i), 1_000) {
+            assert_ne!(g.ip, ip, "held address handed out");
+        }
+    }
+    // Survives a restart through the checkpoint.
+    let cp = pool.checkpoint();
+    assert!(cp
+        .assignments
+        .iter()
+        .any(|a| a.ip == ip && a.container_id.starts_with(UNKNOWN_POD_PREFIX)));
+    // CNI GC cannot vouch for a pod whose container ID is unknown: the hold stays.
+    assert!(pool
+        .garbage_collect(&Default::default(), 2_000)
+        .iter()
+        .all(|(_, a)| a.ip != ip));
+    let routed: std::collections::BTreeSet<_> = [ip].into_iter().collect();
+    assert!(pool.reclaim_unrouted(&routed, 0, 2, 5_000).is_empty());
+    let none = std::collections::BTreeSet::new();
+    assert!(pool.reclaim_unrouted(&none, 0, 2, 6_000).is_empty());
+    let released = pool.reclaim_unrouted(&none, 0, 2, 7_000);
+    assert!(released
+        .iter()
+        .any(|(k, a)| a.ip == ip && *k == Pool::unknown_pod_key(ip)));
 }

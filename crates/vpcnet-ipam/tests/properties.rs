@@ -1,5 +1,6 @@
 //! Property tests: random sequences of assign / release / clock ticks / EC2 results
-//! (success, partial, failure) and EC2 changes behind the pool's back.
+//! (success, partial, failure, applied with the reply lost), EC2 changes behind the pool's
+//! back, checkpoint writes that fail and restarts from the last written checkpoint.
 
 mod common;
 use std::collections::{BTreeMap, BTreeSet};
@@ -19,10 +20,23 @@ enum Op {
     /// EC2 loses the n-th secondary address of the node, then the pool reconciles.
     Steal(usize),
     Gc(Vec<usize>),
+    /// ADD whose checkpoint write fails: the agent undoes the assignment and fails the ADD.
+    AssignUnpersisted(usize),
+    /// DEL whose checkpoint write fails: the release is undone and the DEL fails.
+    ReleaseUnpersisted(usize),
+    /// A describe: the pool adopts EC2's view (settles unknown outcomes).
+    Describe,
+    /// The agent restarts from the last checkpoint it managed to write and EC2's view.
+    Restart,
 }
 
 fn outcome() -> impl Strategy<Value = Outcome> {
-    prop_oneof![6 => Just(Outcome::Success), 2 => Just(Outcome::Partial), 2 => Just(Outcome::Failure)]
+    prop_oneof![
+        6 => Just(Outcome::Success),
+        2 => Just(Outcome::Partial),
+        2 => Just(Outcome::Failure),
+        2 => Just(Outcome::LostReply),
+    ]
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -33,6 +47,10 @@ fn op() -> impl Strategy<Value = Op> {
         5 => prop::collection::vec(outcome(), 1..4).prop_map(Op::Run),
         1 => (0usize..64).prop_map(Op::Steal),
         1 => prop::collection::vec(0usize..40, 0..20).prop_map(Op::Gc),
+        2 => (0usize..40).prop_map(Op::AssignUnpersisted),
+        1 => (0usize..40).prop_map(Op::ReleaseUnpersisted),
+        1 => Just(Op::Describe),
+        1 => Just(Op::Restart),
     ]
 }
 
@@ -95,12 +113,18 @@ fn check_invariants(
             e.info.id
         );
     }
-    // The pool holds exactly what EC2 lists (results are fed back as they come).
+    // The pool holds exactly what EC2 lists (results are fed back as they come), except
+    // releases whose reply was lost: those stay in the pool, out of service, until a describe.
     let ours: BTreeSet<Ipv4Addr> = pool
         .enis()
         .flat_map(|e| e.addresses().map(|(ip, _)| ip))
         .collect();
-    prop_assert_eq!(&ours, &ec2_addresses(ec2));
+    let theirs = ec2_addresses(ec2);
+    if pool.has_unsettled() {
+        prop_assert!(theirs.is_subset(&ours), "EC2 lists addresses the pool lost");
+    } else {
+        prop_assert_eq!(&ours, &theirs);
+    }
     // Model agrees with the pool on who holds what.
     for (i, ip) in &model.live {
         prop_assert_eq!(pool.assignment(&key(*i)).map(|a| a.ip), Some(*ip));
@@ -119,7 +143,10 @@ proptest! {
         let (mut pool, mut ec2) = start(cfg.clone());
         let mut model = Model { released: BTreeMap::new(), live: BTreeMap::new() };
         let mut now = 1_000u64;
+        // The last checkpoint written successfully.
+        let mut persisted = pool.checkpoint();
         for op in ops {
+            let mut write_ok = true;
             match op {
                 Op::Assign(i) => {
                     let held_before = model.live.get(&i).copied();
@@ -175,6 +202,52 @@ proptest! {
                         }
                     }
                 }
+                Op::AssignUnpersisted(i) => {
+                    write_ok = false;
+                    if let Ok(g) = pool.assign(key(i), pod(i), now) {
+                        if !g.existing {
+                            // The checkpoint write failed: undo and fail the ADD.
+                            let a = pool.unassign(&key(i));
+                            prop_assert_eq!(a.map(|a| a.ip), Some(g.ip));
+                        } else {
+                            prop_assert_eq!(model.live.get(&i).copied(), Some(g.ip));
+                        }
+                    }
+                }
+                Op::ReleaseUnpersisted(i) => {
+                    // The agent reinstates the assignment and fails the DEL (retried later).
+                    write_ok = false;
+                    let r = pool.release(&key(i), now);
+                    prop_assert_eq!(r.as_ref().map(|a| a.ip), model.live.get(&i).copied());
+                    if let Some(a) = r {
+                        prop_assert!(pool.reinstate(key(i), a));
+                    }
+                }
+                Op::Describe => {
+                    pool.reconcile(&ec2.view(), UnknownIpPolicy::Free, now);
+                    prop_assert!(!pool.has_unsettled());
+                }
+                Op::Restart => {
+                    let mut p = Pool::new(cfg.clone());
+                    p.restore(&persisted).unwrap();
+                    p.reconcile(&ec2.view(), UnknownIpPolicy::Free, now);
+                    // No pod loses its address across a restart (else it could be handed
+                    // to a second pod).
+                    for (i, ip) in &model.live {
+                        prop_assert_eq!(p.assignment(&key(*i)).map(|a| a.ip), Some(*ip), "pod {} lost its address across a restart", i);
+                    }
+                    // Releases that were not written come back; their pods are gone, so the
+                    // reclaim frees them.
+                    let extra: Vec<PodKey> = p.assignments().map(|(k, _)| k.clone()).filter(|k| {
+                        !model.live.contains_key(&k.container_id[1..].parse::<usize>().unwrap())
+                    }).collect();
+                    for k in extra {
+                        if let Some(a) = p.release(&k, now) {
+                            model.released.insert(a.ip, now);
+                        }
+                    }
+                    pool = p;
+                }
                 Op::Gc(valid) => {
                     let valid_keys: BTreeSet<PodKey> = valid.iter().map(|i| key(*i)).collect();
                     let gone = pool.garbage_collect(&valid_keys, now);
@@ -186,8 +259,13 @@ proptest! {
                     }
                 }
             }
+            if write_ok {
+                persisted = pool.checkpoint();
+            }
             check_invariants(&pool, &ec2, &model, now)?;
         }
+        // A describe settles unknown outcomes.
+        pool.reconcile(&ec2.view(), UnknownIpPolicy::Free, now);
         // Convergence: once EC2 calls succeed and cooldowns/holds pass, the plan empties and
         // the targets hold.
         now += cfg.cooldown_ms + cfg.surplus_hold_ms + 1;

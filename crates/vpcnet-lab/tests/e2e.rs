@@ -174,7 +174,11 @@ fn demo_twelve_containers_use_secondary_enis_and_talk() {
 fn del_with_agent_down_removes_datapath_and_restart_reclaims_the_ip() {
     with_lab(
         "agentdown",
-        |_| {},
+        // The pod is gone long before the default 60 s grace would pass.
+        |o| {
+            o.agent_env
+                .push(("VPCNET_POD_RECLAIM_GRACE".into(), "5".into()))
+        },
         |lab| {
             let node = node(lab);
             let c = lab.run("n1", &["a1".to_string()]).unwrap().remove(0);

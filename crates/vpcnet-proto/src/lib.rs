@@ -11,3 +11,17 @@ pub use v1::*;
 
 /// Default path of the agent's Unix socket.
 pub const DEFAULT_SOCKET: &str = "/var/run/vpcnet/agent.sock";
+
+/// Request metadata key carrying the plugin's version on every call (the version handshake).
+pub const PLUGIN_VERSION_HEADER: &str = "x-vpcnet-plugin-version";
+/// Response metadata key carrying the agent's version on every answer, errors included, so a
+/// plugin that calls something the agent does not know can name both versions.
+pub const AGENT_VERSION_HEADER: &str = "x-vpcnet-agent-version";
+/// Response metadata key of an error status that says why, where the gRPC code alone is
+/// ambiguous (UNAVAILABLE: empty pool or [`REASON_CHECKPOINT_WRITE`]).
+pub const REASON_HEADER: &str = "x-vpcnet-reason";
+/// [`REASON_HEADER`] value: the call was undone because the agent could not write its
+/// checkpoint (disk full, read-only); retrying helps only once the disk is fixed.
+pub const REASON_CHECKPOINT_WRITE: &str = "checkpoint-write-failed";
+/// The release of plugin and agent built from this tree (the workspace version).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

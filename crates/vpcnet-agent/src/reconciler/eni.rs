@@ -66,6 +66,9 @@ pub(super) async fn create_eni(
         },
         client_token: None,
     };
+    // The leaked-ENI sweep waits for this: it must not see the new ENI detached and delete it
+    // between create and attach.
+    let _lifecycle = shared.eni_lifecycle.lock().await;
     let ni = ec2.create_network_interface(&req).await?;
     let device = next_device_index(shared);
     let attachment = match ec2

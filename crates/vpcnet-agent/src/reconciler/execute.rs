@@ -29,18 +29,36 @@ pub async fn fill(shared: &Shared, ec2: &Ec2) -> Result<bool, Ec2Error> {
             if let Err(e) = execute(shared, ec2, a).await {
                 {
                     let mut pool = shared.pool();
-                    for rest in &actions[i..] {
+                    // Never back into the free pool blindly: EC2 may have applied the call
+                    // (a timeout or 5xx after the fact, or an attempt applied whose reply was
+                    // lost and whose retry inside the client then failed with a 4xx such as
+                    // "not assigned"; a DeleteEni may have stopped between detach and
+                    // delete). What the action takes away stays out of service until a
+                    // describe, forced at the next pass, settles it.
+                    if a.is_release() {
+                        tracing::warn!(action = ?a, error = %e, "release failed; its addresses stay out of service until the next describe says whether EC2 applied it");
+                        pool.unsettle(a);
+                        shared
+                            .need_describe
+                            .store(true, std::sync::atomic::Ordering::Release);
+                    } else {
+                        // Assign or create: nothing was taken out; anything EC2 made behind a
+                        // lost reply is adopted by the next describe.
+                        pool.abort(a);
+                    }
+                    for rest in &actions[i + 1..] {
                         pool.abort(rest);
                     }
                 }
                 if changed {
-                    shared.persist().await;
+                    let _ = shared.persist().await;
                 }
                 return Err(e);
             }
             changed = true;
         }
-        shared.persist().await;
+        // A failed write is logged by persist; the next change writes the pool again.
+        let _ = shared.persist().await;
         shared.update_gauges();
     }
     Ok(changed)

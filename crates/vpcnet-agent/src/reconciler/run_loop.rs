@@ -1,6 +1,7 @@
 //! The reconciler task: woken at once by ADD/DEL, plus a periodic full pass; backs off with
 //! jitter after EC2 errors.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,6 +26,10 @@ pub async fn run(shared: Arc<Shared>, ec2: Ec2, mut stop: tokio::sync::watch::Re
             _ = tokio::time::sleep_until(next_full) => true,
             _ = stop.changed() => return,
         };
+        // An EC2 outcome was unknown: describe before planning again.
+        let full = full
+            || shared.need_describe.swap(false, Ordering::AcqRel)
+            || shared.pool().has_unsettled();
         let timer = shared.metrics.action(if full {
             "reconcilePool"
         } else {

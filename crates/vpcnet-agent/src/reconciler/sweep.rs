@@ -1,38 +1,68 @@
 //! Sweeps for what a crash or a missed call leaves behind: addresses whose pod datapath is
 //! gone (DEL ran while the agent was down) and detached ENIs this instance created.
 
+use std::collections::BTreeSet;
+use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use vpcnet_ec2::Ec2;
+use vpcnet_ec2::{Ec2, NetworkInterface, Tags};
+use vpcnet_ipam::UNKNOWN_POD_PREFIX;
 
 use super::eni::delete_with_retry;
-use crate::options::{ENI_DESCRIPTION_PREFIX, TAG_INSTANCE_ID};
+use crate::options::{ENI_DESCRIPTION_PREFIX, TAG_CREATED_AT, TAG_INSTANCE_ID};
 use crate::state::{now_ms, Shared};
 
-/// Age an assignment must reach before a missing pod route gets it reclaimed.
-pub const POD_RECLAIM_GRACE: Duration = Duration::from_secs(5);
-/// Period of the pod-route check (a netlink route dump; cheap).
-pub const POD_RECLAIM_INTERVAL: Duration = Duration::from_secs(5);
+/// Consecutive pod-datapath checks that must miss a pod before its address is reclaimed.
+pub const POD_RECLAIM_MISSES: u32 = 2;
+
+/// The addresses whose pod still has a trace on the node: a main-table /32 route to the
+/// address, or the pod's host veth (named from its namespace and name as the plugin names it,
+/// else from its container ID). Holds of unknown pods have only the route as evidence.
+pub async fn pods_present(shared: &Shared) -> anyhow::Result<BTreeSet<Ipv4Addr>> {
+    let Some(node) = &shared.opts.node_network else {
+        return Ok(BTreeSet::new());
+    };
+    let (routed, links) = tokio::try_join!(node.pod_route_ips(), node.link_names())?;
+    let prefix = &shared.opts.conflist.veth_prefix;
+    let mut present = routed;
+    for (k, a) in shared.pool().assignments() {
+        if k.container_id.starts_with(UNKNOWN_POD_PREFIX) {
+            continue;
+        }
+        let veth = if a.pod.namespace.is_empty() && a.pod.name.is_empty() {
+            vpcnet_datapath::names::host_veth_name_for_container(prefix, &k.container_id)
+        } else {
+            vpcnet_datapath::names::host_veth_name(prefix, &a.pod.namespace, &a.pod.name)
+        };
+        if links.contains(&veth) {
+            present.insert(a.ip);
+        }
+    }
+    Ok(present)
+}
 
 /// Releases assignments whose pod has no datapath on the node any more (no /32 route to its
-/// address): the plugin's DEL ran while the agent was unreachable, so the address would leak.
-/// Only when the agent manages the node datapath; assignments younger than
-/// [`POD_RECLAIM_GRACE`] are kept (an ADD may be building the datapath right now).
+/// address and no host veth, at [`POD_RECLAIM_MISSES`] consecutive checks): the plugin's DEL
+/// ran while the agent was unreachable, so the address would leak. Only when the agent
+/// manages the node datapath; assignments younger than `pod_reclaim_grace` are kept (an ADD
+/// may be building the datapath right now).
 pub async fn reclaim_unrouted(shared: &Shared) {
-    let Some(node) = &shared.opts.node_network else {
+    if shared.opts.node_network.is_none() {
         return;
-    };
-    let routed = match node.pod_route_ips().await {
+    }
+    let present = match pods_present(shared).await {
         Ok(r) => r,
         Err(e) => {
-            tracing::warn!("listing pod routes failed: {e:#}; no reclaim this time");
+            tracing::warn!("listing pod routes and links failed: {e:#}; no reclaim this time");
             return;
         }
     };
-    let released =
-        shared
-            .pool()
-            .reclaim_unrouted(&routed, POD_RECLAIM_GRACE.as_millis() as u64, now_ms());
+    let released = shared.pool().reclaim_unrouted(
+        &present,
+        shared.opts.pod_reclaim_grace.as_millis() as u64,
+        POD_RECLAIM_MISSES,
+        now_ms(),
+    );
     if released.is_empty() {
         return;
     }
@@ -41,19 +71,37 @@ pub async fn reclaim_unrouted(shared: &Shared) {
             ip = %a.ip,
             container = %key.container_id,
             pod = %format!("{}/{}", a.pod.namespace, a.pod.name),
-            "pod datapath is gone (DEL ran while the agent was down): address reclaimed into cooldown"
+            "pod datapath is gone (no host route and no host veth at two consecutive checks; DEL ran while the agent was down): address reclaimed into cooldown"
         );
         shared.metrics.inc_del_ip_req("PodDatapathGone");
     }
-    shared.persist().await;
+    // A failed write is logged by persist; the next change writes the release.
+    let _ = shared.persist().await;
     shared.update_gauges();
     shared.wake.notify_one();
 }
 
-/// Deletes ENIs this instance created that are no longer attached (a crash between
-/// create and attach, or a failed cleanup).
+/// Whether a detached ENI of ours is old enough to delete: its `createdAt` tag (RFC 3339) is
+/// at least `min_age` before `now`. `None` when the tag is missing or unreadable (the caller
+/// tags it now, so it is swept once it has aged, as the VPC CNI does).
+pub fn old_enough(
+    ni: &NetworkInterface,
+    min_age: Duration,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Option<bool> {
+    let created = ni.tags.get(TAG_CREATED_AT)?;
+    let created = chrono::DateTime::parse_from_rfc3339(created).ok()?;
+    let age = now.signed_duration_since(created.with_timezone(&chrono::Utc));
+    Some(age.to_std().is_ok_and(|a| a >= min_age))
+}
+
+/// Deletes ENIs this instance created that are no longer attached (a crash between create
+/// and attach, a failed cleanup, a delete whose reply was lost), skipping those younger than
+/// `leaked_eni_min_age`. Holds the ENI lifecycle lock for the whole pass, so an ENI the
+/// reconciler is creating and attaching right now is never seen half-way.
 pub async fn sweep_leaked(shared: &Shared, ec2: &Ec2) {
-    match ec2
+    let _lifecycle = shared.eni_lifecycle.lock().await;
+    let leaked = match ec2
         .describe_network_interfaces_by_tag(
             TAG_INSTANCE_ID,
             &shared.facts.instance_id,
@@ -61,15 +109,57 @@ pub async fn sweep_leaked(shared: &Shared, ec2: &Ec2) {
         )
         .await
     {
-        Ok(leaked) => {
-            for ni in leaked
-                .iter()
-                .filter(|n| n.description.starts_with(ENI_DESCRIPTION_PREFIX))
-            {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(error = %e, "leaked-ENI sweep failed; retried at the next sweep");
+            return;
+        }
+    };
+    let now = chrono::Utc::now();
+    for ni in leaked
+        .iter()
+        .filter(|n| n.description.starts_with(ENI_DESCRIPTION_PREFIX) && n.attachment.is_none())
+    {
+        match old_enough(ni, shared.opts.leaked_eni_min_age, now) {
+            Some(true) => {
                 tracing::warn!(eni = %ni.eni_id, "deleting leaked ENI of this instance");
                 delete_with_retry(ec2, &ni.eni_id).await;
             }
+            Some(false) => {
+                tracing::info!(eni = %ni.eni_id, "detached ENI of this instance is younger than the minimum age; left for a later sweep");
+            }
+            None => {
+                let mut tags = Tags::new();
+                tags.insert(
+                    TAG_CREATED_AT.into(),
+                    now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                );
+                tracing::info!(eni = %ni.eni_id, "detached ENI of this instance has no createdAt tag; tagged now, swept once it has aged");
+                if let Err(e) = ec2
+                    .create_tags(std::slice::from_ref(&ni.eni_id), &tags)
+                    .await
+                {
+                    tracing::warn!(eni = %ni.eni_id, error = %e, "tagging the leaked ENI failed");
+                }
+            }
         }
-        Err(e) => tracing::warn!("leaked-ENI sweep failed: {e}"),
+    }
+}
+
+/// The sweep at start and then every `leaked_eni_sweep_interval`, until `stop`.
+pub async fn sweep_leaked_periodically(
+    shared: std::sync::Arc<Shared>,
+    ec2: Ec2,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = sweep_leaked(&shared, &ec2) => {}
+            _ = stop.changed() => return,
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(shared.opts.leaked_eni_sweep_interval) => {}
+            _ = stop.changed() => return,
+        }
     }
 }

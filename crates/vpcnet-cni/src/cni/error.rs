@@ -35,6 +35,8 @@ pub mod code {
     pub const DATAPATH: u32 = 104;
     /// CHECK found the datapath different from prevResult.
     pub const CHECK_FAILED: u32 = 105;
+    /// The agent does not know a call the plugin made: plugin and agent versions differ.
+    pub const VERSION_MISMATCH: u32 = 106;
     /// Anything else.
     pub const GENERIC: u32 = 999;
 }

@@ -16,6 +16,9 @@ pub enum Outcome {
     /// short and the next describe fills the rest in).
     Partial,
     Failure,
+    /// EC2 applies the action but its reply is lost (timeout or 5xx after the fact): the
+    /// caller learns nothing and reports the outcome as unknown ([`Pool::unsettle`]).
+    LostReply,
 }
 
 pub struct FakeEc2 {
@@ -84,7 +87,29 @@ impl FakeEc2 {
         self.mutating_calls += 1;
         pool.begin(action);
         if outcome == Outcome::Failure {
-            pool.abort(action);
+            // As the agent does: a failed release may have been applied by an earlier
+            // attempt, so it waits for a describe; a failed assign or create is undone.
+            if action.is_release() {
+                pool.unsettle(action);
+            } else {
+                pool.abort(action);
+            }
+            return;
+        }
+        if outcome == Outcome::LostReply {
+            match action {
+                Action::UnassignIps { .. }
+                | Action::UnassignPrefixes { .. }
+                | Action::DeleteEni { .. } => {
+                    self.apply(action);
+                    pool.unsettle(action);
+                }
+                // A lost reply of an assign or create leaves EC2 with addresses or an ENI the
+                // pool learns of at the next describe; this fake would then exceed its limits
+                // on the next plan (real EC2 answers with a limit error), so it is modelled as
+                // a plain failure here.
+                _ => pool.abort(action),
+            }
             return;
         }
         let slots = self.cfg.slots_per_eni() as usize;
@@ -159,6 +184,15 @@ impl FakeEc2 {
                 pool.remove_eni(eni_id);
             }
         }
+    }
+
+    /// Applies `action` to EC2's truth only (the reply never reaches the pool).
+    pub fn apply(&mut self, action: &Action) {
+        let mut shadow = Pool::new(self.cfg.clone());
+        shadow.reconcile(&self.view(), UnknownIpPolicy::Free, 0);
+        let before = self.mutating_calls;
+        self.execute(&mut shadow, action, Outcome::Success, 0);
+        self.mutating_calls = before;
     }
 
     /// Runs plans with every call succeeding until the pool is on target.

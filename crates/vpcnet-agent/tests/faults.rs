@@ -1,0 +1,431 @@
+//! Issue 13: the agent never double-assigns or leaks an address under disk, crash and cloud
+//! faults. In-process emulator + in-process agent; the node's datapath is a fake
+//! ([`FakeNode`]) so no namespace is touched.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use vpcnet_agent::checkpoint_file::{CheckpointStore, FileCheckpoint, Loaded};
+use vpcnet_agent::node::{BoxFuture, NodeEni, NodeFirewall, NodeNetwork};
+
+/// The checkpoint file, with writes that fail while `fail` is set.
+struct FlakyStore {
+    file: FileCheckpoint,
+    fail: AtomicBool,
+}
+
+impl CheckpointStore for FlakyStore {
+    fn load(&self, now_ms: u64) -> Loaded {
+        self.file.load(now_ms)
+    }
+    fn write(&self, cp: &vpcnet_ipam::Checkpoint) -> std::io::Result<()> {
+        if self.fail.load(Ordering::SeqCst) {
+            return Err(std::io::Error::other("injected: no space left on device"));
+        }
+        self.file.write(cp)
+    }
+    fn location(&self) -> String {
+        self.file.location()
+    }
+}
+
+/// A node datapath that only reports what the test says is there.
+#[derive(Default)]
+struct FakeNode {
+    routes: Mutex<BTreeSet<Ipv4Addr>>,
+    links: Mutex<BTreeSet<String>>,
+}
+
+impl NodeNetwork for FakeNode {
+    fn setup_eni<'a>(&'a self, _eni: &'a NodeEni) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn pod_route_ips(&self) -> BoxFuture<'_, anyhow::Result<BTreeSet<Ipv4Addr>>> {
+        Box::pin(async { Ok(self.routes.lock().unwrap().clone()) })
+    }
+    fn link_names(&self) -> BoxFuture<'_, anyhow::Result<BTreeSet<String>>> {
+        Box::pin(async { Ok(self.links.lock().unwrap().clone()) })
+    }
+    fn setup_node_firewall<'a>(
+        &'a self,
+        _fw: &'a NodeFirewall,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+fn veth_of(id: &str) -> String {
+    // add_req names the pod default/pod-<id>.
+    vpcnet_datapath::names::host_veth_name("eni", "default", &format!("pod-{id}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoint_write_failure_fails_the_add_and_undoes_the_assignment() {
+    let lab = lab("m5.large").await;
+    let store = Arc::new(FlakyStore {
+        file: FileCheckpoint {
+            path: lab.checkpoint(),
+        },
+        fail: AtomicBool::new(false),
+    });
+    let mut opts = lab.options();
+    opts.checkpoint_store = Some(store.clone());
+    let agent = vpcnet_agent::start(opts).await.unwrap();
+    let mut c = client(&lab.socket()).await;
+    let kept = add_retry(&mut c, "kept", Duration::from_secs(10))
+        .await
+        .unwrap();
+
+    store.fail.store(true, Ordering::SeqCst);
+    let e = c.add_network(add_req("lost")).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+    assert!(
+        e.message().contains("checkpoint") && e.message().contains("no space left"),
+        "names the checkpoint and the cause: {}",
+        e.message()
+    );
+    assert_eq!(
+        e.metadata()
+            .get(vpcnet_proto::REASON_HEADER)
+            .and_then(|v| v.to_str().ok()),
+        Some(vpcnet_proto::REASON_CHECKPOINT_WRITE),
+        "marked, so the plugin does not report an empty pool"
+    );
+    let key = vpcnet_ipam::PodKey::new("lost", "eth0");
+    assert!(
+        agent.shared.pool().assignment(&key).is_none(),
+        "assignment undone"
+    );
+    assert_eq!(agent.shared.pool().assignments().count(), 1);
+
+    // Writes work again: the retried ADD succeeds and is on disk.
+    store.fail.store(false, Ordering::SeqCst);
+    let r = add_retry(&mut c, "lost", Duration::from_secs(10))
+        .await
+        .unwrap();
+    agent.shutdown().await;
+    // After a restart both pods keep their addresses: nothing handed out is unrecorded.
+    let agent = vpcnet_agent::start(lab.options()).await.unwrap();
+    let pool = agent.shared.pool().clone();
+    assert_eq!(
+        pool.assignment(&key).map(|a| a.ip.to_string()),
+        Some(r.ipv4_addr.clone())
+    );
+    assert_eq!(
+        pool.assignment(&vpcnet_ipam::PodKey::new("kept", "eth0"))
+            .map(|a| a.ip.to_string()),
+        Some(kept.ipv4_addr.clone())
+    );
+    agent.shutdown().await;
+}
+
+async fn healthz(addr: std::net::SocketAddr) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.ok()?;
+    let code = out.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, out))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_essential_task_makes_health_fail_within_5s() {
+    for task in ["reconciler", "grpc", "leaked-eni-sweep"] {
+        let lab = lab("m5.large").await;
+        let mut opts = lab.options();
+        opts.introspection_addr = Some("127.0.0.1:0".parse().unwrap());
+        let agent = vpcnet_agent::start(opts).await.unwrap();
+        let addr = agent.introspection_addr.unwrap();
+        assert_eq!(healthz(addr).await.unwrap().0, 200);
+        assert!(agent.abort_task(task), "{task} runs");
+        let t0 = std::time::Instant::now();
+        let body = loop {
+            match healthz(addr).await {
+                Some((503, body)) => break body,
+                _ => {
+                    assert!(
+                        t0.elapsed() < Duration::from_secs(5),
+                        "/healthz still healthy 5 s after {task} stopped"
+                    );
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        };
+        assert!(body.contains(task), "{body}");
+        let why = tokio::time::timeout(Duration::from_secs(5), agent.failed())
+            .await
+            .expect("failed() resolves");
+        assert!(why.contains(task), "{why}");
+        agent.shutdown().await;
+    }
+}
+
+async fn ec2_client(lab: &Lab) -> vpcnet_ec2::Ec2 {
+    vpcnet_ec2::Ec2::connect_unobserved(vpcnet_ec2::Ec2Options {
+        region: Some("us-east-1".into()),
+        endpoint_url: Some(lab.endpoint.clone()),
+        imds_endpoint: None,
+        credentials: Some(vpcnet_ec2::StaticCredentials {
+            access_key_id: "test".into(),
+            secret_access_key: "test".into(),
+            session_token: None,
+        }),
+        calls: Default::default(),
+    })
+    .await
+    .unwrap()
+}
+
+/// A detached ENI as the agent would have left it (our description and instance tag).
+async fn leaked_eni(lab: &Lab, ec2: &vpcnet_ec2::Ec2, created_at: Option<String>) -> String {
+    let primary = lab
+        .emu
+        .enis()
+        .into_iter()
+        .find(|e| {
+            e.attachment
+                .as_ref()
+                .is_some_and(|a| a.instance_id == lab.instance.instance_id)
+        })
+        .unwrap();
+    let mut tags = vpcnet_ec2::Tags::new();
+    tags.insert(
+        "node.k8s.amazonaws.com/instance_id".into(),
+        lab.instance.instance_id.clone(),
+    );
+    if let Some(t) = created_at {
+        tags.insert("node.k8s.amazonaws.com/createdAt".into(), t);
+    }
+    ec2.create_network_interface(&vpcnet_ec2::CreateEni {
+        subnet_id: primary.subnet_id.clone(),
+        security_group_ids: vec![],
+        description: format!("vpcnet-cni: {}", lab.instance.instance_id),
+        tags,
+        addresses: None,
+        client_token: None,
+    })
+    .await
+    .unwrap()
+    .eni_id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaked_eni_sweep_is_periodic_and_spares_young_enis() {
+    let lab = lab("m5.large").await;
+    let ec2 = ec2_client(&lab).await;
+    let rfc =
+        |t: chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let old = leaked_eni(
+        &lab,
+        &ec2,
+        Some(rfc(chrono::Utc::now() - chrono::Duration::minutes(10))),
+    )
+    .await;
+    let young = leaked_eni(&lab, &ec2, Some(rfc(chrono::Utc::now()))).await;
+    let untagged = leaked_eni(&lab, &ec2, None).await;
+    let mut opts = lab.options();
+    opts.leaked_eni_sweep_interval = Duration::from_millis(300);
+    opts.leaked_eni_min_age = Duration::from_secs(4);
+    let agent = vpcnet_agent::start(opts).await.unwrap();
+    eventually(
+        "the old leaked ENI is deleted",
+        Duration::from_secs(5),
+        || lab.emu.eni(&old).is_none(),
+    )
+    .await;
+    assert!(lab.emu.eni(&young).is_some(), "a young ENI was swept");
+    eventually("the untagged ENI is tagged", Duration::from_secs(5), || {
+        lab.emu.eni(&untagged).is_some_and(|e| {
+            e.tags
+                .iter()
+                .any(|(k, _)| k == "node.k8s.amazonaws.com/createdAt")
+        })
+    })
+    .await;
+    // Later passes of the same sweep delete both once they have aged.
+    eventually(
+        "young and untagged ENIs swept once aged",
+        Duration::from_secs(12),
+        || lab.emu.eni(&young).is_none() && lab.emu.eni(&untagged).is_none(),
+    )
+    .await;
+    agent.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_needs_route_and_veth_gone_after_the_grace() {
+    let lab = lab("m5.large").await;
+    let node = Arc::new(FakeNode::default());
+    let mut opts = lab.options();
+    opts.node_network = Some(node.clone());
+    opts.pod_reclaim_grace = Duration::from_millis(1500);
+    opts.pod_reclaim_interval = Duration::from_millis(100);
+    let agent = vpcnet_agent::start(opts).await.unwrap();
+    let mut c = client(&lab.socket()).await;
+    let key = vpcnet_ipam::PodKey::new("p1", "eth0");
+    // A pod whose ADD is still building its datapath (nothing on the node yet) keeps its
+    // address through the grace.
+    let r = add_retry(&mut c, "p1", Duration::from_secs(10))
+        .await
+        .unwrap();
+    let ip: Ipv4Addr = r.ipv4_addr.parse().unwrap();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(
+        agent.shared.pool().assignment(&key).is_some(),
+        "reclaimed inside the grace"
+    );
+    // Route gone but the host veth is still there: not gone.
+    node.links.lock().unwrap().insert(veth_of("p1"));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        agent.shared.pool().assignment(&key).is_some(),
+        "reclaimed with its veth present"
+    );
+    // Veth gone, route there: not gone either.
+    node.links.lock().unwrap().clear();
+    node.routes.lock().unwrap().insert(ip);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(
+        agent.shared.pool().assignment(&key).is_some(),
+        "reclaimed with its route present"
+    );
+    // Both gone: reclaimed into cooldown.
+    node.routes.lock().unwrap().clear();
+    eventually("address reclaimed", Duration::from_secs(3), || {
+        agent.shared.pool().assignment(&key).is_none()
+    })
+    .await;
+    assert!(agent
+        .shared
+        .pool()
+        .is_cooling(ip, vpcnet_agent::state::now_ms()));
+    agent.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn addresses_routed_to_pods_survive_a_missing_checkpoint() {
+    let lab = lab("m5.large").await;
+    // First life: three pods get addresses.
+    let agent = vpcnet_agent::start(lab.options()).await.unwrap();
+    let mut c = client(&lab.socket()).await;
+    let mut running = BTreeSet::new();
+    for id in ["r1", "r2", "r3"] {
+        let r = add_retry(&mut c, id, Duration::from_secs(10))
+            .await
+            .unwrap();
+        running.insert(r.ipv4_addr.parse::<Ipv4Addr>().unwrap());
+    }
+    agent.shutdown().await;
+    // The checkpoint is lost; the pods still run (their routes are on the node).
+    std::fs::remove_file(lab.checkpoint()).unwrap();
+    let node = Arc::new(FakeNode::default());
+    *node.routes.lock().unwrap() = running.clone();
+    let mut opts = lab.options();
+    opts.node_network = Some(node.clone());
+    opts.pod_reclaim_grace = Duration::from_millis(200);
+    opts.pod_reclaim_interval = Duration::from_millis(100);
+    let agent = vpcnet_agent::start(opts).await.unwrap();
+    let mut c = client(&lab.socket()).await;
+    for i in 0..20 {
+        let id = format!("n{i}");
+        let r = add_retry(&mut c, &id, Duration::from_secs(10))
+            .await
+            .unwrap();
+        let ip: Ipv4Addr = r.ipv4_addr.parse().unwrap();
+        assert!(
+            !running.contains(&ip),
+            "{ip} of a running pod handed to {id}"
+        );
+        node.routes.lock().unwrap().insert(ip);
+    }
+    // The holds outlive the grace and the reclaim while the routes exist.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    for ip in &running {
+        let held = agent
+            .shared
+            .pool()
+            .assignments()
+            .any(|(k, a)| a.ip == *ip && k.container_id.starts_with("unknown:"));
+        assert!(held, "{ip} not held");
+    }
+    // The pods go away: their addresses are reclaimed.
+    for ip in &running {
+        node.routes.lock().unwrap().remove(ip);
+    }
+    eventually("holds released", Duration::from_secs(3), || {
+        !agent
+            .shared
+            .pool()
+            .assignments()
+            .any(|(k, _)| k.container_id.starts_with("unknown:"))
+    })
+    .await;
+    agent.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_handshake_unknown_call_names_the_agent_version() {
+    use hyper_util::rt::TokioIo;
+    let lab = lab("m5.large").await;
+    let agent = vpcnet_agent::start(lab.options()).await.unwrap();
+    let path = lab.socket();
+    let ch = tonic::transport::Endpoint::try_from("http://[::]:50051")
+        .unwrap()
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            let p = path.clone();
+            async move { tokio::net::UnixStream::connect(p).await.map(TokioIo::new) }
+        }))
+        .await
+        .unwrap();
+    // A call from a newer plugin that this agent does not know.
+    let mut g = tonic::client::Grpc::new(ch.clone());
+    g.ready().await.unwrap();
+    let codec =
+        tonic_prost::ProstCodec::<vpcnet_proto::StatusRequest, vpcnet_proto::StatusReply>::default(
+        );
+    let mut req = tonic::Request::new(vpcnet_proto::StatusRequest {});
+    req.metadata_mut().insert(
+        vpcnet_proto::PLUGIN_VERSION_HEADER,
+        tonic::metadata::MetadataValue::from_static("9.9.9"),
+    );
+    let e = g
+        .unary(
+            req,
+            http::uri::PathAndQuery::from_static("/vpcnet.cni.v1.CniBackend/SomeFutureCall"),
+            codec,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unimplemented);
+    assert_eq!(
+        e.metadata()
+            .get(vpcnet_proto::AGENT_VERSION_HEADER)
+            .and_then(|v| v.to_str().ok()),
+        Some(vpcnet_proto::VERSION),
+        "{e:?}"
+    );
+    // Known calls from a plugin of another version are served, with the agent's version.
+    let mut c = vpcnet_proto::cni_backend_client::CniBackendClient::new(ch);
+    let mut req = tonic::Request::new(vpcnet_proto::StatusRequest {});
+    req.metadata_mut().insert(
+        vpcnet_proto::PLUGIN_VERSION_HEADER,
+        tonic::metadata::MetadataValue::from_static("0.0.1"),
+    );
+    let r = c.status(req).await.unwrap();
+    assert_eq!(
+        r.metadata()
+            .get(vpcnet_proto::AGENT_VERSION_HEADER)
+            .and_then(|v| v.to_str().ok()),
+        Some(vpcnet_proto::VERSION)
+    );
+    agent.shutdown().await;
+}
