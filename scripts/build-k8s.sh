@@ -82,9 +82,10 @@ build lab/etcd etcd vpcnet.lab/etcd "-s -w"
 build lab/cloud-provider-aws aws-cloud-controller-manager k8s.io/cloud-provider-aws/cmd/aws-cloud-controller-manager \
   "$(stamp "$ccm_version")"
 # The VPC CNI as its Makefile builds it (CGO off, -s -w), installed under the names its image uses.
-# Its version variable is stamped through its full import path (the Makefile's `-X pkg/version/info.Version`
-# names no package, so the linker would set nothing).
-vflags="-s -w -X github.com/aws/amazon-vpc-cni-k8s/pkg/version.Version=$vpc_cni_version"
+# The release is stamped where the binaries read it: ipamd's pkg/version.Version and the plugins'
+# main.version (the Makefile's `-X pkg/version/info.Version` names no package). ipamd rejects every
+# plugin request whose version differs from its own, so both must carry the same string.
+vflags="-s -w -X github.com/aws/amazon-vpc-cni-k8s/pkg/version.Version=$vpc_cni_version -X main.version=$vpc_cni_version"
 build lab/vpc-cni aws-k8s-agent github.com/aws/amazon-vpc-cni-k8s/cmd/aws-k8s-agent "$vflags"
 build lab/vpc-cni aws-cni github.com/aws/amazon-vpc-cni-k8s/cmd/routed-eni-cni-plugin "$vflags"
 build lab/vpc-cni egress-cni github.com/aws/amazon-vpc-cni-k8s/cmd/egress-cni-plugin "$vflags"

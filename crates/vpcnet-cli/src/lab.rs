@@ -9,7 +9,7 @@ use std::net::Ipv4Addr;
 use std::path::PathBuf;
 
 use crate::inspect::table;
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args as ClapArgs, Subcommand};
 use vpcnet_lab::lab::{progress, ContainerInfo, Lab, UpOptions};
 
@@ -51,6 +51,10 @@ struct UpArgs {
     /// `kubernetes` Service, i.e. before kube-proxy runs).
     #[arg(long)]
     cluster_endpoint: bool,
+    /// CNI of the nodes: `vpcnet` (default) or `vpc-cni` (AWS's VPC CNI, built by
+    /// scripts/build-k8s.sh); `NODE=CNI` (e.g. `n2=vpc-cni`) for one node; repeatable, later wins.
+    #[arg(long = "cni", value_name = "[NODE=]CNI")]
+    cni: Vec<String>,
 }
 
 #[derive(Subcommand)]
@@ -160,7 +164,21 @@ fn up_options(a: &UpArgs, default_nodes: usize) -> Result<UpOptions> {
     o.k8s_bin_dir = a.k8s_bin_dir.clone();
     o.cluster_endpoint = a.cluster_endpoint;
     o.agent_env = parse_env(&a.agent_env)?;
+    o.cni = parse_cni(&a.cni)?;
     Ok(o)
+}
+
+/// `--cni [NODE=]CNI` arguments as `(node or "*", cni)`; errors name a malformed one.
+fn parse_cni(args: &[String]) -> Result<Vec<(String, vpcnet_lab::state::NodeCni)>> {
+    args.iter()
+        .map(|a| {
+            let (node, cni) = a.split_once('=').unwrap_or(("*", a));
+            Ok((
+                node.to_string(),
+                cni.parse().with_context(|| format!("--cni {a:?}"))?,
+            ))
+        })
+        .collect()
 }
 
 /// `--agent-env KEY=VALUE` arguments as pairs; errors name a malformed one.

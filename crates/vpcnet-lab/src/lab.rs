@@ -23,7 +23,7 @@ use crate::image;
 use crate::netns;
 use crate::procs::{self, ProcRecord};
 use crate::spawn::Place;
-use crate::state::{self, ContainerRecord, LabState, NodeRecord};
+use crate::state::{self, ContainerRecord, LabState, NodeCni, NodeRecord};
 use crate::teardown;
 use crate::wait::{log_tail, wait_for};
 use crate::{api, fabric};
@@ -38,6 +38,77 @@ pub const CONTROL_PLANE_SUBNET: &str = "10.0.0.0/24";
 pub const CONTROL_PLANE_NAME: &str = "control-plane";
 /// File name of the conflist the agent writes in the node's CNI directory.
 pub const CONFLIST: &str = "10-vpcnet.conflist";
+
+/// The `aws-node` container's environment in the VPC CNI v1.23.2 manifest
+/// (`config/master/aws-k8s-cni.yaml`), except its log file (the lab logs ipamd to stdout) and
+/// `NETWORK_POLICY_ENFORCING_MODE=standard`: with it set, ipamd tells the plugin to call the
+/// network policy agent (another container of the `aws-node` pod, from another project, which
+/// the lab does not run) and every ADD fails.
+pub const VPC_CNI_MANIFEST_ENV: &[(&str, &str)] = &[
+    ("ADDITIONAL_ENI_TAGS", "{}"),
+    ("AWS_VPC_CNI_NODE_PORT_SUPPORT", "true"),
+    ("AWS_VPC_ENI_MTU", "9001"),
+    ("AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", "false"),
+    ("AWS_VPC_K8S_CNI_EXTERNALSNAT", "false"),
+    ("AWS_VPC_K8S_CNI_LOGLEVEL", "DEBUG"),
+    ("AWS_VPC_K8S_CNI_RANDOMIZESNAT", "prng"),
+    ("AWS_VPC_K8S_CNI_VETHPREFIX", "eni"),
+    (
+        "AWS_VPC_K8S_PLUGIN_LOG_FILE",
+        "/var/log/aws-routed-eni/plugin.log",
+    ),
+    ("AWS_VPC_K8S_PLUGIN_LOG_LEVEL", "DEBUG"),
+    ("DISABLE_INTROSPECTION", "false"),
+    ("DISABLE_METRICS", "false"),
+    ("DISABLE_NETWORK_RESOURCE_PROVISIONING", "false"),
+    ("ENABLE_IMDS_ONLY_MODE", "false"),
+    ("ENABLE_IPv4", "true"),
+    ("ENABLE_IPv6", "false"),
+    ("ENABLE_MULTI_NIC", "false"),
+    ("ENABLE_POD_ENI", "false"),
+    ("ENABLE_PREFIX_DELEGATION", "false"),
+    ("ENABLE_SUBNET_DISCOVERY", "true"),
+    ("VPC_CNI_VERSION", "v1.23.2"),
+    ("WARM_ENI_TARGET", "1"),
+    ("WARM_PREFIX_TARGET", "1"),
+];
+
+/// File name of the VPC CNI's conflist (what its `aws-node` entrypoint writes).
+pub const VPC_CNI_CONFLIST: &str = "10-aws.conflist";
+
+/// The VPC CNI's conflist as its `aws-node` entrypoint (`cmd/aws-vpc-cni`) renders its template
+/// with the defaults for an IPv4 cluster: veth prefix `eni`, MTU 9001, IPv6 egress plugin
+/// disabled, plugin logs under `/var/log/aws-routed-eni/` (the node's own directory).
+pub fn vpc_cni_conflist() -> String {
+    serde_json::json!({
+        "cniVersion": "0.4.0",
+        "name": "aws-cni",
+        "disableCheck": true,
+        "plugins": [
+            {
+                "name": "aws-cni", "type": "aws-cni", "vethPrefix": "eni", "mtu": "9001",
+                "podSGEnforcingMode": "strict",
+                "pluginLogFile": "/var/log/aws-routed-eni/plugin.log",
+                "pluginLogLevel": "Debug",
+                "capabilities": {"io.kubernetes.cri.pod-annotations": true}
+            },
+            {
+                "name": "egress-cni", "type": "egress-cni", "mtu": "9001", "enabled": "false",
+                "randomizeSNAT": "prng", "nodeIP": "",
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": "fd00::ac:00/118"}]],
+                    "routes": [{"dst": "::/0"}],
+                    "dataDir": "/run/cni/v4pd/egress-v6-ipam"
+                },
+                "pluginLogFile": "/var/log/aws-routed-eni/egress-v6-plugin.log",
+                "pluginLogLevel": "Debug"
+            },
+            {"type": "portmap", "capabilities": {"portMappings": true}, "snat": true}
+        ]
+    })
+    .to_string()
+}
 
 /// Prints a progress line on stderr.
 pub fn progress(msg: &str) {
@@ -70,9 +141,22 @@ pub struct UpOptions {
     pub cluster_endpoint: bool,
     /// Wait for the nodes to be Ready (false: return once kubelets are started).
     pub wait_ready: bool,
+    /// CNI per node: `(node name, cni)`; node name `*` = every node. Later entries win; nodes
+    /// not named run vpcnet.
+    pub cni: Vec<(String, NodeCni)>,
 }
 
 impl UpOptions {
+    /// The CNI of node `name` (see [`UpOptions::cni`]).
+    pub fn cni_of(&self, name: &str) -> NodeCni {
+        self.cni
+            .iter()
+            .rev()
+            .find(|(n, _)| n == "*" || n == name)
+            .map(|(_, c)| *c)
+            .unwrap_or_default()
+    }
+
     /// Defaults: one m5.large node with Kubernetes, binaries next to the running executable.
     pub fn new(name: &str) -> Self {
         UpOptions {
@@ -86,6 +170,7 @@ impl UpOptions {
             kube_proxy: true,
             cluster_endpoint: false,
             wait_ready: true,
+            cni: Vec::new(),
         }
     }
 
@@ -328,6 +413,7 @@ impl Lab {
                 netns: format!("{prefix}-n{i}"),
                 dir: dir.join(format!("n{i}")),
                 mntns: crate::machine::ns_dir(dir).join(format!("n{i}")),
+                cni: opts.cni_of(&format!("n{i}")),
                 ..Default::default()
             };
             state::update(dir, |s| {
@@ -345,6 +431,18 @@ impl Lab {
                 node.cni_bin_dir().join("vpcnet-cni"),
             )
             .context("copying vpcnet-cni into the node's CNI bin dir")?;
+            if node.cni == NodeCni::VpcCni {
+                let peer = crate::kube::bins::locate_peer(opts.k8s_bin_dir.as_deref())?;
+                for b in ["aws-cni", "egress-cni"] {
+                    fs::copy(peer.join(b), node.cni_bin_dir().join(b))
+                        .with_context(|| format!("copying {b} into the node's CNI bin dir"))?;
+                }
+                fs::copy(
+                    peer.join("aws-k8s-agent"),
+                    node.dir.join("bin/aws-k8s-agent"),
+                )
+                .context("copying aws-k8s-agent into the node's bin dir")?;
+            }
             for p in ["portmap", "loopback", "bridge", "host-local"] {
                 fs::copy(format!("/usr/lib/cni/{p}"), node.cni_bin_dir().join(p)).with_context(
                     || format!("/usr/lib/cni/{p} missing: install containernetworking-plugins (scripts/install-deps.sh)"),
@@ -481,8 +579,19 @@ impl Lab {
                 containerd::import(node, containerd::CRI_NAMESPACE, &busybox)?;
                 containerd::import(node, containerd::CRI_NAMESPACE, &pause)?;
             }
-            progress(&format!("node {}: starting vpcnet-agent", node.name));
-            self.start_agent_with(node, opts)?;
+            match node.cni {
+                NodeCni::Vpcnet => {
+                    progress(&format!("node {}: starting vpcnet-agent", node.name));
+                    self.start_agent_with(node, opts)?;
+                }
+                NodeCni::VpcCni => {
+                    progress(&format!(
+                        "node {}: starting the VPC CNI's ipamd (aws-k8s-agent)",
+                        node.name
+                    ));
+                    self.start_vpc_cni_with(node, opts)?;
+                }
+            }
         }
         if k8s.is_some() {
             self.join_nodes(opts.kube_proxy, opts.wait_ready)?;
@@ -547,6 +656,110 @@ impl Lab {
         self.start_agent(&node.name)
     }
 
+    fn start_vpc_cni_with(&self, node: &NodeRecord, opts: &UpOptions) -> Result<()> {
+        fs::write(
+            self.dir.join(format!("{}-agent-env.json", node.name)),
+            serde_json::to_vec(&opts.agent_env)?,
+        )?;
+        self.start_vpc_cni(&node.name)
+    }
+
+    /// The VPC CNI's ipamd environment on `node`, as its DaemonSet (`aws-node`) gives it on
+    /// EKS, pointed at the lab's cloud: EC2 through `AWS_ENDPOINT_URL_EC2`, IMDS through
+    /// `AWS_EC2_METADATA_SERVICE_ENDPOINT` (the AWS SDK for Go v2 reads both), the node name,
+    /// its log on stdout (the lab's process log), and, with Kubernetes, the admin kubeconfig
+    /// standing in for the `aws-node` service account (controller-runtime reads `KUBECONFIG`).
+    fn vpc_cni_env(
+        &self,
+        node: &NodeRecord,
+        extra: &[(String, String)],
+    ) -> Result<Vec<(String, String)>> {
+        let s = self.state()?;
+        let mut env: BTreeMap<String, String> =
+            aws_env(&self.ec2_endpoint()?).into_iter().collect();
+        for (k, v) in [
+            (
+                "AWS_EC2_METADATA_SERVICE_ENDPOINT",
+                format!("http://{}", fabric::IMDS_ADDR),
+            ),
+            ("AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE", "IPv4".to_string()),
+            ("MY_NODE_NAME", node.k8s_name.clone()),
+            (
+                "CLUSTER_NAME",
+                crate::kube::control_plane::CLUSTER_NAME.to_string(),
+            ),
+            ("AWS_VPC_K8S_CNI_LOG_FILE", "stdout".to_string()),
+        ] {
+            env.insert(k.to_string(), v);
+        }
+        for (k, v) in VPC_CNI_MANIFEST_ENV {
+            env.entry(k.to_string()).or_insert_with(|| v.to_string());
+        }
+        match &s.control_plane {
+            Some(cp) => {
+                env.insert(
+                    "KUBECONFIG".into(),
+                    cp.admin_kubeconfig.display().to_string(),
+                );
+            }
+            // Without an API server ipamd has no Kubernetes client, and its check whether the
+            // node is schedulable (before growing the pool) dereferences it (v1.23.2 panics);
+            // this setting skips that check.
+            None => {
+                env.insert("AWS_MANAGE_ENIS_NON_SCHEDULABLE".into(), "true".into());
+            }
+        }
+        for (k, v) in extra {
+            env.insert(k.clone(), v.clone());
+        }
+        Ok(env.into_iter().collect())
+    }
+
+    /// Starts the VPC CNI's ipamd (`aws-k8s-agent`, unmodified) on `node_name`, in the node's
+    /// network and mount namespaces (so its fixed paths, `/var/run/aws-node/ipam.json` and
+    /// `/var/log/aws-routed-eni/`, are the node's own), waits (120 s) until its introspection
+    /// (127.0.0.1:61679) lists ENIs, then writes its conflist as the `aws-node` image's
+    /// entrypoint does (`10-aws.conflist`: `aws-cni` → `egress-cni` → `portmap`, that image's
+    /// defaults for an IPv4 cluster). Errors: ipamd exited (with the end of its log) or timed
+    /// out.
+    pub fn start_vpc_cni(&self, node_name: &str) -> Result<()> {
+        let s = self.state()?;
+        let node = s.node(node_name)?.clone();
+        let extra: Vec<(String, String)> =
+            fs::read(self.dir.join(format!("{}-agent-env.json", node.name)))
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .unwrap_or_default();
+        let conflist = node.cni_conf_dir().join(VPC_CNI_CONFLIST);
+        let _ = fs::remove_file(&conflist);
+        let _ = fs::remove_file(node.cni_conf_dir().join(CONFLIST));
+        let mut c = Command::new(node.dir.join("bin/aws-k8s-agent"));
+        c.env_clear()
+            .env(
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            )
+            .envs(self.vpc_cni_env(&node, &extra)?);
+        let role = format!("agent {}", node.name);
+        let log = self.logs().join(format!("{}.log", role.replace(' ', "-")));
+        let p = self.start_process(&role, c, &node.place())?;
+        wait_for(
+            &format!("the VPC CNI's ipamd on {} to serve", node.name),
+            Duration::from_secs(120),
+            || {
+                if let Ok((200, _)) = self.agent_get(&node.name, "/v1/enis") {
+                    return Ok(Some(()));
+                }
+                if !p.alive() {
+                    bail!("aws-k8s-agent on {} exited:\n{}", node.name, log_tail(&log));
+                }
+                Ok(None)
+            },
+        )?;
+        fs::write(&conflist, vpc_cni_conflist())?;
+        Ok(())
+    }
+
     /// Replaces the extra agent environment of `node_name` (what `--agent-env` gave), for its
     /// next [`Self::start_agent`].
     pub fn set_agent_env(&self, node_name: &str, extra: &[(String, String)]) -> Result<()> {
@@ -589,9 +802,13 @@ impl Lab {
 
     /// Starts the node's vpcnet-agent (in the node namespace) and waits (60 s) until it has
     /// written the conflist, i.e. can serve the plugin.
+    /// On a node running the VPC CNI, starts its ipamd instead ([`Self::start_vpc_cni`]).
     pub fn start_agent(&self, node_name: &str) -> Result<()> {
         let s = self.state()?;
         let node = s.node(node_name)?.clone();
+        if node.cni == NodeCni::VpcCni {
+            return self.start_vpc_cni(node_name);
+        }
         let bin_dir = self.bin_dir();
         let extra: Vec<(String, String)> =
             fs::read(self.dir.join(format!("{}-agent-env.json", node.name)))

@@ -33,6 +33,33 @@ pub struct NodeRecord {
     /// The Kubernetes node name (the instance's EC2 private DNS name), once known.
     #[serde(default)]
     pub k8s_name: String,
+    /// The node's CNI (its agent and plugin).
+    #[serde(default)]
+    pub cni: NodeCni,
+}
+
+/// Which CNI a lab node runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NodeCni {
+    /// vpcnet-agent and vpcnet-cni (chained with portmap).
+    #[default]
+    Vpcnet,
+    /// The peer, AWS's VPC CNI unmodified: ipamd (`aws-k8s-agent`) and its conflist
+    /// (`aws-cni` → `egress-cni` → `portmap`).
+    VpcCni,
+}
+
+impl std::str::FromStr for NodeCni {
+    type Err = anyhow::Error;
+    /// `vpcnet` or `vpc-cni`.
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        match s {
+            "vpcnet" => Ok(NodeCni::Vpcnet),
+            "vpc-cni" => Ok(NodeCni::VpcCni),
+            _ => anyhow::bail!("unknown CNI {s:?}: use vpcnet or vpc-cni"),
+        }
+    }
 }
 
 impl NodeRecord {

@@ -76,6 +76,43 @@ pub fn locate(explicit: Option<&Path>) -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// The peer CNI's binaries, AWS's VPC CNI built unmodified from its Go module
+/// (`lab/vpc-cni`) by `scripts/build-k8s.sh` into the same directory as [`BINARIES`]:
+/// ipamd, the CNI plugin (`cmd/routed-eni-cni-plugin`) and the egress plugin.
+pub const PEER_BINARIES: &[&str] = &["aws-k8s-agent", "aws-cni", "egress-cni"];
+
+/// The directory holding [`PEER_BINARIES`], found as [`locate`] finds the Kubernetes binaries
+/// (`explicit`, else `$VPCNET_K8S_BIN_DIR`, else the newest complete build in the cache), but
+/// requiring only the peer's binaries (a lab without Kubernetes can run the peer). Errors name
+/// what is missing and how to build it.
+pub fn locate_peer(explicit: Option<&Path>) -> Result<PathBuf> {
+    let dir = match explicit
+        .map(Path::to_path_buf)
+        .or_else(|| std::env::var_os(BIN_DIR_ENV).map(PathBuf::from))
+        .or_else(newest_cached)
+    {
+        Some(d) => d,
+        None => bail!(
+            "the VPC CNI binaries are not built: run scripts/build-k8s.sh (it builds them with \
+             Kubernetes, from lab/vpc-cni/go.mod), or pass --k8s-bin-dir / set {BIN_DIR_ENV}"
+        ),
+    };
+    let missing: Vec<&str> = PEER_BINARIES
+        .iter()
+        .copied()
+        .filter(|b| !dir.join(b).is_file())
+        .collect();
+    if !missing.is_empty() {
+        bail!(
+            "{} lacks {}: run scripts/build-k8s.sh (a build from before lab/vpc-cni existed \
+             has no VPC CNI) and use the directory it prints",
+            dir.display(),
+            missing.join(", ")
+        );
+    }
+    Ok(dir)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
