@@ -195,6 +195,8 @@ pub struct FrontCounts {
     pub total: AtomicU64,
     pub throttled: AtomicU64,
     pub server_errors: AtomicU64,
+    /// Calls the emulator applied whose reply was replaced by a 500 (lost reply).
+    pub lost_replies: AtomicU64,
 }
 
 /// An EC2 endpoint in front of the emulator that answers `throttle` of the requests with
@@ -204,6 +206,18 @@ pub async fn faulty_front(
     emu: Emulator,
     throttle: f64,
     server_error: f64,
+    seed: u64,
+) -> (String, Arc<FrontCounts>) {
+    faulty_front_lossy(emu, throttle, server_error, 0.0, seed).await
+}
+
+/// [`faulty_front`], and `lost` of the requests reach the emulator (and are applied) but
+/// their reply is replaced by InternalError (HTTP 500), as when EC2's answer is lost.
+pub async fn faulty_front_lossy(
+    emu: Emulator,
+    throttle: f64,
+    server_error: f64,
+    lost: f64,
     seed: u64,
 ) -> (String, Arc<FrontCounts>) {
     let counts = Arc::new(FrontCounts::default());
@@ -228,6 +242,10 @@ pub async fn faulty_front(
             }
             let params = vpcnet_emu::query::params::Params::parse(&body);
             let (status, xml) = emu.ec2_call(params, None).await;
+            if draw < throttle + server_error + lost {
+                counts.lost_replies.fetch_add(1, Ordering::Relaxed);
+                return fail("InternalError", "An internal error has occurred.", 500);
+            }
             (axum::http::StatusCode::from_u16(status).unwrap(), [(axum::http::header::CONTENT_TYPE, "text/xml")], xml)
         }
     });
