@@ -599,20 +599,30 @@ impl Lab {
         Ok(())
     }
 
+    /// What any node agent needs to reach the lab's cloud: the AWS SDK settings for the lab's
+    /// EC2 endpoint and IMDS at its link-local address (both SDKs read these variables).
+    fn cloud_env(&self) -> Result<BTreeMap<String, String>> {
+        let mut env: BTreeMap<String, String> =
+            aws_env(&self.ec2_endpoint()?).into_iter().collect();
+        env.insert(
+            "AWS_EC2_METADATA_SERVICE_ENDPOINT".into(),
+            format!("http://{}", fabric::IMDS_ADDR),
+        );
+        env.insert(
+            "AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE".into(),
+            "IPv4".into(),
+        );
+        Ok(env)
+    }
+
     fn agent_env(
         &self,
         node: &NodeRecord,
         extra: &[(String, String)],
     ) -> Result<Vec<(String, String)>> {
         let s = self.state()?;
-        let mut env: BTreeMap<String, String> =
-            aws_env(&self.ec2_endpoint()?).into_iter().collect();
+        let mut env = self.cloud_env()?;
         for (k, v) in [
-            (
-                "AWS_EC2_METADATA_SERVICE_ENDPOINT",
-                format!("http://{}", fabric::IMDS_ADDR),
-            ),
-            ("AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE", "IPv4".to_string()),
             ("VPCNET_NODE_DATAPATH", "true".to_string()),
             ("INTROSPECTION_BIND_ADDRESS", "127.0.0.1:61679".to_string()),
             ("VPCNET_METRICS_BIND_ADDRESS", "127.0.0.1:61678".to_string()),
@@ -644,11 +654,17 @@ impl Lab {
         Ok(env.into_iter().collect())
     }
 
-    fn start_agent_with(&self, node: &NodeRecord, opts: &UpOptions) -> Result<()> {
+    /// Records the node agent's extra environment (`--agent-env`), read back on restarts.
+    fn save_agent_env(&self, node: &NodeRecord, opts: &UpOptions) -> Result<()> {
         fs::write(
             self.dir.join(format!("{}-agent-env.json", node.name)),
             serde_json::to_vec(&opts.agent_env)?,
         )?;
+        Ok(())
+    }
+
+    fn start_agent_with(&self, node: &NodeRecord, opts: &UpOptions) -> Result<()> {
+        self.save_agent_env(node, opts)?;
         fs::write(
             self.dir.join("cluster_endpoint"),
             opts.cluster_endpoint.to_string(),
@@ -657,10 +673,7 @@ impl Lab {
     }
 
     fn start_vpc_cni_with(&self, node: &NodeRecord, opts: &UpOptions) -> Result<()> {
-        fs::write(
-            self.dir.join(format!("{}-agent-env.json", node.name)),
-            serde_json::to_vec(&opts.agent_env)?,
-        )?;
+        self.save_agent_env(node, opts)?;
         self.start_vpc_cni(&node.name)
     }
 
@@ -675,14 +688,8 @@ impl Lab {
         extra: &[(String, String)],
     ) -> Result<Vec<(String, String)>> {
         let s = self.state()?;
-        let mut env: BTreeMap<String, String> =
-            aws_env(&self.ec2_endpoint()?).into_iter().collect();
+        let mut env = self.cloud_env()?;
         for (k, v) in [
-            (
-                "AWS_EC2_METADATA_SERVICE_ENDPOINT",
-                format!("http://{}", fabric::IMDS_ADDR),
-            ),
-            ("AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE", "IPv4".to_string()),
             ("MY_NODE_NAME", node.k8s_name.clone()),
             (
                 "CLUSTER_NAME",
