@@ -85,6 +85,23 @@ fn kill9(a: &mut Agent) {
     let _ = a.child.wait();
 }
 
+/// SIGKILLs `agent` `pause` into the call in flight and starts the next agent (number `n` + 1),
+/// as kubelet would restart the DaemonSet pod.
+async fn kill_mid_call(
+    mut agent: Agent,
+    pause: Duration,
+    lab: &Lab,
+    front: &str,
+    n: &mut u32,
+    fig: &mut Figures,
+) -> Agent {
+    tokio::time::sleep(pause).await;
+    kill9(&mut agent);
+    fig.kills += 1;
+    *n += 1;
+    spawn_agent(lab, front, *n)
+}
+
 async fn connect(path: &Path) -> Option<CniBackendClient<Channel>> {
     let path = path.to_path_buf();
     let ch = tonic::transport::Endpoint::try_from("http://[::]:50051")
@@ -199,11 +216,8 @@ async fn chaos_kill9_and_ec2_faults_never_double_assign_or_leak() {
                 tokio::time::timeout(Duration::from_secs(5), cc.add_network(req)).await
             });
             if kill_now {
-                tokio::time::sleep(Duration::from_millis(rng.random_range(0..30))).await;
-                kill9(&mut agent);
-                fig.kills += 1;
-                n += 1;
-                agent = spawn_agent(&lab, &front, n);
+                let pause = Duration::from_millis(rng.random_range(0..30));
+                agent = kill_mid_call(agent, pause, &lab, &front, &mut n, &mut fig).await;
                 client = None;
             }
             let res = call.await.unwrap();
@@ -243,11 +257,8 @@ async fn chaos_kill9_and_ec2_faults_never_double_assign_or_leak() {
                 tokio::time::timeout(Duration::from_secs(5), cc.del_network(req)).await
             });
             if kill_now {
-                tokio::time::sleep(Duration::from_millis(rng.random_range(0..30))).await;
-                kill9(&mut agent);
-                fig.kills += 1;
-                n += 1;
-                agent = spawn_agent(&lab, &front, n);
+                let pause = Duration::from_millis(rng.random_range(0..30));
+                agent = kill_mid_call(agent, pause, &lab, &front, &mut n, &mut fig).await;
                 client = None;
             }
             let res = call.await.unwrap();

@@ -425,8 +425,9 @@ fn undone_assignment_is_free_again_without_cooldown() {
     assert!(pool.unassign(&key(1)).is_none());
 }
 
-#[test]
-fn lost_reply_on_unassign_keeps_addresses_out_until_a_describe() {
+/// An m5.large pool holding 5 free addresses over `WARM_IP_TARGET=1` (cooldown 1 s, no
+/// surplus hold), and the release of the surplus it plans at 10 s (with its addresses).
+fn pool_releasing_surplus() -> (Pool, FakeEc2, Action, Vec<std::net::Ipv4Addr>) {
     let mut cfg = limits("m5.large");
     cfg.warm_ip_target = Some(1);
     cfg.minimum_ip_target = Some(1);
@@ -441,9 +442,14 @@ fn lost_reply_on_unassign_keeps_addresses_out_until_a_describe() {
     let Some(a @ Action::UnassignIps { ips, .. }) = plan.first() else {
         panic!("{plan:?}")
     };
-    let ips = ips.clone();
+    (pool, ec2, a.clone(), ips.clone())
+}
+
+#[test]
+fn lost_reply_on_unassign_keeps_addresses_out_until_a_describe() {
+    let (mut pool, mut ec2, a, ips) = pool_releasing_surplus();
     // EC2 applies the release but the reply is lost.
-    ec2.execute(&mut pool, a, Outcome::LostReply, 10_000);
+    ec2.execute(&mut pool, &a, Outcome::LostReply, 10_000);
     for _ in 0..20 {
         let g = pool.assign(key(99), pod(99), 10_000);
         if let Ok(g) = g {
@@ -457,7 +463,7 @@ fn lost_reply_on_unassign_keeps_addresses_out_until_a_describe() {
     }
     assert!(pool.has_unsettled());
     assert!(
-        pool.plan(10_000).iter().all(|p| p != a),
+        pool.plan(10_000).iter().all(|p| *p != a),
         "the same release planned again"
     );
     // The describe settles it: EC2 no longer lists them, so they are gone.
@@ -470,29 +476,16 @@ fn lost_reply_on_unassign_keeps_addresses_out_until_a_describe() {
 
 #[test]
 fn unknown_outcome_of_an_unapplied_release_comes_back_after_cooldown() {
-    let mut cfg = limits("m5.large");
-    cfg.warm_ip_target = Some(1);
-    cfg.minimum_ip_target = Some(1);
-    cfg.surplus_hold_ms = 0;
-    cfg.cooldown_ms = 1_000;
-    let (mut pool, mut ec2) = start(cfg);
-    ec2.enis.get_mut("eni-0").unwrap().secondary_ips = (10..15)
-        .map(|i| std::net::Ipv4Addr::new(10, 0, 9, i))
-        .collect();
-    pool.reconcile(&ec2.view(), UnknownIpPolicy::Free, 0);
-    let plan = pool.plan(10_000);
-    let Some(a @ Action::UnassignIps { ips, .. }) = plan.first() else {
-        panic!("{plan:?}")
-    };
+    let (mut pool, ec2, a, ips) = pool_releasing_surplus();
     // The call timed out and EC2 did not apply it.
-    pool.begin(a);
-    pool.unsettle(a);
+    pool.begin(&a);
+    pool.unsettle(&a);
     pool.reconcile(&ec2.view(), UnknownIpPolicy::Free, 11_000);
     assert!(!pool.has_unsettled());
     for ip in ips {
-        assert!(pool.eni_of(*ip).is_some());
-        assert!(pool.is_cooling(*ip, 11_500), "back through a cooldown");
-        assert!(!pool.is_cooling(*ip, 12_000));
+        assert!(pool.eni_of(ip).is_some());
+        assert!(pool.is_cooling(ip, 11_500), "back through a cooldown");
+        assert!(!pool.is_cooling(ip, 12_000));
     }
 }
 

@@ -46,32 +46,37 @@ fn newest_cached() -> Option<PathBuf> {
 /// else the newest complete build in the cache. Errors say how to build them and list what is
 /// missing.
 pub fn locate(explicit: Option<&Path>) -> Result<PathBuf> {
-    let dir = match explicit {
-        Some(d) => d.to_path_buf(),
-        None => match std::env::var_os(BIN_DIR_ENV) {
-            Some(d) => PathBuf::from(d),
-            None => match newest_cached() {
-                Some(d) => d,
-                None => bail!(
-                    "the Kubernetes binaries are not built: run scripts/build-k8s.sh (builds \
-                     them from the Go modules pinned in lab/, once per machine; the first build \
-                     takes several minutes), or pass --k8s-bin-dir / set {BIN_DIR_ENV}, or use \
-                     --no-kubernetes for a lab without Kubernetes"
-                ),
-            },
-        },
+    find(
+        explicit,
+        BINARIES,
+        &format!(
+            "the Kubernetes binaries are not built: run scripts/build-k8s.sh (builds \
+             them from the Go modules pinned in lab/, once per machine; the first build \
+             takes several minutes), or pass --k8s-bin-dir / set {BIN_DIR_ENV}, or use \
+             --no-kubernetes for a lab without Kubernetes"
+        ),
+        "run scripts/build-k8s.sh and use the directory it prints",
+    )
+}
+
+/// The first of `explicit`, `$VPCNET_K8S_BIN_DIR` and the newest cached build, checked to hold
+/// every one of `wanted`. Errors: `not_built` when there is no directory at all; the directory
+/// and the missing names, then `fix`, when some are absent.
+fn find(explicit: Option<&Path>, wanted: &[&str], not_built: &str, fix: &str) -> Result<PathBuf> {
+    let Some(dir) = explicit
+        .map(Path::to_path_buf)
+        .or_else(|| std::env::var_os(BIN_DIR_ENV).map(PathBuf::from))
+        .or_else(newest_cached)
+    else {
+        bail!("{not_built}");
     };
-    let missing: Vec<&str> = BINARIES
+    let missing: Vec<&str> = wanted
         .iter()
         .copied()
         .filter(|b| !dir.join(b).is_file())
         .collect();
     if !missing.is_empty() {
-        bail!(
-            "{} lacks {}: run scripts/build-k8s.sh and use the directory it prints",
-            dir.display(),
-            missing.join(", ")
-        );
+        bail!("{} lacks {}: {fix}", dir.display(), missing.join(", "));
     }
     Ok(dir)
 }
@@ -86,31 +91,16 @@ pub const PEER_BINARIES: &[&str] = &["aws-k8s-agent", "aws-cni", "egress-cni"];
 /// requiring only the peer's binaries (a lab without Kubernetes can run the peer). Errors name
 /// what is missing and how to build it.
 pub fn locate_peer(explicit: Option<&Path>) -> Result<PathBuf> {
-    let dir = match explicit
-        .map(Path::to_path_buf)
-        .or_else(|| std::env::var_os(BIN_DIR_ENV).map(PathBuf::from))
-        .or_else(newest_cached)
-    {
-        Some(d) => d,
-        None => bail!(
+    find(
+        explicit,
+        PEER_BINARIES,
+        &format!(
             "the VPC CNI binaries are not built: run scripts/build-k8s.sh (it builds them with \
              Kubernetes, from lab/vpc-cni/go.mod), or pass --k8s-bin-dir / set {BIN_DIR_ENV}"
         ),
-    };
-    let missing: Vec<&str> = PEER_BINARIES
-        .iter()
-        .copied()
-        .filter(|b| !dir.join(b).is_file())
-        .collect();
-    if !missing.is_empty() {
-        bail!(
-            "{} lacks {}: run scripts/build-k8s.sh (a build from before lab/vpc-cni existed \
-             has no VPC CNI) and use the directory it prints",
-            dir.display(),
-            missing.join(", ")
-        );
-    }
-    Ok(dir)
+        "run scripts/build-k8s.sh (a build from before lab/vpc-cni existed has no VPC CNI) and \
+         use the directory it prints",
+    )
 }
 
 #[cfg(test)]
