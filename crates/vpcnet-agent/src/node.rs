@@ -155,7 +155,7 @@ impl Default for NetlinkNode {
 
 impl NetlinkNode {
     /// A netlink handle in the node's namespace.
-    pub(crate) fn handle(&self) -> vpcnet_datapath::Result<rtnetlink::Handle> {
+    pub(crate) fn handle(&self) -> vpcnet_datapath::Result<vpcnet_datapath::Handle> {
         match &self.netns {
             None => vpcnet_datapath::netns::connect(),
             Some(p) => vpcnet_datapath::netns::connect_in(&vpcnet_datapath::netns::open(p)?, p),

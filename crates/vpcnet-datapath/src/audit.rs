@@ -95,15 +95,15 @@ pub struct NodeView {
 }
 
 impl NodeView {
-    /// Dumps the namespace of `h`.
+    /// Dumps the namespace of `h`, one dump after the other (a netlink socket runs one dump
+    /// at a time; concurrent ones fail with EBUSY).
     ///
     /// Errors: [`crate::Error::Netlink`] when a dump fails.
     pub async fn read(h: &Handle) -> Result<NodeView> {
-        let (links, routes, rules) = futures::try_join!(links(h), routes_v4(h), rules_v4(h))?;
         Ok(NodeView {
-            links,
-            routes,
-            rules,
+            links: links(h).await?,
+            routes: routes_v4(h).await?,
+            rules: rules_v4(h).await?,
         })
     }
 }

@@ -30,6 +30,8 @@ pub mod prereq;
 pub mod sysctl;
 
 pub use error::{Error, Result};
+/// The netlink handle every function takes (bound to one namespace).
+pub use rtnetlink::Handle;
 
 use std::net::Ipv4Addr;
 

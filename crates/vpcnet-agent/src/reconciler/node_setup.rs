@@ -17,18 +17,21 @@ pub(crate) fn node_eni(e: &EniInfo, mtu: u32) -> NodeEni {
     }
 }
 
-/// Node setup (interface, MTU, route table N) of every secondary ENI, when enabled.
+/// Node setup (interface, MTU, route table N) of every secondary ENI that has an interface
+/// (not [`vpcnet_ipam::Pool::interface_gone`]), when enabled.
 /// Idempotent; failures are logged and retried at the next periodic pass.
 pub async fn setup_node_enis(shared: &Shared) {
     let Some(node) = &shared.opts.node_network else {
         return;
     };
-    let enis: Vec<EniInfo> = shared
-        .pool()
-        .enis()
-        .filter(|e| !e.info.primary && !e.deleting)
-        .map(|e| e.info.clone())
-        .collect();
+    // An ENI whose interface vanished is skipped: waiting for it would stall the pass.
+    let enis: Vec<EniInfo> = {
+        let pool = shared.pool();
+        pool.enis()
+            .filter(|e| !e.info.primary && !e.deleting && !pool.interface_gone(&e.info.id))
+            .map(|e| e.info.clone())
+            .collect()
+    };
     for e in enis {
         if let Err(err) = node.setup_eni(&node_eni(&e, shared.opts.mtu)).await {
             tracing::error!(eni = %e.id, "node setup failed: {err:#}");
