@@ -501,10 +501,9 @@ fn spawn_background(
         });
     }
     // Not essential: without link events the periodic audit still notices a vanished ENI.
-    tasks.other(crate::datapath_audit::watch_links(
-        shared.clone(),
-        stop.clone(),
-    ));
+    if let Some(watcher) = crate::datapath_audit::link_watcher(shared, stop.clone()) {
+        tasks.other(watcher);
+    }
     if shared.opts.sweep_leaked_enis {
         tasks.essential(
             "leaked-eni-sweep",
