@@ -534,13 +534,44 @@ fn spawn_api_client(
             ))
         }),
     };
+    let (clients, clients_rx) = watch::channel(None);
     let client = crate::kubernetes::client::run(
         opts.api.clone(),
         shared.api.clone(),
         shared.metrics.clone(),
         started,
         capacity,
+        clients,
     );
+    if let (Some(keys), Some(tx)) = (&opts.custom_networking, &shared.eniconfig) {
+        let watch = crate::kubernetes::eniconfig_watch::run(
+            opts.api.node_name.clone(),
+            keys.clone(),
+            clients_rx,
+            tx.clone(),
+            shared.metrics.clone(),
+        );
+        // Each published change wakes the reconciler, so the pool fills within one watch
+        // event of the ENIConfig appearing.
+        let (s, mut changes) = (shared.clone(), tx.subscribe());
+        let mut stop1 = stop.clone();
+        tasks.other(async move {
+            tokio::select! {
+                _ = watch => tracing::warn!("the ENIConfig watch ended; custom networking keeps the last known ENIConfig"),
+                _ = stop1.changed() => {}
+            }
+        });
+        let mut stop2 = stop.clone();
+        tasks.other(async move {
+            loop {
+                tokio::select! {
+                    r = changes.changed() => if r.is_err() { return },
+                    _ = stop2.changed() => return,
+                }
+                s.wake.notify_one();
+            }
+        });
+    }
     // Not essential: IPAM never depends on the Kubernetes API (DESIGN principle 3).
     let mut stop = stop.clone();
     tasks.other(async move {

@@ -141,6 +141,10 @@ pub struct AgentOptions {
     /// `KUBERNETES_SERVICE_HOST`/`_PORT` and service account, `MY_NODE_NAME`); by default none
     /// (the client stays disabled).
     pub api: crate::kubernetes::ApiSettings,
+    /// AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG: `Some` = custom networking, with the Node
+    /// annotation and label keys that choose the ENIConfig (`ENI_CONFIG_ANNOTATION_DEF`,
+    /// `ENI_CONFIG_LABEL_DEF`); the agent watches its Node and the ENIConfigs.
+    pub custom_networking: Option<crate::kubernetes::eniconfig::SelectionKeys>,
 }
 
 impl std::fmt::Debug for AgentOptions {
@@ -153,6 +157,7 @@ impl std::fmt::Debug for AgentOptions {
             .field("introspection_addr", &self.introspection_addr)
             .field("metrics_addr", &self.metrics_addr)
             .field("node_network", &self.node_network.is_some())
+            .field("custom_networking", &self.custom_networking)
             .finish_non_exhaustive()
     }
 }
@@ -195,6 +200,7 @@ impl Default for AgentOptions {
             pod_reclaim_grace: Duration::from_secs(60),
             pod_reclaim_interval: Duration::from_secs(5),
             checkpoint_store: None,
+            custom_networking: None,
             api: crate::kubernetes::ApiSettings {
                 service_account_dir: PathBuf::from(crate::kubernetes::client::SERVICE_ACCOUNT_DIR),
                 ..Default::default()
@@ -294,6 +300,10 @@ pub fn options_from_config(c: &Config) -> anyhow::Result<AgentOptions> {
             service_account_dir: PathBuf::from(crate::kubernetes::client::SERVICE_ACCOUNT_DIR),
             node_name: Some(c.my_node_name.clone()).filter(|v| !v.is_empty()),
         },
+        custom_networking: c.custom_network_cfg.then(|| crate::kubernetes::eniconfig::SelectionKeys {
+            annotation: c.eni_config_annotation_def.clone(),
+            label: c.eni_config_label_def.clone(),
+        }),
         ..AgentOptions::default()
     })
 }

@@ -69,6 +69,10 @@ pub struct Shared {
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
     /// The Kubernetes API client's state (`/v1/apiserver`), written by its task.
     pub api: crate::kubernetes::client::SharedStatus,
+    /// The node's ENIConfig under custom networking (written by the ENIConfig watch, read by
+    /// the reconciler and `/v1/eniconfig`); `None` without custom networking.
+    pub eniconfig:
+        Option<watch::Sender<crate::kubernetes::eniconfig_watch::EniConfigTracked>>,
 }
 
 impl Shared {
@@ -82,6 +86,10 @@ impl Shared {
             Arc::new(FileCheckpoint {
                 path: opts.checkpoint_path.clone(),
             })
+        });
+        let eniconfig = opts.custom_networking.as_ref().map(|_| {
+            watch::channel(crate::kubernetes::eniconfig_watch::EniConfigTracked::initial(now_ms()))
+                .0
         });
         Shared {
             opts,
@@ -100,6 +108,7 @@ impl Shared {
             eni_lifecycle: tokio::sync::Mutex::new(()),
             metrics,
             api: Default::default(),
+            eniconfig,
         }
     }
 
