@@ -352,6 +352,8 @@ fn warm_config(opts: &AgentOptions, limits: &InstanceLimits) -> anyhow::Result<W
     c.max_eni = t.max_eni;
     c.cooldown_ms = opts.cooldown.as_millis() as u64;
     c.surplus_hold_ms = opts.surplus_hold.as_millis() as u64;
+    // Custom networking: pods use secondary ENIs (the ENIConfig's subnet) only.
+    c.primary_eni_for_pods = opts.custom_networking.is_none();
     c.validate().map_err(|e| anyhow!("{e}"))?;
     if c.prefix_delegation && !limits.supports_prefix_delegation() {
         anyhow::bail!("ENABLE_PREFIX_DELEGATION=true needs a Nitro instance type; {} is not (unset ENABLE_PREFIX_DELEGATION)", limits.instance_type);

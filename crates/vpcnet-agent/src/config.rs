@@ -187,8 +187,9 @@ settings! {
         add_ip_wait_secs: u64 = "VPCNET_ADD_IP_WAIT", "5", Int::range(0, 30);
 
         ["custom-networking"]
-        /// Take subnet and security groups of new ENIs from the node's ENIConfig (not
-        /// implemented yet: `true` stops the agent).
+        /// Take subnet and security groups of new ENIs from the node's ENIConfig (watched
+        /// through the Kubernetes API); pods get addresses of secondary ENIs only, and no ENI
+        /// is created while no valid ENIConfig is resolved.
         custom_network_cfg: bool = "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", "false", Flag;
         /// Node annotation naming the ENIConfig (beats the label).
         eni_config_annotation_def: String =

@@ -211,16 +211,6 @@ impl Default for AgentOptions {
 
 /// Options from the environment configuration (`config.rs`).
 pub fn options_from_config(c: &Config) -> anyhow::Result<AgentOptions> {
-    // Refuse rather than ignore: with custom networking asked for, running anyway would put
-    // pods in the node's subnet and security groups instead of the ENIConfig's.
-    if c.custom_network_cfg {
-        anyhow::bail!(
-            "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG=true (custom networking with ENIConfig) is not \
-             supported by this vpcnet-agent yet: pods would get addresses from the node's subnet \
-             instead of the ENIConfig's. Unset it (or set it to false) to run without custom \
-             networking, or keep the VPC CNI on the nodes that need ENIConfig"
-        );
-    }
     let tcp = |b: &BindAddress| match b {
         BindAddress::Tcp(a) => Some(*a),
         BindAddress::Unix(_) => None,
@@ -300,9 +290,11 @@ pub fn options_from_config(c: &Config) -> anyhow::Result<AgentOptions> {
             service_account_dir: PathBuf::from(crate::kubernetes::client::SERVICE_ACCOUNT_DIR),
             node_name: Some(c.my_node_name.clone()).filter(|v| !v.is_empty()),
         },
-        custom_networking: c.custom_network_cfg.then(|| crate::kubernetes::eniconfig::SelectionKeys {
-            annotation: c.eni_config_annotation_def.clone(),
-            label: c.eni_config_label_def.clone(),
+        custom_networking: c.custom_network_cfg.then(|| {
+            crate::kubernetes::eniconfig::SelectionKeys {
+                annotation: c.eni_config_annotation_def.clone(),
+                label: c.eni_config_label_def.clone(),
+            }
         }),
         ..AgentOptions::default()
     })

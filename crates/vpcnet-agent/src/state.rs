@@ -71,8 +71,7 @@ pub struct Shared {
     pub api: crate::kubernetes::client::SharedStatus,
     /// The node's ENIConfig under custom networking (written by the ENIConfig watch, read by
     /// the reconciler and `/v1/eniconfig`); `None` without custom networking.
-    pub eniconfig:
-        Option<watch::Sender<crate::kubernetes::eniconfig_watch::EniConfigTracked>>,
+    pub eniconfig: Option<watch::Sender<crate::kubernetes::eniconfig_watch::EniConfigTracked>>,
 }
 
 impl Shared {

@@ -724,7 +724,10 @@ mod tests {
         let t = eniconfig_text(&d, 25_000);
         assert!(t.contains("STATE            unresolved (for 15s)"), "{t}");
         assert!(t.contains("REASON           ENIConfigNotFound"), "{t}");
-        assert!(t.contains("SELECTED BY      label topology.kubernetes.io/zone"), "{t}");
+        assert!(
+            t.contains("SELECTED BY      label topology.kubernetes.io/zone"),
+            "{t}"
+        );
         let d = doc::EniConfigDoc {
             state: doc::EniConfigState::Resolved,
             subnet: Some("subnet-9".into()),

@@ -204,7 +204,10 @@ pub enum Unresolved {
     /// The chosen ENIConfig does not exist.
     NotFound(Selection),
     /// The chosen ENIConfig exists but cannot be used (empty `spec.subnet`).
-    Invalid { selection: Selection, problem: String },
+    Invalid {
+        selection: Selection,
+        problem: String,
+    },
     /// Listing or watching failed before the first complete list (e.g. the CRD is missing
     /// or the agent may not list ENIConfigs).
     WatchFailed(String),
@@ -358,7 +361,10 @@ mod tests {
         };
         // The default keys are not read when others are configured.
         let defaults = map(&[("k8s.amazonaws.com/eniConfig", "ignored")]);
-        assert_eq!(select("n", &defaults, &defaults, &k).unwrap().name, "default");
+        assert_eq!(
+            select("n", &defaults, &defaults, &k).unwrap().name,
+            "default"
+        );
         let s = select("n", &map(&[("example.com/eni", "a")]), &map(&[]), &k).unwrap();
         assert_eq!(s.name, "a");
     }
@@ -377,8 +383,14 @@ mod tests {
             .unwrap_err();
             let msg = e.to_string();
             assert!(msg.contains("Node ip-10-0-1-5"), "{msg}");
-            assert!(msg.contains("annotation k8s.amazonaws.com/eniConfig"), "{msg}");
-            assert!(msg.contains("set it to the name of an existing ENIConfig"), "{msg}");
+            assert!(
+                msg.contains("annotation k8s.amazonaws.com/eniConfig"),
+                "{msg}"
+            );
+            assert!(
+                msg.contains("set it to the name of an existing ENIConfig"),
+                "{msg}"
+            );
             assert_eq!(e.kind, "annotation");
         }
         // A malformed label value is an error too, not a silent `default`.
@@ -419,7 +431,10 @@ mod tests {
         let e = resolve("n1", Some((&ann, &lab)), &configs, &k).unwrap_err();
         assert_eq!(e.reason(), "ENIConfigNotFound");
         let msg = e.to_string();
-        assert!(msg.contains("ENIConfig \"default\" (chosen by default) does not exist"), "{msg}");
+        assert!(
+            msg.contains("ENIConfig \"default\" (chosen by default) does not exist"),
+            "{msg}"
+        );
         assert!(msg.contains("no fallback to the node's subnet"), "{msg}");
         configs.insert("default".to_string(), cfg(" ", &["sg-1"]));
         let e = resolve("n1", Some((&ann, &lab)), &configs, &k).unwrap_err();
@@ -494,10 +509,7 @@ mod tests {
         assert_eq!(s["required"], serde_json::json!(["subnet"]));
         assert_eq!(s["properties"]["subnet"]["type"], "string");
         assert_eq!(s["properties"]["securityGroups"]["type"], "array");
-        assert_eq!(
-            s["properties"]["securityGroups"]["items"]["type"],
-            "string"
-        );
+        assert_eq!(s["properties"]["securityGroups"]["items"]["type"], "string");
         assert_eq!(schema["properties"]["status"]["type"], "object");
     }
 }

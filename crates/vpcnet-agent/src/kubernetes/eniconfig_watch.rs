@@ -367,13 +367,21 @@ impl Reporting {
             let api: Api<Node> = Api::all(self.client.clone());
             match tokio::time::timeout(
                 REPORT_TIMEOUT,
-                api.patch_status(&self.node, &PatchParams::default(), &Patch::Strategic(patch)),
+                api.patch_status(
+                    &self.node,
+                    &PatchParams::default(),
+                    &Patch::Strategic(patch),
+                ),
             )
             .await
             {
                 Ok(Ok(_)) => {}
-                Ok(Err(e)) => tracing::warn!(node = %self.node, "setting the Node condition {CONDITION_TYPE}: {e}"),
-                Err(_) => tracing::warn!(node = %self.node, "setting the Node condition {CONDITION_TYPE}: no answer within {REPORT_TIMEOUT:?}"),
+                Ok(Err(e)) => {
+                    tracing::warn!(node = %self.node, "setting the Node condition {CONDITION_TYPE}: {e}")
+                }
+                Err(_) => {
+                    tracing::warn!(node = %self.node, "setting the Node condition {CONDITION_TYPE}: no answer within {REPORT_TIMEOUT:?}")
+                }
             }
         }
         let key = (reason.to_string(), message.clone());
@@ -411,7 +419,9 @@ impl Reporting {
         match tokio::time::timeout(REPORT_TIMEOUT, self.recorder.publish(&ev, &reference)).await {
             Ok(Ok(())) => self.last_event = Some(key),
             Ok(Err(e)) => tracing::warn!(node = %self.node, "sending the {reason} Event: {e}"),
-            Err(_) => tracing::warn!(node = %self.node, "sending the {reason} Event: no answer within {REPORT_TIMEOUT:?}"),
+            Err(_) => {
+                tracing::warn!(node = %self.node, "sending the {reason} Event: no answer within {REPORT_TIMEOUT:?}")
+            }
         }
     }
 }
@@ -459,7 +469,10 @@ mod tests {
         assert!(publish(&tx, &metrics, missing("default"), 2_000));
         // Another reason while still unresolved: the wait keeps its start.
         assert_eq!(rx.borrow().since_ms, 1_000);
-        assert!(!publish(&tx, &metrics, missing("default"), 2_500), "same status: no change");
+        assert!(
+            !publish(&tx, &metrics, missing("default"), 2_500),
+            "same status: no change"
+        );
         assert!(metrics.encode().contains("vpcnet_eniconfig_resolved 0"));
         assert!(publish(&tx, &metrics, choice("default"), 4_000));
         let t = rx.borrow().clone();
