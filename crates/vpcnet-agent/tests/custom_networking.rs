@@ -36,6 +36,7 @@ async fn enis_go_to_the_eniconfig_subnet_only_once_it_is_resolved_and_valid() {
     let sg = lab.emu.create_security_group(&vpc, "pods").unwrap();
     let mut o = lab.options();
     o.custom_networking = Some(Default::default());
+    o.api.node_name = Some("n1".into());
     // Only the ENIConfig watch's wake (or a failed pass's retry) runs the reconciler.
     o.reconcile_interval = Duration::from_secs(3600);
     o.add_ip_wait = Duration::ZERO;

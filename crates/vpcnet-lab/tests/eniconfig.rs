@@ -171,7 +171,7 @@ fn a_missing_eniconfig_is_reported_on_the_node_and_creating_it_fills_the_pool() 
             let enis = describe_node_enis(lab, &n);
             let on = eni_of(&enis, c.ip)
                 .unwrap_or_else(|| panic!("pod address {} on no ENI: {enis:?}", c.ip));
-            assert_ne!(on.device_index, Some(0), "pod {ip} on the primary ENI");
+            assert_ne!(on.device_index, Some(0), "pod {} on the primary ENI", c.ip);
         },
     );
 }

@@ -16,6 +16,9 @@ use std::fmt;
 use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 
+/// Annotations or labels of a Node: key → value.
+pub type NodeMeta = BTreeMap<String, String>;
+
 /// The ENIConfig chosen when neither the annotation nor the label names one.
 pub const DEFAULT_ENICONFIG: &str = "default";
 
@@ -282,7 +285,7 @@ impl fmt::Display for Unresolved {
 /// a non-empty `spec.subnet`.
 pub fn resolve(
     node_name: &str,
-    node: Option<(&BTreeMap<String, String>, &BTreeMap<String, String>)>,
+    node: Option<(&NodeMeta, &NodeMeta)>,
     configs: &BTreeMap<String, EniConfigSpec>,
     keys: &SelectionKeys,
 ) -> Result<EniConfigChoice, Unresolved> {

@@ -181,8 +181,8 @@ pub async fn run(
 
 /// One watched item.
 enum Seen {
-    Node(Result<watcher::Event<Node>, watcher::Error>),
-    Config(Result<watcher::Event<EniConfig>, watcher::Error>),
+    Node(Box<Result<watcher::Event<Node>, watcher::Error>>),
+    Config(Box<Result<watcher::Event<EniConfig>, watcher::Error>>),
 }
 
 /// A watched collection rebuilt by the watcher's (re)list: `Init` starts a new list,
@@ -248,23 +248,28 @@ async fn watch_node(
         watcher::Config::default().fields(&format!("metadata.name={node}")),
     )
     .default_backoff()
-    .map(Seen::Node)
+    .map(|e| Seen::Node(Box::new(e)))
     .boxed();
     let config_events = watcher(Api::<EniConfig>::all(client.clone()), Default::default())
         .default_backoff()
-        .map(Seen::Config)
+        .map(|e| Seen::Config(Box::new(e)))
         .boxed();
     let mut events = futures::stream::select(node_events, config_events);
     let mut node_view: Mirror<Node> = Mirror::new();
     let mut configs = Mirror::new();
     let mut reporter = Reporting::new(client.clone(), node);
     while let Some(seen) = events.next().await {
-        let changed = match seen {
-            Seen::Node(Ok(ev)) => node_view.apply(ev, |n| (node.to_string(), n)),
-            Seen::Config(Ok(ev)) => configs.apply(ev, |c: EniConfig| {
-                (c.metadata.name.clone().unwrap_or_default(), c.spec)
+        let seen = match seen {
+            Seen::Node(b) => (*b).map(|ev| node_view.apply(ev, |n| (node.to_string(), n))),
+            Seen::Config(r) => (*r).map(|ev| {
+                configs.apply(ev, |c: EniConfig| {
+                    (c.metadata.name.clone().unwrap_or_default(), c.spec)
+                })
             }),
-            Seen::Node(Err(e)) | Seen::Config(Err(e)) => {
+        };
+        let changed = match seen {
+            Ok(changed) => changed,
+            Err(e) => {
                 tracing::warn!("custom networking: watching the Node and ENIConfigs: {e} (retrying with backoff)");
                 // Before the first complete lists, say why nothing is known; afterwards the
                 // last known state stays in force while the watch recovers.
@@ -279,7 +284,7 @@ async fn watch_node(
                 false
             }
         };
-        if !changed || !(node_view.synced && configs.synced) {
+        if !changed || !node_view.synced || !configs.synced {
             continue;
         }
         let n = node_view.current.get(node);
