@@ -98,10 +98,6 @@ fn a_missing_eniconfig_is_reported_on_the_node_and_creating_it_fills_the_pool() 
             assert_eq!(d["state"], "unresolved", "{d}");
             assert_eq!(d["reason"], "ENIConfigNotFound", "{d}");
             assert_eq!(d["name"], "default", "{d}");
-            let (_, metrics) = lab.agent_get("n1", "/metrics").unwrap_or_default();
-            if !metrics.is_empty() {
-                assert!(metrics.contains("vpcnet_eniconfig_resolved 0"), "metric");
-            }
             // Nothing created, nothing on the primary ENI; the agent is healthy.
             let enis = describe_node_enis(lab, &n);
             assert_eq!(enis.len(), 1, "{enis:?}");
@@ -172,6 +168,44 @@ fn a_missing_eniconfig_is_reported_on_the_node_and_creating_it_fills_the_pool() 
             let on = eni_of(&enis, c.ip)
                 .unwrap_or_else(|| panic!("pod address {} on no ENI: {enis:?}", c.ip));
             assert_ne!(on.device_index, Some(0), "pod {} on the primary ENI", c.ip);
+
+            // The annotation beats the ENIConfig named default: naming a missing one
+            // un-resolves the node (named on the Node), creating it resolves it again.
+            k.run(&[
+                "annotate",
+                "node",
+                &name,
+                "k8s.amazonaws.com/eniConfig=pods-other",
+            ])
+            .unwrap();
+            wait_until(
+                "the condition names pods-other",
+                Duration::from_secs(30),
+                || {
+                    condition(&k, &name).is_some_and(|(s, r, m)| {
+                        s == "False" && r == "ENIConfigNotFound" && m.contains("\"pods-other\"")
+                    })
+                },
+            );
+            k.apply(&format!(
+                "apiVersion: crd.k8s.amazonaws.com/v1alpha1\nkind: ENIConfig\nmetadata: {{name: pods-other}}\nspec: {{subnet: {subnet}, securityGroups: [{sg}]}}\n"
+            ))
+            .unwrap();
+            wait_until("pods-other resolved", Duration::from_secs(30), || {
+                let d = eniconfig_doc(lab);
+                d["state"] == "resolved"
+                    && d["name"] == "pods-other"
+                    && d["selected_by"] == "annotation k8s.amazonaws.com/eniConfig"
+            });
+            wait_until(
+                "the condition turns True again",
+                Duration::from_secs(30),
+                || {
+                    condition(&k, &name)
+                        .is_some_and(|(s, _, m)| s == "True" && m.contains("pods-other"))
+                },
+            );
+            assert_eq!(lab.agent_get("n1", "/healthz").unwrap().0, 200);
         },
     );
 }
