@@ -72,6 +72,8 @@ pub struct Shared {
     /// The node's ENIConfig under custom networking (written by the ENIConfig watch, read by
     /// the reconciler and `/v1/eniconfig`); `None` without custom networking.
     pub eniconfig: Option<watch::Sender<crate::kubernetes::eniconfig_watch::EniConfigTracked>>,
+    /// The datapath audit's last pass (`/v1/datapath`), written by [`crate::datapath_audit`].
+    pub datapath: Mutex<vpcnet_introspection::DatapathDoc>,
 }
 
 impl Shared {
@@ -108,6 +110,7 @@ impl Shared {
             metrics,
             api: Default::default(),
             eniconfig,
+            datapath: Default::default(),
         }
     }
 
@@ -160,6 +163,16 @@ impl Shared {
         self.failure
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Why the datapath audit takes the node out of service (an unrepaired problem that cuts
+    /// every pod off), if it does.
+    pub fn datapath_not_ready(&self) -> Option<String> {
+        self.datapath
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .not_ready
             .clone()
     }
 
