@@ -4,6 +4,7 @@
 
 mod bench;
 mod demo;
+mod requests;
 
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
@@ -116,6 +117,9 @@ enum LabCommand {
         #[command(flatten)]
         view: crate::inspect::View,
     },
+    /// The lab cloud's request log: EC2 and IMDS calls per action and answer, for a node's
+    /// instance (`--node n1`: its agent, bootstrap, kubelet) or all; `--failed` only errors.
+    Requests(requests::Args),
     /// Load balancers (ELBv2 on the lab cloud, served by HAProxy): create, list, register,
     /// deregister, health, load, delete.
     Lb(crate::lab_lb::Args),
@@ -296,6 +300,7 @@ pub fn run(args: Args) -> Result<()> {
             Ok(())
         }
         LabCommand::Lb(args) => crate::lab_lb::run(args),
+        LabCommand::Requests(a) => requests::run(&a),
         LabCommand::Demo { up, count } => {
             if up.no_kubernetes {
                 demo(&up, count)
