@@ -3,6 +3,7 @@
 //! `vpcnet-lab` crate; this module is the command line and the tables, `demo` the demo.
 
 mod bench;
+mod bench_peer;
 mod demo;
 mod requests;
 
@@ -145,6 +146,9 @@ enum LabCommand {
     /// Pod start-up benchmark: vpcnet vs Debian's bridge + host-local on the same kubelet
     /// (a burst Deployment, then single pods), one lab, one run; prints a table with ratios.
     BenchPods(bench::Args),
+    /// vpcnet against AWS's VPC CNI: two nodes of one type, `n1` on the VPC CNI, `n2` on
+    /// vpcnet, one run; prints a table with ratios (scripts/bench-peer.sh).
+    BenchPeer(bench_peer::Args),
     /// (internal) The lab cloud daemon, run by `lab up` inside the VPC namespace.
     #[command(hide = true)]
     Serve {
@@ -309,6 +313,7 @@ pub fn run(args: Args) -> Result<()> {
             }
         }
         LabCommand::BenchPods(a) => bench::run(&a),
+        LabCommand::BenchPeer(a) => bench_peer::run(&a),
         LabCommand::Serve { dir } => vpcnet_lab::daemon::serve(&dir),
         LabCommand::CsrApprover { dir } => vpcnet_lab::kube::csr::run(&Lab { dir }.kubectl()?),
     }

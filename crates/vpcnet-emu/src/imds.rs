@@ -70,6 +70,7 @@ async fn handle(State(st): State<ImdsState>, req: Request) -> Response {
         at_ms: 0,
         api: Api::Imds,
         action,
+        mutating: false,
         instance_id: instance,
         source: peer,
         user_agent,

@@ -37,6 +37,10 @@ pub struct RequestRecord {
     /// EC2/ELBv2: the `Action` parameter (empty if missing). IMDS: method and path, e.g.
     /// `GET /latest/meta-data/mac`.
     pub action: String,
+    /// Whether `action` is a mutating EC2 action (Create*, Attach*, Detach*, Delete*,
+    /// Modify*, Assign*, Unassign*, Terminate*; CreateTags too).
+    #[serde(default)]
+    pub mutating: bool,
     /// The instance that made the call: for IMDS the instance it answered for; for EC2 the
     /// instance whose primary private IP is the source address (the lab's nodes).
     pub instance_id: Option<String>,
@@ -134,6 +138,7 @@ mod tests {
             at_ms: 0,
             api: Api::Ec2,
             action: action.into(),
+            mutating: false,
             instance_id: None,
             source: None,
             user_agent: None,

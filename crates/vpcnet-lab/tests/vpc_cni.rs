@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use vpcnet_ipam::vpc_cni::VpcCniCheckpoint;
 use vpcnet_lab::kube::workload::{httpd_manifest, Placement, PodInfo};
 use vpcnet_lab::lab::{Api, Lab, RequestRecord};
 use vpcnet_lab::state::{NodeCni, NodeRecord};
@@ -61,37 +62,20 @@ fn unexpected_failures(reqs: &[RequestRecord]) -> Vec<String> {
         .collect()
 }
 
-/// The addresses ipamd's (or vpcnet's) introspection `/v1/enis` lists as assigned to a
-/// container: any object with an `IPAMKey` whose `containerID` is set (ipamd) or the
-/// agent's own checkpoint (vpcnet).
+/// The addresses the node's agent has assigned to pods: ipamd's checkpoint
+/// (`/var/run/aws-node/ipam.json`, its introspection scrubs container IDs) or vpcnet's.
 fn agent_assigned(lab: &Lab, node: &NodeRecord) -> BTreeSet<Ipv4Addr> {
     match lab.state().unwrap().node(&node.name).unwrap().cni {
         NodeCni::Vpcnet => checkpoint(node).assignments.iter().map(|a| a.ip).collect(),
         NodeCni::VpcCni => {
-            let (code, body) = lab.agent_get(&node.name, "/v1/enis").unwrap();
-            assert_eq!(code, 200, "{body}");
-            let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-            let mut out = BTreeSet::new();
-            collect_ipamd_assigned(&v, &mut out);
-            out
+            let text = std::fs::read_to_string(node.path("/run/aws-node/ipam.json")).unwrap();
+            VpcCniCheckpoint::from_json(&text)
+                .unwrap()
+                .allocations
+                .iter()
+                .map(|a| a.ipv4.parse().unwrap())
+                .collect()
         }
-    }
-}
-
-fn collect_ipamd_assigned(v: &serde_json::Value, out: &mut BTreeSet<Ipv4Addr>) {
-    match v {
-        serde_json::Value::Object(m) => {
-            if let (Some(addr), Some(key)) = (m.get("Address"), m.get("IPAMKey")) {
-                if key["containerID"].as_str().is_some_and(|c| !c.is_empty()) {
-                    if let Some(ip) = addr.as_str().and_then(|a| a.parse().ok()) {
-                        out.insert(ip);
-                    }
-                }
-            }
-            m.values().for_each(|x| collect_ipamd_assigned(x, out));
-        }
-        serde_json::Value::Array(a) => a.iter().for_each(|x| collect_ipamd_assigned(x, out)),
-        _ => {}
     }
 }
 

@@ -121,6 +121,7 @@ mod tests {
             at_ms: 0,
             api: Api::Ec2,
             action: action.into(),
+            mutating: false,
             instance_id: None,
             source: None,
             user_agent: None,
