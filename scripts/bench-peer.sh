@@ -7,6 +7,7 @@
 # and with WARM_IP_TARGET=5 MINIMUM_IP_TARGET=10; EC2 calls per 10 idle minutes (measured over
 # --idle-secs and scaled); agent RSS idle and at max pods. Needs root.
 #   scripts/bench-peer.sh [--singles N] [--rolls N] [--idle-secs S] [--instance-type T]
+#                         [--kernel-state DIR]   (the kernel state one pod leaves, per node)
 # Release build by default; BENCH_PROFILE=dev uses the debug build the tests already made.
 set -euo pipefail
 cd "$(dirname "$0")/.."

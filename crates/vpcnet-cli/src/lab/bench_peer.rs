@@ -24,7 +24,8 @@ pub struct Args {
     #[arg(long, default_value = "m5.large")]
     instance_type: String,
     /// Single pods created and deleted one after another per node (CNI ADD and DEL as
-    /// kubelet drives them).
+    /// kubelet drives them). The burst is the node's max pods with VPC addresses (ENIs ×
+    /// (addresses per ENI − 1)).
     #[arg(long, default_value_t = 200)]
     singles: usize,
     /// Pod rolls (delete one pod of a 10-pod Deployment, wait for its replacement) per node
@@ -34,6 +35,10 @@ pub struct Args {
     /// Idle window in seconds for the idle EC2 calls (reported per 10 minutes).
     #[arg(long, default_value_t = 600)]
     idle_secs: u64,
+    /// Write the kernel state one pod leaves on each node (`ip rule`, `ip route show table
+    /// all`, `ip neigh`, `iptables-save`, with and without the pod) to DIR/<node>.txt.
+    #[arg(long, value_name = "DIR")]
+    kernel_state: Option<std::path::PathBuf>,
 }
 
 /// One agent's figures.
@@ -100,6 +105,30 @@ fn ec2_calls_since(lab: &Lab, node: &str, mark: u64) -> Result<(usize, usize)> {
     Ok((r.len(), r.iter().filter(|r| r.mutating).count()))
 }
 
+/// The node's rules, routes of every table, neighbours and iptables rules.
+fn node_state(lab: &Lab, node: &str) -> Result<String> {
+    let ns = lab.state()?.node(node)?.netns.clone();
+    let mut out = String::new();
+    for cmd in [
+        &["ip", "rule", "show"][..],
+        &["ip", "route", "show", "table", "all"],
+        &["ip", "neigh", "show"],
+        &["iptables-save"],
+    ] {
+        let o = std::process::Command::new("ip")
+            .args(["netns", "exec", &ns])
+            .args(cmd)
+            .output()
+            .with_context(|| format!("{cmd:?} in {ns}"))?;
+        out += &format!(
+            "$ {}\n{}\n",
+            cmd.join(" "),
+            String::from_utf8_lossy(&o.stdout)
+        );
+    }
+    Ok(out)
+}
+
 fn only(node: &str) -> Placement {
     Placement {
         only_node: Some(node.into()),
@@ -147,7 +176,28 @@ fn measure(lab: &Lab, a: &Args) -> Result<Vec<(&'static str, Figures)>> {
     let timeout = Duration::from_secs(600);
     let k = lab.kubectl()?;
     let m = vpcnet_limits::lookup(&a.instance_type).context("instance type")?;
-    let max_pods = vpcnet_limits::max_pods(m, Default::default()).max_pods as usize;
+    // The most pods with VPC addresses the node can hold (secondary addresses of every ENI;
+    // max-pods adds 2 for host-network pods, which this lab does not run).
+    let max_pods = (m.eni_limit * (m.ipv4_per_eni - 1)) as usize;
+    if let Some(dir) = &a.kernel_state {
+        std::fs::create_dir_all(dir)?;
+        for (label, node, _) in PEERS {
+            let mut text = format!("# {label} ({node})\n\n## without pods\n\n");
+            text += &node_state(lab, node)?;
+            let app = format!("state-{node}");
+            k.apply(&httpd_manifest(&app, 1, &only(node)))?;
+            let pod = lab.wait_pods_ready(&format!("app={app}"), 1, timeout)?.remove(0);
+            text += &format!(
+                "\n## with one pod ({} {})\n\n",
+                pod.name,
+                pod.ip.map(|i| i.to_string()).unwrap_or_default()
+            );
+            text += &node_state(lab, node)?;
+            k.run(&["delete", "deployment", "-n", "default", &app, "--wait=true"])?;
+            lab.wait_pods_gone(&format!("app={app}"), timeout)?;
+            std::fs::write(dir.join(format!("{node}.txt")), text)?;
+        }
+    }
     let mut out = Vec::new();
     for (label, node, _) in PEERS {
         let mut f = Figures::default();
