@@ -255,8 +255,15 @@ fn running(lab: &Lab, app: &str, count: usize) -> BTreeMap<String, Ipv4Addr> {
 }
 
 /// Deletes pod `name` (its Deployment replaces it) and checks the plugin's DEL removed every
-/// host-side trace of `ip`: the /32 route, the rules, the veth (with the sandbox's namespace).
-fn delete_and_check_gone(lab: &Lab, node: &NodeRecord, name: &str, ip: Ipv4Addr) {
+/// host-side trace of `ip`: the /32 route, the rules (but `left`, a rule known to stay), the
+/// veth (with the sandbox's namespace).
+fn delete_and_check_gone(
+    lab: &Lab,
+    node: &NodeRecord,
+    name: &str,
+    ip: Ipv4Addr,
+    left: Option<String>,
+) {
     let veth = host_veth(node, ip).expect("host route to the pod before DEL");
     assert!(!rules_for(node, ip).is_empty(), "rules for {ip} before DEL");
     lab.kubectl()
@@ -268,7 +275,8 @@ fn delete_and_check_gone(lab: &Lab, node: &NodeRecord, name: &str, ip: Ipv4Addr)
         Duration::from_secs(60),
         || host_veth(node, ip).is_none(),
     );
-    assert!(rules_for(node, ip).is_empty(), "rules left: {:?}", rules_for(node, ip));
+    let rules = rules_for(node, ip);
+    assert_eq!(rules, left.into_iter().collect::<Vec<_>>(), "rules left");
     wait_until(
         &format!("the veth {veth} of {name} is gone"),
         Duration::from_secs(15),
@@ -357,7 +365,7 @@ fn a_vpc_cni_node_with_running_pods_swaps_to_vpcnet_and_back_in_place() {
             // DEL of a pod aws-cni set up, through vpcnet-cni.
             let (victim, vip) = before.iter().next().map(|(n, i)| (n.clone(), *i)).unwrap();
             prober.forget(vip);
-            delete_and_check_gone(lab, &n1, &victim, vip);
+            delete_and_check_gone(lab, &n1, &victim, vip, None);
             let now = running(lab, "mig", 13);
             for ip in now.values() {
                 ever.insert(*ip);
@@ -389,7 +397,16 @@ fn a_vpc_cni_node_with_running_pods_swaps_to_vpcnet_and_back_in_place() {
                 .map(|(n, i)| (n.clone(), *i))
                 .unwrap();
             prober.forget(vip);
-            delete_and_check_gone(lab, &n1, &victim, vip);
+            // Known gap: vpcnet numbers an ENI's route table by its device index (eth1: 1),
+            // the VPC CNI by device index + 1 (eth1: 2), and aws-cni's DEL removes only the
+            // `from` rule of its own numbering; so a pod vpcnet-cni set up on a secondary ENI
+            // leaves `from <ip> lookup <device index>` behind (README, "Migrating from the VPC
+            // CNI (and back)"). Everything else goes.
+            let dev = eni_of(&describe_node_enis(lab, &n1), vip)
+                .and_then(|e| e.device_index)
+                .unwrap();
+            let left = (dev > 0).then(|| format!("1536: from {vip} lookup {dev}"));
+            delete_and_check_gone(lab, &n1, &victim, vip, left);
             let now = running(lab, "mig", 15);
             check_no_leak(lab, &n1, &now);
             probe_rounds(&prober, 2);
