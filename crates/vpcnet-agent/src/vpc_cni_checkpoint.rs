@@ -62,7 +62,10 @@ pub fn import_at_start(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Imported::Nothing),
         Err(e) => {
             return Err(e).with_context(|| {
-                format!("reading the VPC CNI's checkpoint {}", vpc_cni_path.display())
+                format!(
+                    "reading the VPC CNI's checkpoint {}",
+                    vpc_cni_path.display()
+                )
             })
         }
     };
@@ -108,7 +111,8 @@ pub fn export(from: &Path, to: &Path, network_name: &str) -> Result<usize> {
 }
 
 /// Usage of the subcommand.
-pub const EXPORT_USAGE: &str = "usage: vpcnet-agent export-vpc-cni-checkpoint [--from PATH] [--to PATH] [--network-name NAME]
+pub const EXPORT_USAGE: &str =
+    "usage: vpcnet-agent export-vpc-cni-checkpoint [--from PATH] [--to PATH] [--network-name NAME]
   Writes vpcnet's checkpoint (--from, default $VPCNET_CHECKPOINT_PATH) in the VPC CNI's format
   (--to, default $VPCNET_VPC_CNI_CHECKPOINT) under the network name NAME (default aws-cni, the
   VPC CNI's conflist name), for a rollback to the VPC CNI. Stop vpcnet-agent first.";
@@ -231,7 +235,10 @@ mod tests {
             "{:#}",
             import_at_start(&store, &theirs, &[], 1).unwrap_err()
         );
-        assert!(e.contains("theirs.json") && e.contains("vpc-cni-ipam/9"), "{e}");
+        assert!(
+            e.contains("theirs.json") && e.contains("vpc-cni-ipam/9"),
+            "{e}"
+        );
         assert!(matches!(store.load(1), Loaded::Missing), "nothing written");
     }
 }

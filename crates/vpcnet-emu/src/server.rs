@@ -63,8 +63,7 @@ async fn ec2(State(emu): State<Emulator>, req: Request) -> Response {
         seq: 0,
         at_ms: 0,
         api,
-        mutating: api == Api::Ec2
-            && crate::query::actions::is_mutating(&action).unwrap_or(false),
+        mutating: api == Api::Ec2 && crate::query::actions::is_mutating(&action).unwrap_or(false),
         action,
         instance_id: emu.instance_at(peer),
         source: peer,

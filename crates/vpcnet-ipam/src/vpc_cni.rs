@@ -33,7 +33,9 @@ pub struct VpcCniCheckpoint {
     pub allocations: Vec<VpcCniAllocation>,
 }
 
-fn null_as_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<VpcCniAllocation>, D::Error> {
+fn null_as_empty<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Vec<VpcCniAllocation>, D::Error> {
     Ok(Option::<Vec<VpcCniAllocation>>::deserialize(d)?.unwrap_or_default())
 }
 
@@ -74,7 +76,11 @@ pub struct VpcCniMetadata {
     )]
     pub pod_namespace: String,
     /// Pod name.
-    #[serde(rename = "k8sPodName", default, skip_serializing_if = "String::is_empty")]
+    #[serde(
+        rename = "k8sPodName",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
     pub pod_name: String,
     /// Interfaces of the pod (multi-NIC pods have more than one).
     #[serde(rename = "interfacesCount", default, skip_serializing_if = "is_zero")]
@@ -278,8 +284,7 @@ mod tests {
         assert_eq!(a["allocationTimestamp"], 1_764_586_000_123_000_000i64);
         assert_eq!(a["metadata"]["k8sPodName"], "web-1");
         assert_eq!(a["metadata"]["interfacesCount"], 1);
-        let (back, skipped) =
-            import(&VpcCniCheckpoint::from_json(&text).unwrap(), eni_of).unwrap();
+        let (back, skipped) = import(&VpcCniCheckpoint::from_json(&text).unwrap(), eni_of).unwrap();
         assert!(skipped.is_empty());
         assert_eq!(back.assignments, ours.assignments);
     }

@@ -64,7 +64,9 @@ impl Lab {
         c.arg("export-vpc-cni-checkpoint")
             .envs(self.node_agent_env(&node)?);
         node.place().apply(&mut c)?;
-        let out = c.output().context("running vpcnet-agent export-vpc-cni-checkpoint")?;
+        let out = c
+            .output()
+            .context("running vpcnet-agent export-vpc-cni-checkpoint")?;
         if !out.status.success() {
             bail!(
                 "vpcnet-agent export-vpc-cni-checkpoint on {node_name} failed: {}",

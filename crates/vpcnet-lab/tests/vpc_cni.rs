@@ -122,7 +122,10 @@ fn the_vpc_cni_runs_a_node_whose_pods_get_eni_addresses_and_every_cloud_call_suc
                 let ip = p.ip.unwrap();
                 assert!(ips.insert(ip), "{ip} handed out twice");
                 let eni = eni_of(&enis, ip).unwrap_or_else(|| {
-                    panic!("pod {} ({ip}) is not a secondary IP of n1's ENIs: {enis:?}", p.name)
+                    panic!(
+                        "pod {} ({ip}) is not a secondary IP of n1's ENIs: {enis:?}",
+                        p.name
+                    )
                 });
                 assert_eq!(eni.instance_id, n1.instance_id);
                 assert!(assigned.contains(&ip), "ipamd lists {ip} as assigned");
@@ -132,9 +135,18 @@ fn the_vpc_cni_runs_a_node_whose_pods_get_eni_addresses_and_every_cloud_call_suc
             }
             // Across plugins and nodes, both ways; the node itself; HTTP.
             let p0 = &peer[0];
-            assert!(lab.pod_ping(&p0.name, ours.ip.unwrap()).unwrap(), "VPC CNI pod -> vpcnet pod");
-            assert!(lab.pod_ping(&ours.name, p0.ip.unwrap()).unwrap(), "vpcnet pod -> VPC CNI pod");
-            assert!(lab.pod_ping(&peer[1].name, p0.ip.unwrap()).unwrap(), "same node");
+            assert!(
+                lab.pod_ping(&p0.name, ours.ip.unwrap()).unwrap(),
+                "VPC CNI pod -> vpcnet pod"
+            );
+            assert!(
+                lab.pod_ping(&ours.name, p0.ip.unwrap()).unwrap(),
+                "vpcnet pod -> VPC CNI pod"
+            );
+            assert!(
+                lab.pod_ping(&peer[1].name, p0.ip.unwrap()).unwrap(),
+                "same node"
+            );
             let body = lab
                 .wait_http(&ours.name, p0.ip.unwrap(), 80, Duration::from_secs(30))
                 .unwrap();
@@ -147,14 +159,20 @@ fn the_vpc_cni_runs_a_node_whose_pods_get_eni_addresses_and_every_cloud_call_suc
                 .filter(|r| r.api == Api::Ec2)
                 .map(|r| r.action.as_str())
                 .collect();
-            eprintln!("ipamd's EC2 actions: {ec2:?}; {} requests in all", reqs.len());
+            eprintln!(
+                "ipamd's EC2 actions: {ec2:?}; {} requests in all",
+                reqs.len()
+            );
             assert!(
                 ec2.contains("DescribeInstances") || ec2.contains("DescribeNetworkInterfaces"),
                 "ipamd's calls are in the log: {ec2:?}"
             );
             assert!(reqs.iter().any(|r| r.api == Api::Imds), "IMDS calls logged");
             let bad = unexpected_failures(&reqs);
-            assert!(bad.is_empty(), "the emulator failed ipamd's calls: {bad:#?}");
+            assert!(
+                bad.is_empty(),
+                "the emulator failed ipamd's calls: {bad:#?}"
+            );
         },
     );
 }
@@ -188,7 +206,9 @@ impl Prober {
                 let now: Vec<Ipv4Addr> = t.lock().unwrap().clone();
                 for ip in now {
                     let ok = Command::new("ip")
-                        .args(["netns", "exec", &ns, "busybox", "ping", "-c", "1", "-W", "1"])
+                        .args([
+                            "netns", "exec", &ns, "busybox", "ping", "-c", "1", "-W", "1",
+                        ])
                         .arg(ip.to_string())
                         .output()
                         .is_ok_and(|o| o.status.success());
@@ -293,7 +313,11 @@ fn delete_and_check_gone(
 /// running pods' addresses; every ENI of the instance is attached (none left behind).
 fn check_no_leak(lab: &Lab, node: &NodeRecord, pods: &BTreeMap<String, Ipv4Addr>) {
     let ips: BTreeSet<Ipv4Addr> = pods.values().copied().collect();
-    assert_eq!(ips.len(), pods.len(), "an address held by two pods: {pods:?}");
+    assert_eq!(
+        ips.len(),
+        pods.len(),
+        "an address held by two pods: {pods:?}"
+    );
     wait_until(
         "the agent's assignments = the running pods' addresses",
         Duration::from_secs(30),
@@ -339,7 +363,10 @@ fn a_vpc_cni_node_with_running_pods_swaps_to_vpcnet_and_back_in_place() {
             lab.swap_cni("n1", NodeCni::Vpcnet).unwrap();
             eprintln!("swapped to vpcnet in {:?}", t0.elapsed());
             let log = std::fs::read_to_string(lab.dir.join("logs/agent-n1.log")).unwrap();
-            assert!(log.contains("adopted the VPC CNI's checkpoint"), "import logged");
+            assert!(
+                log.contains("adopted the VPC CNI's checkpoint"),
+                "import logged"
+            );
             let cp = checkpoint(&n1);
             for (name, ip) in &before {
                 let a = cp
@@ -352,7 +379,8 @@ fn a_vpc_cni_node_with_running_pods_swaps_to_vpcnet_and_back_in_place() {
             probe_rounds(&prober, 2);
 
             // New pods get addresses no running pod holds.
-            k.run(&["scale", "deployment", "mig", "--replicas", "13"]).unwrap();
+            k.run(&["scale", "deployment", "mig", "--replicas", "13"])
+                .unwrap();
             let now = running(lab, "mig", 13);
             for (name, ip) in &now {
                 if !before.contains_key(name) {
@@ -378,9 +406,14 @@ fn a_vpc_cni_node_with_running_pods_swaps_to_vpcnet_and_back_in_place() {
             lab.swap_cni("n1", NodeCni::VpcCni).unwrap();
             eprintln!("rolled back to the VPC CNI in {:?}", t0.elapsed());
             let rolled = running(lab, "mig", 13);
-            assert_eq!(agent_assigned(lab, &n1), rolled.values().copied().collect(), "ipamd adopted every running pod");
+            assert_eq!(
+                agent_assigned(lab, &n1),
+                rolled.values().copied().collect(),
+                "ipamd adopted every running pod"
+            );
             probe_rounds(&prober, 2);
-            k.run(&["scale", "deployment", "mig", "--replicas", "15"]).unwrap();
+            k.run(&["scale", "deployment", "mig", "--replicas", "15"])
+                .unwrap();
             let now = running(lab, "mig", 15);
             for (name, ip) in &now {
                 if !rolled.contains_key(name) {
@@ -411,11 +444,20 @@ fn a_vpc_cni_node_with_running_pods_swaps_to_vpcnet_and_back_in_place() {
             check_no_leak(lab, &n1, &now);
             probe_rounds(&prober, 2);
             let (rounds, misses) = prober.finish();
-            eprintln!("prober: {rounds} rounds over the original pods, {} misses", misses.len());
+            eprintln!(
+                "prober: {rounds} rounds over the original pods, {} misses",
+                misses.len()
+            );
             assert!(rounds >= 10, "the prober ran: {rounds}");
-            assert!(misses.is_empty(), "running pods stopped answering: {misses:?}");
+            assert!(
+                misses.is_empty(),
+                "running pods stopped answering: {misses:?}"
+            );
             let bad = unexpected_failures(&ipamd_requests(lab, "n1"));
-            assert!(bad.is_empty(), "the emulator failed ipamd's calls: {bad:#?}");
+            assert!(
+                bad.is_empty(),
+                "the emulator failed ipamd's calls: {bad:#?}"
+            );
         },
     );
 }

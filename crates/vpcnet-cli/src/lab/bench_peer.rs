@@ -186,7 +186,9 @@ fn measure(lab: &Lab, a: &Args) -> Result<Vec<(&'static str, Figures)>> {
             text += &node_state(lab, node)?;
             let app = format!("state-{node}");
             k.apply(&httpd_manifest(&app, 1, &only(node)))?;
-            let pod = lab.wait_pods_ready(&format!("app={app}"), 1, timeout)?.remove(0);
+            let pod = lab
+                .wait_pods_ready(&format!("app={app}"), 1, timeout)?
+                .remove(0);
             text += &format!(
                 "\n## with one pod ({} {})\n\n",
                 pod.name,
@@ -319,9 +321,21 @@ fn render(a: &Args, figs: &[(&'static str, Figures)]) -> String {
         theirs.add_p50,
         ours.add_p50,
     );
-    time_row("pod create → Running p99, ms".into(), theirs.add_p99, ours.add_p99);
-    time_row("pod delete → gone p50, ms".into(), theirs.del_p50, ours.del_p50);
-    time_row("pod delete → gone p99, ms".into(), theirs.del_p99, ours.del_p99);
+    time_row(
+        "pod create → Running p99, ms".into(),
+        theirs.add_p99,
+        ours.add_p99,
+    );
+    time_row(
+        "pod delete → gone p50, ms".into(),
+        theirs.del_p50,
+        ours.del_p50,
+    );
+    time_row(
+        "pod delete → gone p99, ms".into(),
+        theirs.del_p99,
+        ours.del_p99,
+    );
     let mut num_row = |name: String, t: f64, o: f64, digits: usize| {
         rows.push(vec![
             name,
@@ -331,7 +345,10 @@ fn render(a: &Args, figs: &[(&'static str, Figures)]) -> String {
         ]);
     };
     num_row(
-        format!("EC2 mutating calls per pod roll ({} rolls), defaults", a.rolls),
+        format!(
+            "EC2 mutating calls per pod roll ({} rolls), defaults",
+            a.rolls
+        ),
         theirs.mutating_per_roll_default,
         ours.mutating_per_roll_default,
         2,

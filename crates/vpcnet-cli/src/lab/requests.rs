@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use anyhow::Result;
 use clap::Args as ClapArgs;
-use vpcnet_lab::lab::{Api, RequestRecord};
 use vpcnet_lab::lab::Lab;
+use vpcnet_lab::lab::{Api, RequestRecord};
 
 use crate::inspect::table;
 
@@ -134,7 +134,10 @@ mod tests {
             rec("DescribeVpcs", 200, None),
             rec("Nope", 400, Some("InvalidAction")),
         ]);
-        assert!(t.contains("DescribeVpcs") && t.lines().any(|l| l.ends_with(" 2")), "{t}");
+        assert!(
+            t.contains("DescribeVpcs") && t.lines().any(|l| l.ends_with(" 2")),
+            "{t}"
+        );
         assert!(t.contains("400 InvalidAction"), "{t}");
     }
 }

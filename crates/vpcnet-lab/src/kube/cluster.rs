@@ -170,7 +170,10 @@ impl Lab {
             .filter(|p| !p.role.starts_with("ctr ") && !p.role.starts_with("agent "))
             .collect();
         self.wait_ready(
-            &format!("kubelet of {} to register Node {}", node.name, node.k8s_name),
+            &format!(
+                "kubelet of {} to register Node {}",
+                node.name, node.k8s_name
+            ),
             timeout,
             &refs,
             || {
