@@ -36,7 +36,8 @@ pub struct Args {
     #[arg(long, default_value_t = 600)]
     idle_secs: u64,
     /// Write the kernel state one pod leaves on each node (`ip rule`, `ip route show table
-    /// all`, `ip neigh`, `iptables-save`, with and without the pod) to DIR/<node>.txt.
+    /// all`, `ip neigh`, `iptables-save`, vpcnet's nftables table; with and without the pod)
+    /// to DIR/<node>.txt.
     #[arg(long, value_name = "DIR")]
     kernel_state: Option<std::path::PathBuf>,
 }
@@ -114,6 +115,7 @@ fn node_state(lab: &Lab, node: &str) -> Result<String> {
         &["ip", "route", "show", "table", "all"],
         &["ip", "neigh", "show"],
         &["iptables-save"],
+        &["nft", "list", "table", "ip", "vpcnet"],
     ] {
         let o = std::process::Command::new("ip")
             .args(["netns", "exec", &ns])
