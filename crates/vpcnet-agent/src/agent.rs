@@ -158,6 +158,9 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
                 path: opts.checkpoint_path.clone(),
             })
         });
+    if let Some(path) = &opts.vpc_cni_checkpoint {
+        crate::vpc_cni_checkpoint::import_at_start(store.as_ref(), path, &found.enis, now_ms())?;
+    }
     let (pool, policy) = restore_pool(&opts, store.as_ref(), &limits)?;
     let ec2 = found.ec2;
     let mut opts = opts;

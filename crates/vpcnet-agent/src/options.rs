@@ -72,6 +72,10 @@ pub struct AgentOptions {
     pub socket_path: PathBuf,
     /// Checkpoint file (default /var/run/vpcnet/ipam.json), mode 0600.
     pub checkpoint_path: PathBuf,
+    /// The VPC CNI's checkpoint (VPCNET_VPC_CNI_CHECKPOINT, default
+    /// /var/run/aws-node/ipam.json), imported at start when `checkpoint_path` has none
+    /// ([`crate::vpc_cni_checkpoint`]); `None` = never import.
+    pub vpc_cni_checkpoint: Option<PathBuf>,
     /// Introspection bind address (default 127.0.0.1:61679); `None` = DISABLE_INTROSPECTION.
     pub introspection_addr: Option<SocketAddr>,
     /// Metrics bind address (default 0.0.0.0:61678); `None` = DISABLE_METRICS.
@@ -154,6 +158,7 @@ impl std::fmt::Debug for AgentOptions {
             .field("cooldown", &self.cooldown)
             .field("socket_path", &self.socket_path)
             .field("checkpoint_path", &self.checkpoint_path)
+            .field("vpc_cni_checkpoint", &self.vpc_cni_checkpoint)
             .field("introspection_addr", &self.introspection_addr)
             .field("metrics_addr", &self.metrics_addr)
             .field("node_network", &self.node_network.is_some())
@@ -172,6 +177,7 @@ impl Default for AgentOptions {
             add_ip_wait: Duration::from_secs(5),
             socket_path: PathBuf::from(vpcnet_proto::DEFAULT_SOCKET),
             checkpoint_path: PathBuf::from(DEFAULT_CHECKPOINT),
+            vpc_cni_checkpoint: None,
             introspection_addr: Some(SocketAddr::from(([127, 0, 0, 1], 61679))),
             metrics_addr: Some(SocketAddr::from(([0, 0, 0, 0], 61678))),
             introspection_socket: None,
@@ -239,6 +245,7 @@ pub fn options_from_config(c: &Config) -> anyhow::Result<AgentOptions> {
         add_ip_wait: c.add_ip_wait(),
         socket_path: c.agent_socket.clone(),
         checkpoint_path: c.checkpoint_path.clone(),
+        vpc_cni_checkpoint: Some(c.vpc_cni_checkpoint.clone()),
         introspection_addr: (!c.disable_introspection)
             .then(|| tcp(&c.introspection_bind_address))
             .flatten(),
