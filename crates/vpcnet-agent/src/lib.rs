@@ -10,8 +10,10 @@
 
 mod agent;
 pub mod checkpoint_file;
+pub mod cloud;
 pub mod config;
 mod docs;
+pub mod errors;
 pub mod grpc;
 pub mod introspection;
 pub mod kubernetes;
