@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::{Action, BucketConfig, Ec2Error, Ec2Observer, RateLimiter, RetryPolicy};
 
@@ -124,6 +124,7 @@ impl Caller {
 mod tests {
     use super::*;
     use std::sync::Mutex;
+    use std::time::Instant;
 
     #[derive(Default)]
     struct Recorder {

@@ -125,7 +125,7 @@ fn imds_client(endpoint: Option<&str>) -> Result<aws_config::imds::Client, Ec2Er
     let builder = match endpoint {
         Some(url) => builder
             .endpoint(url)
-            .map_err(|e| Ec2Error::config(format!("bad IMDS endpoint {url:?}")).with_source(e))?,
+            .map_err(|e| Ec2Error::config(format!("bad IMDS endpoint {url:?}")).with_cause(e.into()))?,
         None => builder,
     };
     Ok(builder.build())

@@ -245,11 +245,12 @@ impl Ec2Error {
 
     /// The same error with `cause` as its [`std::error::Error::source`] (no effect on
     /// [`Ec2Error::Timeout`], which has no cause).
-    pub fn with_source(
-        mut self,
-        cause: impl std::error::Error + Send + Sync + 'static,
-    ) -> Self {
-        let cause: Cause = Arc::new(cause);
+    pub fn with_source(self, cause: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.with_cause(Arc::new(cause))
+    }
+
+    /// [`Ec2Error::with_source`] for a cause already boxed or shared (`Arc::from(box_error)`).
+    pub fn with_cause(mut self, cause: Cause) -> Self {
         match &mut self {
             Ec2Error::Api { source, .. }
             | Ec2Error::Transport { source, .. }

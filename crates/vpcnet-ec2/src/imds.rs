@@ -108,7 +108,7 @@ impl Imds {
             .map_err(|e| ImdsError::Endpoint {
                 endpoint: endpoint.to_string(),
                 message: "not a usable URL".into(),
-                source: Some(std::sync::Arc::new(e)),
+                source: Some(e.into()),
             })?;
         let builder = match timeout {
             Some(t) => builder.operation_timeout(t),

@@ -38,6 +38,7 @@ fn stopped(action: vpcnet_ec2::Action) -> Ec2Error {
     Ec2Error::Request {
         action,
         message: "the agent is stopping".into(),
+        source: None,
     }
 }
 
