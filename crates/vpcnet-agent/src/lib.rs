@@ -12,6 +12,7 @@ mod agent;
 pub mod checkpoint_file;
 pub mod cloud;
 pub mod config;
+pub mod datapath_audit;
 mod docs;
 pub mod errors;
 pub mod grpc;

@@ -88,6 +88,8 @@ pub struct Shared {
     /// The agent's stop signal (SIGTERM): retries and polls of EC2 work end early at it.
     /// Never fires unless [`crate::start`] sets it.
     pub stop: vpcnet_backoff::Cancel,
+    /// The datapath audit's last pass (`/v1/datapath`), written by [`crate::datapath_audit`].
+    pub datapath: Mutex<vpcnet_introspection::DatapathDoc>,
 }
 
 impl Shared {
@@ -120,6 +122,7 @@ impl Shared {
             metrics,
             api: Default::default(),
             stop: vpcnet_backoff::Cancel::never(),
+            datapath: Default::default(),
         }
     }
 
@@ -172,6 +175,16 @@ impl Shared {
         self.failure
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Why the datapath audit takes the node out of service (an unrepaired problem that cuts
+    /// every pod off), if it does.
+    pub fn datapath_not_ready(&self) -> Option<String> {
+        self.datapath
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .not_ready
             .clone()
     }
 

@@ -85,6 +85,9 @@ async fn pass(shared: &Shared, ec2: &dyn Ec2Api, full: bool) -> Result<bool, Ec2
         .inc_reconcile(if full { "periodic" } else { "add" });
     let mut result = Ok(false);
     if full {
+        // Datapath self-healing, before the node setup below re-applies ENI tables and the
+        // firewall, so their drift is seen and reported.
+        crate::datapath_audit::run_pass(shared).await;
         match sync_from_ec2(shared, ec2, UnknownIpPolicy::Free).await {
             Ok(_) => setup_node_enis(shared).await,
             Err(e) => result = Err(e),
