@@ -50,7 +50,10 @@ impl AgentHandle {
             .await
             .is_err()
         {
-            tracing::warn!(?bound, "tasks still running at the shutdown timeout: aborted");
+            tracing::warn!(
+                ?bound,
+                "tasks still running at the shutdown timeout: aborted"
+            );
             for a in aborts {
                 a.abort();
             }
@@ -60,7 +63,10 @@ impl AgentHandle {
         }
         // The pool as the stopped tasks left it: every assignment handed out, every cooldown.
         if let Err(e) = self.shared.persist().await {
-            tracing::error!("final checkpoint write failed: {}", crate::errors::chain(&e));
+            tracing::error!(
+                "final checkpoint write failed: {}",
+                crate::errors::chain(&e)
+            );
         }
         let _ = std::fs::remove_file(&self.socket_path);
     }
@@ -371,7 +377,12 @@ async fn instance_limits(ec2: &dyn Ec2Api, facts: &NodeFacts) -> anyhow::Result<
     }
     ec2.describe_instance_types(std::slice::from_ref(&facts.instance_type))
         .await
-        .with_context(|| format!("instance type {} is not in the built-in table and DescribeInstanceTypes failed", facts.instance_type))?
+        .with_context(|| {
+            format!(
+                "instance type {} is not in the built-in table and DescribeInstanceTypes failed",
+                facts.instance_type
+            )
+        })?
         .into_iter()
         .next()
         .ok_or_else(|| anyhow!("EC2 does not know instance type {}", facts.instance_type))

@@ -56,8 +56,10 @@ pub trait Ec2Api: Send + Sync + 'static {
     ) -> Ec2Result<'a, Vec<InstanceLimits>>;
 
     /// `CreateNetworkInterface`. Errors: `InsufficientFreeAddressesInSubnet`, ...
-    fn create_network_interface<'a>(&'a self, req: &'a CreateEni)
-        -> Ec2Result<'a, NetworkInterface>;
+    fn create_network_interface<'a>(
+        &'a self,
+        req: &'a CreateEni,
+    ) -> Ec2Result<'a, NetworkInterface>;
 
     /// `AttachNetworkInterface`; the attachment ID. Errors: `AttachmentLimitExceeded`, ...
     fn attach_network_interface<'a>(

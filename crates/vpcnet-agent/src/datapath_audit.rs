@@ -152,7 +152,9 @@ pub(crate) async fn netlink_audit(
         Ok(Some(link)) => {
             match prereq::check_firewall(&h, netns, &fw.spec(&link.name), req.repair).await {
                 Ok(f) => report.node.extend(f),
-                Err(e) => report.node.push(failed(Kind::FirewallTable, "table ip vpcnet", &e)),
+                Err(e) => report
+                    .node
+                    .push(failed(Kind::FirewallTable, "table ip vpcnet", &e)),
             }
         }
         Ok(None) => report.node.push(failed(
@@ -160,7 +162,9 @@ pub(crate) async fn netlink_audit(
             "table ip vpcnet",
             &format!("no interface has the primary ENI's MAC {}", fw.primary_mac),
         )),
-        Err(e) => report.node.push(failed(Kind::FirewallTable, "table ip vpcnet", &e)),
+        Err(e) => report
+            .node
+            .push(failed(Kind::FirewallTable, "table ip vpcnet", &e)),
     }
     let view = NodeView::read(&h).await?;
     for p in &req.pods {
@@ -188,10 +192,7 @@ fn record(shared: &Shared, req: &AuditRequest, rows: &[PodRow], report: AuditRep
     mark_eni_interfaces(shared, req, &report.node);
     let mut unrepaired: BTreeMap<&'static str, u64> = BTreeMap::new();
     let mut repairs = Vec::new();
-    let all = report
-        .node
-        .iter()
-        .chain(report.pods.iter().flatten());
+    let all = report.node.iter().chain(report.pods.iter().flatten());
     for f in all {
         if f.repaired() {
             tracing::warn!(kind = f.kind.as_str(), object = %f.object, "datapath repaired: {}", f.problem);

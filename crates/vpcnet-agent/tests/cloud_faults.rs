@@ -172,22 +172,33 @@ async fn throttling_backs_off_with_jitter_and_converges() {
     let t0 = tokio::time::Instant::now();
     let ids: Vec<String> = (0..25).map(|i| format!("p{i}")).collect();
     let ips = add_all(&mut c, ids, Duration::from_secs(600)).await;
-    assert_eq!(ips.iter().collect::<BTreeSet<_>>().len(), 25, "no address twice");
+    assert_eq!(
+        ips.iter().collect::<BTreeSet<_>>().len(),
+        25,
+        "no address twice"
+    );
     eventually("agent and EC2 agree", Duration::from_secs(120), || {
         agent_enis(&agent) == fake.ec2_enis()
     })
     .await;
     let calls = fake.calls();
-    let failed: Vec<_> = calls
-        .windows(2)
-        .filter(|w| {
-            w[0].at >= t0 && matches!(w[0].outcome, Outcome::Throttle | Outcome::Unavailable)
+    // For every faulted call, the wait until the same action was tried again.
+    let failed: Vec<Duration> = calls
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| {
+            c.at >= t0 && matches!(c.outcome, Outcome::Throttle | Outcome::Unavailable)
         })
-        .map(|w| w[1].at - w[0].at)
+        .filter_map(|(i, c)| {
+            calls[i + 1..]
+                .iter()
+                .find(|n| n.action == c.action)
+                .map(|n| n.at - c.at)
+        })
         .collect();
     assert!(failed.len() >= 5, "faults injected: {}", failed.len());
-    // Every retry after a fault waited (10 ms is the shortest poll of any loop), and the
-    // waits are spread by jitter rather than all alike.
+    // Every retry after a fault waited (10 ms is the shortest first delay of any loop: the
+    // attachment polls), and the waits are spread by jitter rather than all alike.
     assert!(
         failed.iter().all(|d| *d >= Duration::from_millis(10)),
         "a retry without backoff: {failed:?}"
@@ -274,7 +285,10 @@ async fn sigterm_during_a_hanging_create_stops_within_the_bound() {
     );
     // The checkpoint holds exactly the pods that got addresses.
     assert_eq!(checkpointed_pods(dir.path()), ids.into_iter().collect());
-    assert!(fake.detached_enis().is_empty(), "the hung create made nothing");
+    assert!(
+        fake.detached_enis().is_empty(),
+        "the hung create made nothing"
+    );
 }
 
 #[tokio::test(start_paused = true)]

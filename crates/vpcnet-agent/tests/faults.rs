@@ -212,9 +212,11 @@ async fn leaked_eni_sweep_is_periodic_and_spares_young_enis() {
     opts.leaked_eni_min_age = Duration::from_secs(300);
     let agent = vpcnet_agent::start(opts).await.unwrap();
     let exists = |id: &str| fake.with_model(|m| m.eni(id).is_some());
-    eventually("the old leaked ENI is deleted", Duration::from_secs(5), || {
-        !exists(&old)
-    })
+    eventually(
+        "the old leaked ENI is deleted",
+        Duration::from_secs(5),
+        || !exists(&old),
+    )
     .await;
     assert!(exists(&young), "a young ENI was swept");
     eventually("the untagged ENI is tagged", Duration::from_secs(5), || {

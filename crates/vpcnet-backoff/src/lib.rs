@@ -178,11 +178,7 @@ impl Attempts {
     /// the deadline).
     pub fn next_delay_from(&mut self, initial: Duration) -> Option<Duration> {
         self.failures = self.failures.saturating_add(1);
-        if self
-            .policy
-            .max_attempts
-            .is_some_and(|n| self.failures >= n)
-        {
+        if self.policy.max_attempts.is_some_and(|n| self.failures >= n) {
             return None;
         }
         let unit: f64 = rand::rng().random();

@@ -154,7 +154,8 @@ async fn succeeds_after_transient_failures() {
 #[tokio::test(start_paused = true)]
 async fn stops_on_cancel_during_a_delay() {
     let (tx, rx) = watch::channel(false);
-    let p = Backoff::new(Duration::from_secs(60), Duration::from_secs(60)).with_jitter(Jitter::None);
+    let p =
+        Backoff::new(Duration::from_secs(60), Duration::from_secs(60)).with_jitter(Jitter::None);
     let t0 = Instant::now();
     let task = tokio::spawn(async move {
         retry(
@@ -174,7 +175,11 @@ async fn stops_on_cancel_during_a_delay() {
             last: Some("unavailable")
         })
     );
-    assert_eq!(t0.elapsed(), Duration::from_secs(5), "returned at the cancel");
+    assert_eq!(
+        t0.elapsed(),
+        Duration::from_secs(5),
+        "returned at the cancel"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -94,8 +94,7 @@ impl Caller {
                 match result {
                     Ok(v) => return Ok(v),
                     Err(e) if e.is_retryable() => {
-                        let Some(delay) =
-                            backoff.next_delay_from(s.retry.initial(e.is_throttle()))
+                        let Some(delay) = backoff.next_delay_from(s.retry.initial(e.is_throttle()))
                         else {
                             return Err(e);
                         };

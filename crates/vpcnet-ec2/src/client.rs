@@ -123,9 +123,9 @@ impl Ec2 {
 fn imds_client(endpoint: Option<&str>) -> Result<aws_config::imds::Client, Ec2Error> {
     let builder = aws_config::imds::Client::builder();
     let builder = match endpoint {
-        Some(url) => builder
-            .endpoint(url)
-            .map_err(|e| Ec2Error::config(format!("bad IMDS endpoint {url:?}")).with_cause(e.into()))?,
+        Some(url) => builder.endpoint(url).map_err(|e| {
+            Ec2Error::config(format!("bad IMDS endpoint {url:?}")).with_cause(e.into())
+        })?,
         None => builder,
     };
     Ok(builder.build())

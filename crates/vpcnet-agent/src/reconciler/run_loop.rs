@@ -60,7 +60,10 @@ pub async fn run(
             }
             Err(e) => {
                 let e = chain(&e);
-                tracing::warn!(failures = backoff.failures() + 1, "reconcile pass failed: {e}");
+                tracing::warn!(
+                    failures = backoff.failures() + 1,
+                    "reconcile pass failed: {e}"
+                );
                 shared.set_error(Some(e));
                 if backoff.wait(&mut cancel).await == Wait::Cancelled {
                     return;
@@ -74,7 +77,7 @@ pub async fn run(
 
 /// One pass: with `full`, describe and adopt EC2's view and repair node setup first; then
 /// plan and execute until the pool is on target.
-async fn pass(shared: &Shared, ec2: &dyn Ec2Api, full: bool) -> Result<bool, Ec2Error> {
+async fn pass(shared: &Arc<Shared>, ec2: &dyn Ec2Api, full: bool) -> Result<bool, Ec2Error> {
     let timer = shared.metrics.action(if full {
         "reconcilePool"
     } else {

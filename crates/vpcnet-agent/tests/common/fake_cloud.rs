@@ -60,6 +60,9 @@ pub struct Call {
     pub at: tokio::time::Instant,
 }
 
+/// Outcomes queued for an action once a trigger action is called.
+type Armed = (Action, Vec<Outcome>);
+
 struct Inner {
     model: Mutex<model::Cloud>,
     instance_id: String,
@@ -67,7 +70,7 @@ struct Inner {
     script: Mutex<BTreeMap<Action, VecDeque<Outcome>>>,
     /// trigger → (action, outcomes): once a call of the trigger is made, the action's next
     /// calls get these outcomes first.
-    after: Mutex<BTreeMap<Action, Vec<(Action, Vec<Outcome>)>>>,
+    after: Mutex<BTreeMap<Action, Vec<Armed>>>,
     rates: Mutex<(Rates, rand_chacha::ChaCha8Rng)>,
     calls: Mutex<Vec<Call>>,
     attach_delay: Mutex<Duration>,
@@ -86,9 +89,7 @@ impl FakeCloud {
     /// A cloud with one instance of `instance_type`.
     pub fn new(instance_type: &str) -> Self {
         let mut m = model::Cloud::new(7, "us-east-1", "123456789012");
-        let (vpc, _) = m
-            .create_vpc("10.0.0.0/16".parse().unwrap(), &[])
-            .unwrap();
+        let (vpc, _) = m.create_vpc("10.0.0.0/16".parse().unwrap(), &[]).unwrap();
         let subnet = m
             .create_subnet(&vpc, "10.0.0.0/20".parse().unwrap(), "us-east-1a")
             .unwrap();
@@ -237,7 +238,7 @@ impl FakeCloud {
         }
         self.0.calls.lock().unwrap().push(Call {
             action,
-            outcome: outcome.clone(),
+            outcome,
             at: tokio::time::Instant::now(),
         });
         outcome
@@ -438,7 +439,11 @@ impl Ec2Api for FakeCloud {
                 subnet_id: req.subnet_id.clone(),
                 description: req.description.clone(),
                 groups: req.security_group_ids.clone(),
-                tags: req.tags.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                tags: req
+                    .tags
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
                 secondary_count,
                 prefix_count,
                 ..Default::default()
@@ -528,12 +533,13 @@ impl Ec2Api for FakeCloud {
         eni_id: &'a str,
         release: &'a AddressRelease,
     ) -> Ec2Result<'a, ()> {
-        Box::pin(
-            self.call(Action::UnassignPrivateIpAddresses, move |m, _| match release {
+        Box::pin(self.call(
+            Action::UnassignPrivateIpAddresses,
+            move |m, _| match release {
                 AddressRelease::SecondaryIps(ips) => m.unassign(eni_id, ips, &[]),
                 AddressRelease::Prefixes(p) => m.unassign(eni_id, &[], p),
-            }),
-        )
+            },
+        ))
     }
 
     fn create_tags<'a>(&'a self, resource_ids: &'a [String], tags: &'a Tags) -> Ec2Result<'a, ()> {
