@@ -435,6 +435,14 @@ metrics! {
             "vpcnet_max_pods_exceeds_pod_ips",
             "Whether kubelet maxPods exceeds the pod IPs the node can get (1) or not (0)"
             => set set_max_pods_exceeds_pod_ips;
+        /// With custom networking (`AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG=true`): 1 while the
+        /// node's ENIConfig is resolved and valid, 0 while it is missing, invalid or not known
+        /// yet (no ENI is created then; `/v1/eniconfig` and the Node condition
+        /// `vpcnet.io/ENIConfigResolved` say why). Always 0 without custom networking.
+        eniconfig_resolved: Gauge = Gauge::default(),
+            "vpcnet_eniconfig_resolved",
+            "Whether the node's ENIConfig is resolved (1) or not (0) under custom networking"
+            => set set_eniconfig_resolved;
         ["datapath"]
         /// Datapath audit passes (one per periodic reconcile pass with the node datapath on).
         datapath_audit_count: PlainCounter = PlainCounter::default(),

@@ -88,6 +88,9 @@ pub struct Shared {
     /// The agent's stop signal (SIGTERM): retries and polls of EC2 work end early at it.
     /// Never fires unless [`crate::start`] sets it.
     pub stop: vpcnet_backoff::Cancel,
+    /// The node's ENIConfig under custom networking (written by the ENIConfig watch, read by
+    /// the reconciler and `/v1/eniconfig`); `None` without custom networking.
+    pub eniconfig: Option<watch::Sender<crate::kubernetes::eniconfig_watch::EniConfigTracked>>,
     /// The datapath audit's last pass (`/v1/datapath`), written by [`crate::datapath_audit`].
     pub datapath: Mutex<vpcnet_introspection::DatapathDoc>,
 }
@@ -103,6 +106,10 @@ impl Shared {
             Arc::new(FileCheckpoint {
                 path: opts.checkpoint_path.clone(),
             })
+        });
+        let eniconfig = opts.custom_networking.as_ref().map(|_| {
+            watch::channel(crate::kubernetes::eniconfig_watch::EniConfigTracked::initial(now_ms()))
+                .0
         });
         Shared {
             opts,
@@ -122,6 +129,7 @@ impl Shared {
             metrics,
             api: Default::default(),
             stop: vpcnet_backoff::Cancel::never(),
+            eniconfig,
             datapath: Default::default(),
         }
     }

@@ -15,6 +15,7 @@ use tokio::task::JoinHandle;
 use crate::emulator::Emulator;
 use crate::query::error_body;
 use crate::query::params::Params;
+use crate::request_log::{self, Api, RequestRecord};
 
 /// Largest request body accepted (EC2 itself caps Query requests well below this).
 const MAX_BODY: usize = 1 << 20;
@@ -30,6 +31,11 @@ async fn ec2(State(emu): State<Emulator>, req: Request) -> Response {
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
+    let user_agent = req
+        .headers()
+        .get(http::header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
     let body = match to_bytes(req.into_body(), MAX_BODY).await {
         Ok(b) => b,
         Err(_) => {
@@ -43,11 +49,31 @@ async fn ec2(State(emu): State<Emulator>, req: Request) -> Response {
     if let Some(q) = query {
         params.merge_missing(q);
     }
-    let (status, body) = if crate::elbv2::is_elbv2(&params, authorization.as_deref()) {
-        emu.elbv2_call(params).await
+    let api = if crate::elbv2::is_elbv2(&params, authorization.as_deref()) {
+        Api::Elbv2
     } else {
-        emu.ec2_call(params, peer).await
+        Api::Ec2
     };
+    let action = params.get("Action").unwrap_or_default().to_string();
+    let (status, body) = match api {
+        Api::Elbv2 => emu.elbv2_call(params).await,
+        _ => emu.ec2_call(params, peer).await,
+    };
+    emu.log_request(RequestRecord {
+        seq: 0,
+        at_ms: 0,
+        api,
+        mutating: api == Api::Ec2 && crate::query::actions::is_mutating(&action).unwrap_or(false),
+        action,
+        instance_id: emu.instance_at(peer),
+        source: peer,
+        user_agent,
+        access_key: authorization.as_deref().and_then(request_log::access_key),
+        status,
+        error_code: (status >= 300)
+            .then(|| request_log::error_code(&body))
+            .flatten(),
+    });
     xml(status, body)
 }
 
