@@ -69,7 +69,8 @@ pub async fn checked_subnet_cidr(
     let node_subnet = &shared.facts.subnet_id;
     let found = match ec2
         .describe_subnets(&[p.subnet_id.clone(), node_subnet.clone()])
-        .await {
+        .await
+    {
         Ok(v) => v,
         Err(e) => return Err(for_eniconfig(e, p)),
     };
@@ -173,6 +174,7 @@ mod tests {
             message: "EC2 says no".into(),
             status: Some(400),
             retryable: false,
+            source: None,
         }
     }
 
