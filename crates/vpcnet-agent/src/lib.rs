@@ -10,9 +10,11 @@
 
 mod agent;
 pub mod checkpoint_file;
+pub mod cloud;
 pub mod config;
 pub mod datapath_audit;
 mod docs;
+pub mod errors;
 pub mod grpc;
 pub mod introspection;
 pub mod kubernetes;

@@ -1,6 +1,7 @@
 //! Issue 13: the agent never double-assigns or leaks an address under disk, crash and cloud
-//! faults. In-process emulator + in-process agent; the node's datapath is a fake
-//! ([`FakeNode`]) so no namespace is touched.
+//! faults. In-process agent against the emulator over HTTP, or against the in-process fake
+//! cloud on tokio's paused clock (the tests that wait: reclaim grace, sweep age); the node's
+//! datapath is a fake ([`FakeNode`]) so no namespace is touched.
 
 mod common;
 
@@ -10,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::fake_cloud::{fake_options, FakeCloud};
 use common::*;
 use vpcnet_agent::checkpoint_file::{CheckpointStore, FileCheckpoint, Loaded};
 use vpcnet_agent::node::{BoxFuture, NodeEni, NodeFirewall, NodeNetwork};
@@ -169,108 +171,86 @@ async fn a_stopped_essential_task_makes_health_fail_within_5s() {
     }
 }
 
-async fn ec2_client(lab: &Lab) -> vpcnet_ec2::Ec2 {
-    vpcnet_ec2::Ec2::connect_unobserved(vpcnet_ec2::Ec2Options {
-        region: Some("us-east-1".into()),
-        endpoint_url: Some(lab.endpoint.clone()),
-        imds_endpoint: None,
-        credentials: Some(vpcnet_ec2::StaticCredentials {
-            access_key_id: "test".into(),
-            secret_access_key: "test".into(),
-            session_token: None,
-        }),
-        calls: Default::default(),
-    })
-    .await
-    .unwrap()
-}
-
-/// A detached ENI as the agent would have left it (our description and instance tag).
-async fn leaked_eni(lab: &Lab, ec2: &vpcnet_ec2::Ec2, created_at: Option<String>) -> String {
-    let primary = lab
-        .emu
-        .enis()
-        .into_iter()
-        .find(|e| {
-            e.attachment
-                .as_ref()
-                .is_some_and(|a| a.instance_id == lab.instance.instance_id)
+/// A detached ENI as the agent would have left it (our description and instance tag),
+/// created straight in the fake cloud's model.
+fn leaked_eni(fake: &FakeCloud, created_at: Option<String>) -> String {
+    let instance = fake.instance_id().to_string();
+    fake.with_model(|m| {
+        let primary = m.instance(&instance).unwrap().primary_eni.clone();
+        let subnet_id = m.eni(&primary).unwrap().subnet_id.clone();
+        let mut tags = vec![(
+            "node.k8s.amazonaws.com/instance_id".to_string(),
+            instance.clone(),
+        )];
+        if let Some(t) = created_at {
+            tags.push(("node.k8s.amazonaws.com/createdAt".into(), t));
+        }
+        m.create_eni(vpcnet_emu::model::CreateEniRequest {
+            subnet_id,
+            description: format!("vpcnet-cni: {instance}"),
+            tags,
+            ..Default::default()
         })
-        .unwrap();
-    let mut tags = vpcnet_ec2::Tags::new();
-    tags.insert(
-        "node.k8s.amazonaws.com/instance_id".into(),
-        lab.instance.instance_id.clone(),
-    );
-    if let Some(t) = created_at {
-        tags.insert("node.k8s.amazonaws.com/createdAt".into(), t);
-    }
-    ec2.create_network_interface(&vpcnet_ec2::CreateEni {
-        subnet_id: primary.subnet_id.clone(),
-        security_group_ids: vec![],
-        description: format!("vpcnet-cni: {}", lab.instance.instance_id),
-        tags,
-        addresses: None,
-        client_token: None,
+        .unwrap()
     })
-    .await
-    .unwrap()
-    .eni_id
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+fn rfc3339(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+#[tokio::test(start_paused = true)]
 async fn leaked_eni_sweep_is_periodic_and_spares_young_enis() {
-    let lab = lab("m5.large").await;
-    let ec2 = ec2_client(&lab).await;
-    let rfc =
-        |t: chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    let old = leaked_eni(
-        &lab,
-        &ec2,
-        Some(rfc(chrono::Utc::now() - chrono::Duration::minutes(10))),
-    )
-    .await;
-    let young = leaked_eni(&lab, &ec2, Some(rfc(chrono::Utc::now()))).await;
-    let untagged = leaked_eni(&lab, &ec2, None).await;
-    let mut opts = lab.options();
-    opts.leaked_eni_sweep_interval = Duration::from_millis(300);
-    opts.leaked_eni_min_age = Duration::from_secs(4);
+    let fake = FakeCloud::new("m5.large");
+    let dir = tempfile::tempdir().unwrap();
+    let now = vpcnet_agent::state::wall_now();
+    let old = leaked_eni(&fake, Some(rfc3339(now - chrono::Duration::minutes(10))));
+    let young = leaked_eni(&fake, Some(rfc3339(now)));
+    let untagged = leaked_eni(&fake, None);
+    let mut opts = fake_options(&fake, dir.path());
+    opts.leaked_eni_sweep_interval = Duration::from_secs(60);
+    opts.leaked_eni_min_age = Duration::from_secs(300);
     let agent = vpcnet_agent::start(opts).await.unwrap();
+    let exists = |id: &str| fake.with_model(|m| m.eni(id).is_some());
     eventually(
         "the old leaked ENI is deleted",
         Duration::from_secs(5),
-        || lab.emu.eni(&old).is_none(),
+        || !exists(&old),
     )
     .await;
-    assert!(lab.emu.eni(&young).is_some(), "a young ENI was swept");
+    assert!(exists(&young), "a young ENI was swept");
     eventually("the untagged ENI is tagged", Duration::from_secs(5), || {
-        lab.emu.eni(&untagged).is_some_and(|e| {
-            e.tags
-                .iter()
-                .any(|(k, _)| k == "node.k8s.amazonaws.com/createdAt")
+        fake.with_model(|m| {
+            m.eni(&untagged)
+                .is_some_and(|e| e.tags.get("node.k8s.amazonaws.com/createdAt").is_some())
         })
     })
     .await;
+    // Four minutes on, both are still younger than five minutes: kept by every sweep.
+    tokio::time::sleep(Duration::from_secs(240)).await;
+    assert!(exists(&young) && exists(&untagged), "swept before aging");
     // Later passes of the same sweep delete both once they have aged.
     eventually(
         "young and untagged ENIs swept once aged",
-        Duration::from_secs(12),
-        || lab.emu.eni(&young).is_none() && lab.emu.eni(&untagged).is_none(),
+        Duration::from_secs(180),
+        || !exists(&young) && !exists(&untagged),
     )
     .await;
+    assert!(fake.detached_enis().is_empty());
     agent.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn reclaim_needs_route_and_veth_gone_after_the_grace() {
-    let lab = lab("m5.large").await;
+    let fake = FakeCloud::new("m5.large");
+    let dir = tempfile::tempdir().unwrap();
     let node = Arc::new(FakeNode::default());
-    let mut opts = lab.options();
+    let mut opts = fake_options(&fake, dir.path());
     opts.node_network = Some(node.clone());
-    opts.pod_reclaim_grace = Duration::from_millis(1500);
-    opts.pod_reclaim_interval = Duration::from_millis(100);
+    opts.pod_reclaim_grace = Duration::from_secs(60);
+    opts.pod_reclaim_interval = Duration::from_secs(5);
     let agent = vpcnet_agent::start(opts).await.unwrap();
-    let mut c = client(&lab.socket()).await;
+    let mut c = client(&dir.path().join("agent.sock")).await;
     let key = vpcnet_ipam::PodKey::new("p1", "eth0");
     // A pod whose ADD is still building its datapath (nothing on the node yet) keeps its
     // address through the grace.
@@ -278,14 +258,14 @@ async fn reclaim_needs_route_and_veth_gone_after_the_grace() {
         .await
         .unwrap();
     let ip: Ipv4Addr = r.ipv4_addr.parse().unwrap();
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    tokio::time::sleep(Duration::from_secs(55)).await;
     assert!(
         agent.shared.pool().assignment(&key).is_some(),
         "reclaimed inside the grace"
     );
     // Route gone but the host veth is still there: not gone.
     node.links.lock().unwrap().insert(veth_of("p1"));
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tokio::time::sleep(Duration::from_secs(60)).await;
     assert!(
         agent.shared.pool().assignment(&key).is_some(),
         "reclaimed with its veth present"
@@ -293,14 +273,15 @@ async fn reclaim_needs_route_and_veth_gone_after_the_grace() {
     // Veth gone, route there: not gone either.
     node.links.lock().unwrap().clear();
     node.routes.lock().unwrap().insert(ip);
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    tokio::time::sleep(Duration::from_secs(60)).await;
     assert!(
         agent.shared.pool().assignment(&key).is_some(),
         "reclaimed with its route present"
     );
-    // Both gone: reclaimed into cooldown.
+    // Both gone: one check misses it (kept), the second consecutive miss reclaims it.
     node.routes.lock().unwrap().clear();
-    eventually("address reclaimed", Duration::from_secs(3), || {
+    tokio::time::sleep(Duration::from_millis(5_100)).await;
+    eventually("address reclaimed", Duration::from_secs(6), || {
         agent.shared.pool().assignment(&key).is_none()
     })
     .await;
@@ -311,12 +292,16 @@ async fn reclaim_needs_route_and_veth_gone_after_the_grace() {
     agent.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn addresses_routed_to_pods_survive_a_missing_checkpoint() {
-    let lab = lab("m5.large").await;
+    let fake = FakeCloud::new("m5.large");
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("agent.sock");
     // First life: three pods get addresses.
-    let agent = vpcnet_agent::start(lab.options()).await.unwrap();
-    let mut c = client(&lab.socket()).await;
+    let agent = vpcnet_agent::start(fake_options(&fake, dir.path()))
+        .await
+        .unwrap();
+    let mut c = client(&socket).await;
     let mut running = BTreeSet::new();
     for id in ["r1", "r2", "r3"] {
         let r = add_retry(&mut c, id, Duration::from_secs(10))
@@ -326,15 +311,15 @@ async fn addresses_routed_to_pods_survive_a_missing_checkpoint() {
     }
     agent.shutdown().await;
     // The checkpoint is lost; the pods still run (their routes are on the node).
-    std::fs::remove_file(lab.checkpoint()).unwrap();
+    std::fs::remove_file(dir.path().join("ipam.json")).unwrap();
     let node = Arc::new(FakeNode::default());
     *node.routes.lock().unwrap() = running.clone();
-    let mut opts = lab.options();
+    let mut opts = fake_options(&fake, dir.path());
     opts.node_network = Some(node.clone());
-    opts.pod_reclaim_grace = Duration::from_millis(200);
-    opts.pod_reclaim_interval = Duration::from_millis(100);
+    opts.pod_reclaim_grace = Duration::from_secs(60);
+    opts.pod_reclaim_interval = Duration::from_secs(5);
     let agent = vpcnet_agent::start(opts).await.unwrap();
-    let mut c = client(&lab.socket()).await;
+    let mut c = client(&socket).await;
     for i in 0..20 {
         let id = format!("n{i}");
         let r = add_retry(&mut c, &id, Duration::from_secs(10))
@@ -347,8 +332,9 @@ async fn addresses_routed_to_pods_survive_a_missing_checkpoint() {
         );
         node.routes.lock().unwrap().insert(ip);
     }
-    // The holds outlive the grace and the reclaim while the routes exist.
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // The holds outlive the grace, the cooldown and many reclaim checks while the routes
+    // exist.
+    tokio::time::sleep(Duration::from_secs(300)).await;
     for ip in &running {
         let held = agent
             .shared
@@ -361,7 +347,7 @@ async fn addresses_routed_to_pods_survive_a_missing_checkpoint() {
     for ip in &running {
         node.routes.lock().unwrap().remove(ip);
     }
-    eventually("holds released", Duration::from_secs(3), || {
+    eventually("holds released", Duration::from_secs(15), || {
         !agent
             .shared
             .pool()

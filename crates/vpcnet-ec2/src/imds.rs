@@ -20,7 +20,13 @@ pub enum ImdsError {
     NotFound { path: String },
     /// IMDS could not be reached or answered an error (token, timeout, 5xx, ...).
     #[error("IMDS {path}: {message}; check that the instance metadata service is reachable (AWS_EC2_METADATA_SERVICE_ENDPOINT) and allows IMDSv2 with hop limit ≥ 2 for pods")]
-    Request { path: String, message: String },
+    Request {
+        path: String,
+        message: String,
+        /// The SDK client's error, with its chain.
+        #[source]
+        source: Option<crate::error::Cause>,
+    },
     /// The value is not what the path should hold.
     #[error("IMDS {path}: cannot parse {value:?}: {message}")]
     Parse {
@@ -30,7 +36,12 @@ pub enum ImdsError {
     },
     /// The endpoint URL is malformed.
     #[error("IMDS endpoint {endpoint:?}: {message}")]
-    Endpoint { endpoint: String, message: String },
+    Endpoint {
+        endpoint: String,
+        message: String,
+        #[source]
+        source: Option<crate::error::Cause>,
+    },
 }
 
 impl ImdsError {
@@ -96,7 +107,8 @@ impl Imds {
             .endpoint(endpoint)
             .map_err(|e| ImdsError::Endpoint {
                 endpoint: endpoint.to_string(),
-                message: e.to_string(),
+                message: "not a usable URL".into(),
+                source: Some(e.into()),
             })?;
         let builder = match timeout {
             Some(t) => builder.operation_timeout(t),
@@ -124,7 +136,10 @@ impl Imds {
             }
             Err(e) => Err(ImdsError::Request {
                 path: full,
+                // The whole chain with the SDK's dump, which vpcnet-bootstrap reads the
+                // failed step and status from; the error itself is kept as the source.
                 message: aws_sdk_ec2::error::DisplayErrorContext(&e).to_string(),
+                source: Some(std::sync::Arc::new(e)),
             }),
         }
     }
@@ -141,7 +156,10 @@ impl Imds {
             }
             Err(e) => Err(ImdsError::Request {
                 path: PATH.into(),
+                // The whole chain with the SDK's dump, which vpcnet-bootstrap reads the
+                // failed step and status from; the error itself is kept as the source.
                 message: aws_sdk_ec2::error::DisplayErrorContext(&e).to_string(),
+                source: Some(std::sync::Arc::new(e)),
             }),
         }
     }
