@@ -21,5 +21,5 @@ pub mod options;
 pub mod reconciler;
 pub mod state;
 
-pub use agent::{run, start, AgentHandle};
+pub use agent::{run, start, AgentHandle, EssentialTaskFailed};
 pub use options::{options_from_config, AgentOptions, Targets};

@@ -24,7 +24,7 @@ async fn ec2(State(emu): State<Emulator>, req: Request) -> Response {
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0.ip());
-    let query = req.uri().query().map(|q| Params::parse(q.as_bytes()));
+    let query = req.uri().query().map(|q| q.as_bytes().to_vec());
     let authorization = req
         .headers()
         .get(http::header::AUTHORIZATION)
@@ -39,15 +39,9 @@ async fn ec2(State(emu): State<Emulator>, req: Request) -> Response {
             return xml(e.status(), error_body(&e, &emu.next_request_id()));
         }
     };
-    let mut params = Params::parse(&body);
-    if let Some(q) = query {
-        params.merge_missing(q);
-    }
-    let (status, body) = if crate::elbv2::is_elbv2(&params, authorization.as_deref()) {
-        emu.elbv2_call(params).await
-    } else {
-        emu.ec2_call(params, peer).await
-    };
+    let (status, body) = emu
+        .query_call(&body, query.as_deref(), authorization.as_deref(), peer)
+        .await;
     xml(status, body)
 }
 
@@ -76,6 +70,29 @@ impl Drop for EmuServer {
 }
 
 impl Emulator {
+    /// Answers one Query API request (EC2, or ELBv2 by `Version` or the signing service in
+    /// `authorization`): `body` is the form-encoded request body and `query` the URL's query
+    /// string, whose parameters count where the body lacks them. `peer` attributes an EC2
+    /// call to the instance with that primary private IP. Returns (HTTP status, XML body);
+    /// every input, however malformed, gets EC2's or ELBv2's error envelope, never a panic.
+    pub async fn query_call(
+        &self,
+        body: &[u8],
+        query: Option<&[u8]>,
+        authorization: Option<&str>,
+        peer: Option<std::net::IpAddr>,
+    ) -> (u16, String) {
+        let mut params = Params::parse(body);
+        if let Some(q) = query {
+            params.merge_missing(Params::parse(q));
+        }
+        if crate::elbv2::is_elbv2(&params, authorization) {
+            self.elbv2_call(params).await
+        } else {
+            self.ec2_call(params, peer).await
+        }
+    }
+
     /// The axum router: EC2 Query API on every path except `/_emu/...` (control API) and
     /// `GET /clusters/{name}` (EKS).
     pub fn router(&self) -> Router {
