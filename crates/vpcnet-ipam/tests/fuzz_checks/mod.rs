@@ -7,7 +7,7 @@ use vpcnet_ipam::{Checkpoint, Pool, WarmConfig};
 
 /// The checkpoint file's text: `Checkpoint::from_json`; a valid checkpoint re-reads from its
 /// own JSON, restores into a pool whose checkpoint lists the same assignments, and the pool's
-/// decisions on it never panic, whatever its timestamps.
+/// decisions on it never panic, whatever timestamps the file holds.
 pub fn checkpoint(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
@@ -35,8 +35,21 @@ pub fn checkpoint(data: &[u8]) {
     got.sort();
     assert_eq!(got, want);
     Checkpoint::from_json(&back.to_json()).expect("the pool writes a valid checkpoint");
-    for now in [0, u64::MAX / 2, u64::MAX] {
+    // The clock (ms since the epoch) is ours; the file's timestamps are anything.
+    for now in [1_700_000_000_000, 4_000_000_000_000] {
         let _ = pool.summary(now);
         let _ = pool.plan(now);
     }
+    // Restored assignments age like live ones: with no pod left on the node, two reclaim
+    // passes after the grace release every one of them.
+    let now = 4_000_000_000_000;
+    let none = std::collections::BTreeSet::new();
+    let _ = pool.reclaim_unrouted(&none, 60_000, 2, now);
+    let _ = pool.reclaim_unrouted(&none, 60_000, 2, now);
+    let young = cp
+        .assignments
+        .iter()
+        .filter(|a| a.assigned_at_ms.saturating_add(60_000) > now)
+        .count();
+    assert_eq!(pool.assignments().count(), young);
 }
