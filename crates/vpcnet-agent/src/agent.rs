@@ -565,9 +565,17 @@ fn spawn_api_client(
     );
     // Not essential: IPAM never depends on the Kubernetes API (DESIGN principle 3).
     let mut stop = stop.clone();
+    let status = shared.api.clone();
     tasks.other(async move {
         tokio::select! {
-            _ = client => tracing::error!("the Kubernetes API client stopped; IPAM goes on without it"),
+            _ = client => {
+                // Without an API server configured (or with an unusable configuration) the
+                // client ends at once, having said why: not an error to report again.
+                let state = status.read().unwrap_or_else(|e| e.into_inner()).state;
+                if !matches!(state, vpcnet_introspection::ApiState::Disabled | vpcnet_introspection::ApiState::Misconfigured) {
+                    tracing::error!("the Kubernetes API client stopped; IPAM goes on without it");
+                }
+            }
             _ = stop.changed() => {}
         }
     });
