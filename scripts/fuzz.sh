@@ -6,9 +6,10 @@
 #   scripts/fuzz.sh                 # every target, 60 s each
 #   scripts/fuzz.sh 300 emu_query   # one target, 5 minutes
 # Targets (fuzz/fuzz_targets/): cni_netconf, cni_prev_result, cni_args, checkpoint, imds,
-# emu_query. Seeds: fuzz/seeds/<target>/ (kept in git). The grown corpus (fuzz/corpus/) and
-# raw crash artifacts (fuzz/artifacts/) stay out of git; a finding is minimized into
-# fuzz/regressions/<target>/, fixed, and asserted by the owning crate's regression test.
+# emu_query. Seeds (fuzz/seeds/<target>/) and dictionaries (fuzz/dicts/<target>.dict) are
+# kept in git; the grown corpus (fuzz/corpus/) and raw crash artifacts (fuzz/artifacts/)
+# stay out of git. A finding: minimize it (cargo fuzz tmin) into fuzz/regressions/<target>/,
+# fix it, and assert the fixed behaviour in the owning crate's fuzz_regressions test.
 # cargo-fuzz needs nightly-only rustc flags (-Zsanitizer, -Cpasses=sancov-module); on the
 # stable toolchain RUSTC_BOOTSTRAP=1 allows them.
 set -euo pipefail
@@ -29,8 +30,10 @@ for t in "${targets[@]}"; do
     log="artifacts/$t/run.log"
     echo "== $t: ${secs} s"
     # Single process (-jobs not set = one job): the machine is shared.
+    dict=()
+    [ -f "dicts/$t.dict" ] && dict=(-dict="dicts/$t.dict")
     if cargo fuzz run --debug-assertions "$t" "corpus/$t" "seeds/$t" "regressions/$t" -- \
-        -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+        "${dict[@]}" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
         -artifact_prefix="artifacts/$t/" >"$log" 2>&1; then
         result="ok"
     else
