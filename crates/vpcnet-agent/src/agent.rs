@@ -522,6 +522,11 @@ fn spawn_background(
             }
         });
     }
+    // Not essential: without link events the periodic audit still notices a vanished ENI.
+    tasks.other(crate::datapath_audit::watch_links(
+        shared.clone(),
+        stop.clone(),
+    ));
     if shared.opts.sweep_leaked_enis {
         tasks.essential(
             "leaked-eni-sweep",

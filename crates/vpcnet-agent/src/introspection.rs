@@ -21,16 +21,23 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route(doc::PODS, get(pods))
         .route(doc::ENV_SETTINGS, get(env_settings))
         .route(doc::APISERVER, get(apiserver))
+        .route(doc::DATAPATH, get(datapath))
         .with_state(shared)
 }
 
-/// `/healthz`: 200 once the pool has been filled; 503 while starting, and as soon as an
-/// essential task has stopped (the body names it; the process exits right after).
+/// `/healthz`: 200 once the pool has been filled; 503 while starting, as soon as an essential
+/// task has stopped (the body names it; the process exits right after), and while the datapath
+/// audit finds a problem that cuts every pod off and cannot repair it (`datapath: ...`).
 async fn healthz(State(s): State<Arc<Shared>>) -> (axum::http::StatusCode, String) {
     if let Some(why) = s.failure() {
         (
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
             format!("failed: {why}\n"),
+        )
+    } else if let Some(why) = s.datapath_not_ready() {
+        (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            format!("datapath: {why}\n"),
         )
     } else if s.is_ready() {
         (axum::http::StatusCode::OK, "ok\n".into())
@@ -40,6 +47,11 @@ async fn healthz(State(s): State<Arc<Shared>>) -> (axum::http::StatusCode, Strin
             "starting\n".into(),
         )
     }
+}
+
+/// `/v1/datapath`: the datapath audit's last pass (answers from memory).
+async fn datapath(State(s): State<Arc<Shared>>) -> axum::Json<doc::DatapathDoc> {
+    axum::Json(s.datapath.lock().unwrap_or_else(|p| p.into_inner()).clone())
 }
 
 /// `/v1/apiserver`: the Kubernetes API client's state (answers from memory).
@@ -84,6 +96,7 @@ pub fn build_enis_doc(
             primary: e.info.primary,
             primary_ip: e.info.primary_ip.to_string(),
             deleting: e.deleting,
+            interface_gone: pool.interface_gone(&e.info.id),
             prefixes: e.prefixes.keys().map(|p| p.to_string()).collect(),
             addresses: e
                 .addresses()

@@ -11,6 +11,7 @@
 mod agent;
 pub mod checkpoint_file;
 pub mod config;
+pub mod datapath_audit;
 mod docs;
 pub mod grpc;
 pub mod introspection;

@@ -435,6 +435,29 @@ metrics! {
             "vpcnet_max_pods_exceeds_pod_ips",
             "Whether kubelet maxPods exceeds the pod IPs the node can get (1) or not (0)"
             => set set_max_pods_exceeds_pod_ips;
+        ["datapath"]
+        /// Datapath audit passes (one per periodic reconcile pass with the node datapath on).
+        datapath_audit_count: PlainCounter = PlainCounter::default(),
+            "vpcnet_datapath_audit_count", "The number of datapath audit passes"
+            => inc inc_datapath_audit;
+        /// Datapath repairs by kind: `pod_route`, `rule_to_pod`, `rule_from_pod`, `host_veth`,
+        /// `host_veth_mac`, `ip_forward`, `rp_filter`, `eni_table`, `firewall_table`.
+        datapath_repair_count: Labelled<PlainCounter, 1> = Labelled::new(["kind"]),
+            "vpcnet_datapath_repair_count",
+            "The number of datapath problems the audit repaired, by kind"
+            => inc_label inc_datapath_repair;
+        /// Problems the last audit pass found and could not repair, by kind (a missing host
+        /// veth, an ENI without interface, a repair that failed); a kind disappears once fixed.
+        datapath_unrepaired: Labelled<Gauge, 1> = Labelled::new(["kind"]),
+            "vpcnet_datapath_unrepaired",
+            "The number of datapath problems the last audit pass could not repair, by kind"
+            => replace set_datapath_unrepaired;
+        /// Secondary ENIs whose interface disappeared (netlink `RTM_DELLINK`): each stops
+        /// serving addresses at once and triggers a describe.
+        eni_interface_gone_count: PlainCounter = PlainCounter::default(),
+            "vpcnet_eni_interface_gone_count",
+            "The number of secondary ENI interfaces that disappeared from the node"
+            => inc inc_eni_interface_gone;
     }
 }
 

@@ -1,12 +1,16 @@
-//! Node-side setup of secondary ENIs and of the node firewall (SNAT, connmark), behind a trait
-//! so emulator-only tests run without touching any network namespace.
+//! Node-side setup of secondary ENIs and of the node firewall (SNAT, connmark), the periodic
+//! datapath audit (self-healing) and link-removal events, behind a trait so emulator-only
+//! tests run without touching any network namespace.
 
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::net::Ipv4Addr;
+use std::path::PathBuf;
 use std::pin::Pin;
 
 use ipnet::Ipv4Net;
+use vpcnet_datapath::audit::{Finding, PodExpect};
+use vpcnet_datapath::link_watch::RemovedLink;
 
 /// A boxed future (object-safe async trait methods).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -61,6 +65,30 @@ impl NodeFirewall {
     }
 }
 
+/// What one pass of the datapath audit checks ([`NodeNetwork::audit`]).
+pub struct AuditRequest {
+    /// Assigned pods old enough to have their datapath built, as ADD built it.
+    pub pods: Vec<PodExpect>,
+    /// The secondary ENIs the pool holds (interface by MAC, table N).
+    pub enis: Vec<NodeEni>,
+    /// The node firewall as applied (table `ip vpcnet`, rp_filter of the primary interface).
+    pub firewall: NodeFirewall,
+    /// Repair what differs (else only report).
+    pub repair: bool,
+    /// Asked right before a pod's repair: whether its address is still assigned, so a DEL that
+    /// ran during the pass does not get its route and rules back.
+    pub still_assigned: Box<dyn Fn(Ipv4Addr) -> bool + Send + Sync>,
+}
+
+/// What one pass of the datapath audit found.
+#[derive(Debug, Clone, Default)]
+pub struct AuditReport {
+    /// Per pod of [`AuditRequest::pods`], same order: what differed (empty = healthy).
+    pub pods: Vec<Vec<Finding>>,
+    /// Node prerequisites that differed.
+    pub node: Vec<Finding>,
+}
+
 /// Programs the node for a secondary ENI: find its interface by MAC, set MTU, bring it up,
 /// route table N (device number) with the subnet route and a default route via the subnet
 /// gateway. Must be idempotent.
@@ -83,6 +111,27 @@ pub trait NodeNetwork: Send + Sync + 'static {
     /// every periodic pass to repair drift).
     fn setup_node_firewall<'a>(&'a self, fw: &'a NodeFirewall)
         -> BoxFuture<'a, anyhow::Result<()>>;
+
+    /// One pass of the datapath audit (see [`crate::datapath_audit`]): checks each pod's host
+    /// route, rules 512/1536, host veth and its MAC, and the node's prerequisites (IPv4
+    /// forwarding, each ENI's interface and table, the firewall table, rp_filter), repairing
+    /// what differs when `req.repair`. `Ok(None)`: this node network does not audit (the
+    /// default; fakes in tests).
+    fn audit<'a>(
+        &'a self,
+        req: &'a AuditRequest,
+    ) -> BoxFuture<'a, anyhow::Result<Option<AuditReport>>> {
+        let _ = req;
+        Box::pin(async { Ok(None) })
+    }
+
+    /// Links removed from the node from now on (netlink `RTM_DELLINK`), so a secondary ENI
+    /// whose interface vanishes is noticed at once. `Ok(None)`: no events (the default).
+    fn removed_links(
+        &self,
+    ) -> anyhow::Result<Option<tokio::sync::mpsc::UnboundedReceiver<RemovedLink>>> {
+        Ok(None)
+    }
 }
 
 /// The real implementation over netlink in the agent's network namespace
@@ -90,12 +139,26 @@ pub trait NodeNetwork: Send + Sync + 'static {
 /// the attachment, so a missing interface is retried for up to `wait`.
 pub struct NetlinkNode {
     pub wait: std::time::Duration,
+    /// The node's network namespace: `None` = the agent's own (production, the lab); tests
+    /// point it at a namespace they created (`/var/run/netns/NAME`).
+    pub netns: Option<PathBuf>,
 }
 
 impl Default for NetlinkNode {
     fn default() -> Self {
         NetlinkNode {
             wait: std::time::Duration::from_secs(10),
+            netns: None,
+        }
+    }
+}
+
+impl NetlinkNode {
+    /// A netlink handle in the node's namespace.
+    pub(crate) fn handle(&self) -> vpcnet_datapath::Result<vpcnet_datapath::Handle> {
+        match &self.netns {
+            None => vpcnet_datapath::netns::connect(),
+            Some(p) => vpcnet_datapath::netns::connect_in(&vpcnet_datapath::netns::open(p)?, p),
         }
     }
 }
@@ -103,7 +166,7 @@ impl Default for NetlinkNode {
 impl NodeNetwork for NetlinkNode {
     fn setup_eni<'a>(&'a self, eni: &'a NodeEni) -> BoxFuture<'a, anyhow::Result<()>> {
         Box::pin(async move {
-            let handle = vpcnet_datapath::netns::connect()?;
+            let handle = self.handle()?;
             let spec = vpcnet_datapath::node::EniSpec {
                 mac: eni.mac.clone(),
                 device_number: eni.device_number,
@@ -135,14 +198,14 @@ impl NodeNetwork for NetlinkNode {
 
     fn pod_route_ips(&self) -> BoxFuture<'_, anyhow::Result<BTreeSet<Ipv4Addr>>> {
         Box::pin(async move {
-            let handle = vpcnet_datapath::netns::connect()?;
+            let handle = self.handle()?;
             Ok(vpcnet_datapath::host::pod_route_ips(&handle).await?)
         })
     }
 
     fn link_names(&self) -> BoxFuture<'_, anyhow::Result<BTreeSet<String>>> {
         Box::pin(async move {
-            let handle = vpcnet_datapath::netns::connect()?;
+            let handle = self.handle()?;
             Ok(vpcnet_datapath::nl::links(&handle)
                 .await?
                 .into_iter()
@@ -156,7 +219,7 @@ impl NodeNetwork for NetlinkNode {
         fw: &'a NodeFirewall,
     ) -> BoxFuture<'a, anyhow::Result<()>> {
         Box::pin(async move {
-            let handle = vpcnet_datapath::netns::connect()?;
+            let handle = self.handle()?;
             let link = vpcnet_datapath::node::find_link_by_mac(&handle, &fw.primary_mac)
                 .await?
                 .ok_or_else(|| {
@@ -166,11 +229,26 @@ impl NodeNetwork for NetlinkNode {
                     )
                 })?;
             let spec = fw.spec(&link.name);
-            vpcnet_datapath::firewall::apply(&handle, None, &spec)
+            vpcnet_datapath::firewall::apply(&handle, self.netns.as_deref(), &spec)
                 .await
                 .map_err(|e| anyhow::anyhow!("node firewall on {}: {e}", link.name))?;
             tracing::debug!(interface = %link.name, external_snat = fw.external_snat, node_port_support = fw.node_port_support, "node firewall applied");
             Ok(())
         })
+    }
+
+    fn audit<'a>(
+        &'a self,
+        req: &'a AuditRequest,
+    ) -> BoxFuture<'a, anyhow::Result<Option<AuditReport>>> {
+        Box::pin(async move { crate::datapath_audit::netlink_audit(self, req).await.map(Some) })
+    }
+
+    fn removed_links(
+        &self,
+    ) -> anyhow::Result<Option<tokio::sync::mpsc::UnboundedReceiver<RemovedLink>>> {
+        Ok(Some(vpcnet_datapath::link_watch::removed_links(
+            self.netns.as_deref(),
+        )?))
     }
 }

@@ -69,6 +69,8 @@ pub struct Shared {
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
     /// The Kubernetes API client's state (`/v1/apiserver`), written by its task.
     pub api: crate::kubernetes::client::SharedStatus,
+    /// The datapath audit's last pass (`/v1/datapath`), written by [`crate::datapath_audit`].
+    pub datapath: Mutex<vpcnet_introspection::DatapathDoc>,
 }
 
 impl Shared {
@@ -100,6 +102,7 @@ impl Shared {
             eni_lifecycle: tokio::sync::Mutex::new(()),
             metrics,
             api: Default::default(),
+            datapath: Default::default(),
         }
     }
 
@@ -152,6 +155,16 @@ impl Shared {
         self.failure
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Why the datapath audit takes the node out of service (an unrepaired problem that cuts
+    /// every pod off), if it does.
+    pub fn datapath_not_ready(&self) -> Option<String> {
+        self.datapath
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .not_ready
             .clone()
     }
 

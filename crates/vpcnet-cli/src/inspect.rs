@@ -16,6 +16,8 @@ use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use vpcnet_introspection::{self as doc, Address, Eni, EnisDoc, EnvSettings, Pod, Pods};
 
+mod datapath;
+
 /// The agent's default introspection address (the VPC CNI's port).
 pub const DEFAULT_ENDPOINT: &str = "http://127.0.0.1:61679";
 
@@ -34,7 +36,8 @@ pub struct Args {
 pub struct View {
     /// enis: ENIs and every address; pods: pod -> IP, ENI; env: the agent's settings;
     /// health: ready or not (exit status 1 when not ready); api: the agent's Kubernetes API
-    /// connection (endpoint, since when, last error) and Node capacity check.
+    /// connection (endpoint, since when, last error) and Node capacity check; datapath: the
+    /// datapath audit (problems found per pod and node prerequisite, repairs).
     #[arg(value_enum, default_value_t = What::Enis)]
     pub what: What,
     /// Output format.
@@ -52,6 +55,7 @@ pub enum What {
     Env,
     Health,
     Api,
+    Datapath,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -132,6 +136,8 @@ pub struct Fetched {
     pub env: Option<Value>,
     /// `/v1/apiserver`.
     pub api: Option<Value>,
+    /// `/v1/datapath`.
+    pub datapath: Option<Value>,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -146,8 +152,13 @@ pub fn show(view: View, fetched: &Fetched) -> Result<()> {
     print!("{}", render(view, fetched, now_ms())?);
     if view.what == What::Health {
         if let Some(h) = fetched.health.as_ref().filter(|h| h.status != 200) {
+            let why = if h.body.starts_with("datapath:") {
+                "see `vpcnet inspect datapath`"
+            } else {
+                "it has not filled its warm pool yet"
+            };
             bail!(
-                "the agent is not ready (HTTP {}: {}): it has not filled its warm pool yet",
+                "the agent is not ready (HTTP {}: {}): {why}",
                 h.status,
                 h.body.trim()
             );
@@ -191,6 +202,7 @@ async fn fetch_view(ep: &Endpoint, what: What) -> Result<Fetched> {
         }
         What::Env => f.env = Some(get_json(ep, doc::ENV_SETTINGS).await?),
         What::Api => f.api = Some(get_json(ep, doc::APISERVER).await?),
+        What::Datapath => f.datapath = Some(get_json(ep, doc::DATAPATH).await?),
         What::Health => {
             let h = get(ep, doc::HEALTHZ).await?;
             if h.status == 200 {
@@ -299,6 +311,7 @@ pub fn render(view: View, fetched: &Fetched, now_ms: u64) -> Result<String> {
             What::Pods => fetched.pods.clone(),
             What::Env => fetched.env.clone(),
             What::Api => fetched.api.clone(),
+            What::Datapath => fetched.datapath.clone(),
             What::Health => fetched.health.as_ref().map(|h| {
                 serde_json::json!({
                     "ready": h.status == 200, "status": h.status, "body": h.body.trim(),
@@ -323,6 +336,10 @@ pub fn render(view: View, fetched: &Fetched, now_ms: u64) -> Result<String> {
         }
         What::Api => Ok(api_text(
             &parse(fetched.api.as_ref(), doc::APISERVER)?,
+            now_ms,
+        )),
+        What::Datapath => Ok(datapath::datapath_text(
+            &parse(fetched.datapath.as_ref(), doc::DATAPATH)?,
             now_ms,
         )),
         What::Health => {

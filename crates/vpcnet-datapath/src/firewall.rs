@@ -325,28 +325,10 @@ async fn nft(netns: Option<&Path>, input: &str) -> Result<()> {
     Ok(())
 }
 
-/// Writes `value` to the sysctl file `key` (`/proc/sys/...`) of `netns` (a helper thread enters
-/// the namespace; the caller's threads never change namespace) or of the caller's namespace.
+/// Writes `value` to the sysctl file `key` (`/proc/sys/...`) of `netns` or of the caller's
+/// namespace ([`crate::sysctl::write`]).
 async fn write_sysctl(netns: Option<&Path>, key: &str, value: &str) -> Result<()> {
-    let fd = netns.map(crate::netns::open).transpose()?;
-    let (key, value) = (key.to_string(), value.to_string());
-    let what = format!("write {value} to {key}");
-    let r = tokio::task::spawn_blocking(move || {
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                if let Some(fd) = &fd {
-                    nix::sched::setns(fd, nix::sched::CloneFlags::CLONE_NEWNET)
-                        .map_err(std::io::Error::from)?;
-                }
-                std::fs::write(&key, &value)
-            })
-            .join()
-            .unwrap_or_else(|_| Err(std::io::Error::other("sysctl thread panicked")))
-        })
-    })
-    .await
-    .unwrap_or_else(|e| Err(std::io::Error::other(e)));
-    r.map_err(|source| Error::Io { what, source })
+    crate::sysctl::write(netns, key, value).await
 }
 
 #[cfg(test)]

@@ -6,6 +6,9 @@
 //! - node: a /32 route to the pod via the host veth, rule `to <ip> lookup main` at priority 512
 //!   and, for an IP on a secondary ENI, `from <ip> lookup <table>` at priority 1536 ([`host`]);
 //! - node: one route table per secondary ENI (table N = device number N) ([`node`]);
+//! - node: the periodic audit that repairs and reports drift of all this ([`audit`] for pods,
+//!   [`prereq`] for forwarding, ENI tables, firewall) and link removals as they happen
+//!   ([`link_watch`]);
 //! - node: SNAT of VPC-external traffic to the primary IP and the connmark that sends replies
 //!   out of the primary ENI, as one nftables table `ip vpcnet` ([`firewall`]).
 //!
@@ -13,16 +16,22 @@
 //! [`netns::connect`] / [`netns::connect_in`] to get one. No function changes the calling
 //! thread's network namespace.
 
+pub mod audit;
 pub mod error;
 pub mod firewall;
 pub mod host;
+pub mod link_watch;
 pub mod names;
 pub mod netns;
 pub mod nl;
 pub mod node;
 pub mod pod;
+pub mod prereq;
+pub mod sysctl;
 
 pub use error::{Error, Result};
+/// The netlink handle every function takes (bound to one namespace).
+pub use rtnetlink::Handle;
 
 use std::net::Ipv4Addr;
 

@@ -88,17 +88,24 @@ pub fn socket_in(ns: &OwnedFd, path: &Path) -> Result<PendingSocket> {
 }
 
 impl PendingSocket {
+    /// Waits for the socket itself (e.g. to bind it to multicast groups before connecting).
+    ///
+    /// Errors: [`Error::Netns`] when the namespace could not be entered, [`Error::Io`].
+    pub fn into_socket(self) -> Result<Socket> {
+        self.thread.join().unwrap_or_else(|_| {
+            Err(Error::Io {
+                what: "namespace helper thread".into(),
+                source: std::io::Error::other("panicked"),
+            })
+        })
+    }
+
     /// Waits for the socket and wraps it in an rtnetlink handle (connection task spawned on the
     /// current tokio runtime).
     ///
     /// Errors: [`Error::Netns`] when the namespace could not be entered, [`Error::Io`].
     pub fn connect(self) -> Result<Handle> {
-        let socket = self.thread.join().unwrap_or_else(|_| {
-            Err(Error::Io {
-                what: "namespace helper thread".into(),
-                source: std::io::Error::other("panicked"),
-            })
-        })?;
+        let socket = self.into_socket()?;
         socket.set_non_blocking(true).map_err(|source| Error::Io {
             what: "set netlink socket non-blocking".into(),
             source,

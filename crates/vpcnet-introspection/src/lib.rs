@@ -13,9 +13,14 @@
 
 use serde::{Deserialize, Serialize};
 
+mod datapath;
+
+pub use datapath::{DatapathDoc, Finding, PodCheck, Repair, DATAPATH};
 pub use vpcnet_ipam::{Action, PoolSummary};
 
-/// `GET /healthz`: `200 ok` once the pool has been filled, `503 starting` before (text).
+/// `GET /healthz`: `200 ok` once the pool has been filled, `503 starting` before, `503
+/// failed: ...` once an essential task stopped, `503 datapath: ...` while the datapath audit
+/// finds a problem that cuts every pod off and cannot repair it (text).
 pub const HEALTHZ: &str = "/healthz";
 /// `GET /v1/enis`: [`EnisDoc`].
 pub const ENIS: &str = "/v1/enis";
@@ -81,6 +86,9 @@ pub struct Eni {
     pub primary_ip: String,
     /// A DeleteEni is in flight: nothing new is placed on it.
     pub deleting: bool,
+    /// Its network interface vanished from the node (netlink or the datapath audit): nothing
+    /// is handed out from it until the interface is back or EC2 no longer lists it.
+    pub interface_gone: bool,
     /// Delegated /28 prefixes (prefix delegation).
     pub prefixes: Vec<String>,
     /// Every pod-usable address: secondary addresses, then each /32 of each prefix.

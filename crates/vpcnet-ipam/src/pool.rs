@@ -13,6 +13,8 @@ use crate::config::WarmConfig;
 use crate::model::{Assignment, Eni, EniObservation, IpSet, PodKey, PodRef};
 use crate::plan::Action;
 
+mod interface_gone;
+
 /// Container-ID prefix of the holds for pods the agent has no record of
 /// ([`Pool::hold_unknown`]).
 pub const UNKNOWN_POD_PREFIX: &str = "unknown:";
@@ -131,6 +133,9 @@ pub struct Pool {
     unsettled_enis: BTreeSet<String>,
     /// Consecutive reclaim checks that found no datapath for the assignment.
     reclaim_misses: BTreeMap<PodKey, u32>,
+    /// ENIs whose network interface vanished from the node ([`Pool::mark_interface_gone`]):
+    /// nothing is handed out from them until the interface is back or a describe drops them.
+    interface_gone: BTreeSet<String>,
 }
 
 impl Pool {
@@ -148,6 +153,7 @@ impl Pool {
             unsettled_prefixes: BTreeSet::new(),
             unsettled_enis: BTreeSet::new(),
             reclaim_misses: BTreeMap::new(),
+            interface_gone: BTreeSet::new(),
         }
     }
 
@@ -238,7 +244,11 @@ impl Pool {
             });
         }
         let per_eni = self.assigned_per_eni();
-        let mut order: Vec<&Eni> = self.enis.values().filter(|e| !e.deleting).collect();
+        let mut order: Vec<&Eni> = self
+            .enis
+            .values()
+            .filter(|e| !e.deleting && !self.interface_gone.contains(&e.info.id))
+            .collect();
         order.sort_by_key(|e| {
             (
                 std::cmp::Reverse(per_eni.get(e.info.id.as_str()).copied().unwrap_or(0)),
@@ -452,7 +462,8 @@ impl Pool {
                     id: e.info.id.clone(),
                     device_number: e.info.device_number,
                     primary: e.info.primary,
-                    deleting: e.deleting,
+                    // An ENI without its interface serves nothing: counted like one being deleted.
+                    deleting: e.deleting || self.interface_gone.contains(&e.info.id),
                     slots_used: e.slots_used(),
                     total: 0,
                     assigned: per_eni.get(e.info.id.as_str()).copied().unwrap_or(0),
@@ -663,6 +674,7 @@ impl Pool {
 
     /// Result of Detach + DeleteNetworkInterface.
     pub fn remove_eni(&mut self, eni_id: &str) {
+        self.interface_gone.remove(eni_id);
         if let Some(e) = self.enis.remove(eni_id) {
             for (ip, _) in e.addresses() {
                 self.releasing.remove(&ip);
@@ -770,6 +782,8 @@ impl Pool {
             .collect();
         self.releasing_prefixes.retain(|p| prefixes.contains(p));
         self.settle_unknown_outcomes(&held, &prefixes, now_ms);
+        let enis = &self.enis;
+        self.interface_gone.retain(|id| enis.contains_key(id));
         // Assignments follow their address to the ENI EC2 says holds it.
         let owners: BTreeMap<Ipv4Addr, String> = self
             .enis

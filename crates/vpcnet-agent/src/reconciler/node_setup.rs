@@ -7,7 +7,7 @@ use crate::node::{NodeEni, NodeFirewall};
 use crate::state::Shared;
 
 /// The node's view of a secondary ENI.
-pub(super) fn node_eni(e: &EniInfo, mtu: u32) -> NodeEni {
+pub(crate) fn node_eni(e: &EniInfo, mtu: u32) -> NodeEni {
     NodeEni {
         mac: e.mac.clone(),
         device_number: e.device_number,
@@ -17,18 +17,21 @@ pub(super) fn node_eni(e: &EniInfo, mtu: u32) -> NodeEni {
     }
 }
 
-/// Node setup (interface, MTU, route table N) of every secondary ENI, when enabled.
+/// Node setup (interface, MTU, route table N) of every secondary ENI that has an interface
+/// (not [`vpcnet_ipam::Pool::interface_gone`]), when enabled.
 /// Idempotent; failures are logged and retried at the next periodic pass.
 pub async fn setup_node_enis(shared: &Shared) {
     let Some(node) = &shared.opts.node_network else {
         return;
     };
-    let enis: Vec<EniInfo> = shared
-        .pool()
-        .enis()
-        .filter(|e| !e.info.primary && !e.deleting)
-        .map(|e| e.info.clone())
-        .collect();
+    // An ENI whose interface vanished is skipped: waiting for it would stall the pass.
+    let enis: Vec<EniInfo> = {
+        let pool = shared.pool();
+        pool.enis()
+            .filter(|e| !e.info.primary && !e.deleting && !pool.interface_gone(&e.info.id))
+            .map(|e| e.info.clone())
+            .collect()
+    };
     for e in enis {
         if let Err(err) = node.setup_eni(&node_eni(&e, shared.opts.mtu)).await {
             tracing::error!(eni = %e.id, "node setup failed: {err:#}");
@@ -43,8 +46,16 @@ pub async fn setup_node_firewall(shared: &Shared) {
     let Some(node) = &shared.opts.node_network else {
         return;
     };
+    let fw = node_firewall(shared);
+    if let Err(err) = node.setup_node_firewall(&fw).await {
+        tracing::error!("node firewall (SNAT, connmark) setup failed: {err:#}");
+    }
+}
+
+/// The node firewall from the static facts and the options.
+pub(crate) fn node_firewall(shared: &Shared) -> NodeFirewall {
     let o = &shared.opts;
-    let fw = NodeFirewall {
+    NodeFirewall {
         primary_mac: shared.facts.primary_mac.clone(),
         primary_ip: shared.facts.primary_ip,
         vpc_cidrs: shared.facts.vpc_cidrs.clone(),
@@ -53,8 +64,5 @@ pub async fn setup_node_firewall(shared: &Shared) {
         external_snat: o.external_snat,
         node_port_support: o.node_port_support,
         veth_prefix: o.conflist.veth_prefix.clone(),
-    };
-    if let Err(err) = node.setup_node_firewall(&fw).await {
-        tracing::error!("node firewall (SNAT, connmark) setup failed: {err:#}");
     }
 }

@@ -41,6 +41,9 @@ pub async fn run(shared: Arc<Shared>, ec2: Ec2, mut stop: tokio::sync::watch::Re
         let mut result = Ok(false);
         if full {
             next_full = tokio::time::Instant::now() + interval;
+            // Datapath self-healing, before the node setup below re-applies ENI tables and the
+            // firewall, so their drift is seen and reported.
+            crate::datapath_audit::run_pass(&shared).await;
             match sync_from_ec2(&shared, &ec2, UnknownIpPolicy::Free).await {
                 Ok(_) => setup_node_enis(&shared).await,
                 Err(e) => result = Err(e),

@@ -1,0 +1,332 @@
+//! Datapath self-healing: on every periodic pass (before the node setup re-applies ENI tables
+//! and the firewall, so their drift is seen first) each assigned pod's node side and the
+//! node's prerequisites are checked, repaired where that is safe, and reported in
+//! `/v1/datapath`, the `vpcnet_datapath_*` metrics and, for a problem that cuts every pod off,
+//! `/healthz`.
+//!
+//! Checked per pod (assignments older than `VPCNET_POD_RECLAIM_GRACE`, so an ADD still building
+//! its datapath is left alone; holds of unknown pods are skipped): the host /32 route via its
+//! host veth, rule 512 and (secondary ENI) rule 1536, the host veth (present, up) and its MAC
+//! (the one the pod's gateway neighbour points to). Per node: `net.ipv4.ip_forward` (set back
+//! to 1, in the agent's namespace only), each secondary ENI's interface and table N, the
+//! nftables table `ip vpcnet` and `rp_filter` of the primary interface (the firewall is
+//! re-applied). An ENI whose interface is gone stops serving addresses and EC2 is described
+//! again at once.
+//!
+//! Readiness: only IPv4 forwarding left disabled makes `/healthz` answer 503 (`datapath: ...`):
+//! every pod of the node is cut off then. Problems of single pods, of one ENI's table or of
+//! the firewall are reported (introspection, metrics, logs) without taking the node out of
+//! service, since its other pods still work.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use vpcnet_datapath::audit::{Finding, Kind, NodeView, PodExpect};
+use vpcnet_introspection as doc;
+use vpcnet_ipam::UNKNOWN_POD_PREFIX;
+
+use crate::node::{AuditReport, AuditRequest, NetlinkNode};
+use crate::state::{now_ms, Shared};
+
+/// One audited pod, as the pool knows it.
+struct PodRow {
+    container_id: String,
+    namespace: String,
+    name: String,
+    want: PodExpect,
+}
+
+/// The host veth the plugin named for a pod (`vpcnet-cni`'s rule: namespace and name when the
+/// runtime gave both, else the container ID).
+pub fn host_veth_of(prefix: &str, container_id: &str, namespace: &str, name: &str) -> String {
+    if !namespace.is_empty() && !name.is_empty() {
+        vpcnet_datapath::names::host_veth_name(prefix, namespace, name)
+    } else {
+        vpcnet_datapath::names::host_veth_name_for_container(prefix, container_id)
+    }
+}
+
+/// The pods to audit now: assigned at least `pod_reclaim_grace` ago, known pod, address on an
+/// ENI the pool holds.
+fn pods_to_audit(shared: &Shared, now: u64) -> Vec<PodRow> {
+    let grace = shared.opts.pod_reclaim_grace.as_millis() as u64;
+    let prefix = &shared.opts.conflist.veth_prefix;
+    let pool = shared.pool();
+    pool.assignments()
+        .filter(|(k, a)| {
+            !k.container_id.starts_with(UNKNOWN_POD_PREFIX)
+                && now.saturating_sub(a.assigned_at_ms) >= grace
+        })
+        .filter_map(|(k, a)| {
+            let eni = pool.eni_of(a.ip)?;
+            Some(PodRow {
+                container_id: k.container_id.clone(),
+                namespace: a.pod.namespace.clone(),
+                name: a.pod.name.clone(),
+                want: PodExpect {
+                    ip: a.ip,
+                    host_veth: host_veth_of(prefix, &k.container_id, &a.pod.namespace, &a.pod.name),
+                    route_table: if eni.info.primary {
+                        0
+                    } else {
+                        eni.info.device_number
+                    },
+                },
+            })
+        })
+        .collect()
+}
+
+/// One audit pass (see the module docs). Does nothing without a node datapath or when the
+/// node network does not audit.
+pub async fn run_pass(shared: &Arc<Shared>) {
+    let Some(node) = &shared.opts.node_network else {
+        return;
+    };
+    let rows = pods_to_audit(shared, now_ms());
+    let enis: Vec<_> = shared
+        .pool()
+        .enis()
+        .filter(|e| !e.info.primary && !e.deleting)
+        .map(|e| crate::reconciler::node_setup::node_eni(&e.info, shared.opts.mtu))
+        .collect();
+    let s = shared.clone();
+    let req = AuditRequest {
+        pods: rows.iter().map(|r| r.want.clone()).collect(),
+        enis,
+        firewall: crate::reconciler::node_setup::node_firewall(shared),
+        repair: true,
+        still_assigned: Box::new(move |ip| s.pool().assignments().any(|(_, a)| a.ip == ip)),
+    };
+    shared.metrics.inc_datapath_audit();
+    match node.audit(&req).await {
+        Ok(None) => {}
+        Ok(Some(report)) => record(shared, &req, &rows, report),
+        Err(e) => {
+            tracing::warn!("datapath audit failed: {e:#}; retried at the next pass");
+            let mut d = shared.datapath.lock().unwrap_or_else(|p| p.into_inner());
+            d.passes += 1;
+            d.last_error = Some(format!("{e:#}"));
+        }
+    }
+}
+
+/// The audit over netlink in the node's namespace ([`NetlinkNode::audit`]). A prerequisite
+/// whose check itself fails is an unrepaired finding naming the error.
+pub(crate) async fn netlink_audit(
+    node: &NetlinkNode,
+    req: &AuditRequest,
+) -> anyhow::Result<AuditReport> {
+    use vpcnet_datapath::prereq;
+    let h = node.handle()?;
+    let netns = node.netns.as_deref();
+    let mut report = AuditReport::default();
+    let failed = |kind: Kind, object: &str, e: &dyn std::fmt::Display| Finding {
+        kind,
+        object: object.to_string(),
+        problem: format!("could not be checked: {e}"),
+        unrepaired: Some(e.to_string()),
+    };
+    match prereq::check_forwarding(netns, req.repair).await {
+        Ok(f) => report.node.extend(f),
+        Err(e) => report
+            .node
+            .push(failed(Kind::IpForward, prereq::IP_FORWARD, &e)),
+    }
+    for eni in &req.enis {
+        let spec = vpcnet_datapath::node::EniSpec {
+            mac: eni.mac.clone(),
+            device_number: eni.device_number,
+            subnet: eni.subnet,
+            mtu: eni.mtu,
+            primary_ip: Some(eni.primary_ip),
+        };
+        match prereq::check_eni(&h, &spec, req.repair).await {
+            Ok(f) => report.node.extend(f),
+            Err(e) => report.node.push(failed(Kind::EniTable, &eni.mac, &e)),
+        }
+    }
+    let fw = &req.firewall;
+    match vpcnet_datapath::node::find_link_by_mac(&h, &fw.primary_mac).await {
+        Ok(Some(link)) => {
+            match prereq::check_firewall(&h, netns, &fw.spec(&link.name), req.repair).await {
+                Ok(f) => report.node.extend(f),
+                Err(e) => report.node.push(failed(Kind::FirewallTable, "table ip vpcnet", &e)),
+            }
+        }
+        Ok(None) => report.node.push(failed(
+            Kind::FirewallTable,
+            "table ip vpcnet",
+            &format!("no interface has the primary ENI's MAC {}", fw.primary_mac),
+        )),
+        Err(e) => report.node.push(failed(Kind::FirewallTable, "table ip vpcnet", &e)),
+    }
+    let view = NodeView::read(&h).await?;
+    for p in &req.pods {
+        let repair = req.repair && (req.still_assigned)(p.ip);
+        report
+            .pods
+            .push(vpcnet_datapath::audit::check_pod(&h, &view, p, repair).await);
+    }
+    Ok(report)
+}
+
+fn doc_finding(f: &Finding) -> doc::Finding {
+    doc::Finding {
+        kind: f.kind.as_str().to_string(),
+        object: f.object.clone(),
+        problem: f.problem.clone(),
+        repaired: f.repaired(),
+        error: f.unrepaired.clone(),
+    }
+}
+
+/// Applies a pass's report: ENIs without interface, logs, metrics, `/v1/datapath`.
+fn record(shared: &Shared, req: &AuditRequest, rows: &[PodRow], report: AuditReport) {
+    let now = now_ms();
+    mark_eni_interfaces(shared, req, &report.node);
+    let mut unrepaired: BTreeMap<&'static str, u64> = BTreeMap::new();
+    let mut repairs = Vec::new();
+    let all = report
+        .node
+        .iter()
+        .chain(report.pods.iter().flatten());
+    for f in all {
+        if f.repaired() {
+            tracing::warn!(kind = f.kind.as_str(), object = %f.object, "datapath repaired: {}", f.problem);
+            shared.metrics.inc_datapath_repair(f.kind.as_str());
+            repairs.push(f.clone());
+        } else {
+            tracing::error!(kind = f.kind.as_str(), object = %f.object, reason = ?f.unrepaired, "datapath problem not repaired: {}", f.problem);
+            *unrepaired.entry(f.kind.as_str()).or_default() += 1;
+        }
+    }
+    shared
+        .metrics
+        .set_datapath_unrepaired(unrepaired.iter().map(|(k, n)| (*k, *n)));
+    let not_ready = report
+        .node
+        .iter()
+        .find(|f| f.kind == Kind::IpForward && !f.repaired())
+        .map(|f| format!("{} ({})", f.problem, f.unrepaired.as_deref().unwrap_or("")));
+    let none = Vec::new();
+    let pods = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r, report.pods.get(i).unwrap_or(&none)))
+        .map(|(r, f)| doc::PodCheck {
+            container_id: r.container_id.clone(),
+            namespace: r.namespace.clone(),
+            name: r.name.clone(),
+            ip: r.want.ip.to_string(),
+            host_veth: r.want.host_veth.clone(),
+            route_table: r.want.route_table,
+            findings: f.iter().map(doc_finding).collect(),
+        })
+        .collect();
+    let mut d = shared.datapath.lock().unwrap_or_else(|p| p.into_inner());
+    d.passes += 1;
+    d.checked_at_ms = Some(now);
+    d.last_error = None;
+    d.node = report.node.iter().map(doc_finding).collect();
+    d.pods = pods;
+    d.unrepaired = unrepaired.values().sum::<u64>() as u32;
+    d.not_ready = not_ready;
+    for f in repairs {
+        *d.repairs.entry(f.kind.as_str().to_string()).or_default() += 1;
+        d.last_repair = Some(doc::Repair {
+            at_ms: now,
+            kind: f.kind.as_str().to_string(),
+            object: f.object,
+            problem: f.problem,
+        });
+    }
+}
+
+/// ENIs whose interface the audit did not find stop serving addresses (and EC2 is described
+/// again); those marked earlier whose interface is back serve again.
+fn mark_eni_interfaces(shared: &Shared, req: &AuditRequest, node: &[Finding]) {
+    let gone: Vec<&str> = node
+        .iter()
+        .filter(|f| f.kind == Kind::EniInterface)
+        .map(|f| f.object.as_str())
+        .collect();
+    let mut pool = shared.pool();
+    let mut describe = false;
+    for e in &req.enis {
+        let Some(id) = pool
+            .enis()
+            .find(|x| x.info.mac.eq_ignore_ascii_case(&e.mac))
+            .map(|x| x.info.id.clone())
+        else {
+            continue;
+        };
+        if gone.iter().any(|m| m.eq_ignore_ascii_case(&e.mac)) {
+            describe |= pool.mark_interface_gone(&id);
+        } else if pool.mark_interface_back(&id) {
+            tracing::info!(eni = %id, "the ENI's interface is back: its addresses serve again");
+        }
+    }
+    drop(pool);
+    if describe {
+        shared.need_describe.store(true, Ordering::Release);
+        shared.wake.notify_one();
+    }
+}
+
+/// Called for each link the kernel removed: if it was a secondary ENI's interface, the ENI
+/// stops serving addresses at once and the reconciler describes EC2 right away (the ENI was
+/// detached behind the agent's back; the describe drops it and its addresses).
+pub fn on_link_removed(shared: &Shared, mac: &str, name: &str) -> bool {
+    let id = {
+        let mut pool = shared.pool();
+        let Some(id) = pool
+            .enis()
+            .find(|e| !e.info.primary && !e.deleting && e.info.mac.eq_ignore_ascii_case(mac))
+            .map(|e| e.info.id.clone())
+        else {
+            return false;
+        };
+        if !pool.mark_interface_gone(&id) {
+            return false;
+        }
+        id
+    };
+    tracing::warn!(eni = %id, interface = name, mac, "the ENI's interface disappeared: its addresses are no longer handed out; describing EC2 now");
+    shared.metrics.inc_eni_interface_gone();
+    shared.need_describe.store(true, Ordering::Release);
+    shared.wake.notify_one();
+    true
+}
+
+/// The link-removal watcher task: reacts to each removed link ([`on_link_removed`]) until
+/// `stop`. Without events (a fake node network) or when the subscription fails (logged), it
+/// returns: the periodic audit still notices a vanished interface.
+pub async fn watch_links(shared: Arc<Shared>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let Some(node) = &shared.opts.node_network else {
+        return;
+    };
+    let mut rx = match node.removed_links() {
+        Ok(Some(rx)) => rx,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::warn!("subscribing to link removals failed: {e:#}; a detached ENI is noticed at the next periodic pass");
+            return;
+        }
+    };
+    loop {
+        tokio::select! {
+            l = rx.recv() => match l {
+                Some(l) => {
+                    on_link_removed(&shared, &l.mac, &l.name);
+                }
+                None => {
+                    tracing::warn!("link-removal events ended; a detached ENI is noticed at the next periodic pass");
+                    return;
+                }
+            },
+            _ = stop.changed() => return,
+        }
+    }
+}
