@@ -26,8 +26,8 @@ cd fuzz
 summary=()
 status=0
 for t in "${targets[@]}"; do
-    mkdir -p "corpus/$t" "artifacts/$t" "regressions/$t"
-    log="artifacts/$t/run.log"
+    mkdir -p "corpus/$t" "artifacts/$t" "regressions/$t" logs
+    log="logs/$t.log"
     echo "== $t: ${secs} s"
     # Single process (-jobs not set = one job): the machine is shared.
     dict=()
@@ -37,7 +37,7 @@ for t in "${targets[@]}"; do
         -artifact_prefix="artifacts/$t/" >"$log" 2>&1; then
         result="ok"
     else
-        result="FINDING (see fuzz/$log and fuzz/artifacts/$t/)"
+        result="FINDING or error (see fuzz/$log and fuzz/artifacts/$t/)"
         status=1
         tail -n 40 "$log"
     fi
