@@ -158,6 +158,9 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
                 path: opts.checkpoint_path.clone(),
             })
         });
+    if let Some(path) = &opts.vpc_cni_checkpoint {
+        crate::vpc_cni_checkpoint::import_at_start(store.as_ref(), path, &found.enis, now_ms())?;
+    }
     let (pool, policy) = restore_pool(&opts, store.as_ref(), &limits)?;
     let ec2 = found.ec2;
     let mut opts = opts;
@@ -374,6 +377,8 @@ fn warm_config(opts: &AgentOptions, limits: &InstanceLimits) -> anyhow::Result<W
     c.max_eni = t.max_eni;
     c.cooldown_ms = opts.cooldown.as_millis() as u64;
     c.surplus_hold_ms = opts.surplus_hold.as_millis() as u64;
+    // Custom networking: pods use secondary ENIs (the ENIConfig's subnet) only.
+    c.primary_eni_for_pods = opts.custom_networking.is_none();
     c.validate().map_err(|e| anyhow!("{e}"))?;
     if c.prefix_delegation && !limits.supports_prefix_delegation() {
         anyhow::bail!("ENABLE_PREFIX_DELEGATION=true needs a Nitro instance type; {} is not (unset ENABLE_PREFIX_DELEGATION)", limits.instance_type);
@@ -523,10 +528,9 @@ fn spawn_background(
         });
     }
     // Not essential: without link events the periodic audit still notices a vanished ENI.
-    tasks.other(crate::datapath_audit::watch_links(
-        shared.clone(),
-        stop.clone(),
-    ));
+    if let Some(watcher) = crate::datapath_audit::link_watcher(shared, stop.clone()) {
+        tasks.other(watcher);
+    }
     if shared.opts.sweep_leaked_enis {
         tasks.essential(
             "leaked-eni-sweep",
@@ -561,13 +565,44 @@ fn spawn_api_client(
             ))
         }),
     };
+    let (clients, clients_rx) = watch::channel(None);
     let client = crate::kubernetes::client::run(
         opts.api.clone(),
         shared.api.clone(),
         shared.metrics.clone(),
         started,
         capacity,
+        clients,
     );
+    if let (Some(keys), Some(tx)) = (&opts.custom_networking, &shared.eniconfig) {
+        let watch = crate::kubernetes::eniconfig_watch::run(
+            opts.api.node_name.clone(),
+            keys.clone(),
+            clients_rx,
+            tx.clone(),
+            shared.metrics.clone(),
+        );
+        // Each published change wakes the reconciler, so the pool fills within one watch
+        // event of the ENIConfig appearing.
+        let (s, mut changes) = (shared.clone(), tx.subscribe());
+        let mut stop1 = stop.clone();
+        tasks.other(async move {
+            tokio::select! {
+                _ = watch => tracing::warn!("the ENIConfig watch ended; custom networking keeps the last known ENIConfig"),
+                _ = stop1.changed() => {}
+            }
+        });
+        let mut stop2 = stop.clone();
+        tasks.other(async move {
+            loop {
+                tokio::select! {
+                    r = changes.changed() => if r.is_err() { return },
+                    _ = stop2.changed() => return,
+                }
+                s.wake.notify_one();
+            }
+        });
+    }
     // Not essential: IPAM never depends on the Kubernetes API (DESIGN principle 3).
     let mut stop = stop.clone();
     let status = shared.api.clone();

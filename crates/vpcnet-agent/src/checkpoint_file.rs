@@ -87,6 +87,12 @@ fn corrupt(path: &Path, reason: String, now_ms: u64) -> Loaded {
 
 /// Writes `cp` to `path` atomically with mode 0600.
 pub fn write(path: &Path, cp: &Checkpoint) -> std::io::Result<()> {
+    write_atomic(path, cp.to_json().as_bytes())
+}
+
+/// Replaces the file at `path` with `bytes` atomically (temp file in the same directory, fsync,
+/// rename, fsync of the directory), mode 0600; creates the directory.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -106,7 +112,7 @@ pub fn write(path: &Path, cp: &Checkpoint) -> std::io::Result<()> {
             .mode(0o600)
             .open(&tmp)?;
         f.set_permissions(fs::Permissions::from_mode(0o600))?;
-        f.write_all(cp.to_json().as_bytes())?;
+        f.write_all(bytes)?;
         f.sync_all()?;
     }
     fs::rename(&tmp, path)?;

@@ -187,8 +187,9 @@ settings! {
         add_ip_wait_secs: u64 = "VPCNET_ADD_IP_WAIT", "5", Int::range(0, 30);
 
         ["custom-networking"]
-        /// Take subnet and security groups of new ENIs from the node's ENIConfig (not
-        /// implemented yet: `true` stops the agent).
+        /// Take subnet and security groups of new ENIs from the node's ENIConfig (watched
+        /// through the Kubernetes API); pods get addresses of secondary ENIs only, and no ENI
+        /// is created while no valid ENIConfig is resolved.
         custom_network_cfg: bool = "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", "false", Flag;
         /// Node annotation naming the ENIConfig (beats the label).
         eni_config_annotation_def: String =
@@ -260,6 +261,12 @@ settings! {
         agent_socket: PathBuf = "VPCNET_AGENT_SOCKET", "/var/run/vpcnet/agent.sock", AbsPath;
         /// Checkpoint file (mode 0600).
         checkpoint_path: PathBuf = "VPCNET_CHECKPOINT_PATH", "/var/run/vpcnet/ipam.json", AbsPath;
+        /// The VPC CNI's checkpoint: imported when the agent starts without a checkpoint of
+        /// its own (the in-place swap from the VPC CNI), written by `vpcnet-agent
+        /// export-vpc-cni-checkpoint` (the rollback). See the README, "Migrating from the VPC
+        /// CNI (and back)".
+        vpc_cni_checkpoint: PathBuf =
+            "VPCNET_VPC_CNI_CHECKPOINT", "/var/run/aws-node/ipam.json", AbsPath;
         /// Conflist written once the pool can serve.
         cni_conflist: PathBuf =
             "VPCNET_CNI_CONFLIST", "/etc/cni/net.d/10-vpcnet.conflist", AbsPath;

@@ -21,6 +21,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route(doc::PODS, get(pods))
         .route(doc::ENV_SETTINGS, get(env_settings))
         .route(doc::APISERVER, get(apiserver))
+        .route(doc::ENICONFIG, get(eniconfig))
         .route(doc::DATAPATH, get(datapath))
         .with_state(shared)
 }
@@ -57,6 +58,14 @@ async fn datapath(State(s): State<Arc<Shared>>) -> axum::Json<doc::DatapathDoc> 
 /// `/v1/apiserver`: the Kubernetes API client's state (answers from memory).
 async fn apiserver(State(s): State<Arc<Shared>>) -> axum::Json<doc::ApiServerDoc> {
     axum::Json(s.api.read().unwrap_or_else(|p| p.into_inner()).clone())
+}
+
+/// `/v1/eniconfig`: the node's ENIConfig under custom networking (state `disabled` without).
+async fn eniconfig(State(s): State<Arc<Shared>>) -> axum::Json<doc::EniConfigDoc> {
+    axum::Json(match &s.eniconfig {
+        Some(tx) => tx.borrow().doc(s.opts.api.node_name.as_deref()),
+        None => doc::EniConfigDoc::default(),
+    })
 }
 
 /// `/v1/enis` of the agent now: the pool is copied under its lock, the document built from

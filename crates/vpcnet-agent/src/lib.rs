@@ -21,6 +21,7 @@ pub mod node;
 pub mod options;
 pub mod reconciler;
 pub mod state;
+pub mod vpc_cni_checkpoint;
 
 pub use agent::{run, start, AgentHandle, EssentialTaskFailed};
 pub use options::{options_from_config, AgentOptions, Targets};

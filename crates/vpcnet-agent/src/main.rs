@@ -1,5 +1,6 @@
 //! `vpcnet-agent` binary: configuration from the environment (the VPC CNI's variable
-//! names), then run until SIGTERM.
+//! names), then run until SIGTERM. `vpcnet-agent export-vpc-cni-checkpoint` writes the
+//! checkpoint in the VPC CNI's format instead (the rollback; [`vpcnet_agent::vpc_cni_checkpoint`]).
 
 use tracing_subscriber::EnvFilter;
 
@@ -12,6 +13,19 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("export-vpc-cni-checkpoint") {
+        return match vpcnet_agent::vpc_cni_checkpoint::export_command(&args[1..], &config) {
+            Ok(line) => {
+                println!("{line}");
+                std::process::ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("vpcnet-agent export-vpc-cni-checkpoint: {e:#}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
     let filter = EnvFilter::try_from_env("RUST_LOG").unwrap_or_else(|_| {
         EnvFilter::new(
             config

@@ -435,6 +435,14 @@ metrics! {
             "vpcnet_max_pods_exceeds_pod_ips",
             "Whether kubelet maxPods exceeds the pod IPs the node can get (1) or not (0)"
             => set set_max_pods_exceeds_pod_ips;
+        /// With custom networking (`AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG=true`): 1 while the
+        /// node's ENIConfig is resolved and valid, 0 while it is missing, invalid or not known
+        /// yet (no ENI is created then; `/v1/eniconfig` and the Node condition
+        /// `vpcnet.io/ENIConfigResolved` say why). Always 0 without custom networking.
+        eniconfig_resolved: Gauge = Gauge::default(),
+            "vpcnet_eniconfig_resolved",
+            "Whether the node's ENIConfig is resolved (1) or not (0) under custom networking"
+            => set set_eniconfig_resolved;
         ["datapath"]
         /// Datapath audit passes (one per periodic reconcile pass with the node datapath on).
         datapath_audit_count: PlainCounter = PlainCounter::default(),
@@ -797,6 +805,8 @@ mod declaration_tests {
         m.inc_del_ip_req("PodDeleted");
         m.inc_ipamd_error("x");
         m.inc_reconcile("x");
+        m.inc_datapath_repair("x");
+        m.set_datapath_unrepaired([("x", 1)]);
         drop(m.action("x"));
         let e = Ec2Error::api(Action::AttachNetworkInterface, "Boom", "", Some(400));
         let obs: Arc<dyn Ec2Observer> = m.clone();

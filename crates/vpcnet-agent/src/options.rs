@@ -72,6 +72,10 @@ pub struct AgentOptions {
     pub socket_path: PathBuf,
     /// Checkpoint file (default /var/run/vpcnet/ipam.json), mode 0600.
     pub checkpoint_path: PathBuf,
+    /// The VPC CNI's checkpoint (VPCNET_VPC_CNI_CHECKPOINT, default
+    /// /var/run/aws-node/ipam.json), imported at start when `checkpoint_path` has none
+    /// ([`crate::vpc_cni_checkpoint`]); `None` = never import.
+    pub vpc_cni_checkpoint: Option<PathBuf>,
     /// Introspection bind address (default 127.0.0.1:61679); `None` = DISABLE_INTROSPECTION.
     pub introspection_addr: Option<SocketAddr>,
     /// Metrics bind address (default 0.0.0.0:61678); `None` = DISABLE_METRICS.
@@ -141,6 +145,10 @@ pub struct AgentOptions {
     /// `KUBERNETES_SERVICE_HOST`/`_PORT` and service account, `MY_NODE_NAME`); by default none
     /// (the client stays disabled).
     pub api: crate::kubernetes::ApiSettings,
+    /// AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG: `Some` = custom networking, with the Node
+    /// annotation and label keys that choose the ENIConfig (`ENI_CONFIG_ANNOTATION_DEF`,
+    /// `ENI_CONFIG_LABEL_DEF`); the agent watches its Node and the ENIConfigs.
+    pub custom_networking: Option<crate::kubernetes::eniconfig::SelectionKeys>,
 }
 
 impl std::fmt::Debug for AgentOptions {
@@ -150,9 +158,11 @@ impl std::fmt::Debug for AgentOptions {
             .field("cooldown", &self.cooldown)
             .field("socket_path", &self.socket_path)
             .field("checkpoint_path", &self.checkpoint_path)
+            .field("vpc_cni_checkpoint", &self.vpc_cni_checkpoint)
             .field("introspection_addr", &self.introspection_addr)
             .field("metrics_addr", &self.metrics_addr)
             .field("node_network", &self.node_network.is_some())
+            .field("custom_networking", &self.custom_networking)
             .finish_non_exhaustive()
     }
 }
@@ -167,6 +177,7 @@ impl Default for AgentOptions {
             add_ip_wait: Duration::from_secs(5),
             socket_path: PathBuf::from(vpcnet_proto::DEFAULT_SOCKET),
             checkpoint_path: PathBuf::from(DEFAULT_CHECKPOINT),
+            vpc_cni_checkpoint: None,
             introspection_addr: Some(SocketAddr::from(([127, 0, 0, 1], 61679))),
             metrics_addr: Some(SocketAddr::from(([0, 0, 0, 0], 61678))),
             introspection_socket: None,
@@ -195,6 +206,7 @@ impl Default for AgentOptions {
             pod_reclaim_grace: Duration::from_secs(60),
             pod_reclaim_interval: Duration::from_secs(5),
             checkpoint_store: None,
+            custom_networking: None,
             api: crate::kubernetes::ApiSettings {
                 service_account_dir: PathBuf::from(crate::kubernetes::client::SERVICE_ACCOUNT_DIR),
                 ..Default::default()
@@ -205,16 +217,6 @@ impl Default for AgentOptions {
 
 /// Options from the environment configuration (`config.rs`).
 pub fn options_from_config(c: &Config) -> anyhow::Result<AgentOptions> {
-    // Refuse rather than ignore: with custom networking asked for, running anyway would put
-    // pods in the node's subnet and security groups instead of the ENIConfig's.
-    if c.custom_network_cfg {
-        anyhow::bail!(
-            "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG=true (custom networking with ENIConfig) is not \
-             supported by this vpcnet-agent yet: pods would get addresses from the node's subnet \
-             instead of the ENIConfig's. Unset it (or set it to false) to run without custom \
-             networking, or keep the VPC CNI on the nodes that need ENIConfig"
-        );
-    }
     let tcp = |b: &BindAddress| match b {
         BindAddress::Tcp(a) => Some(*a),
         BindAddress::Unix(_) => None,
@@ -243,6 +245,7 @@ pub fn options_from_config(c: &Config) -> anyhow::Result<AgentOptions> {
         add_ip_wait: c.add_ip_wait(),
         socket_path: c.agent_socket.clone(),
         checkpoint_path: c.checkpoint_path.clone(),
+        vpc_cni_checkpoint: Some(c.vpc_cni_checkpoint.clone()),
         introspection_addr: (!c.disable_introspection)
             .then(|| tcp(&c.introspection_bind_address))
             .flatten(),
@@ -294,6 +297,12 @@ pub fn options_from_config(c: &Config) -> anyhow::Result<AgentOptions> {
             service_account_dir: PathBuf::from(crate::kubernetes::client::SERVICE_ACCOUNT_DIR),
             node_name: Some(c.my_node_name.clone()).filter(|v| !v.is_empty()),
         },
+        custom_networking: c.custom_network_cfg.then(|| {
+            crate::kubernetes::eniconfig::SelectionKeys {
+                annotation: c.eni_config_annotation_def.clone(),
+                label: c.eni_config_label_def.clone(),
+            }
+        }),
         ..AgentOptions::default()
     })
 }

@@ -3,13 +3,15 @@
 //! surplus). Backs off with jitter after EC2 errors.
 //!
 //! By concern: [`mod@adopt`] (EC2's view into the pool), [`execute`] (plans → EC2 calls),
-//! [`eni`] (ENI lifecycle), [`node_setup`] (node ENIs and firewall), [`sweep`] (leaked ENIs,
+//! [`eni`] (ENI lifecycle), [`placement`] (subnet and security groups of new ENIs, custom
+//! networking), [`node_setup`] (node ENIs and firewall), [`sweep`] (leaked ENIs,
 //! unrouted pod addresses), `run_loop` (the task).
 
 pub mod adopt;
 pub mod eni;
 pub mod execute;
 pub mod node_setup;
+pub mod placement;
 mod run_loop;
 pub mod sweep;
 

@@ -69,6 +69,9 @@ pub struct Shared {
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
     /// The Kubernetes API client's state (`/v1/apiserver`), written by its task.
     pub api: crate::kubernetes::client::SharedStatus,
+    /// The node's ENIConfig under custom networking (written by the ENIConfig watch, read by
+    /// the reconciler and `/v1/eniconfig`); `None` without custom networking.
+    pub eniconfig: Option<watch::Sender<crate::kubernetes::eniconfig_watch::EniConfigTracked>>,
     /// The datapath audit's last pass (`/v1/datapath`), written by [`crate::datapath_audit`].
     pub datapath: Mutex<vpcnet_introspection::DatapathDoc>,
 }
@@ -84,6 +87,10 @@ impl Shared {
             Arc::new(FileCheckpoint {
                 path: opts.checkpoint_path.clone(),
             })
+        });
+        let eniconfig = opts.custom_networking.as_ref().map(|_| {
+            watch::channel(crate::kubernetes::eniconfig_watch::EniConfigTracked::initial(now_ms()))
+                .0
         });
         Shared {
             opts,
@@ -102,6 +109,7 @@ impl Shared {
             eni_lifecycle: tokio::sync::Mutex::new(()),
             metrics,
             api: Default::default(),
+            eniconfig,
             datapath: Default::default(),
         }
     }

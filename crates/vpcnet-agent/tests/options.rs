@@ -108,13 +108,15 @@ fn snat_and_connmark_settings_reach_the_options() {
 }
 
 #[test]
-fn custom_networking_is_refused_not_ignored() {
-    let e = options_from_config(&cfg(&[("AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", "true")]))
-        .expect_err("custom networking must stop startup until it is implemented");
-    let msg = e.to_string();
-    assert!(
-        msg.contains("AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG") && msg.contains("not supported"),
-        "{msg}"
-    );
-    assert!(options_from_config(&cfg(&[("AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", "false")])).is_ok());
+fn custom_networking_takes_the_selection_keys() {
+    let o = options_from_config(&cfg(&[
+        ("AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", "true"),
+        ("ENI_CONFIG_LABEL_DEF", "topology.kubernetes.io/zone"),
+    ]))
+    .unwrap();
+    let keys = o.custom_networking.expect("custom networking on");
+    assert_eq!(keys.annotation, "k8s.amazonaws.com/eniConfig");
+    assert_eq!(keys.label, "topology.kubernetes.io/zone");
+    let o = options_from_config(&cfg(&[("AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", "false")])).unwrap();
+    assert!(o.custom_networking.is_none());
 }

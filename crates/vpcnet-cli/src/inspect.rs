@@ -1,5 +1,5 @@
 //! `vpcnet inspect`: an agent's introspection endpoint (`/healthz`, `/v1/enis`, `/v1/pods`,
-//! `/v1/env-settings`, served on `INTROSPECTION_BIND_ADDRESS`, default 127.0.0.1:61679) as
+//! `/v1/env-settings`, `/v1/apiserver`, `/v1/eniconfig`, served on `INTROSPECTION_BIND_ADDRESS`, default 127.0.0.1:61679) as
 //! tables or JSON. The HTTP client is hyper over TCP or a Unix socket, with one deadline for
 //! the whole command. Fetching ([`fetch`]) is separate from rendering ([`render`]) so `vpcnet
 //! lab inspect` can fetch from inside a lab node's network namespace.
@@ -37,7 +37,8 @@ pub struct View {
     /// enis: ENIs and every address; pods: pod -> IP, ENI; env: the agent's settings;
     /// health: ready or not (exit status 1 when not ready); api: the agent's Kubernetes API
     /// connection (endpoint, since when, last error) and Node capacity check; datapath: the
-    /// datapath audit (problems found per pod and node prerequisite, repairs).
+    /// datapath audit (problems found per pod and node prerequisite, repairs); eniconfig: the
+    /// node's ENIConfig under custom networking (subnet, security groups, or why none).
     #[arg(value_enum, default_value_t = What::Enis)]
     pub what: What,
     /// Output format.
@@ -55,6 +56,8 @@ pub enum What {
     Env,
     Health,
     Api,
+    #[value(name = "eniconfig")]
+    EniConfig,
     Datapath,
 }
 
@@ -136,6 +139,8 @@ pub struct Fetched {
     pub env: Option<Value>,
     /// `/v1/apiserver`.
     pub api: Option<Value>,
+    /// `/v1/eniconfig`.
+    pub eniconfig: Option<Value>,
     /// `/v1/datapath`.
     pub datapath: Option<Value>,
 }
@@ -202,6 +207,7 @@ async fn fetch_view(ep: &Endpoint, what: What) -> Result<Fetched> {
         }
         What::Env => f.env = Some(get_json(ep, doc::ENV_SETTINGS).await?),
         What::Api => f.api = Some(get_json(ep, doc::APISERVER).await?),
+        What::EniConfig => f.eniconfig = Some(get_json(ep, doc::ENICONFIG).await?),
         What::Datapath => f.datapath = Some(get_json(ep, doc::DATAPATH).await?),
         What::Health => {
             let h = get(ep, doc::HEALTHZ).await?;
@@ -311,6 +317,7 @@ pub fn render(view: View, fetched: &Fetched, now_ms: u64) -> Result<String> {
             What::Pods => fetched.pods.clone(),
             What::Env => fetched.env.clone(),
             What::Api => fetched.api.clone(),
+            What::EniConfig => fetched.eniconfig.clone(),
             What::Datapath => fetched.datapath.clone(),
             What::Health => fetched.health.as_ref().map(|h| {
                 serde_json::json!({
@@ -336,6 +343,10 @@ pub fn render(view: View, fetched: &Fetched, now_ms: u64) -> Result<String> {
         }
         What::Api => Ok(api_text(
             &parse(fetched.api.as_ref(), doc::APISERVER)?,
+            now_ms,
+        )),
+        What::EniConfig => Ok(eniconfig_text(
+            &parse(fetched.eniconfig.as_ref(), doc::ENICONFIG)?,
             now_ms,
         )),
         What::Datapath => Ok(datapath::datapath_text(
@@ -412,6 +423,48 @@ fn api_text(d: &doc::ApiServerDoc, now_ms: u64) -> String {
             ),
         ]));
     }
+    table(&rows)
+}
+
+/// The node's ENIConfig as KEY VALUE lines; the state's age, and the last wait for it.
+fn eniconfig_text(d: &doc::EniConfigDoc, now_ms: u64) -> String {
+    let state = serde_json::to_value(d.state)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    if d.state == doc::EniConfigState::Disabled {
+        return "custom networking is off (AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG is not true): new ENIs use the node's subnet and security groups\n".into();
+    }
+    let dash = |v: Option<&String>| v.cloned().unwrap_or_else(|| "-".into());
+    let rows = vec![
+        row([
+            "STATE",
+            &match d.since_ms {
+                Some(t) => format!("{state} (for {}s)", now_ms.saturating_sub(t) / 1000),
+                None => state,
+            },
+        ]),
+        row(["NODE", &dash(d.node.as_ref())]),
+        row(["ENICONFIG", &dash(d.name.as_ref())]),
+        row(["SELECTED BY", &dash(d.selected_by.as_ref())]),
+        row(["SUBNET", &dash(d.subnet.as_ref())]),
+        row([
+            "SECURITY GROUPS",
+            &if d.security_groups.is_empty() {
+                "-".to_string()
+            } else {
+                d.security_groups.join(",")
+            },
+        ]),
+        row(["REASON", &dash(d.reason.as_ref())]),
+        row(["MESSAGE", &dash(d.message.as_ref())]),
+        row([
+            "LAST WAIT",
+            &d.last_wait_ms
+                .map(|ms| format!("{ms} ms without a valid ENIConfig before it resolved"))
+                .unwrap_or_else(|| "-".into()),
+        ]),
+    ];
     table(&rows)
 }
 
@@ -671,6 +724,40 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("ATTEMPTS         7"), "{t}");
+    }
+
+    #[test]
+    fn eniconfig_view_shows_the_choice_or_the_reason() {
+        let d = doc::EniConfigDoc {
+            state: doc::EniConfigState::Unresolved,
+            node: Some("ip-1".into()),
+            name: Some("us-east-1b".into()),
+            selected_by: Some("label topology.kubernetes.io/zone".into()),
+            reason: Some("ENIConfigNotFound".into()),
+            message: Some("ENIConfig \"us-east-1b\" does not exist: create it".into()),
+            since_ms: Some(10_000),
+            ..Default::default()
+        };
+        let t = eniconfig_text(&d, 25_000);
+        assert!(t.contains("STATE            unresolved (for 15s)"), "{t}");
+        assert!(t.contains("REASON           ENIConfigNotFound"), "{t}");
+        assert!(
+            t.contains("SELECTED BY      label topology.kubernetes.io/zone"),
+            "{t}"
+        );
+        let d = doc::EniConfigDoc {
+            state: doc::EniConfigState::Resolved,
+            subnet: Some("subnet-9".into()),
+            security_groups: vec!["sg-1".into(), "sg-2".into()],
+            last_wait_ms: Some(1234),
+            ..Default::default()
+        };
+        let t = eniconfig_text(&d, 0);
+        assert!(t.contains("SUBNET           subnet-9"), "{t}");
+        assert!(t.contains("SECURITY GROUPS  sg-1,sg-2"), "{t}");
+        assert!(t.contains("1234 ms without a valid ENIConfig"), "{t}");
+        let t = eniconfig_text(&doc::EniConfigDoc::default(), 0);
+        assert!(t.contains("custom networking is off"), "{t}");
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! `vpcnet-lab` crate; this module is the command line and the tables, `demo` the demo.
 
 mod bench;
+mod bench_peer;
 mod demo;
+mod requests;
 
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
@@ -116,6 +118,9 @@ enum LabCommand {
         #[command(flatten)]
         view: crate::inspect::View,
     },
+    /// The lab cloud's request log: EC2 and IMDS calls per action and answer, for a node's
+    /// instance (`--node n1`: its agent, bootstrap, kubelet) or all; `--failed` only errors.
+    Requests(requests::Args),
     /// Load balancers (ELBv2 on the lab cloud, served by HAProxy): create, list, register,
     /// deregister, health, load, delete.
     Lb(crate::lab_lb::Args),
@@ -141,6 +146,9 @@ enum LabCommand {
     /// Pod start-up benchmark: vpcnet vs Debian's bridge + host-local on the same kubelet
     /// (a burst Deployment, then single pods), one lab, one run; prints a table with ratios.
     BenchPods(bench::Args),
+    /// vpcnet against AWS's VPC CNI: two nodes of one type, `n1` on the VPC CNI, `n2` on
+    /// vpcnet, one run; prints a table with ratios (scripts/bench-peer.sh).
+    BenchPeer(bench_peer::Args),
     /// (internal) The lab cloud daemon, run by `lab up` inside the VPC namespace.
     #[command(hide = true)]
     Serve {
@@ -296,6 +304,7 @@ pub fn run(args: Args) -> Result<()> {
             Ok(())
         }
         LabCommand::Lb(args) => crate::lab_lb::run(args),
+        LabCommand::Requests(a) => requests::run(&a),
         LabCommand::Demo { up, count } => {
             if up.no_kubernetes {
                 demo(&up, count)
@@ -304,6 +313,7 @@ pub fn run(args: Args) -> Result<()> {
             }
         }
         LabCommand::BenchPods(a) => bench::run(&a),
+        LabCommand::BenchPeer(a) => bench_peer::run(&a),
         LabCommand::Serve { dir } => vpcnet_lab::daemon::serve(&dir),
         LabCommand::CsrApprover { dir } => vpcnet_lab::kube::csr::run(&Lab { dir }.kubectl()?),
     }

@@ -233,9 +233,9 @@ pub async fn check_pod(
                     "rule \"from {ip}\" at priority {PRIO_FROM_POD} looks up table {}, want {t}",
                     r.table
                 ),
-                None => format!(
-                    "rule \"from {ip} lookup {t}\" at priority {PRIO_FROM_POD} is missing"
-                ),
+                None => {
+                    format!("rule \"from {ip} lookup {t}\" at priority {PRIO_FROM_POD} is missing")
+                }
             };
             stale_from.extend(from.iter().map(|r| (**r).clone()));
             wrong.push((Kind::RuleFromPod, format!("{ip}/32"), problem));
@@ -268,8 +268,10 @@ async fn set_link(
     msg: rtnetlink::packet_route::link::LinkMessage,
     what: &str,
 ) -> Result<(), String> {
-    nl(h.link().set(msg).execute().await, || format!("{what} of {name}"))
-        .map_err(|e| e.to_string())
+    nl(h.link().set(msg).execute().await, || {
+        format!("{what} of {name}")
+    })
+    .map_err(|e| e.to_string())
 }
 
 pub(crate) fn not_repairing() -> String {

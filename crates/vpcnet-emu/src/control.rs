@@ -18,6 +18,7 @@
 //! | `PUT /_emu/imds-lag` | `{"instance_id"?,"ms"}` |
 //! | `PUT /_emu/empty-private-dns-names` | `{"calls"}` |
 //! | `GET /_emu/calls` | → [`crate::CallCounts`]; `DELETE` resets |
+//! | `GET /_emu/requests?since=SEQ` | → [`crate::RequestLog`] (records with `seq > SEQ`, default 0); `DELETE` clears |
 //! | `POST /_emu/eks/clusters` | [`crate::model::EksClusterSpec`] → [`crate::model::EksCluster`] |
 //! | `GET /_emu/eks/clusters`, `GET /_emu/eks/clusters/{name}` | → cluster(s); `DELETE` removes one |
 //! | `GET`/`PUT /_emu/elbv2/limits` | ELBv2 quotas: [`crate::elbv2::control`] (ELBv2 faults and calls: the rows above, keyed `elbv2:<Action>`) |
@@ -181,6 +182,7 @@ pub(crate) fn router() -> Router<Emulator> {
         .route("/imds-lag", put(imds_lag))
         .route("/empty-private-dns-names", put(empty_dns))
         .route("/calls", get(calls).delete(reset_calls))
+        .route("/requests", get(requests).delete(clear_requests))
         .merge(crate::eks::control_routes())
         .nest("/elbv2", crate::elbv2::control::router())
         .fallback(|| async {
@@ -344,5 +346,24 @@ async fn calls(State(emu): State<Emulator>) -> ApiResult {
 
 async fn reset_calls(State(emu): State<Emulator>) -> ApiResult {
     emu.reset_calls();
+    ok(json!({}))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Since {
+    #[serde(default)]
+    since: u64,
+}
+
+async fn requests(
+    State(emu): State<Emulator>,
+    axum::extract::Query(q): axum::extract::Query<Since>,
+) -> ApiResult {
+    ok(emu.requests(q.since))
+}
+
+async fn clear_requests(State(emu): State<Emulator>) -> ApiResult {
+    emu.clear_requests();
     ok(json!({}))
 }

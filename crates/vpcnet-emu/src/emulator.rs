@@ -165,6 +165,7 @@ pub(crate) struct Inner {
     cloud: Mutex<Cloud>,
     pub(crate) faults: Mutex<FaultState>,
     pub(crate) counts: Mutex<CallCounts>,
+    pub(crate) requests: Mutex<crate::request_log::Log>,
     hooks: RwLock<Arc<dyn FabricHooks>>,
     /// Serializes mutations with their hook calls, so hooks see changes in order.
     mutation: tokio::sync::Mutex<()>,
@@ -208,6 +209,7 @@ impl Emulator {
                 cloud: Mutex::new(Cloud::new(o.seed, &o.region, &o.account_id)),
                 faults: Mutex::new(FaultState::new(o.seed)),
                 counts: Mutex::new(CallCounts::default()),
+                requests: Mutex::new(Default::default()),
                 hooks: RwLock::new(Arc::new(NoHooks)),
                 mutation: tokio::sync::Mutex::new(()),
                 base_instant: Instant::now(),
@@ -457,6 +459,32 @@ impl Emulator {
 
     pub fn reset_calls(&self) {
         *lock(&self.inner.counts) = CallCounts::default();
+    }
+
+    /// The request log's records with `seq > since` ([`crate::request_log`]).
+    pub fn requests(&self, since: u64) -> crate::request_log::RequestLog {
+        lock(&self.inner.requests).snapshot(since)
+    }
+
+    /// Empties the request log.
+    pub fn clear_requests(&self) {
+        lock(&self.inner.requests).clear();
+    }
+
+    /// Appends one answered request to the log (its `seq` and `at_ms` are set here).
+    pub(crate) fn log_request(&self, mut r: crate::request_log::RequestRecord) {
+        r.at_ms = self.inner.base_instant.elapsed().as_millis() as u64;
+        lock(&self.inner.requests).push(r);
+    }
+
+    /// The running or stopped instance whose primary private IP is `ip`.
+    pub(crate) fn instance_at(&self, ip: Option<IpAddr>) -> Option<String> {
+        match ip {
+            Some(IpAddr::V4(ip)) => {
+                self.with_cloud(|c| c.instance_by_primary_ip(ip).map(|i| i.id.clone()))
+            }
+            _ => None,
+        }
     }
 
     pub(crate) fn count_imds(&self, instance_id: &str) {

@@ -19,6 +19,7 @@ use http::{Method, StatusCode};
 
 use crate::emulator::Emulator;
 use crate::error::Ec2Error;
+use crate::request_log::{Api, RequestRecord};
 
 const TTL_HEADER: &str = "x-aws-ec2-metadata-token-ttl-seconds";
 const TOKEN_HEADER: &str = "x-aws-ec2-metadata-token";
@@ -50,7 +51,39 @@ pub(crate) fn router(emu: Emulator, caller: Caller) -> Router {
         .with_state(ImdsState { emu, caller })
 }
 
+/// Answers one IMDS request ([`answer`]) and logs it ([`crate::request_log`]).
 async fn handle(State(st): State<ImdsState>, req: Request) -> Response {
+    let peer = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    let action = format!("{} {}", req.method(), req.uri().path());
+    let user_agent = req
+        .headers()
+        .get(http::header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let (instance, resp) = answer(&st, req);
+    let status = resp.status();
+    st.emu.log_request(RequestRecord {
+        seq: 0,
+        at_ms: 0,
+        api: Api::Imds,
+        action,
+        mutating: false,
+        instance_id: instance,
+        source: peer,
+        user_agent,
+        access_key: None,
+        status: status.as_u16(),
+        error_code: (!status.is_success())
+            .then(|| status.canonical_reason().unwrap_or("error").to_string()),
+    });
+    resp
+}
+
+/// The answer to one IMDS request, and the instance it was answered for.
+fn answer(st: &ImdsState, req: Request) -> (Option<String>, Response) {
     let peer = req
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
@@ -67,12 +100,20 @@ async fn handle(State(st): State<ImdsState>, req: Request) -> Response {
     let Some(instance) =
         instance.filter(|i| st.emu.instance_state(i) == Some(crate::model::InstanceState::Running))
     else {
-        return text(
-            StatusCode::NOT_FOUND,
-            "no running instance is known for this caller\n".into(),
+        return (
+            None,
+            text(
+                StatusCode::NOT_FOUND,
+                "no running instance is known for this caller\n".into(),
+            ),
         );
     };
-    st.emu.count_imds(&instance);
+    let r = answer_for(st, &req, &instance);
+    (Some(instance), r)
+}
+
+fn answer_for(st: &ImdsState, req: &Request, instance: &str) -> Response {
+    st.emu.count_imds(instance);
     let path = req.uri().path().to_string();
     let headers = req.headers();
     if path == "/latest/api/token" {
@@ -89,7 +130,7 @@ async fn handle(State(st): State<ImdsState>, req: Request) -> Response {
         let Some(ttl) = ttl.filter(|t| (1..=21600).contains(t)) else {
             return text(StatusCode::BAD_REQUEST, String::new());
         };
-        let token = st.emu.issue_imds_token(&instance, Duration::from_secs(ttl));
+        let token = st.emu.issue_imds_token(instance, Duration::from_secs(ttl));
         let mut r = text(StatusCode::OK, token);
         r.headers_mut().insert(TTL_HEADER, ttl.into());
         return r;
@@ -98,10 +139,10 @@ async fn handle(State(st): State<ImdsState>, req: Request) -> Response {
         return text(StatusCode::METHOD_NOT_ALLOWED, String::new());
     }
     let token = headers.get(TOKEN_HEADER).and_then(|v| v.to_str().ok());
-    if !token.is_some_and(|t| st.emu.check_imds_token(t, &instance)) {
+    if !token.is_some_and(|t| st.emu.check_imds_token(t, instance)) {
         return text(StatusCode::UNAUTHORIZED, String::new());
     }
-    match st.emu.imds_get(&instance, &path) {
+    match st.emu.imds_get(instance, &path) {
         Some(body) => text(StatusCode::OK, body),
         None => text(StatusCode::NOT_FOUND, String::new()),
     }

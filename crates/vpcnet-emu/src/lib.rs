@@ -6,7 +6,8 @@
 //!   `create_subnet`, `create_security_group`, `run_instance`, `register_instance_type`), inject
 //!   faults (`set_faults`, `set_action_faults`, `set_imds_lag`, `set_empty_private_dns_names`),
 //!   act behind the agent's back (`unassign_behind_back`, `detach_behind_back`), read call
-//!   counts (`calls`).
+//!   counts (`calls`) and the log of every request with its caller and answer (`requests`,
+//!   [`request_log`]).
 //! - Serving: [`Emulator::spawn`] (tests; 127.0.0.1 on a free port) or [`Emulator::serve`] for
 //!   EC2 + the JSON control API under `/_emu/` ([`control`]); IMDS per instance with
 //!   [`Emulator::imds_endpoint`] or shared by source address with [`Emulator::serve_imds`].
@@ -43,6 +44,7 @@ pub mod hooks;
 mod imds;
 pub mod model;
 pub mod query;
+pub mod request_log;
 mod server;
 
 pub use control::InstanceTypeSpec;
@@ -55,4 +57,5 @@ pub use hooks::{
     AddressesChanged, EniAttached, EniDetached, FabricEvent, FabricHooks, HookFuture, NoHooks,
 };
 pub use model::{EksCluster, EksClusterSpec};
+pub use request_log::{Api, RequestLog, RequestRecord};
 pub use server::EmuServer;

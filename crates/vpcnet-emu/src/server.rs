@@ -15,6 +15,7 @@ use tokio::task::JoinHandle;
 use crate::emulator::Emulator;
 use crate::query::error_body;
 use crate::query::params::Params;
+use crate::request_log::{self, Api, RequestRecord};
 
 /// Largest request body accepted (EC2 itself caps Query requests well below this).
 const MAX_BODY: usize = 1 << 20;
@@ -24,10 +25,15 @@ async fn ec2(State(emu): State<Emulator>, req: Request) -> Response {
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0.ip());
-    let query = req.uri().query().map(|q| q.as_bytes().to_vec());
+    let query = req.uri().query().map(|q| Params::parse(q.as_bytes()));
     let authorization = req
         .headers()
         .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let user_agent = req
+        .headers()
+        .get(http::header::USER_AGENT)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
     let body = match to_bytes(req.into_body(), MAX_BODY).await {
@@ -39,9 +45,35 @@ async fn ec2(State(emu): State<Emulator>, req: Request) -> Response {
             return xml(e.status(), error_body(&e, &emu.next_request_id()));
         }
     };
-    let (status, body) = emu
-        .query_call(&body, query.as_deref(), authorization.as_deref(), peer)
-        .await;
+    let mut params = Params::parse(&body);
+    if let Some(q) = query {
+        params.merge_missing(q);
+    }
+    let api = if crate::elbv2::is_elbv2(&params, authorization.as_deref()) {
+        Api::Elbv2
+    } else {
+        Api::Ec2
+    };
+    let action = params.get("Action").unwrap_or_default().to_string();
+    let (status, body) = match api {
+        Api::Elbv2 => emu.elbv2_call(params).await,
+        _ => emu.ec2_call(params, peer).await,
+    };
+    emu.log_request(RequestRecord {
+        seq: 0,
+        at_ms: 0,
+        api,
+        mutating: api == Api::Ec2 && crate::query::actions::is_mutating(&action).unwrap_or(false),
+        action,
+        instance_id: emu.instance_at(peer),
+        source: peer,
+        user_agent,
+        access_key: authorization.as_deref().and_then(request_log::access_key),
+        status,
+        error_code: (status >= 300)
+            .then(|| request_log::error_code(&body))
+            .flatten(),
+    });
     xml(status, body)
 }
 
@@ -75,6 +107,7 @@ impl Emulator {
     /// string, whose parameters count where the body lacks them. `peer` attributes an EC2
     /// call to the instance with that primary private IP. Returns (HTTP status, XML body);
     /// every input, however malformed, gets EC2's or ELBv2's error envelope, never a panic.
+    /// The HTTP handler's dispatch without its request log (the fuzz target `emu_query`).
     pub async fn query_call(
         &self,
         body: &[u8],

@@ -30,6 +30,8 @@ pub const PODS: &str = "/v1/pods";
 pub const ENV_SETTINGS: &str = "/v1/env-settings";
 /// `GET /v1/apiserver`: [`ApiServerDoc`].
 pub const APISERVER: &str = "/v1/apiserver";
+/// `GET /v1/eniconfig`: [`EniConfigDoc`].
+pub const ENICONFIG: &str = "/v1/eniconfig";
 
 /// `/v1/enis`: the node's ENIs with every address, assignment and cooldown, the pool counts,
 /// the EC2 actions the pool wants next, and the reconciler's last EC2 error.
@@ -205,4 +207,52 @@ pub struct ApiServerDoc {
     pub server_version: Option<String>,
     /// The Node check, once the Node was read.
     pub node: Option<NodeCapacity>,
+}
+
+/// Where the node's ENIConfig (custom networking) is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EniConfigState {
+    /// Custom networking is off (`AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG` unset or false).
+    #[default]
+    Disabled,
+    /// Custom networking is on and the ENIConfig is not known yet: the Kubernetes API was not
+    /// reached, or the first list of the Node and the ENIConfigs has not completed.
+    Waiting,
+    /// A valid ENIConfig is chosen: new ENIs go to its subnet with its security groups.
+    Resolved,
+    /// No valid ENIConfig: none selected, the selected one is missing or invalid. No ENI is
+    /// created until this is fixed; `reason` and `message` say why and what to do.
+    Unresolved,
+}
+
+/// `/v1/eniconfig`: the node's ENIConfig under custom networking (the VPC CNI's
+/// `AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG`), as the agent's watch of its Node and the
+/// ENIConfigs resolves it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct EniConfigDoc {
+    /// Where the choice is.
+    pub state: EniConfigState,
+    /// The agent's Node (`MY_NODE_NAME`).
+    pub node: Option<String>,
+    /// The chosen ENIConfig's name (also while it is missing or invalid, when known).
+    pub name: Option<String>,
+    /// How it was chosen: `annotation <key>`, `label <key>` or `default`.
+    pub selected_by: Option<String>,
+    /// Its `spec.subnet` (subnet ID), when resolved.
+    pub subnet: Option<String>,
+    /// Its `spec.securityGroups` (security group IDs), when resolved.
+    pub security_groups: Vec<String>,
+    /// Why it is not resolved, CamelCase (also the reason of the Node condition and Event):
+    /// `APIUnavailable`, `NodeNotFound`, `InvalidSelection`, `ENIConfigNotFound`,
+    /// `InvalidENIConfig`, `WatchFailed`.
+    pub reason: Option<String>,
+    /// What is wrong and how to fix it.
+    pub message: Option<String>,
+    /// Since when the state holds, ms since the Unix epoch.
+    pub since_ms: Option<u64>,
+    /// How long the node waited without a valid ENIConfig before the last resolution, in ms
+    /// (from the agent's start or the loss of the previous one).
+    pub last_wait_ms: Option<u64>,
 }

@@ -48,6 +48,17 @@ pub struct WarmConfig {
     /// counts as surplus that may be returned to EC2. Damps assign/unassign churn under pod
     /// rolls (VPC CNI #730). Default 30 s.
     pub surplus_hold_ms: u64,
+    /// Whether pods get addresses of the primary ENI (default true). False under custom
+    /// networking (`AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG=true`, as in the VPC CNI): pods use
+    /// only secondary ENIs (in the ENIConfig's subnet); the plan never assigns addresses to
+    /// the primary ENI and [`crate::Pool::assign`] never hands one of its addresses out.
+    /// Addresses already on it (from before) stay attached and unused.
+    #[serde(default = "yes")]
+    pub primary_eni_for_pods: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Which target family drives the pool.
@@ -70,6 +81,8 @@ pub enum ConfigError {
     Limits(String),
     #[error("MAX_ENI={0} is invalid: it must be at least 1 (the primary ENI)")]
     MaxEni(u32),
+    #[error("custom networking (AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG=true) puts pods on secondary ENIs only, but at most {0} ENI (the primary) can be attached: raise MAX_ENI or use an instance type with more ENIs")]
+    NoSecondaryEni(u32),
 }
 
 impl WarmConfig {
@@ -86,6 +99,7 @@ impl WarmConfig {
             ipv4_per_eni: limits.ipv4_per_eni,
             cooldown_ms: DEFAULT_COOLDOWN_MS,
             surplus_hold_ms: DEFAULT_COOLDOWN_MS,
+            primary_eni_for_pods: true,
         }
     }
 
@@ -99,6 +113,9 @@ impl WarmConfig {
         }
         if self.max_eni == Some(0) {
             return Err(ConfigError::MaxEni(0));
+        }
+        if !self.primary_eni_for_pods && self.max_enis() < 2 {
+            return Err(ConfigError::NoSecondaryEni(self.max_enis()));
         }
         Ok(())
     }
@@ -125,9 +142,17 @@ impl WarmConfig {
         }
     }
 
-    /// Pod addresses the whole node can hold.
+    /// Pod addresses the whole node can hold (without the primary ENI's under custom
+    /// networking).
     pub fn max_ips(&self) -> u32 {
-        self.max_enis() * self.ips_per_eni()
+        self.max_enis()
+            .saturating_sub(u32::from(!self.primary_eni_for_pods))
+            * self.ips_per_eni()
+    }
+
+    /// Whether pods may use addresses of an ENI (`primary`: the instance's primary ENI).
+    pub fn eni_for_pods(&self, primary: bool) -> bool {
+        self.primary_eni_for_pods || !primary
     }
 
     /// The target family in force.

@@ -12,13 +12,15 @@
 //!   back ([`Pool::add_eni`], [`Pool::add_ips`], [`Pool::remove_ips`], [`Pool::remove_eni`], ...).
 //! - [`Pool::reconcile`] adopts EC2's view (EC2 is the source of truth; IMDS is never used
 //!   to release or hand out an address).
-//! - [`Checkpoint`] is the persisted model (JSON, versioned): assignments and cooldowns.
+//! - [`Checkpoint`] is the persisted model (JSON, versioned): assignments and cooldowns;
+//!   [`vpc_cni`] converts it to and from the VPC CNI's checkpoint (the in-place swap).
 
 mod checkpoint;
 mod config;
 mod model;
 mod plan;
 mod pool;
+pub mod vpc_cni;
 
 pub use checkpoint::{
     Checkpoint, CheckpointAssignment, CheckpointCooldown, CheckpointError, CHECKPOINT_VERSION,

@@ -49,7 +49,10 @@ impl Action {
 }
 
 pub(crate) fn plan(cfg: &WarmConfig, stats: &[EniStats], eni_count: u32) -> Vec<Action> {
-    let active: Vec<&EniStats> = stats.iter().filter(|s| !s.deleting).collect();
+    let active: Vec<&EniStats> = stats
+        .iter()
+        .filter(|s| !s.deleting && cfg.eni_for_pods(s.primary))
+        .collect();
     let total: i64 = active.iter().map(|s| s.total as i64).sum();
     let available: i64 = active.iter().map(|s| s.available.len() as i64).sum();
     let free_prefixes: i64 = active.iter().map(|s| s.free_prefixes as i64).sum();

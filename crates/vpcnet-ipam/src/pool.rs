@@ -247,7 +247,11 @@ impl Pool {
         let mut order: Vec<&Eni> = self
             .enis
             .values()
-            .filter(|e| !e.deleting && !self.interface_gone.contains(&e.info.id))
+            .filter(|e| {
+                !e.deleting
+                    && !self.interface_gone.contains(&e.info.id)
+                    && self.cfg.eni_for_pods(e.info.primary)
+            })
             .collect();
         order.sort_by_key(|e| {
             (
@@ -299,10 +303,11 @@ impl Pool {
         let growth = s.max_ips.saturating_sub(s.total_ips);
         let can_grow = growth > 0
             && (s.enis < s.max_enis
-                || self
-                    .enis
-                    .values()
-                    .any(|e| !e.deleting && e.slots_used() < self.cfg.slots_per_eni()));
+                || self.enis.values().any(|e| {
+                    !e.deleting
+                        && self.cfg.eni_for_pods(e.info.primary)
+                        && e.slots_used() < self.cfg.slots_per_eni()
+                }));
         if s.cooling_ips == 0 && s.releasing_ips == 0 && !can_grow {
             AssignError::AtLimit {
                 assigned: s.assigned_ips,
@@ -530,7 +535,7 @@ impl Pool {
             cooling_ips: stats.iter().map(|s| s.cooling).sum(),
             available_ips: stats
                 .iter()
-                .filter(|s| !s.deleting)
+                .filter(|s| !s.deleting && self.cfg.eni_for_pods(s.primary))
                 .map(|s| s.available.len() as u32)
                 .sum(),
             releasing_ips: self.releasing.len() as u32

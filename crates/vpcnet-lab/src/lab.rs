@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use ipnet::Ipv4Net;
-pub use vpcnet_emu::EniInfo;
+pub use vpcnet_emu::{Api, EniInfo, RequestLog, RequestRecord};
 
 use crate::containerd;
 use crate::daemon::{self, DaemonSpec, NodeSpec, Ready};
@@ -584,17 +584,24 @@ impl Lab {
                     progress(&format!("node {}: starting vpcnet-agent", node.name));
                     self.start_agent_with(node, opts)?;
                 }
-                NodeCni::VpcCni => {
-                    progress(&format!(
-                        "node {}: starting the VPC CNI's ipamd (aws-k8s-agent)",
-                        node.name
-                    ));
-                    self.start_vpc_cni_with(node, opts)?;
-                }
+                // With Kubernetes ipamd starts once kubelet has registered the Node (it reads
+                // the Node at start and exits without it), as its DaemonSet pod does on EKS.
+                NodeCni::VpcCni if k8s.is_some() => self.save_agent_env(node, opts)?,
+                NodeCni::VpcCni => self.start_vpc_cni_with(node, opts)?,
             }
         }
         if k8s.is_some() {
-            self.join_nodes(opts.kube_proxy, opts.wait_ready)?;
+            let peers: Vec<&NodeRecord> =
+                nodes.iter().filter(|n| n.cni == NodeCni::VpcCni).collect();
+            self.join_nodes(opts.kube_proxy, opts.wait_ready && peers.is_empty())?;
+            for node in &peers {
+                self.wait_node_registered(node, Duration::from_secs(120))?;
+                self.start_vpc_cni_with(node, opts)?;
+            }
+            if opts.wait_ready && !peers.is_empty() {
+                progress("waiting for the nodes to turn Ready and be initialized");
+                self.wait_nodes_ready(Duration::from_secs(180))?;
+            }
         }
         Ok(())
     }
@@ -613,6 +620,19 @@ impl Lab {
             "IPv4".into(),
         );
         Ok(env)
+    }
+
+    /// The extra agent environment saved for `node` (`--agent-env`, [`Self::set_agent_env`]).
+    fn saved_agent_env(&self, node: &NodeRecord) -> Vec<(String, String)> {
+        fs::read(self.dir.join(format!("{}-agent-env.json", node.name)))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default()
+    }
+
+    /// The environment vpcnet-agent gets on `node` (with the saved extra environment).
+    pub(crate) fn node_agent_env(&self, node: &NodeRecord) -> Result<Vec<(String, String)>> {
+        self.agent_env(node, &self.saved_agent_env(node))
     }
 
     fn agent_env(
@@ -673,6 +693,10 @@ impl Lab {
     }
 
     fn start_vpc_cni_with(&self, node: &NodeRecord, opts: &UpOptions) -> Result<()> {
+        progress(&format!(
+            "node {}: starting the VPC CNI's ipamd (aws-k8s-agent)",
+            node.name
+        ));
         self.save_agent_env(node, opts)?;
         self.start_vpc_cni(&node.name)
     }
@@ -732,11 +756,7 @@ impl Lab {
     pub fn start_vpc_cni(&self, node_name: &str) -> Result<()> {
         let s = self.state()?;
         let node = s.node(node_name)?.clone();
-        let extra: Vec<(String, String)> =
-            fs::read(self.dir.join(format!("{}-agent-env.json", node.name)))
-                .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok())
-                .unwrap_or_default();
+        let extra = self.saved_agent_env(&node);
         let conflist = node.cni_conf_dir().join(VPC_CNI_CONFLIST);
         let _ = fs::remove_file(&conflist);
         let _ = fs::remove_file(node.cni_conf_dir().join(CONFLIST));
@@ -820,11 +840,6 @@ impl Lab {
             return self.start_vpc_cni(node_name);
         }
         let bin_dir = self.bin_dir();
-        let extra: Vec<(String, String)> =
-            fs::read(self.dir.join(format!("{}-agent-env.json", node.name)))
-                .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok())
-                .unwrap_or_default();
         let conflist = node.cni_conf_dir().join(CONFLIST);
         let inode = |p: &Path| {
             use std::os::unix::fs::MetadataExt;
@@ -832,7 +847,7 @@ impl Lab {
         };
         let old = inode(&conflist);
         let mut c = Command::new(bin_dir.join("vpcnet-agent"));
-        c.envs(self.agent_env(&node, &extra)?);
+        c.envs(self.node_agent_env(&node)?);
         let log = self.logs().join(format!("agent-{}.log", node.name));
         let p = self.start_process(&format!("agent {}", node.name), c, &node.place())?;
         wait_for(
@@ -1094,6 +1109,25 @@ impl Lab {
     /// Every ENI in the lab cloud (the emulator's view).
     pub fn enis(&self) -> Result<Vec<EniInfo>> {
         api::control_get(&daemon::api_socket(&self.dir), "enis")
+    }
+
+    /// The lab cloud's request log: every EC2 and IMDS request it answered, with the calling
+    /// instance and the answer ([`vpcnet_emu::request_log`]).
+    pub fn requests(&self) -> Result<vpcnet_emu::RequestLog> {
+        api::control_get(&daemon::api_socket(&self.dir), "requests")
+    }
+
+    /// The requests node `node_name`'s instance made (EC2 by its source address, IMDS by the
+    /// instance answered for): what its agent (vpcnet-agent or the VPC CNI's ipamd),
+    /// vpcnet-bootstrap and kubelet asked the cloud.
+    pub fn node_requests(&self, node_name: &str) -> Result<Vec<vpcnet_emu::RequestRecord>> {
+        let id = self.state()?.node(node_name)?.instance_id.clone();
+        Ok(self
+            .requests()?
+            .records
+            .into_iter()
+            .filter(|r| r.instance_id.as_deref() == Some(id.as_str()))
+            .collect())
     }
 
     /// One EC2 Query API call against the lab cloud; returns the response XML.

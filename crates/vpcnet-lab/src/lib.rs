@@ -25,6 +25,7 @@ pub mod netns;
 pub mod procs;
 pub mod spawn;
 pub mod state;
+pub mod swap;
 pub mod teardown;
 pub mod wait;
 pub mod web;

@@ -92,6 +92,7 @@ fn pods_get_addresses_of_their_nodes_enis_and_reach_each_other_and_the_service()
                 &Placement {
                     prefer_node: Some("n1".into()),
                     max_skew: 8,
+                    ..Default::default()
                 },
             ))
             .unwrap();

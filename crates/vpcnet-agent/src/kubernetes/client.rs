@@ -170,13 +170,16 @@ pub struct CapacityInput {
 
 /// The connection loop; returns only when no API server is configured or its configuration
 /// is unusable (both shown in `status`), else runs while the agent runs (it is spawned).
-/// `started` is the agent's start, for [`ApiServerDoc::first_connected_after_ms`].
+/// `started` is the agent's start, for [`ApiServerDoc::first_connected_after_ms`]. Each
+/// connected client is sent on `clients` (for the ENIConfig watch); dropping it there tells
+/// its receivers that no API server will be reached.
 pub async fn run(
     settings: ApiSettings,
     status: SharedStatus,
     metrics: Arc<Metrics>,
     started: Instant,
     capacity: CapacityInput,
+    clients: tokio::sync::watch::Sender<Option<Client>>,
 ) {
     let ep = match endpoint(&settings) {
         Ok(Some(ep)) => ep,
@@ -235,6 +238,7 @@ pub async fn run(
                     s.server_version = Some(version);
                 });
                 metrics.set_apiserver_connected(1);
+                clients.send_replace(Some(client.clone()));
                 let e = connected(&client, &settings, &status, &metrics, &capacity).await;
                 tracing::warn!(endpoint = %ep.url, "Kubernetes API: lost: {e:#}; reconnecting");
                 metrics.set_apiserver_connected(0);

@@ -13,8 +13,15 @@
 //! Its state is [`vpcnet_introspection::ApiServerDoc`] (`/v1/apiserver`, `vpcnet inspect api`)
 //! and the metrics `vpcnet_apiserver_connected`, `vpcnet_apiserver_connect_attempts` and
 //! `vpcnet_max_pods_exceeds_pod_ips`.
+//!
+//! With custom networking (`AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG=true`) it also watches the
+//! Node and the ENIConfigs ([`eniconfig_watch`]) and keeps the node's ENIConfig ([`eniconfig`])
+//! in a watch channel: `/v1/eniconfig`, `vpcnet inspect eniconfig`, the metric
+//! `vpcnet_eniconfig_resolved`, the Node condition `vpcnet.io/ENIConfigResolved` and Events.
 
 pub mod capacity;
 pub mod client;
+pub mod eniconfig;
+pub mod eniconfig_watch;
 
 pub use client::{endpoint, ApiSettings, Endpoint, EndpointSource};

@@ -40,6 +40,8 @@ pub(super) async fn create_eni(
     prefixes: u32,
 ) -> Result<(), Ec2Error> {
     let f = &shared.facts;
+    let place = super::placement::required(shared)?;
+    let subnet_cidr = super::placement::checked_subnet_cidr(shared, ec2, &place).await?;
     let mut tags = Tags::new();
     tags.insert(TAG_INSTANCE_ID.into(), f.instance_id.clone());
     if !shared.opts.cluster_name.is_empty() {
@@ -53,8 +55,8 @@ pub(super) async fn create_eni(
         chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
     );
     let req = CreateEni {
-        subnet_id: f.subnet_id.clone(),
-        security_group_ids: f.security_groups.clone(),
+        subnet_id: place.subnet_id.clone(),
+        security_group_ids: place.security_group_ids.clone(),
         description: format!("{ENI_DESCRIPTION_PREFIX}{}", f.instance_id),
         tags,
         addresses: if prefixes > 0 {
@@ -69,7 +71,10 @@ pub(super) async fn create_eni(
     // The leaked-ENI sweep waits for this: it must not see the new ENI detached and delete it
     // between create and attach.
     let _lifecycle = shared.eni_lifecycle.lock().await;
-    let ni = ec2.create_network_interface(&req).await?;
+    let ni = ec2
+        .create_network_interface(&req)
+        .await
+        .map_err(|e| super::placement::for_eniconfig(e, &place))?;
     let device = next_device_index(shared);
     let attachment = match ec2
         .attach_network_interface(&ni.eni_id, &f.instance_id, device, 0)
@@ -117,7 +122,7 @@ pub(super) async fn create_eni(
         status: "attached".into(),
         delete_on_termination: true,
     });
-    let obs = observation(shared, &ni, f.subnet_cidr);
+    let obs = observation(shared, &ni, subnet_cidr);
     if let Some(node) = &shared.opts.node_network {
         if let Err(e) = node.setup_eni(&node_eni(&obs.info, shared.opts.mtu)).await {
             // The ENI is attached and ours; EC2 state is consistent. Every periodic pass

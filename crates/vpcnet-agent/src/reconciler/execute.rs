@@ -12,10 +12,16 @@ use crate::state::{now_ms, Shared};
 pub async fn fill(shared: &Shared, ec2: &Ec2) -> Result<bool, Ec2Error> {
     let mut changed = false;
     for _ in 0..16 {
+        // Custom networking without a valid ENIConfig: no ENI (never one in the node's
+        // subnet); the ENIConfig watch wakes this task once one is resolved.
+        let can_create = super::placement::eni_placement(shared).is_some();
         // Plan and mark under one lock, so no ADD can take an address being released.
         let actions = {
             let mut pool = shared.pool();
-            let actions = pool.plan(now_ms());
+            let mut actions = pool.plan(now_ms());
+            if !can_create {
+                actions.retain(|a| !matches!(a, Action::CreateEni { .. }));
+            }
             for a in &actions {
                 pool.begin(a);
             }

@@ -61,9 +61,9 @@ fn measure(lab: &Lab, a: &Args) -> Result<Vec<Row>> {
         lab.use_bridge_cni("n1", bridge)?;
         progress(&format!("{plugin}: burst of {} pods", a.replicas));
         let tag = if bridge { "br" } else { "vn" };
-        let burst = lab.bench_burst(&format!("burst-{tag}"), a.replicas, timeout)?;
+        let burst = lab.bench_burst(&format!("burst-{tag}"), a.replicas, None, timeout)?;
         progress(&format!("{plugin}: {} single pods", a.singles));
-        let singles = lab.bench_single(&format!("single-{tag}"), a.singles, timeout)?;
+        let singles = lab.bench_single(&format!("single-{tag}"), a.singles, None, timeout)?;
         rows.push(Row {
             plugin,
             burst,

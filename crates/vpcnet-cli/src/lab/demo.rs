@@ -43,6 +43,7 @@ fn steps(lab: &Lab, count: usize) -> Result<usize> {
     let placement = Placement {
         prefer_node: Some("n1".into()),
         max_skew: 8,
+        ..Default::default()
     };
     progress(&format!(
         "creating Deployment {APP} ({count} busybox httpd pods, image imported on each node) and Service {APP}"

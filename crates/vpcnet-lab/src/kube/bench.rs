@@ -49,6 +49,9 @@ pub struct PodTimes {
     pub running: Option<Duration>,
     /// To Ready.
     pub ready: Option<Duration>,
+    /// [`Lab::bench_single`]: `kubectl delete pod --wait` until the pod object is gone (kubelet
+    /// stopped it, CNI DEL ran, the sandbox was removed).
+    pub deleted: Option<Duration>,
 }
 
 /// Updates `times` of the pod in one watch `event` seen at `at` (relative to `t0`).
@@ -169,15 +172,20 @@ impl Lab {
     }
 
     /// Applies a Deployment `name` of `replicas` busybox httpd pods (readiness probe on port
-    /// 80) and returns (all Running, all Ready) measured from the apply; then deletes it and
-    /// waits until its pods are gone.
+    /// 80; only on lab node `node` when given) and returns (all Running, all Ready) measured
+    /// from the apply; then deletes it and waits until its pods are gone.
     pub fn bench_burst(
         &self,
         name: &str,
         replicas: usize,
+        node: Option<&str>,
         timeout: Duration,
     ) -> Result<(Duration, Duration)> {
-        let manifest = super::workload::httpd_manifest(name, replicas as u32, &Default::default());
+        let placement = super::workload::Placement {
+            only_node: node.map(str::to_string),
+            ..Default::default()
+        };
+        let manifest = super::workload::httpd_manifest(name, replicas as u32, &placement);
         let deploy = manifest
             .split("\n---\n")
             .next()
@@ -197,12 +205,13 @@ impl Lab {
         Ok(r)
     }
 
-    /// Creates `count` single pods one after another (each deleted before the next), returning
-    /// each one's create → Running and create → Ready.
+    /// Creates `count` single pods one after another (each deleted before the next; only on
+    /// lab node `node` when given), returning each one's create → Running and create → Ready.
     pub fn bench_single(
         &self,
         prefix: &str,
         count: usize,
+        node: Option<&str>,
         timeout: Duration,
     ) -> Result<Vec<PodTimes>> {
         let k = self.kubectl()?;
@@ -222,12 +231,19 @@ impl Lab {
                     "automountServiceAccountToken": false,
                 },
             });
+            let mut pod = pod;
+            if let Some(n) = node {
+                pod["spec"]["nodeSelector"][super::node::NODE_LABEL] = json!(n);
+            }
             let watch = self.watch_pods(&format!("bench={prefix}"))?;
             let t0 = Instant::now();
             k.apply(&pod.to_string())?;
             let times = Self::follow(&watch, t0, 1, timeout)?;
-            out.push(times.get(&name).copied().unwrap_or_default());
+            let mut t = times.get(&name).copied().unwrap_or_default();
+            let t1 = Instant::now();
             k.run(&["delete", "pod", "-n", "default", &name, "--wait=true"])?;
+            t.deleted = Some(t1.elapsed());
+            out.push(t);
         }
         Ok(out)
     }
@@ -283,7 +299,8 @@ mod tests {
             t["a"],
             PodTimes {
                 running: Some(ms(500)),
-                ready: Some(ms(900))
+                ready: Some(ms(900)),
+                deleted: None,
             }
         );
     }

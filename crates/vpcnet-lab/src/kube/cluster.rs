@@ -161,6 +161,31 @@ impl Lab {
         Ok(node_statuses(&self.kubectl()?.json(&["get", "nodes"])?))
     }
 
+    /// Waits until kubelet of `node` has registered its Node object (ready or not); fails
+    /// early when a cluster process exits.
+    pub fn wait_node_registered(&self, node: &NodeRecord, timeout: Duration) -> Result<()> {
+        let procs: Vec<ProcRecord> = self.state()?.processes;
+        let refs: Vec<&ProcRecord> = procs
+            .iter()
+            .filter(|p| !p.role.starts_with("ctr ") && !p.role.starts_with("agent "))
+            .collect();
+        self.wait_ready(
+            &format!(
+                "kubelet of {} to register Node {}",
+                node.name, node.k8s_name
+            ),
+            timeout,
+            &refs,
+            || {
+                Ok(self
+                    .node_statuses()?
+                    .iter()
+                    .any(|n| n.name == node.k8s_name)
+                    .then_some(()))
+            },
+        )
+    }
+
     /// Waits until every lab node is a Ready Node initialized by the cloud controller manager;
     /// while waiting, checks that the cluster's processes still run (an exit is named with the
     /// end of its log).

@@ -239,6 +239,17 @@ pub fn start(lab: &Lab, ca: &Ca, spec: &Spec) -> Result<ControlPlaneRecord> {
     kubectl
         .apply(&manifests::base())
         .context("applying the lab's base manifests (RBAC)")?;
+    kubectl
+        .apply(manifests::ENICONFIG_CRD)
+        .context("installing the ENIConfig CRD (deploy/crds/eniconfig.yaml)")?;
+    kubectl
+        .run(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            &format!("crd/{}", manifests::ENICONFIG_CRD_NAME),
+        ])
+        .context("waiting for the ENIConfig CRD to be established")?;
 
     progress("control plane: starting kube-controller-manager, kube-scheduler, aws-cloud-controller-manager");
     let kcm_args = [

@@ -5,6 +5,12 @@ pub const CCM_USER: &str = "system:cloud-controller-manager";
 /// Namespace and name of the node agent's service account (the VPC CNI's `aws-node`).
 pub const AGENT_SERVICE_ACCOUNT: (&str, &str) = ("kube-system", "aws-node");
 
+/// The ENIConfig CustomResourceDefinition (custom networking), the file operators apply:
+/// `deploy/crds/eniconfig.yaml`.
+pub const ENICONFIG_CRD: &str = include_str!("../../../../deploy/crds/eniconfig.yaml");
+/// Its name, for `kubectl wait`.
+pub const ENICONFIG_CRD_NAME: &str = "eniconfigs.crd.k8s.amazonaws.com";
+
 /// The lab's base objects: the cloud controller manager's binding (it runs off-cluster with a
 /// client certificate; bound to `cluster-admin` in the lab), and the node agent's service
 /// account with the permissions the VPC CNI's `aws-node` ClusterRole grants for what vpcnet
@@ -69,5 +75,12 @@ mod tests {
         assert_eq!(docs.len(), 4);
         assert_eq!(docs[1]["metadata"]["name"], "aws-node");
         assert_eq!(docs[3]["subjects"][0]["namespace"], "kube-system");
+    }
+
+    #[test]
+    fn the_eniconfig_crd_is_the_repository_file() {
+        let crd: serde_yaml::Value = serde_yaml::from_str(ENICONFIG_CRD).unwrap();
+        assert_eq!(crd["metadata"]["name"], ENICONFIG_CRD_NAME);
+        assert_eq!(crd["spec"]["names"]["kind"], "ENIConfig");
     }
 }

@@ -45,7 +45,8 @@ pub fn cgroup_root(node: &NodeRecord) -> String {
 }
 
 /// The lab's NodeConfig (`node.eks.aws/v1alpha1`) for one node: cluster from the control plane,
-/// kubelet settings only the lab needs (cgroupfs driver under [`cgroup_root`], no swap check)
+/// kubelet settings only the lab needs (cgroupfs driver under [`cgroup_root`], no swap check,
+/// disk eviction thresholds of 1 % and no image collection, since the host's disk is shared)
 /// merged through `kubelet.config`, and the node's lab name as a label.
 pub fn node_config(cp: &ControlPlaneRecord, ca_pem: &str, node: &NodeRecord) -> String {
     let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
@@ -65,6 +66,19 @@ pub fn node_config(cp: &ControlPlaneRecord, ca_pem: &str, node: &NodeRecord) -> 
                     "cgroupRoot": cgroup_root(node),
                     "failSwapOn": false,
                     "containerRuntimeEndpoint": CRI_ENDPOINT,
+                    // The nodes share the host's disk with everything else on it: evicting
+                    // for the host's free space (EKS: 10 % of nodefs, 15 % of imagefs) would
+                    // fail the lab's pods whenever the host's disk is fuller than that.
+                    "evictionHard": {
+                        "memory.available": "100Mi",
+                        "nodefs.available": "1%",
+                        "nodefs.inodesFree": "1%",
+                        "imagefs.available": "1%",
+                        "imagefs.inodesFree": "1%",
+                    },
+                    // Nor collect the lab's local images (imported, never pullable) for it.
+                    "imageGCHighThresholdPercent": 100,
+                    "imageGCLowThresholdPercent": 99,
                 },
                 "flags": [format!("--node-labels={NODE_LABEL}={}", node.name)],
             },
@@ -228,6 +242,10 @@ mod tests {
             "https://10.0.0.10:6443"
         );
         assert_eq!(y["spec"]["kubelet"]["config"]["cgroupRoot"], "/vlabc-n1");
+        assert_eq!(
+            y["spec"]["kubelet"]["config"]["evictionHard"]["nodefs.available"],
+            "1%"
+        );
         assert_eq!(
             y["spec"]["kubelet"]["flags"][0],
             "--node-labels=vpcnet.lab/node=n1"

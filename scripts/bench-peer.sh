@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# vpcnet against AWS's VPC CNI v1.23.2 (unmodified, built by scripts/build-k8s.sh), one
+# Kubernetes lab, one run: two nodes of the same instance type against the same emulated EC2,
+# n1 on the VPC CNI, n2 on vpcnet. Prints a table with ratios: agent restart → servable; a
+# burst of the node's max pods → all Ready; single pods create → Running and delete → gone
+# (p50/p99, kubelet-driven CNI ADD and DEL); EC2 mutating calls per pod roll with the defaults
+# and with WARM_IP_TARGET=5 MINIMUM_IP_TARGET=10; EC2 calls per 10 idle minutes (measured over
+# --idle-secs and scaled); agent RSS idle and at max pods. Needs root.
+#   scripts/bench-peer.sh [--singles N] [--rolls N] [--idle-secs S] [--instance-type T]
+#                         [--kernel-state DIR]   (the kernel state one pod leaves, per node)
+# Release build by default; BENCH_PROFILE=dev uses the debug build the tests already made.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ "$(id -u)" = 0 ] || { echo "bench-peer.sh needs root (network namespaces)" >&2; exit 1; }
+./scripts/install-deps.sh
+VPCNET_K8S_BIN_DIR=$(./scripts/build-k8s.sh | tail -n 1)
+export VPCNET_K8S_BIN_DIR
+profile=${BENCH_PROFILE:-release}
+case $profile in
+  release) dir=release ;;
+  dev) dir=debug ;;
+  *) echo "bench-peer.sh: BENCH_PROFILE must be release or dev, not $profile" >&2; exit 2 ;;
+esac
+cargo build --profile "$profile" -p vpcnet-cli -p vpcnet-agent -p vpcnet-cni -p vpcnet-bootstrap
+echo "bench-peer: $profile build (target/$dir)" >&2
+exec "target/$dir/vpcnet" lab bench-peer --name "bench-peer-$$" "$@"
