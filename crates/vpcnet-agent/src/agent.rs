@@ -242,10 +242,32 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
     })
 }
 
+/// An essential task stopped unexpectedly (its name and why). [`run`] returns it after
+/// shutting down; the supervisor has already logged the one error line that says so, so the
+/// caller exits non-zero without logging it again.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct EssentialTaskFailed(pub String);
+
+/// Test hook, compiled into debug builds only (never a release binary): the environment
+/// variable `VPCNET_TEST_END_TASK=<name>` ends the essential task `name` (see
+/// [`AgentHandle::abort_task`]) as soon as the agent serves, so a test can watch the process
+/// fail as it would if that task had ended on its own.
+#[cfg(debug_assertions)]
+fn test_hook_end_task(handle: &AgentHandle) {
+    if let Ok(name) = std::env::var("VPCNET_TEST_END_TASK") {
+        tracing::warn!(task = %name, "test hook VPCNET_TEST_END_TASK: ending the task");
+        handle.abort_task(&name);
+    }
+}
+
 /// Runs the agent until SIGINT/SIGTERM, or until an essential task stops unexpectedly
-/// (then the error names the task, and the caller exits non-zero).
+/// (then the error is [`EssentialTaskFailed`], naming the task, and the caller exits
+/// non-zero).
 pub async fn run(opts: AgentOptions) -> anyhow::Result<()> {
     let handle = start(opts).await?;
+    #[cfg(debug_assertions)]
+    test_hook_end_task(&handle);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let failure = tokio::select! {
         _ = tokio::signal::ctrl_c() => None,
@@ -256,7 +278,7 @@ pub async fn run(opts: AgentOptions) -> anyhow::Result<()> {
     handle.shutdown().await;
     match failure {
         None => Ok(()),
-        Some(why) => Err(anyhow!("{why}")),
+        Some(why) => Err(EssentialTaskFailed(why).into()),
     }
 }
 
@@ -631,9 +653,17 @@ fn spawn_api_client(
     }
     // Not essential: IPAM never depends on the Kubernetes API (DESIGN principle 3).
     let mut stop = stop.clone();
+    let status = shared.api.clone();
     tasks.other(async move {
         tokio::select! {
-            _ = client => tracing::error!("the Kubernetes API client stopped; IPAM goes on without it"),
+            _ = client => {
+                // Without an API server configured (or with an unusable configuration) the
+                // client ends at once, having said why: not an error to report again.
+                let state = status.read().unwrap_or_else(|e| e.into_inner()).state;
+                if !matches!(state, vpcnet_introspection::ApiState::Disabled | vpcnet_introspection::ApiState::Misconfigured) {
+                    tracing::error!("the Kubernetes API client stopped; IPAM goes on without it");
+                }
+            }
             _ = stop.changed() => {}
         }
     });

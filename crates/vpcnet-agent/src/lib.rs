@@ -25,5 +25,5 @@ pub mod reconciler;
 pub mod state;
 pub mod vpc_cni_checkpoint;
 
-pub use agent::{run, start, AgentHandle};
+pub use agent::{run, start, AgentHandle, EssentialTaskFailed};
 pub use options::{options_from_config, AgentOptions, Targets};

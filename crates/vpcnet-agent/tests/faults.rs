@@ -127,6 +127,84 @@ async fn checkpoint_write_failure_fails_the_add_and_undoes_the_assignment() {
     agent.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoint_write_failure_fails_the_del_and_reinstates_the_address() {
+    let lab = lab("m5.large").await;
+    let store = Arc::new(FlakyStore {
+        file: FileCheckpoint {
+            path: lab.checkpoint(),
+        },
+        fail: AtomicBool::new(false),
+    });
+    let mut opts = lab.options();
+    opts.checkpoint_store = Some(store.clone());
+    let agent = vpcnet_agent::start(opts).await.unwrap();
+    let mut c = client(&lab.socket()).await;
+    let r = add_retry(&mut c, "p1", Duration::from_secs(10))
+        .await
+        .unwrap();
+    let ip: Ipv4Addr = r.ipv4_addr.parse().unwrap();
+    let key = vpcnet_ipam::PodKey::new("p1", "eth0");
+
+    store.fail.store(true, Ordering::SeqCst);
+    let e = c.del_network(del_req("p1")).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+    assert!(
+        e.message().contains("checkpoint")
+            && e.message().contains("no space left")
+            && e.message().contains("not released"),
+        "names the checkpoint, the cause and the outcome: {}",
+        e.message()
+    );
+    assert_eq!(
+        e.metadata()
+            .get(vpcnet_proto::REASON_HEADER)
+            .and_then(|v| v.to_str().ok()),
+        Some(vpcnet_proto::REASON_CHECKPOINT_WRITE)
+    );
+    {
+        let pool = agent.shared.pool();
+        assert_eq!(
+            pool.assignment(&key).map(|a| a.ip),
+            Some(ip),
+            "the address is reinstated to the pod"
+        );
+        assert!(
+            !pool.is_cooling(ip, vpcnet_agent::state::now_ms()),
+            "a reinstated address is not cooling"
+        );
+    }
+    // Memory and disk agree: the file still records the pod.
+    let file = FileCheckpoint {
+        path: lab.checkpoint(),
+    };
+    let on_disk = match file.load(0) {
+        Loaded::Valid(cp) => cp,
+        other => panic!("{other:?}"),
+    };
+    assert!(on_disk
+        .assignments
+        .iter()
+        .any(|a| a.container_id == "p1" && a.ip == ip));
+    // Another pod cannot get an address either while nothing can be recorded.
+    let other = c.add_network(add_req("p2")).await;
+    assert!(other.is_err(), "{other:?}");
+
+    // The runtime retries the DEL once writes work: released into cooldown, and on disk.
+    store.fail.store(false, Ordering::SeqCst);
+    let d = c.del_network(del_req("p1")).await.unwrap().into_inner();
+    assert!(d.released && d.ipv4_addr == r.ipv4_addr, "{d:?}");
+    assert!(agent.shared.pool().assignment(&key).is_none());
+    assert!(agent
+        .shared
+        .pool()
+        .is_cooling(ip, vpcnet_agent::state::now_ms()));
+    agent.shutdown().await;
+    let agent = vpcnet_agent::start(lab.options()).await.unwrap();
+    assert!(agent.shared.pool().assignment(&key).is_none());
+    agent.shutdown().await;
+}
+
 async fn healthz(addr: std::net::SocketAddr) -> Option<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
@@ -139,12 +217,25 @@ async fn healthz(addr: std::net::SocketAddr) -> Option<(u16, String)> {
     Some((code, out))
 }
 
+/// Every essential task: its end turns `/healthz` to 503 naming it within 5 s (or, for the
+/// introspection server that answers `/healthz`, makes it stop answering), and `failed()`
+/// (what `run` waits on to exit non-zero) names it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_essential_task_makes_health_fail_within_5s() {
-    for task in ["reconciler", "grpc", "leaked-eni-sweep"] {
+    for task in [
+        "reconciler",
+        "grpc",
+        "leaked-eni-sweep",
+        "pod-reclaim",
+        "metrics",
+        "introspection",
+    ] {
         let lab = lab("m5.large").await;
         let mut opts = lab.options();
         opts.introspection_addr = Some("127.0.0.1:0".parse().unwrap());
+        opts.metrics_addr = Some("127.0.0.1:0".parse().unwrap());
+        // The pod reclaim runs when the agent manages the node's datapath.
+        opts.node_network = Some(Arc::new(FakeNode::default()));
         let agent = vpcnet_agent::start(opts).await.unwrap();
         let addr = agent.introspection_addr.unwrap();
         assert_eq!(healthz(addr).await.unwrap().0, 200);
@@ -153,6 +244,7 @@ async fn a_stopped_essential_task_makes_health_fail_within_5s() {
         let body = loop {
             match healthz(addr).await {
                 Some((503, body)) => break body,
+                None if task == "introspection" => break task.to_string(),
                 _ => {
                     assert!(
                         t0.elapsed() < Duration::from_secs(5),
@@ -162,12 +254,64 @@ async fn a_stopped_essential_task_makes_health_fail_within_5s() {
                 }
             }
         };
-        assert!(body.contains(task), "{body}");
+        assert!(body.contains(task), "{task}: {body}");
         let why = tokio::time::timeout(Duration::from_secs(5), agent.failed())
             .await
             .expect("failed() resolves");
         assert!(why.contains(task), "{why}");
         agent.shutdown().await;
+    }
+}
+
+/// The real binary: an essential task that ends (through the debug-build test hook
+/// `VPCNET_TEST_END_TASK`) makes the process exit non-zero, with exactly one error line, which
+/// names the task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ended_essential_task_exits_the_process_non_zero_with_one_error_line() {
+    for task in ["reconciler", "grpc"] {
+        let lab = lab("m5.large").await;
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_vpcnet-agent"))
+            .env_clear()
+            .env("AWS_EC2_ENDPOINT", &lab.endpoint)
+            .env("AWS_EC2_METADATA_SERVICE_ENDPOINT", &lab.imds)
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env("VPCNET_AGENT_SOCKET", lab.socket())
+            .env("VPCNET_CHECKPOINT_PATH", lab.checkpoint())
+            .env(
+                "VPCNET_CNI_CONFLIST",
+                lab.dir.path().join("10-vpcnet.conflist"),
+            )
+            .env("DISABLE_INTROSPECTION", "true")
+            .env("DISABLE_METRICS", "true")
+            .env("VPCNET_NODE_DATAPATH", "false")
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .env("VPCNET_TEST_END_TASK", task)
+            .kill_on_drop(true)
+            .output();
+        let out = tokio::time::timeout(Duration::from_secs(30), out)
+            .await
+            .expect("the agent exits on its own")
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            !out.status.success(),
+            "{task}: exit {:?}\n{text}",
+            out.status
+        );
+        let errors: Vec<&str> = text.lines().filter(|l| l.contains("ERROR")).collect();
+        assert_eq!(errors.len(), 1, "{task}: one error line\n{text}");
+        assert!(
+            errors[0].contains(&format!("essential task {task}")),
+            "{}",
+            errors[0]
+        );
     }
 }
 
