@@ -8,6 +8,7 @@ use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::pin::Pin;
 
+use anyhow::Context;
 use ipnet::Ipv4Net;
 use vpcnet_datapath::audit::{Finding, PodExpect};
 use vpcnet_datapath::link_watch::RemovedLink;
@@ -134,6 +135,9 @@ pub trait NodeNetwork: Send + Sync + 'static {
     }
 }
 
+/// Poll interval while waiting for a just-attached ENI's interface to appear.
+const ENI_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// The real implementation over netlink in the agent's network namespace
 /// (`vpcnet_datapath::node::setup_eni`). The interface may appear a moment after EC2 reports
 /// the attachment, so a missing interface is retried for up to `wait`.
@@ -174,25 +178,25 @@ impl NodeNetwork for NetlinkNode {
                 mtu: eni.mtu,
                 primary_ip: Some(eni.primary_ip),
             };
-            let deadline = tokio::time::Instant::now() + self.wait;
-            loop {
-                match vpcnet_datapath::node::setup_eni(&handle, &spec).await {
-                    Ok(_) => return Ok(()),
-                    Err(vpcnet_datapath::Error::NotFound(m))
-                        if tokio::time::Instant::now() < deadline =>
-                    {
-                        tracing::debug!("ENI interface not there yet: {m}");
-                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                    }
-                    Err(e) => {
-                        return Err(anyhow::anyhow!(
-                            "setting up ENI {} (device {}): {e}",
-                            eni.mac,
-                            eni.device_number
-                        ))
-                    }
-                }
-            }
+            // The interface may show up a moment after EC2 reports the attachment: poll for it
+            // every ENI_POLL up to `wait`; any other error is final.
+            let policy = vpcnet_backoff::Backoff::new(ENI_POLL, ENI_POLL)
+                .with_jitter(vpcnet_backoff::Jitter::None)
+                .with_deadline(self.wait);
+            vpcnet_backoff::retry(
+                &policy,
+                &mut vpcnet_backoff::Cancel::never(),
+                |e| matches!(e, vpcnet_datapath::Error::NotFound(_)),
+                |_| vpcnet_datapath::node::setup_eni(&handle, &spec),
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| {
+                anyhow::Error::new(e).context(format!(
+                    "setting up ENI {} (device {})",
+                    eni.mac, eni.device_number
+                ))
+            })
         })
     }
 
@@ -231,7 +235,7 @@ impl NodeNetwork for NetlinkNode {
             let spec = fw.spec(&link.name);
             vpcnet_datapath::firewall::apply(&handle, self.netns.as_deref(), &spec)
                 .await
-                .map_err(|e| anyhow::anyhow!("node firewall on {}: {e}", link.name))?;
+                .with_context(|| format!("node firewall on {}", link.name))?;
             tracing::debug!(interface = %link.name, external_snat = fw.external_snat, node_port_support = fw.node_port_support, "node firewall applied");
             Ok(())
         })

@@ -236,6 +236,42 @@ async fn a_lost_create_eni_reply_does_not_leak_the_eni() {
     agent.shutdown().await;
 }
 
+/// The sweep never races creation: an ENI whose attachment takes longer than the sweep's age
+/// guard (created, still detached, older than 5 minutes) is not deleted by a sweep that runs
+/// meanwhile, because create→attach and the sweep hold the same ENI lifecycle lock.
+#[tokio::test(start_paused = true)]
+async fn the_sweep_waits_for_an_eni_being_attached() {
+    let fake = FakeCloud::new("m5.large");
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = fake_options(&fake, dir.path());
+    opts.leaked_eni_sweep_interval = Duration::from_secs(60);
+    let agent = vpcnet_agent::start(opts).await.unwrap();
+    let mut c = client(&dir.path().join("agent.sock")).await;
+    // The second ENI attaches at once; the third's attachment takes 7 minutes.
+    fake.script(
+        Action::AttachNetworkInterface,
+        [Outcome::Ok, Outcome::Delay(Duration::from_secs(420))],
+    );
+    fill_to_third_eni(&fake, &mut c).await;
+    // Six sweeps run while the third ENI is detached, the last ones past its age guard.
+    tokio::time::sleep(Duration::from_secs(400)).await;
+    assert_eq!(
+        fake.count(Action::DeleteNetworkInterface),
+        0,
+        "the sweep deleted the ENI being attached"
+    );
+    eventually("third ENI attached", Duration::from_secs(120), || {
+        fake.ec2_enis().len() == 3
+    })
+    .await;
+    assert!(fake.detached_enis().is_empty());
+    eventually("agent and EC2 agree", Duration::from_secs(60), || {
+        agent_enis(&agent) == fake.ec2_enis()
+    })
+    .await;
+    agent.shutdown().await;
+}
+
 /// Pods on the primary ENI and one on a second, so that the next fill creates a third ENI
 /// (the second create call of the agent: the pool starts with the primary ENI's 9 addresses).
 async fn fill_to_third_eni(
