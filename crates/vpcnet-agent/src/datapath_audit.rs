@@ -8,7 +8,7 @@
 //! its datapath is left alone; holds of unknown pods are skipped): the host /32 route via its
 //! host veth, rule 512 and (secondary ENI) rule 1536, the host veth (present, up) and its MAC
 //! (the one the pod's gateway neighbour points to). Per node: `net.ipv4.ip_forward` (set back
-//! to 1, in the agent's namespace only), each secondary ENI's interface and table N, the
+//! to 1, in the agent's namespace only), each secondary ENI's interface and table (device number + 1), the
 //! nftables table `ip vpcnet` and `rp_filter` of the primary interface (the firewall is
 //! re-applied). An ENI whose interface is gone stops serving addresses and EC2 is described
 //! again at once.
@@ -70,7 +70,7 @@ fn pods_to_audit(shared: &Shared, now: u64) -> Vec<PodRow> {
                     route_table: if eni.info.primary {
                         0
                     } else {
-                        eni.info.device_number
+                        vpcnet_datapath::node::eni_route_table(eni.info.device_number)
                     },
                 },
             })
@@ -152,7 +152,9 @@ pub(crate) async fn netlink_audit(
         Ok(Some(link)) => {
             match prereq::check_firewall(&h, netns, &fw.spec(&link.name), req.repair).await {
                 Ok(f) => report.node.extend(f),
-                Err(e) => report.node.push(failed(Kind::FirewallTable, "table ip vpcnet", &e)),
+                Err(e) => report
+                    .node
+                    .push(failed(Kind::FirewallTable, "table ip vpcnet", &e)),
             }
         }
         Ok(None) => report.node.push(failed(
@@ -160,7 +162,9 @@ pub(crate) async fn netlink_audit(
             "table ip vpcnet",
             &format!("no interface has the primary ENI's MAC {}", fw.primary_mac),
         )),
-        Err(e) => report.node.push(failed(Kind::FirewallTable, "table ip vpcnet", &e)),
+        Err(e) => report
+            .node
+            .push(failed(Kind::FirewallTable, "table ip vpcnet", &e)),
     }
     let view = NodeView::read(&h).await?;
     for p in &req.pods {
@@ -188,10 +192,7 @@ fn record(shared: &Shared, req: &AuditRequest, rows: &[PodRow], report: AuditRep
     mark_eni_interfaces(shared, req, &report.node);
     let mut unrepaired: BTreeMap<&'static str, u64> = BTreeMap::new();
     let mut repairs = Vec::new();
-    let all = report
-        .node
-        .iter()
-        .chain(report.pods.iter().flatten());
+    let all = report.node.iter().chain(report.pods.iter().flatten());
     for f in all {
         if f.repaired() {
             tracing::warn!(kind = f.kind.as_str(), object = %f.object, "datapath repaired: {}", f.problem);

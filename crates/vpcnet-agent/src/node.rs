@@ -241,7 +241,11 @@ impl NodeNetwork for NetlinkNode {
         &'a self,
         req: &'a AuditRequest,
     ) -> BoxFuture<'a, anyhow::Result<Option<AuditReport>>> {
-        Box::pin(async move { crate::datapath_audit::netlink_audit(self, req).await.map(Some) })
+        Box::pin(async move {
+            crate::datapath_audit::netlink_audit(self, req)
+                .await
+                .map(Some)
+        })
     }
 
     fn removed_links(

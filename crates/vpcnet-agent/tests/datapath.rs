@@ -156,7 +156,10 @@ async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
     let mut out = String::new();
     s.read_to_string(&mut out).await.unwrap();
     let code = out.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
     (code, body)
 }
 
@@ -198,7 +201,9 @@ async fn the_periodic_pass_repairs_a_pods_datapath_and_the_node_and_reports_it()
     let agent = vpcnet_agent::start(opts).await.unwrap();
     let addr = agent.introspection_addr.unwrap();
     let mut c = client(&lab.socket()).await;
-    let r = add_retry(&mut c, "p1", Duration::from_secs(10)).await.unwrap();
+    let r = add_retry(&mut c, "p1", Duration::from_secs(10))
+        .await
+        .unwrap();
     let ip: Ipv4Addr = r.ipv4_addr.parse().unwrap();
     assert_eq!(r.route_table, 0, "primary ENI");
     // The plugin's ADD, as it builds the pod's datapath.
@@ -226,12 +231,18 @@ async fn the_periodic_pass_repairs_a_pods_datapath_and_the_node_and_reports_it()
     })
     .await;
     let healthy = |d: &vpcnet_introspection::DatapathDoc| {
-        d.pods.iter().any(|p| p.ip == ip.to_string() && p.findings.is_empty())
+        d.pods
+            .iter()
+            .any(|p| p.ip == ip.to_string() && p.findings.is_empty())
             && d.node.is_empty()
     };
     let t0 = std::time::Instant::now();
     while !healthy(&datapath_doc(addr).await) {
-        assert!(t0.elapsed() < Duration::from_secs(5), "{:#?}", datapath_doc(addr).await);
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "{:#?}",
+            datapath_doc(addr).await
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
@@ -241,17 +252,49 @@ async fn the_periodic_pass_repairs_a_pods_datapath_and_the_node_and_reports_it()
     let ip_s = ip.to_string();
     node_ns.ip(&["route", "del", &dst]);
     node_ns.ip(&["rule", "del", "priority", "512", "to", &ip_s]);
-    node_ns.ip(&["link", "set", &veth_of("p1"), "address", "02:de:ad:be:ef:01"]);
+    node_ns.ip(&[
+        "link",
+        "set",
+        &veth_of("p1"),
+        "address",
+        "02:de:ad:be:ef:01",
+    ]);
     node_ns.set_sysctl("net.ipv4.ip_forward", "0");
-    run(&["ip", "netns", "exec", &node_ns.name, "nft", "delete", "table", "ip", "vpcnet"]);
-    let want_mac = vpcnet_datapath::names::format_mac(&vpcnet_datapath::names::veth_macs(&veth_of("p1")).0);
+    run(&[
+        "ip",
+        "netns",
+        "exec",
+        &node_ns.name,
+        "nft",
+        "delete",
+        "table",
+        "ip",
+        "vpcnet",
+    ]);
+    let want_mac =
+        vpcnet_datapath::names::format_mac(&vpcnet_datapath::names::veth_macs(&veth_of("p1")).0);
     eventually("everything repaired", Duration::from_secs(5), || {
-        node_ns.ip(&["route", "show", &dst]).contains(&veth_of("p1"))
-            && node_ns.ip(&["rule", "show"]).contains(&format!("512:\tfrom all to {ip_s} lookup main"))
-            && node_ns.ip(&["link", "show", &veth_of("p1")]).contains(&want_mac)
+        node_ns
+            .ip(&["route", "show", &dst])
+            .contains(&veth_of("p1"))
+            && node_ns
+                .ip(&["rule", "show"])
+                .contains(&format!("512:\tfrom all to {ip_s} lookup main"))
+            && node_ns
+                .ip(&["link", "show", &veth_of("p1")])
+                .contains(&want_mac)
             && node_ns.sysctl("net.ipv4.ip_forward") == "1"
             && Command::new("ip")
-                .args(["netns", "exec", &node_ns.name, "nft", "list", "table", "ip", "vpcnet"])
+                .args([
+                    "netns",
+                    "exec",
+                    &node_ns.name,
+                    "nft",
+                    "list",
+                    "table",
+                    "ip",
+                    "vpcnet",
+                ])
                 .output()
                 .unwrap()
                 .status
@@ -260,8 +303,18 @@ async fn the_periodic_pass_repairs_a_pods_datapath_and_the_node_and_reports_it()
     .await;
     // Reported: every repair counted by kind in /v1/datapath and the metrics.
     let d = datapath_doc(addr).await;
-    for kind in ["pod_route", "rule_to_pod", "host_veth_mac", "ip_forward", "firewall_table"] {
-        assert!(d.repairs.get(kind).copied().unwrap_or(0) >= 1, "{kind}: {:#?}", d);
+    for kind in [
+        "pod_route",
+        "rule_to_pod",
+        "host_veth_mac",
+        "ip_forward",
+        "firewall_table",
+    ] {
+        assert!(
+            d.repairs.get(kind).copied().unwrap_or(0) >= 1,
+            "{kind}: {:#?}",
+            d
+        );
     }
     assert!(d.last_repair.is_some());
     assert_eq!(d.not_ready, None);
@@ -278,7 +331,11 @@ async fn the_periodic_pass_repairs_a_pods_datapath_and_the_node_and_reports_it()
     let t0 = std::time::Instant::now();
     loop {
         let d = datapath_doc(addr).await;
-        let f = d.pods.iter().find(|p| p.ip == ip_s).map(|p| p.findings.clone());
+        let f = d
+            .pods
+            .iter()
+            .find(|p| p.ip == ip_s)
+            .map(|p| p.findings.clone());
         if let Some(f) = f.filter(|f| f.iter().any(|f| f.kind == "host_veth" && !f.repaired)) {
             assert_eq!(d.unrepaired, 1, "{f:?}");
             break;
@@ -339,8 +396,8 @@ async fn forwarding_that_cannot_be_enabled_takes_the_node_out_of_service() {
     // An unrepaired route of one pod is reported but keeps the node in service.
     *node.node.lock().unwrap() = vec![Finding {
         kind: Kind::EniTable,
-        object: "table 1".into(),
-        problem: "table 1: missing default via 10.0.0.1 dev eth1".into(),
+        object: "table 2".into(),
+        problem: "table 2: missing default via 10.0.0.1 dev eth1".into(),
         unrepaired: Some("injected".into()),
     }];
     eventually("unrepaired reported", Duration::from_secs(3), || {
@@ -363,7 +420,10 @@ async fn forwarding_that_cannot_be_enabled_takes_the_node_out_of_service() {
         assert!(t0.elapsed() < Duration::from_secs(3), "still healthy");
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    assert!(body.contains("datapath: IPv4 forwarding is disabled"), "{body}");
+    assert!(
+        body.contains("datapath: IPv4 forwarding is disabled"),
+        "{body}"
+    );
     assert!(body.contains("Read-only"), "{body}");
     // Repaired later (e.g. by the operator): in service again.
     node.node.lock().unwrap().clear();
@@ -377,7 +437,10 @@ async fn forwarding_that_cannot_be_enabled_takes_the_node_out_of_service() {
 
 /// An agent whose pool spans a secondary ENI (interfaces in `node_ns` come from [`udev`]), and
 /// no periodic pass during the test (1 h): only an event can trigger a describe.
-async fn agent_with_secondary_eni(lab: &Lab, node_ns: &Netns) -> (vpcnet_agent::AgentHandle, String, String) {
+async fn agent_with_secondary_eni(
+    lab: &Lab,
+    node_ns: &Netns,
+) -> (vpcnet_agent::AgentHandle, String, String) {
     let mut opts = lab.options();
     opts.node_network = Some(Arc::new(NetlinkNode {
         wait: Duration::from_secs(5),
@@ -392,13 +455,17 @@ async fn agent_with_secondary_eni(lab: &Lab, node_ns: &Netns) -> (vpcnet_agent::
     };
     opts.reconcile_interval = Duration::from_secs(3600);
     let agent = vpcnet_agent::start(opts).await.unwrap();
-    eventually("a secondary ENI with addresses", Duration::from_secs(10), || {
-        agent
-            .shared
-            .pool()
-            .enis()
-            .any(|e| !e.info.primary && !e.ips.is_empty())
-    })
+    eventually(
+        "a secondary ENI with addresses",
+        Duration::from_secs(10),
+        || {
+            agent
+                .shared
+                .pool()
+                .enis()
+                .any(|e| !e.info.primary && !e.ips.is_empty())
+        },
+    )
     .await;
     let (id, mac) = agent
         .shared
@@ -433,7 +500,15 @@ async fn a_vanished_eni_interface_stops_its_addresses_and_triggers_a_describe_at
         node_ns.ip(&["-o", "link"]).contains(&format!("{dev}:"))
     })
     .await;
-    let eni_ips: BTreeSet<Ipv4Addr> = agent.shared.pool().eni(&eni).unwrap().ips.keys().copied().collect();
+    let eni_ips: BTreeSet<Ipv4Addr> = agent
+        .shared
+        .pool()
+        .eni(&eni)
+        .unwrap()
+        .ips
+        .keys()
+        .copied()
+        .collect();
     let before = describes(&lab);
     // The interface goes (EC2 still lists the ENI as attached): nothing of it is handed out
     // from now on, and EC2 is described right away, not after the 1 h interval.
@@ -452,13 +527,19 @@ async fn a_vanished_eni_interface_stops_its_addresses_and_triggers_a_describe_at
         match add_retry(&mut c, &id, Duration::from_secs(5)).await {
             Ok(r) => {
                 let ip: Ipv4Addr = r.ipv4_addr.parse().unwrap();
-                assert!(!eni_ips.contains(&ip), "{ip} of the ENI without interface handed to {id}");
+                assert!(
+                    !eni_ips.contains(&ip),
+                    "{ip} of the ENI without interface handed to {id}"
+                );
                 assert_ne!(r.eni_id, eni);
             }
             Err(s) => panic!("ADD {id}: {s:?}"),
         }
     }
-    assert!(agent.shared.pool().interface_gone(&eni), "still marked while EC2 lists it");
+    assert!(
+        agent.shared.pool().interface_gone(&eni),
+        "still marked while EC2 lists it"
+    );
     udev.store(true, Ordering::SeqCst);
     agent.shutdown().await;
 }

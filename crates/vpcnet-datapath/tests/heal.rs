@@ -41,7 +41,7 @@ fn eni_spec() -> node::EniSpec {
     }
 }
 
-/// A node namespace with ENI device 2 set up and a pod on it (`10.0.2.20`, table 2), built by
+/// A node namespace with ENI device 2 set up and a pod on it (`10.0.2.20`, table 3), built by
 /// the ADD code path.
 fn pod_on_eni(node_ns: &TestNetns, pod_ns: &TestNetns, veth: &str) -> (pod::PodSpec, PodExpect) {
     eni_link(node_ns, "eth2", "02:00:00:00:01:02");
@@ -50,7 +50,7 @@ fn pod_on_eni(node_ns: &TestNetns, pod_ns: &TestNetns, veth: &str) -> (pod::PodS
         host_veth: veth.into(),
         container_ifname: "eth0".into(),
         mtu: 9001,
-        route_table: 2,
+        route_table: node::eni_route_table(2),
     };
     rt().block_on(async {
         let node = handle(node_ns);
@@ -61,7 +61,7 @@ fn pod_on_eni(node_ns: &TestNetns, pod_ns: &TestNetns, veth: &str) -> (pod::PodS
     let want = PodExpect {
         ip: spec.ip,
         host_veth: spec.host_veth.clone(),
-        route_table: 2,
+        route_table: node::eni_route_table(2),
     };
     (spec, want)
 }
@@ -75,7 +75,11 @@ fn expected(spec: &pod::PodSpec) -> pod::Expected {
     }
 }
 
-async fn audit_pod(node: &rtnetlink::Handle, want: &PodExpect, repair: bool) -> Vec<audit::Finding> {
+async fn audit_pod(
+    node: &rtnetlink::Handle,
+    want: &PodExpect,
+    repair: bool,
+) -> Vec<audit::Finding> {
     let view = NodeView::read(node).await.unwrap();
     audit::check_pod(node, &view, want, repair).await
 }
@@ -87,7 +91,10 @@ fn a_deleted_pod_route_and_rules_512_and_1536_are_repaired() {
     rt().block_on(async {
         let node = handle(&node_ns);
         let pod = handle(&pod_ns);
-        assert!(audit_pod(&node, &want, true).await.is_empty(), "fresh pod is healthy");
+        assert!(
+            audit_pod(&node, &want, true).await.is_empty(),
+            "fresh pod is healthy"
+        );
 
         node_ns.ip(&["route", "del", "10.0.2.20/32"]);
         // Report only: the finding says what is wrong and that it was left.
@@ -95,11 +102,22 @@ fn a_deleted_pod_route_and_rules_512_and_1536_are_repaired() {
         assert_eq!(f.len(), 1, "{f:?}");
         assert_eq!(f[0].kind, Kind::PodRoute);
         assert!(!f[0].repaired());
-        assert!(pod::check(&node, Some(&pod), &expected(&spec)).await.unwrap().iter().any(|p| p.contains("node route")));
+        assert!(pod::check(&node, Some(&pod), &expected(&spec))
+            .await
+            .unwrap()
+            .iter()
+            .any(|p| p.contains("node route")));
         // Repair.
         let f = audit_pod(&node, &want, true).await;
-        assert_eq!((f.len(), f[0].kind, f[0].repaired()), (1, Kind::PodRoute, true), "{f:?}");
-        assert!(pod::check(&node, Some(&pod), &expected(&spec)).await.unwrap().is_empty());
+        assert_eq!(
+            (f.len(), f[0].kind, f[0].repaired()),
+            (1, Kind::PodRoute, true),
+            "{f:?}"
+        );
+        assert!(pod::check(&node, Some(&pod), &expected(&spec))
+            .await
+            .unwrap()
+            .is_empty());
 
         node_ns.ip(&["rule", "del", "priority", "512", "to", "10.0.2.20"]);
         node_ns.ip(&["rule", "del", "priority", "1536", "from", "10.0.2.20"]);
@@ -108,18 +126,62 @@ fn a_deleted_pod_route_and_rules_512_and_1536_are_repaired() {
         assert_eq!(kinds, [Kind::RuleToPod, Kind::RuleFromPod], "{f:?}");
         assert!(f.iter().all(|f| f.repaired()), "{f:?}");
         let rules = node_ns.ip(&["rule", "show"]);
-        assert!(rules.contains("512:\tfrom all to 10.0.2.20 lookup main"), "{rules}");
-        assert!(rules.contains("1536:\tfrom 10.0.2.20 lookup 2"), "{rules}");
-        assert!(pod::check(&node, Some(&pod), &expected(&spec)).await.unwrap().is_empty());
+        assert!(
+            rules.contains("512:\tfrom all to 10.0.2.20 lookup main"),
+            "{rules}"
+        );
+        assert!(rules.contains("1536:\tfrom 10.0.2.20 lookup 3"), "{rules}");
+        assert!(pod::check(&node, Some(&pod), &expected(&spec))
+            .await
+            .unwrap()
+            .is_empty());
 
         // A 1536 rule that looks up the wrong table is replaced.
         node_ns.ip(&["rule", "del", "priority", "1536", "from", "10.0.2.20"]);
-        node_ns.ip(&["rule", "add", "priority", "1536", "from", "10.0.2.20", "lookup", "7"]);
+        node_ns.ip(&[
+            "rule",
+            "add",
+            "priority",
+            "1536",
+            "from",
+            "10.0.2.20",
+            "lookup",
+            "7",
+        ]);
         let f = audit_pod(&node, &want, true).await;
         assert_eq!(f.len(), 1, "{f:?}");
         assert!(f[0].problem.contains("looks up table 7"), "{f:?}");
         let rules = node_ns.ip(&["rule", "show"]);
-        assert!(!rules.contains("lookup 7") && rules.contains("lookup 2"), "{rules}");
+        assert!(
+            !rules.contains("lookup 7") && rules.contains("lookup 3"),
+            "{rules}"
+        );
+        assert!(audit_pod(&node, &want, true).await.is_empty());
+
+        // Upgrade from the old numbering (table = device number): a rule to table 2 next to the
+        // right one is stale too (at equal priority the older rule wins), and only it goes.
+        node_ns.ip(&[
+            "rule",
+            "add",
+            "priority",
+            "1536",
+            "from",
+            "10.0.2.20",
+            "lookup",
+            "2",
+        ]);
+        let f = audit_pod(&node, &want, true).await;
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(
+            f[0].problem.contains("looks up table 2, want 3") && f[0].repaired(),
+            "{f:?}"
+        );
+        let rules = node_ns.ip(&["rule", "show"]);
+        assert!(
+            !rules.contains("from 10.0.2.20 lookup 2")
+                && rules.contains("1536:\tfrom 10.0.2.20 lookup 3"),
+            "{rules}"
+        );
         assert!(audit_pod(&node, &want, true).await.is_empty());
     });
 }
@@ -131,15 +193,26 @@ fn a_rewritten_host_veth_mac_is_restored_and_a_missing_veth_reported() {
     rt().block_on(async {
         let node = handle(&node_ns);
         let pod = handle(&pod_ns);
-        node_ns.ip(&["link", "set", "enihealmac0001", "address", "02:de:ad:be:ef:01"]);
-        let bad = pod::check(&node, Some(&pod), &expected(&spec)).await.unwrap();
+        node_ns.ip(&[
+            "link",
+            "set",
+            "enihealmac0001",
+            "address",
+            "02:de:ad:be:ef:01",
+        ]);
+        let bad = pod::check(&node, Some(&pod), &expected(&spec))
+            .await
+            .unwrap();
         assert!(bad.iter().any(|b| b.contains("points to")), "{bad:?}");
         let f = audit_pod(&node, &want, true).await;
         assert_eq!(f.len(), 1, "{f:?}");
         assert_eq!((f[0].kind, f[0].repaired()), (Kind::HostVethMac, true));
         assert!(f[0].problem.contains("02:de:ad:be:ef:01"), "{f:?}");
         // The pod's gateway neighbour matches the host veth again.
-        assert!(pod::check(&node, Some(&pod), &expected(&spec)).await.unwrap().is_empty());
+        assert!(pod::check(&node, Some(&pod), &expected(&spec))
+            .await
+            .unwrap()
+            .is_empty());
 
         // A veth that is gone cannot be repaired here: reported, nothing else attempted.
         node_ns.ip(&["link", "del", "enihealmac0001"]);
@@ -156,13 +229,27 @@ fn disabled_forwarding_is_enabled_again_in_the_given_namespace_only() {
     let path = ns.path();
     let root_before = std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").unwrap();
     rt().block_on(async {
-        sysctl::write(Some(&path), prereq::IP_FORWARD, "0").await.unwrap();
-        let f = prereq::check_forwarding(Some(&path), false).await.unwrap().unwrap();
+        sysctl::write(Some(&path), prereq::IP_FORWARD, "0")
+            .await
+            .unwrap();
+        let f = prereq::check_forwarding(Some(&path), false)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!((f.kind, f.repaired()), (Kind::IpForward, false));
-        let f = prereq::check_forwarding(Some(&path), true).await.unwrap().unwrap();
+        let f = prereq::check_forwarding(Some(&path), true)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!((f.kind, f.repaired()), (Kind::IpForward, true), "{f:?}");
-        assert_eq!(sysctl::read(Some(&path), prereq::IP_FORWARD).await.unwrap(), "1");
-        assert!(prereq::check_forwarding(Some(&path), true).await.unwrap().is_none());
+        assert_eq!(
+            sysctl::read(Some(&path), prereq::IP_FORWARD).await.unwrap(),
+            "1"
+        );
+        assert!(prereq::check_forwarding(Some(&path), true)
+            .await
+            .unwrap()
+            .is_none());
     });
     // The test's own namespace only: the caller's is as it was.
     assert_eq!(
@@ -178,17 +265,33 @@ fn eni_table_drift_is_repaired_and_a_missing_eni_interface_reported() {
     rt().block_on(async {
         let h = handle(&ns);
         node::setup_eni(&h, &eni_spec()).await.unwrap();
-        assert!(prereq::check_eni(&h, &eni_spec(), true).await.unwrap().is_empty());
+        assert!(prereq::check_eni(&h, &eni_spec(), true)
+            .await
+            .unwrap()
+            .is_empty());
         ns.ip(&["route", "flush", "table", "2"]);
         let f = prereq::check_eni(&h, &eni_spec(), true).await.unwrap();
         assert_eq!(f.len(), 1, "{f:?}");
-        assert_eq!((f[0].kind, f[0].repaired()), (Kind::EniTable, true), "{f:?}");
-        assert!(f[0].problem.contains("missing default via 10.0.2.1"), "{f:?}");
-        assert!(ns.ip(&["route", "show", "table", "2"]).contains("default via 10.0.2.1"));
+        assert_eq!(
+            (f[0].kind, f[0].repaired()),
+            (Kind::EniTable, true),
+            "{f:?}"
+        );
+        assert!(
+            f[0].problem.contains("missing default via 10.0.2.1"),
+            "{f:?}"
+        );
+        assert!(ns
+            .ip(&["route", "show", "table", "2"])
+            .contains("default via 10.0.2.1"));
 
         ns.ip(&["link", "del", "eth2"]);
         let f = prereq::check_eni(&h, &eni_spec(), true).await.unwrap();
-        assert_eq!((f[0].kind, f[0].repaired()), (Kind::EniInterface, false), "{f:?}");
+        assert_eq!(
+            (f[0].kind, f[0].repaired()),
+            (Kind::EniInterface, false),
+            "{f:?}"
+        );
     });
 }
 
@@ -210,15 +313,29 @@ fn a_deleted_firewall_table_and_strict_rp_filter_are_repaired() {
     rt().block_on(async {
         let h = handle(&ns);
         firewall::apply(&h, Some(&path), &spec).await.unwrap();
-        assert!(prereq::check_firewall(&h, Some(&path), &spec, true).await.unwrap().is_empty());
-        common::run(&["ip", "netns", "exec", &ns.name, "nft", "delete", "table", "ip", "vpcnet"]);
-        sysctl::write(Some(&path), "net.ipv4.conf.eth0.rp_filter", "1").await.unwrap();
-        let f = prereq::check_firewall(&h, Some(&path), &spec, true).await.unwrap();
+        assert!(prereq::check_firewall(&h, Some(&path), &spec, true)
+            .await
+            .unwrap()
+            .is_empty());
+        common::run(&[
+            "ip", "netns", "exec", &ns.name, "nft", "delete", "table", "ip", "vpcnet",
+        ]);
+        sysctl::write(Some(&path), "net.ipv4.conf.eth0.rp_filter", "1")
+            .await
+            .unwrap();
+        let f = prereq::check_firewall(&h, Some(&path), &spec, true)
+            .await
+            .unwrap();
         let kinds: Vec<Kind> = f.iter().map(|f| f.kind).collect();
         assert_eq!(kinds, [Kind::FirewallTable, Kind::RpFilter], "{f:?}");
         assert!(f.iter().all(|f| f.repaired()), "{f:?}");
         assert!(prereq::firewall_table_present(Some(&path)).await.unwrap());
-        assert_eq!(sysctl::read(Some(&path), "net.ipv4.conf.eth0.rp_filter").await.unwrap(), "2");
+        assert_eq!(
+            sysctl::read(Some(&path), "net.ipv4.conf.eth0.rp_filter")
+                .await
+                .unwrap(),
+            "2"
+        );
     });
 }
 
@@ -239,7 +356,8 @@ fn link_removals_are_announced_with_name_and_mac() {
             seen.push(l);
         }
         assert!(
-            seen.iter().any(|l| l.name == "eth3" && l.mac == "02:00:00:00:01:03"),
+            seen.iter()
+                .any(|l| l.name == "eth3" && l.mac == "02:00:00:00:01:03"),
             "{seen:?}"
         );
     });

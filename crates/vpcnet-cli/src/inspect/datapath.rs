@@ -116,12 +116,18 @@ mod tests {
             ..Default::default()
         };
         let t = datapath_text(&d, 10_000);
-        assert!(t.starts_with("3 audit passes, last 2s ago: 2 pods checked (1 healthy), 1 unrepaired"), "{t}");
+        assert!(
+            t.starts_with("3 audit passes, last 2s ago: 2 pods checked (1 healthy), 1 unrepaired"),
+            "{t}"
+        );
         assert!(t.contains("NOT READY: IPv4 forwarding is disabled"), "{t}");
         assert!(t.contains("UNREPAIRED: read-only /proc/sys"), "{t}");
         assert!(t.contains("default/web c1 10.0.1.5  pod_route"), "{t}");
         assert!(t.contains("repairs since start: pod_route 2"), "{t}");
-        assert!(t.contains("last repair 5s ago: pod_route 10.0.1.5/32"), "{t}");
+        assert!(
+            t.contains("last repair 5s ago: pod_route 10.0.1.5/32"),
+            "{t}"
+        );
         assert!(datapath_text(&DatapathDoc::default(), 0).starts_with("no datapath audit yet"));
     }
 }

@@ -84,7 +84,10 @@ mod tests {
         assert_eq!(p.eni_of(first).unwrap().info.id, "eni-1");
         p.release(&PodKey::new("c9", "eth0"), 0);
         assert!(p.mark_interface_gone("eni-1"));
-        assert!(!p.mark_interface_gone("eni-0"), "the primary is never marked");
+        assert!(
+            !p.mark_interface_gone("eni-0"),
+            "the primary is never marked"
+        );
         assert!(!p.mark_interface_gone("eni-9"), "unknown ENI");
         // Only the primary's address (cooled down by now) is handed out; then nothing.
         assert_eq!(assign(&mut p, 1), Some(Ipv4Addr::new(10, 0, 0, 10)));
@@ -108,7 +111,10 @@ mod tests {
         let mut p = pool(&view);
         p.mark_interface_gone("eni-1");
         p.reconcile(&view, UnknownIpPolicy::Free, 1);
-        assert!(p.interface_gone("eni-1"), "EC2 still lists it: still marked");
+        assert!(
+            p.interface_gone("eni-1"),
+            "EC2 still lists it: still marked"
+        );
         p.reconcile(&view[..1], UnknownIpPolicy::Free, 2);
         assert!(!p.interface_gone("eni-1"));
         // A new ENI with the same id later is not born marked.
