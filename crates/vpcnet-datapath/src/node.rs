@@ -15,8 +15,8 @@ use rtnetlink::{Handle, LinkUnspec, RouteMessageBuilder};
 
 use crate::error::{errno, errnos, nl};
 use crate::names::{format_mac, parse_mac};
-use crate::nl::{addrs_v4, delete_route, links, routes_v4, Link, Route};
-use crate::{Error, Result, MAIN_TABLE};
+use crate::nl::{addrs_v4, delete_route, links, routes_v4, rules_v4, Link, Route};
+use crate::{Error, Result, MAIN_TABLE, PRIO_FROM_POD};
 
 /// Highest ENI device number with a route table of its own: its table, 252, is the last one
 /// below the kernel's reserved tables `default` (253), `main` (254) and `local` (255).
@@ -112,9 +112,10 @@ pub async fn find_link_by_mac(h: &Handle, mac: &str) -> Result<Option<Link>> {
 /// so calling it again reconciles.
 ///
 /// Upgrade from the old numbering (table = device number): this ENI's own routes left in table
-/// N = device number (those whose output device is this ENI's interface) are removed. Other
-/// routes of table N are left alone: under the current numbering table N belongs to device
-/// N − 1, whose own [`setup_eni`] rewrites it.
+/// N = device number (those whose output device is this ENI's interface) are removed once no
+/// pod rule of the ENI's subnet looks up table N any more. Other routes of table N are left
+/// alone: under the current numbering table N belongs to device N − 1, whose own [`setup_eni`]
+/// rewrites it.
 ///
 /// Errors: [`Error::Invalid`] for a bad spec; [`Error::NotFound`] when no interface has the MAC;
 /// [`Error::Netlink`] naming the failed step.
@@ -194,7 +195,7 @@ pub async fn setup_eni(h: &Handle, spec: &EniSpec) -> Result<EniLink> {
             delete_route(h, &r).await?;
         }
     }
-    for r in legacy_routes(h, spec.device_number, link.index).await? {
+    for r in legacy_routes(h, spec, link.index).await? {
         delete_route(h, &r).await?;
     }
     Ok(EniLink {
@@ -213,10 +214,22 @@ fn is_wanted(r: &Route, spec: &EniSpec, index: u32) -> bool {
     subnet || default
 }
 
-/// Routes the old numbering (table = device number) left for the ENI at `device_number`: those
-/// of table `device_number` whose output device is the ENI's interface `index`.
-async fn legacy_routes(h: &Handle, device_number: u32, index: u32) -> Result<Vec<Route>> {
-    Ok(eni_table(h, device_number)
+/// Routes the old numbering (table = device number) left for the ENI of `spec`: those of table
+/// N = device number whose output device is the ENI's interface `index`. Empty while a pod rule
+/// (`from <ip> lookup N` at 1536, `ip` in the ENI's subnet) still looks up table N: such a pod
+/// was set up under the old numbering and keeps its routes until the datapath audit re-points
+/// its rule (it checks pods before ENIs, so the same pass then removes these routes).
+async fn legacy_routes(h: &Handle, spec: &EniSpec, index: u32) -> Result<Vec<Route>> {
+    let n = spec.device_number;
+    let in_use = rules_v4(h).await?.iter().any(|r| {
+        r.priority == PRIO_FROM_POD
+            && r.table == n
+            && r.src.is_some_and(|(ip, _)| spec.subnet.contains(&ip))
+    });
+    if in_use {
+        return Ok(vec![]);
+    }
+    Ok(eni_table(h, n)
         .await?
         .into_iter()
         .filter(|r| r.oif == Some(index))
@@ -303,7 +316,7 @@ pub async fn verify_eni(h: &Handle, spec: &EniSpec) -> Result<Vec<String>> {
             r.dst, r.dst_len, r.gateway, r.oif
         ));
     }
-    for r in legacy_routes(h, spec.device_number, link.index).await? {
+    for r in legacy_routes(h, spec, link.index).await? {
         drift.push(format!(
             "table {}: stale route {}/{} dev {n} of the old numbering (table = device number), want it in table {t} only",
             spec.device_number, r.dst, r.dst_len

@@ -61,6 +61,17 @@ fn setup_eni_builds_table_n_plus_1_and_reconciles() {
     ]);
     rt().block_on(async {
         let h = handle(&ns);
+        // A pod of the old numbering still looks up table 2: its routes stay (the audit
+        // re-points the rule first).
+        ns.ip(&[
+            "rule", "add", "priority", "1536", "from", "10.0.2.5", "lookup", "2",
+        ]);
+        node::setup_eni(&h, &spec).await.unwrap();
+        let old = ns.ip(&["-4", "route", "show", "table", "2"]);
+        assert!(old.contains("default via 10.0.2.1 dev eth2"), "{old}");
+        ns.ip(&[
+            "rule", "del", "priority", "1536", "from", "10.0.2.5", "lookup", "2",
+        ]);
         let drift = node::verify_eni(&h, &spec).await.unwrap();
         assert!(
             drift

@@ -357,6 +357,19 @@ fn a_vpc_cni_node_with_running_pods_swaps_to_vpcnet_and_back_in_place() {
             let mut ever: BTreeSet<Ipv4Addr> = before.values().copied().collect();
             assert_eq!(ever.len(), PODS);
             assert_eq!(agent_assigned(lab, &n1), ever, "ipamd's view");
+            // The case the table numbering decides: a pod on a secondary ENI, probed across the
+            // swaps (its `from` rule looks up the VPC CNI's table of that ENI).
+            let enis = describe_node_enis(lab, &n1);
+            let on_secondary: Vec<Ipv4Addr> = before
+                .values()
+                .copied()
+                .filter(|ip| eni_of(&enis, *ip).and_then(|e| e.device_index) > Some(0))
+                .collect();
+            assert!(
+                !on_secondary.is_empty(),
+                "no pod on a secondary ENI: {before:?}"
+            );
+            eprintln!("pods on secondary ENIs: {on_secondary:?}");
             let cp_ns = format!("{}-cp", lab.state().unwrap().prefix);
             let prober = Prober::start(&cp_ns, before.values().copied().collect());
             probe_rounds(&prober, 2);
