@@ -13,6 +13,8 @@ use anyhow::{anyhow, Context};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use vpcnet_ec2::{Ec2, Ec2Options, Imds, NetworkInterface};
+
+use crate::cloud::{CloudApis, Ec2Api, MetadataApi};
 use vpcnet_ipam::{Pool, UnknownIpPolicy, WarmConfig};
 use vpcnet_limits::InstanceLimits;
 
@@ -35,11 +37,36 @@ pub struct AgentHandle {
 }
 
 impl AgentHandle {
-    /// Stops every task and waits for them; the socket file is removed.
+    /// Stops every task and waits for them, then writes the checkpoint once more; the
+    /// socket file is removed. EC2 work in flight gets `shutdown_timeout`
+    /// (VPCNET_SHUTDOWN_TIMEOUT) to finish; a task still running a second after that is
+    /// aborted, so shutdown is bounded.
     pub async fn shutdown(mut self) {
         let _ = self.stop.send(true);
-        for t in self.tasks.supervisors.drain(..) {
-            let _ = t.await;
+        let bound = self.shared.opts.shutdown_timeout + Duration::from_secs(1);
+        let supervisors: Vec<_> = self.tasks.supervisors.drain(..).collect();
+        let aborts: Vec<_> = supervisors.iter().map(|t| t.abort_handle()).collect();
+        if tokio::time::timeout(bound, futures::future::join_all(supervisors))
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                ?bound,
+                "tasks still running at the shutdown timeout: aborted"
+            );
+            for a in aborts {
+                a.abort();
+            }
+            for (_, a) in &self.tasks.essential {
+                a.abort();
+            }
+        }
+        // The pool as the stopped tasks left it: every assignment handed out, every cooldown.
+        if let Err(e) = self.shared.persist().await {
+            tracing::error!(
+                "final checkpoint write failed: {}",
+                crate::errors::chain(&e)
+            );
         }
         let _ = std::fs::remove_file(&self.socket_path);
     }
@@ -151,7 +178,7 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
     let listener = crate::grpc::bind(&opts.socket_path)?;
     let metrics = Arc::new(Metrics::new());
     let found = discover(&opts, metrics.clone(), started).await?;
-    let limits = instance_limits(&found.ec2, &found.facts).await?;
+    let limits = instance_limits(found.ec2.as_ref(), &found.facts).await?;
     let store: Arc<dyn checkpoint_file::CheckpointStore> =
         opts.checkpoint_store.clone().unwrap_or_else(|| {
             Arc::new(checkpoint_file::FileCheckpoint {
@@ -165,7 +192,9 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
     let ec2 = found.ec2;
     let mut opts = opts;
     opts.checkpoint_store = Some(store);
-    let shared = Arc::new(Shared::new(opts.clone(), found.facts, pool, metrics));
+    let mut shared = Shared::new(opts.clone(), found.facts, pool, metrics);
+    shared.stop = stop_rx.clone().into();
+    let shared = Arc::new(shared);
     let mut tasks = Tasks::default();
     tasks.essential(
         "grpc",
@@ -173,7 +202,7 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
         &stop_rx,
         crate::grpc::serve(shared.clone(), listener, stop_rx.clone()),
     );
-    bring_up(&shared, &ec2, found.enis, policy).await?;
+    bring_up(&shared, ec2.as_ref(), found.enis, policy).await?;
     let time_to_ready = started.elapsed();
     tracing::info!(summary = ?shared.pool().summary(now_ms()), ?time_to_ready, "pool ready; serving");
     if let Some(path) = &opts.conflist_path {
@@ -213,10 +242,32 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
     })
 }
 
+/// An essential task stopped unexpectedly (its name and why). [`run`] returns it after
+/// shutting down; the supervisor has already logged the one error line that says so, so the
+/// caller exits non-zero without logging it again.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct EssentialTaskFailed(pub String);
+
+/// Test hook, compiled into debug builds only (never a release binary): the environment
+/// variable `VPCNET_TEST_END_TASK=<name>` ends the essential task `name` (see
+/// [`AgentHandle::abort_task`]) as soon as the agent serves, so a test can watch the process
+/// fail as it would if that task had ended on its own.
+#[cfg(debug_assertions)]
+fn test_hook_end_task(handle: &AgentHandle) {
+    if let Ok(name) = std::env::var("VPCNET_TEST_END_TASK") {
+        tracing::warn!(task = %name, "test hook VPCNET_TEST_END_TASK: ending the task");
+        handle.abort_task(&name);
+    }
+}
+
 /// Runs the agent until SIGINT/SIGTERM, or until an essential task stops unexpectedly
-/// (then the error names the task, and the caller exits non-zero).
+/// (then the error is [`EssentialTaskFailed`], naming the task, and the caller exits
+/// non-zero).
 pub async fn run(opts: AgentOptions) -> anyhow::Result<()> {
     let handle = start(opts).await?;
+    #[cfg(debug_assertions)]
+    test_hook_end_task(&handle);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let failure = tokio::select! {
         _ = tokio::signal::ctrl_c() => None,
@@ -227,13 +278,13 @@ pub async fn run(opts: AgentOptions) -> anyhow::Result<()> {
     handle.shutdown().await;
     match failure {
         None => Ok(()),
-        Some(why) => Err(anyhow!("{why}")),
+        Some(why) => Err(EssentialTaskFailed(why).into()),
     }
 }
 
 /// What start-up learns about the instance before the pool exists.
 struct Discovered {
-    ec2: Ec2,
+    ec2: Arc<dyn Ec2Api>,
     /// The instance's ENIs from the one batched describe.
     enis: Vec<NetworkInterface>,
     facts: NodeFacts,
@@ -246,35 +297,44 @@ async fn discover(
     metrics: Arc<Metrics>,
     started: Instant,
 ) -> anyhow::Result<Discovered> {
-    let imds = match &opts.imds_endpoint {
-        Some(e) => Imds::with_endpoint(e, Some(Duration::from_secs(2)))
-            .map_err(|e| anyhow!("IMDS endpoint: {e}"))?,
-        None => Imds::new(),
+    let imds: Arc<dyn MetadataApi> = match &opts.cloud {
+        Some(c) => c.metadata.clone(),
+        None => Arc::new(match &opts.imds_endpoint {
+            Some(e) => Imds::with_endpoint(e, Some(Duration::from_secs(2)))
+                .context("IMDS endpoint (AWS_EC2_METADATA_SERVICE_ENDPOINT)")?,
+            None => Imds::new(),
+        }),
     };
-    let id = read_identity(&imds, opts).await?;
+    let id = read_identity(imds.as_ref(), opts).await?;
     tracing::debug!(elapsed = ?started.elapsed(), "IMDS identity");
     let ec2_and_enis = async {
-        let ec2 = Ec2::connect(
-            Ec2Options {
-                region: Some(id.region.clone()),
-                endpoint_url: opts.ec2_endpoint.clone(),
-                imds_endpoint: opts.imds_endpoint.clone(),
-                credentials: opts.credentials.clone(),
-                calls: opts.ec2_calls.clone(),
-            },
-            metrics,
-        )
-        .await
-        .map_err(|e| anyhow!("{e}"))?;
+        let ec2: Arc<dyn Ec2Api> = match &opts.cloud {
+            Some(CloudApis { ec2, .. }) => ec2.clone(),
+            None => Arc::new(
+                Ec2::connect(
+                    Ec2Options {
+                        region: Some(id.region.clone()),
+                        endpoint_url: opts.ec2_endpoint.clone(),
+                        imds_endpoint: opts.imds_endpoint.clone(),
+                        credentials: opts.credentials.clone(),
+                        calls: opts.ec2_calls.clone(),
+                    },
+                    metrics,
+                )
+                .await
+                .context("building the EC2 client")?,
+            ),
+        };
         tracing::debug!(elapsed = ?started.elapsed(), "EC2 client");
         let enis = ec2
             .describe_instance_network_interfaces(&id.instance_id)
             .await
-            .map_err(|e| anyhow!("describing the instance's ENIs: {e}"))?;
+            .context("describing the instance's ENIs")?;
         tracing::debug!(elapsed = ?started.elapsed(), "described ENIs");
         anyhow::Ok((ec2, enis))
     };
-    let ((ec2, enis), facts) = tokio::try_join!(ec2_and_enis, read_facts(&imds, &id, opts))?;
+    let ((ec2, enis), facts) =
+        tokio::try_join!(ec2_and_enis, read_facts(imds.as_ref(), &id, opts))?;
     tracing::info!(instance = %facts.instance_id, r#type = %facts.instance_type, subnet = %facts.subnet_id, "instance facts from IMDS");
     Ok(Discovered { ec2, enis, facts })
 }
@@ -287,7 +347,7 @@ struct Identity {
     region: String,
 }
 
-async fn read_identity(imds: &Imds, opts: &AgentOptions) -> anyhow::Result<Identity> {
+async fn read_identity(imds: &dyn MetadataApi, opts: &AgentOptions) -> anyhow::Result<Identity> {
     let (instance_id, instance_type, mac, region) = tokio::try_join!(
         imds.instance_id(),
         imds.instance_type(),
@@ -310,7 +370,11 @@ async fn read_identity(imds: &Imds, opts: &AgentOptions) -> anyhow::Result<Ident
 
 /// IMDS second round: the primary ENI's subnet, VPC CIDRs and security groups (static facts;
 /// hints only, never used to hand out or release an address).
-async fn read_facts(imds: &Imds, id: &Identity, opts: &AgentOptions) -> anyhow::Result<NodeFacts> {
+async fn read_facts(
+    imds: &dyn MetadataApi,
+    id: &Identity,
+    opts: &AgentOptions,
+) -> anyhow::Result<NodeFacts> {
     let (iface, primary_ip) = tokio::try_join!(imds.interface(&id.mac), imds.local_ipv4())
         .context("reading the primary ENI from IMDS")?;
     Ok(NodeFacts {
@@ -332,13 +396,18 @@ async fn read_facts(imds: &Imds, id: &Identity, opts: &AgentOptions) -> anyhow::
 
 /// The instance type's ENI and IP limits: the built-in table, else EC2
 /// `DescribeInstanceTypes`.
-async fn instance_limits(ec2: &Ec2, facts: &NodeFacts) -> anyhow::Result<InstanceLimits> {
+async fn instance_limits(ec2: &dyn Ec2Api, facts: &NodeFacts) -> anyhow::Result<InstanceLimits> {
     if let Some(l) = vpcnet_limits::lookup(&facts.instance_type) {
         return Ok(l.clone());
     }
     ec2.describe_instance_types(std::slice::from_ref(&facts.instance_type))
         .await
-        .map_err(|e| anyhow!("instance type {} is not in the built-in table and DescribeInstanceTypes failed: {e}", facts.instance_type))?
+        .with_context(|| {
+            format!(
+                "instance type {} is not in the built-in table and DescribeInstanceTypes failed",
+                facts.instance_type
+            )
+        })?
         .into_iter()
         .next()
         .ok_or_else(|| anyhow!("EC2 does not know instance type {}", facts.instance_type))
@@ -357,7 +426,7 @@ fn warm_config(opts: &AgentOptions, limits: &InstanceLimits) -> anyhow::Result<W
     c.surplus_hold_ms = opts.surplus_hold.as_millis() as u64;
     // Custom networking: pods use secondary ENIs (the ENIConfig's subnet) only.
     c.primary_eni_for_pods = opts.custom_networking.is_none();
-    c.validate().map_err(|e| anyhow!("{e}"))?;
+    c.validate().context("warm-pool settings")?;
     if c.prefix_delegation && !limits.supports_prefix_delegation() {
         anyhow::bail!("ENABLE_PREFIX_DELEGATION=true needs a Nitro instance type; {} is not (unset ENABLE_PREFIX_DELEGATION)", limits.instance_type);
     }
@@ -410,7 +479,7 @@ fn restore_pool(
 /// soon as one address is available.
 async fn bring_up(
     shared: &Shared,
-    ec2: &Ec2,
+    ec2: &dyn Ec2Api,
     enis: Vec<NetworkInterface>,
     policy: UnknownIpPolicy,
 ) -> anyhow::Result<()> {
@@ -424,8 +493,9 @@ async fn bring_up(
     crate::reconciler::setup_node_enis(shared).await;
     crate::reconciler::setup_node_firewall(shared).await;
     if let Err(e) = crate::reconciler::fill(shared, ec2).await {
+        let e = crate::errors::chain(&e);
         tracing::warn!("initial pool fill failed: {e}; the reconciler retries");
-        shared.set_error(Some(e.to_string()));
+        shared.set_error(Some(e));
         shared.wake.notify_one();
     }
     shared.ready.store(true, Ordering::Release);
@@ -483,7 +553,7 @@ fn write_conflist(path: &Path, opts: &AgentOptions) -> std::io::Result<()> {
 /// sweep.
 fn spawn_background(
     shared: &Arc<Shared>,
-    ec2: &Ec2,
+    ec2: &Arc<dyn Ec2Api>,
     stop: &watch::Receiver<bool>,
     tasks: &mut Tasks,
 ) {
@@ -506,10 +576,9 @@ fn spawn_background(
         });
     }
     // Not essential: without link events the periodic audit still notices a vanished ENI.
-    tasks.other(crate::datapath_audit::watch_links(
-        shared.clone(),
-        stop.clone(),
-    ));
+    if let Some(watcher) = crate::datapath_audit::link_watcher(shared, stop.clone()) {
+        tasks.other(watcher);
+    }
     if shared.opts.sweep_leaked_enis {
         tasks.essential(
             "leaked-eni-sweep",
@@ -584,9 +653,17 @@ fn spawn_api_client(
     }
     // Not essential: IPAM never depends on the Kubernetes API (DESIGN principle 3).
     let mut stop = stop.clone();
+    let status = shared.api.clone();
     tasks.other(async move {
         tokio::select! {
-            _ = client => tracing::error!("the Kubernetes API client stopped; IPAM goes on without it"),
+            _ = client => {
+                // Without an API server configured (or with an unusable configuration) the
+                // client ends at once, having said why: not an error to report again.
+                let state = status.read().unwrap_or_else(|e| e.into_inner()).state;
+                if !matches!(state, vpcnet_introspection::ApiState::Disabled | vpcnet_introspection::ApiState::Misconfigured) {
+                    tracing::error!("the Kubernetes API client stopped; IPAM goes on without it");
+                }
+            }
             _ = stop.changed() => {}
         }
     });

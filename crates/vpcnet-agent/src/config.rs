@@ -277,6 +277,12 @@ settings! {
         /// Must exceed the plugin's worst ADD from receiving the address to building its
         /// datapath (no VPC CNI equivalent).
         pod_reclaim_grace_secs: u64 = "VPCNET_POD_RECLAIM_GRACE", "60", Int::range(5, 86_400);
+        /// Seconds EC2 work in flight (an ENI being created and attached, a release) may go on
+        /// after SIGTERM before it is dropped, so the agent exits well within a pod's 30 s
+        /// termination grace with its checkpoint written. An ENI created but not yet attached
+        /// then is left detached with its tags, and the leaked-ENI sweep deletes it once it is
+        /// 5 minutes old (no VPC CNI equivalent).
+        shutdown_timeout_secs: u64 = "VPCNET_SHUTDOWN_TIMEOUT", "5", Int::range(1, 25);
 
         @group ec2: Ec2Settings;
     }

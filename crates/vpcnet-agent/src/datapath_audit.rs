@@ -91,6 +91,15 @@ pub async fn run_pass(shared: &Arc<Shared>) {
         .filter(|e| !e.info.primary && !e.deleting)
         .map(|e| crate::reconciler::node_setup::node_eni(&e.info, shared.opts.mtu))
         .collect();
+    // Only marks that exist before the checks may be lifted by them: a removal event during
+    // the pass is newer than what the pass saw.
+    let marked_before: Vec<String> = {
+        let pool = shared.pool();
+        pool.enis()
+            .filter(|e| pool.interface_gone(&e.info.id))
+            .map(|e| e.info.id.clone())
+            .collect()
+    };
     let s = shared.clone();
     let req = AuditRequest {
         pods: rows.iter().map(|r| r.want.clone()).collect(),
@@ -102,7 +111,7 @@ pub async fn run_pass(shared: &Arc<Shared>) {
     shared.metrics.inc_datapath_audit();
     match node.audit(&req).await {
         Ok(None) => {}
-        Ok(Some(report)) => record(shared, &req, &rows, report),
+        Ok(Some(report)) => record(shared, &req, &rows, &marked_before, report),
         Err(e) => {
             tracing::warn!("datapath audit failed: {e:#}; retried at the next pass");
             let mut d = shared.datapath.lock().unwrap_or_else(|p| p.into_inner());
@@ -187,9 +196,15 @@ fn doc_finding(f: &Finding) -> doc::Finding {
 }
 
 /// Applies a pass's report: ENIs without interface, logs, metrics, `/v1/datapath`.
-fn record(shared: &Shared, req: &AuditRequest, rows: &[PodRow], report: AuditReport) {
+fn record(
+    shared: &Shared,
+    req: &AuditRequest,
+    rows: &[PodRow],
+    marked_before: &[String],
+    report: AuditReport,
+) {
     let now = now_ms();
-    mark_eni_interfaces(shared, req, &report.node);
+    mark_eni_interfaces(shared, req, marked_before, &report.node);
     let mut unrepaired: BTreeMap<&'static str, u64> = BTreeMap::new();
     let mut repairs = Vec::new();
     let all = report.node.iter().chain(report.pods.iter().flatten());
@@ -246,8 +261,13 @@ fn record(shared: &Shared, req: &AuditRequest, rows: &[PodRow], report: AuditRep
 }
 
 /// ENIs whose interface the audit did not find stop serving addresses (and EC2 is described
-/// again); those marked earlier whose interface is back serve again.
-fn mark_eni_interfaces(shared: &Shared, req: &AuditRequest, node: &[Finding]) {
+/// again); those marked before the pass (`marked_before`) whose interface is back serve again.
+fn mark_eni_interfaces(
+    shared: &Shared,
+    req: &AuditRequest,
+    marked_before: &[String],
+    node: &[Finding],
+) {
     let gone: Vec<&str> = node
         .iter()
         .filter(|f| f.kind == Kind::EniInterface)
@@ -265,7 +285,7 @@ fn mark_eni_interfaces(shared: &Shared, req: &AuditRequest, node: &[Finding]) {
         };
         if gone.iter().any(|m| m.eq_ignore_ascii_case(&e.mac)) {
             describe |= pool.mark_interface_gone(&id);
-        } else if pool.mark_interface_back(&id) {
+        } else if marked_before.contains(&id) && pool.mark_interface_back(&id) {
             tracing::info!(eni = %id, "the ENI's interface is back: its addresses serve again");
         }
     }
@@ -301,33 +321,37 @@ pub fn on_link_removed(shared: &Shared, mac: &str, name: &str) -> bool {
     true
 }
 
-/// The link-removal watcher task: reacts to each removed link ([`on_link_removed`]) until
-/// `stop`. Without events (a fake node network) or when the subscription fails (logged), it
-/// returns: the periodic audit still notices a vanished interface.
-pub async fn watch_links(shared: Arc<Shared>, mut stop: tokio::sync::watch::Receiver<bool>) {
-    let Some(node) = &shared.opts.node_network else {
-        return;
-    };
+/// Subscribes to link removals now (so no event after start-up is missed) and returns the
+/// watcher task: it reacts to each removed link ([`on_link_removed`]) until `stop`. `None`
+/// without events (a fake node network, the node datapath off) or when the subscription fails
+/// (logged): the periodic audit still notices a vanished interface.
+pub fn link_watcher(
+    shared: &Arc<Shared>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+    let node = shared.opts.node_network.as_ref()?;
     let mut rx = match node.removed_links() {
-        Ok(Some(rx)) => rx,
-        Ok(None) => return,
+        Ok(rx) => rx?,
         Err(e) => {
             tracing::warn!("subscribing to link removals failed: {e:#}; a detached ENI is noticed at the next periodic pass");
-            return;
+            return None;
         }
     };
-    loop {
-        tokio::select! {
-            l = rx.recv() => match l {
-                Some(l) => {
-                    on_link_removed(&shared, &l.mac, &l.name);
-                }
-                None => {
-                    tracing::warn!("link-removal events ended; a detached ENI is noticed at the next periodic pass");
-                    return;
-                }
-            },
-            _ = stop.changed() => return,
+    let shared = shared.clone();
+    Some(async move {
+        loop {
+            tokio::select! {
+                l = rx.recv() => match l {
+                    Some(l) => {
+                        on_link_removed(&shared, &l.mac, &l.name);
+                    }
+                    None => {
+                        tracing::warn!("link-removal events ended; a detached ENI is noticed at the next periodic pass");
+                        return;
+                    }
+                },
+                _ = stop.changed() => return,
+            }
         }
-    }
+    })
 }

@@ -5,6 +5,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
 
+use anyhow::Context;
+
 use tonic::{Request, Response, Status};
 use vpcnet_datapath::node::eni_route_table;
 use vpcnet_ipam::{AssignError, PodKey, PodRef};
@@ -255,17 +257,18 @@ impl CniBackend for Backend {
 /// Binds the Unix socket (removing a stale one), mode 0660.
 pub fn bind(path: &Path) -> anyhow::Result<tokio::net::UnixListener> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| {
-            anyhow::anyhow!("cannot create socket directory {}: {e}", dir.display())
-        })?;
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create socket directory {}", dir.display()))?;
     }
     match std::fs::remove_file(path) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => anyhow::bail!("cannot remove stale socket {}: {e}", path.display()),
+        Err(e) => {
+            return Err(e).with_context(|| format!("cannot remove stale socket {}", path.display()))
+        }
     }
     let l = tokio::net::UnixListener::bind(path)
-        .map_err(|e| anyhow::anyhow!("cannot bind gRPC socket {}: {e}", path.display()))?;
+        .with_context(|| format!("cannot bind gRPC socket {}", path.display()))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
     Ok(l)
 }
@@ -336,6 +339,6 @@ pub async fn serve(
         })
         .await;
     if let Err(e) = res {
-        tracing::error!("gRPC server failed: {e}");
+        tracing::error!("gRPC server failed: {}", crate::errors::chain(&e));
     }
 }

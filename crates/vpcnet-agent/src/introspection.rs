@@ -6,6 +6,8 @@ use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
+use anyhow::Context;
+
 use axum::extract::State;
 use axum::routing::get;
 use axum::{Json, Router};
@@ -189,7 +191,7 @@ where
         })
         .await;
     if let Err(e) = res {
-        tracing::error!("HTTP server failed: {e}");
+        tracing::error!("HTTP server failed: {}", crate::errors::chain(&e));
     }
 }
 
@@ -201,7 +203,7 @@ pub fn bind_unix(path: &std::path::Path, what: &str) -> anyhow::Result<tokio::ne
     }
     let _ = std::fs::remove_file(path);
     let l = tokio::net::UnixListener::bind(path)
-        .map_err(|e| anyhow::anyhow!("cannot bind {what} on unix:{}: {e}", path.display()))?;
+        .with_context(|| format!("cannot bind {what} on unix:{}", path.display()))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
     Ok(l)
 }

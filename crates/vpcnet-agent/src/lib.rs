@@ -10,9 +10,11 @@
 
 mod agent;
 pub mod checkpoint_file;
+pub mod cloud;
 pub mod config;
 pub mod datapath_audit;
 mod docs;
+pub mod errors;
 pub mod grpc;
 pub mod introspection;
 pub mod kubernetes;
@@ -23,5 +25,5 @@ pub mod reconciler;
 pub mod state;
 pub mod vpc_cni_checkpoint;
 
-pub use agent::{run, start, AgentHandle};
+pub use agent::{run, start, AgentHandle, EssentialTaskFailed};
 pub use options::{options_from_config, AgentOptions, Targets};

@@ -44,6 +44,8 @@ async fn main() -> std::process::ExitCode {
     };
     match vpcnet_agent::run(opts).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        // Already said in the one error line of the task's supervisor.
+        Err(e) if e.is::<vpcnet_agent::EssentialTaskFailed>() => std::process::ExitCode::FAILURE,
         Err(e) => {
             tracing::error!("vpcnet-agent failed: {e:#}");
             eprintln!("vpcnet-agent: {e:#}");

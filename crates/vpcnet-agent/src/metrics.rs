@@ -805,6 +805,8 @@ mod declaration_tests {
         m.inc_del_ip_req("PodDeleted");
         m.inc_ipamd_error("x");
         m.inc_reconcile("x");
+        m.inc_datapath_repair("x");
+        m.set_datapath_unrepaired([("x", 1)]);
         drop(m.action("x"));
         let e = Ec2Error::api(Action::AttachNetworkInterface, "Boom", "", Some(400));
         let obs: Arc<dyn Ec2Observer> = m.clone();

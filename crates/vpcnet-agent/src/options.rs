@@ -145,6 +145,15 @@ pub struct AgentOptions {
     /// `KUBERNETES_SERVICE_HOST`/`_PORT` and service account, `MY_NODE_NAME`); by default none
     /// (the client stays disabled).
     pub api: crate::kubernetes::ApiSettings,
+    /// The cloud to talk to; `None` = the real adapters: IMDS at `imds_endpoint` and EC2
+    /// through the SDK (`ec2_endpoint`, `region`, `credentials`, `ec2_calls`). Tests pass an
+    /// in-process fake cloud here.
+    pub cloud: Option<crate::cloud::CloudApis>,
+    /// How long EC2 work in flight may go on after the stop signal (SIGTERM) before it is
+    /// dropped (VPCNET_SHUTDOWN_TIMEOUT, default 5 s; well under a pod's 30 s grace). An ENI
+    /// created but not yet attached when its work is dropped is left detached with its tags
+    /// (instance ID, `createdAt`), and the leaked-ENI sweep deletes it once it is old enough.
+    pub shutdown_timeout: Duration,
     /// AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG: `Some` = custom networking, with the Node
     /// annotation and label keys that choose the ENIConfig (`ENI_CONFIG_ANNOTATION_DEF`,
     /// `ENI_CONFIG_LABEL_DEF`); the agent watches its Node and the ENIConfigs.
@@ -162,6 +171,8 @@ impl std::fmt::Debug for AgentOptions {
             .field("introspection_addr", &self.introspection_addr)
             .field("metrics_addr", &self.metrics_addr)
             .field("node_network", &self.node_network.is_some())
+            .field("cloud", &self.cloud.is_some())
+            .field("shutdown_timeout", &self.shutdown_timeout)
             .field("custom_networking", &self.custom_networking)
             .finish_non_exhaustive()
     }
@@ -211,6 +222,8 @@ impl Default for AgentOptions {
                 service_account_dir: PathBuf::from(crate::kubernetes::client::SERVICE_ACCOUNT_DIR),
                 ..Default::default()
             },
+            cloud: None,
+            shutdown_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -289,6 +302,7 @@ pub fn options_from_config(c: &Config) -> anyhow::Result<AgentOptions> {
         sweep_leaked_enis: !c.disable_leaked_eni_cleanup,
         leaked_eni_sweep_interval: Duration::from_secs(c.leaked_eni_sweep_interval_secs),
         pod_reclaim_grace: Duration::from_secs(c.pod_reclaim_grace_secs),
+        shutdown_timeout: Duration::from_secs(c.shutdown_timeout_secs),
         api: crate::kubernetes::ApiSettings {
             cluster_endpoint: Some(c.cluster_endpoint.clone()).filter(|v| !v.is_empty()),
             // Set by kubelet in every pod (not operator settings, so not declared in config).

@@ -29,12 +29,28 @@ pub struct NodeFacts {
     pub security_groups: Vec<String>,
 }
 
-/// Milliseconds since the Unix epoch, the core's clock.
+/// Milliseconds since the Unix epoch, the core's clock: the wall clock, moved by how far
+/// tokio's clock is ahead of (or behind) the real monotonic clock. In production the two
+/// monotonic clocks agree and this is the wall clock; on a paused tokio clock (tests) it is
+/// the wall clock at the pause plus the time advanced, so cooldowns, reclaim graces and the
+/// leaked-ENI age guard run on the same clock as every timer of the agent.
 pub fn now_ms() -> u64 {
-    SystemTime::now()
+    let wall = SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+        .map(|d| d.as_millis() as i128)
+        .unwrap_or(0);
+    let tokio_now = tokio::time::Instant::now().into_std();
+    let real_now = std::time::Instant::now();
+    let skew = match tokio_now.checked_duration_since(real_now) {
+        Some(ahead) => ahead.as_millis() as i128,
+        None => -(real_now.duration_since(tokio_now).as_millis() as i128),
+    };
+    (wall + skew).max(0) as u64
+}
+
+/// [`now_ms`] as a UTC date (the `createdAt` tag of ENIs and the leaked-ENI age guard).
+pub fn wall_now() -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::from_timestamp_millis(now_ms() as i64).unwrap_or_default()
 }
 
 /// Everything the agent's tasks share.
@@ -69,6 +85,9 @@ pub struct Shared {
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
     /// The Kubernetes API client's state (`/v1/apiserver`), written by its task.
     pub api: crate::kubernetes::client::SharedStatus,
+    /// The agent's stop signal (SIGTERM): retries and polls of EC2 work end early at it.
+    /// Never fires unless [`crate::start`] sets it.
+    pub stop: vpcnet_backoff::Cancel,
     /// The node's ENIConfig under custom networking (written by the ENIConfig watch, read by
     /// the reconciler and `/v1/eniconfig`); `None` without custom networking.
     pub eniconfig: Option<watch::Sender<crate::kubernetes::eniconfig_watch::EniConfigTracked>>,
@@ -109,6 +128,7 @@ impl Shared {
             eni_lifecycle: tokio::sync::Mutex::new(()),
             metrics,
             api: Default::default(),
+            stop: vpcnet_backoff::Cancel::never(),
             eniconfig,
             datapath: Default::default(),
         }

@@ -103,7 +103,7 @@ fn attached(lab: &Lab) -> Vec<(u32, String, String)> {
         .into_iter()
         .filter_map(|e| {
             let a = e.attachment.as_ref()?;
-            (a.instance_id == lab.instance.instance_id).then(|| (a.device_index, e.mac, e.eni_id))
+            (a.instance_id == lab.instance.instance_id).then_some((a.device_index, e.mac, e.eni_id))
         })
         .collect()
 }

@@ -1,6 +1,7 @@
 //! Issue 13: the agent never double-assigns or leaks an address under disk, crash and cloud
-//! faults. In-process emulator + in-process agent; the node's datapath is a fake
-//! ([`FakeNode`]) so no namespace is touched.
+//! faults. In-process agent against the emulator over HTTP, or against the in-process fake
+//! cloud on tokio's paused clock (the tests that wait: reclaim grace, sweep age); the node's
+//! datapath is a fake ([`FakeNode`]) so no namespace is touched.
 
 mod common;
 
@@ -10,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::fake_cloud::{fake_options, FakeCloud};
 use common::*;
 use vpcnet_agent::checkpoint_file::{CheckpointStore, FileCheckpoint, Loaded};
 use vpcnet_agent::node::{BoxFuture, NodeEni, NodeFirewall, NodeNetwork};
@@ -125,6 +127,84 @@ async fn checkpoint_write_failure_fails_the_add_and_undoes_the_assignment() {
     agent.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoint_write_failure_fails_the_del_and_reinstates_the_address() {
+    let lab = lab("m5.large").await;
+    let store = Arc::new(FlakyStore {
+        file: FileCheckpoint {
+            path: lab.checkpoint(),
+        },
+        fail: AtomicBool::new(false),
+    });
+    let mut opts = lab.options();
+    opts.checkpoint_store = Some(store.clone());
+    let agent = vpcnet_agent::start(opts).await.unwrap();
+    let mut c = client(&lab.socket()).await;
+    let r = add_retry(&mut c, "p1", Duration::from_secs(10))
+        .await
+        .unwrap();
+    let ip: Ipv4Addr = r.ipv4_addr.parse().unwrap();
+    let key = vpcnet_ipam::PodKey::new("p1", "eth0");
+
+    store.fail.store(true, Ordering::SeqCst);
+    let e = c.del_network(del_req("p1")).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+    assert!(
+        e.message().contains("checkpoint")
+            && e.message().contains("no space left")
+            && e.message().contains("not released"),
+        "names the checkpoint, the cause and the outcome: {}",
+        e.message()
+    );
+    assert_eq!(
+        e.metadata()
+            .get(vpcnet_proto::REASON_HEADER)
+            .and_then(|v| v.to_str().ok()),
+        Some(vpcnet_proto::REASON_CHECKPOINT_WRITE)
+    );
+    {
+        let pool = agent.shared.pool();
+        assert_eq!(
+            pool.assignment(&key).map(|a| a.ip),
+            Some(ip),
+            "the address is reinstated to the pod"
+        );
+        assert!(
+            !pool.is_cooling(ip, vpcnet_agent::state::now_ms()),
+            "a reinstated address is not cooling"
+        );
+    }
+    // Memory and disk agree: the file still records the pod.
+    let file = FileCheckpoint {
+        path: lab.checkpoint(),
+    };
+    let on_disk = match file.load(0) {
+        Loaded::Valid(cp) => cp,
+        other => panic!("{other:?}"),
+    };
+    assert!(on_disk
+        .assignments
+        .iter()
+        .any(|a| a.container_id == "p1" && a.ip == ip));
+    // Another pod cannot get an address either while nothing can be recorded.
+    let other = c.add_network(add_req("p2")).await;
+    assert!(other.is_err(), "{other:?}");
+
+    // The runtime retries the DEL once writes work: released into cooldown, and on disk.
+    store.fail.store(false, Ordering::SeqCst);
+    let d = c.del_network(del_req("p1")).await.unwrap().into_inner();
+    assert!(d.released && d.ipv4_addr == r.ipv4_addr, "{d:?}");
+    assert!(agent.shared.pool().assignment(&key).is_none());
+    assert!(agent
+        .shared
+        .pool()
+        .is_cooling(ip, vpcnet_agent::state::now_ms()));
+    agent.shutdown().await;
+    let agent = vpcnet_agent::start(lab.options()).await.unwrap();
+    assert!(agent.shared.pool().assignment(&key).is_none());
+    agent.shutdown().await;
+}
+
 async fn healthz(addr: std::net::SocketAddr) -> Option<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
@@ -137,12 +217,25 @@ async fn healthz(addr: std::net::SocketAddr) -> Option<(u16, String)> {
     Some((code, out))
 }
 
+/// Every essential task: its end turns `/healthz` to 503 naming it within 5 s (or, for the
+/// introspection server that answers `/healthz`, makes it stop answering), and `failed()`
+/// (what `run` waits on to exit non-zero) names it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_essential_task_makes_health_fail_within_5s() {
-    for task in ["reconciler", "grpc", "leaked-eni-sweep"] {
+    for task in [
+        "reconciler",
+        "grpc",
+        "leaked-eni-sweep",
+        "pod-reclaim",
+        "metrics",
+        "introspection",
+    ] {
         let lab = lab("m5.large").await;
         let mut opts = lab.options();
         opts.introspection_addr = Some("127.0.0.1:0".parse().unwrap());
+        opts.metrics_addr = Some("127.0.0.1:0".parse().unwrap());
+        // The pod reclaim runs when the agent manages the node's datapath.
+        opts.node_network = Some(Arc::new(FakeNode::default()));
         let agent = vpcnet_agent::start(opts).await.unwrap();
         let addr = agent.introspection_addr.unwrap();
         assert_eq!(healthz(addr).await.unwrap().0, 200);
@@ -151,6 +244,7 @@ async fn a_stopped_essential_task_makes_health_fail_within_5s() {
         let body = loop {
             match healthz(addr).await {
                 Some((503, body)) => break body,
+                None if task == "introspection" => break task.to_string(),
                 _ => {
                     assert!(
                         t0.elapsed() < Duration::from_secs(5),
@@ -160,7 +254,7 @@ async fn a_stopped_essential_task_makes_health_fail_within_5s() {
                 }
             }
         };
-        assert!(body.contains(task), "{body}");
+        assert!(body.contains(task), "{task}: {body}");
         let why = tokio::time::timeout(Duration::from_secs(5), agent.failed())
             .await
             .expect("failed() resolves");
@@ -169,108 +263,138 @@ async fn a_stopped_essential_task_makes_health_fail_within_5s() {
     }
 }
 
-async fn ec2_client(lab: &Lab) -> vpcnet_ec2::Ec2 {
-    vpcnet_ec2::Ec2::connect_unobserved(vpcnet_ec2::Ec2Options {
-        region: Some("us-east-1".into()),
-        endpoint_url: Some(lab.endpoint.clone()),
-        imds_endpoint: None,
-        credentials: Some(vpcnet_ec2::StaticCredentials {
-            access_key_id: "test".into(),
-            secret_access_key: "test".into(),
-            session_token: None,
-        }),
-        calls: Default::default(),
-    })
-    .await
-    .unwrap()
-}
-
-/// A detached ENI as the agent would have left it (our description and instance tag).
-async fn leaked_eni(lab: &Lab, ec2: &vpcnet_ec2::Ec2, created_at: Option<String>) -> String {
-    let primary = lab
-        .emu
-        .enis()
-        .into_iter()
-        .find(|e| {
-            e.attachment
-                .as_ref()
-                .is_some_and(|a| a.instance_id == lab.instance.instance_id)
-        })
-        .unwrap();
-    let mut tags = vpcnet_ec2::Tags::new();
-    tags.insert(
-        "node.k8s.amazonaws.com/instance_id".into(),
-        lab.instance.instance_id.clone(),
-    );
-    if let Some(t) = created_at {
-        tags.insert("node.k8s.amazonaws.com/createdAt".into(), t);
-    }
-    ec2.create_network_interface(&vpcnet_ec2::CreateEni {
-        subnet_id: primary.subnet_id.clone(),
-        security_group_ids: vec![],
-        description: format!("vpcnet-cni: {}", lab.instance.instance_id),
-        tags,
-        addresses: None,
-        client_token: None,
-    })
-    .await
-    .unwrap()
-    .eni_id
-}
-
+/// The real binary: an essential task that ends (through the debug-build test hook
+/// `VPCNET_TEST_END_TASK`) makes the process exit non-zero, with exactly one error line, which
+/// names the task.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ended_essential_task_exits_the_process_non_zero_with_one_error_line() {
+    for task in ["reconciler", "grpc"] {
+        let lab = lab("m5.large").await;
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_vpcnet-agent"))
+            .env_clear()
+            .env("AWS_EC2_ENDPOINT", &lab.endpoint)
+            .env("AWS_EC2_METADATA_SERVICE_ENDPOINT", &lab.imds)
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env("VPCNET_AGENT_SOCKET", lab.socket())
+            .env("VPCNET_CHECKPOINT_PATH", lab.checkpoint())
+            .env(
+                "VPCNET_CNI_CONFLIST",
+                lab.dir.path().join("10-vpcnet.conflist"),
+            )
+            .env("DISABLE_INTROSPECTION", "true")
+            .env("DISABLE_METRICS", "true")
+            .env("VPCNET_NODE_DATAPATH", "false")
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .env("VPCNET_TEST_END_TASK", task)
+            .kill_on_drop(true)
+            .output();
+        let out = tokio::time::timeout(Duration::from_secs(30), out)
+            .await
+            .expect("the agent exits on its own")
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            !out.status.success(),
+            "{task}: exit {:?}\n{text}",
+            out.status
+        );
+        let errors: Vec<&str> = text.lines().filter(|l| l.contains("ERROR")).collect();
+        assert_eq!(errors.len(), 1, "{task}: one error line\n{text}");
+        assert!(
+            errors[0].contains(&format!("essential task {task}")),
+            "{}",
+            errors[0]
+        );
+    }
+}
+
+/// A detached ENI as the agent would have left it (our description and instance tag),
+/// created straight in the fake cloud's model.
+fn leaked_eni(fake: &FakeCloud, created_at: Option<String>) -> String {
+    let instance = fake.instance_id().to_string();
+    fake.with_model(|m| {
+        let primary = m.instance(&instance).unwrap().primary_eni.clone();
+        let subnet_id = m.eni(&primary).unwrap().subnet_id.clone();
+        let mut tags = vec![(
+            "node.k8s.amazonaws.com/instance_id".to_string(),
+            instance.clone(),
+        )];
+        if let Some(t) = created_at {
+            tags.push(("node.k8s.amazonaws.com/createdAt".into(), t));
+        }
+        m.create_eni(vpcnet_emu::model::CreateEniRequest {
+            subnet_id,
+            description: format!("vpcnet-cni: {instance}"),
+            tags,
+            ..Default::default()
+        })
+        .unwrap()
+    })
+}
+
+fn rfc3339(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+#[tokio::test(start_paused = true)]
 async fn leaked_eni_sweep_is_periodic_and_spares_young_enis() {
-    let lab = lab("m5.large").await;
-    let ec2 = ec2_client(&lab).await;
-    let rfc =
-        |t: chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    let old = leaked_eni(
-        &lab,
-        &ec2,
-        Some(rfc(chrono::Utc::now() - chrono::Duration::minutes(10))),
-    )
-    .await;
-    let young = leaked_eni(&lab, &ec2, Some(rfc(chrono::Utc::now()))).await;
-    let untagged = leaked_eni(&lab, &ec2, None).await;
-    let mut opts = lab.options();
-    opts.leaked_eni_sweep_interval = Duration::from_millis(300);
-    opts.leaked_eni_min_age = Duration::from_secs(4);
+    let fake = FakeCloud::new("m5.large");
+    let dir = tempfile::tempdir().unwrap();
+    let now = vpcnet_agent::state::wall_now();
+    let old = leaked_eni(&fake, Some(rfc3339(now - chrono::Duration::minutes(10))));
+    let young = leaked_eni(&fake, Some(rfc3339(now)));
+    let untagged = leaked_eni(&fake, None);
+    let mut opts = fake_options(&fake, dir.path());
+    opts.leaked_eni_sweep_interval = Duration::from_secs(60);
+    opts.leaked_eni_min_age = Duration::from_secs(300);
     let agent = vpcnet_agent::start(opts).await.unwrap();
+    let exists = |id: &str| fake.with_model(|m| m.eni(id).is_some());
     eventually(
         "the old leaked ENI is deleted",
         Duration::from_secs(5),
-        || lab.emu.eni(&old).is_none(),
+        || !exists(&old),
     )
     .await;
-    assert!(lab.emu.eni(&young).is_some(), "a young ENI was swept");
+    assert!(exists(&young), "a young ENI was swept");
     eventually("the untagged ENI is tagged", Duration::from_secs(5), || {
-        lab.emu.eni(&untagged).is_some_and(|e| {
-            e.tags
-                .iter()
-                .any(|(k, _)| k == "node.k8s.amazonaws.com/createdAt")
+        fake.with_model(|m| {
+            m.eni(&untagged)
+                .is_some_and(|e| e.tags.get("node.k8s.amazonaws.com/createdAt").is_some())
         })
     })
     .await;
+    // Four minutes on, both are still younger than five minutes: kept by every sweep.
+    tokio::time::sleep(Duration::from_secs(240)).await;
+    assert!(exists(&young) && exists(&untagged), "swept before aging");
     // Later passes of the same sweep delete both once they have aged.
     eventually(
         "young and untagged ENIs swept once aged",
-        Duration::from_secs(12),
-        || lab.emu.eni(&young).is_none() && lab.emu.eni(&untagged).is_none(),
+        Duration::from_secs(180),
+        || !exists(&young) && !exists(&untagged),
     )
     .await;
+    assert!(fake.detached_enis().is_empty());
     agent.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn reclaim_needs_route_and_veth_gone_after_the_grace() {
-    let lab = lab("m5.large").await;
+    let fake = FakeCloud::new("m5.large");
+    let dir = tempfile::tempdir().unwrap();
     let node = Arc::new(FakeNode::default());
-    let mut opts = lab.options();
+    let mut opts = fake_options(&fake, dir.path());
     opts.node_network = Some(node.clone());
-    opts.pod_reclaim_grace = Duration::from_millis(1500);
-    opts.pod_reclaim_interval = Duration::from_millis(100);
+    opts.pod_reclaim_grace = Duration::from_secs(60);
+    opts.pod_reclaim_interval = Duration::from_secs(5);
     let agent = vpcnet_agent::start(opts).await.unwrap();
-    let mut c = client(&lab.socket()).await;
+    let mut c = client(&dir.path().join("agent.sock")).await;
     let key = vpcnet_ipam::PodKey::new("p1", "eth0");
     // A pod whose ADD is still building its datapath (nothing on the node yet) keeps its
     // address through the grace.
@@ -278,14 +402,14 @@ async fn reclaim_needs_route_and_veth_gone_after_the_grace() {
         .await
         .unwrap();
     let ip: Ipv4Addr = r.ipv4_addr.parse().unwrap();
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    tokio::time::sleep(Duration::from_secs(55)).await;
     assert!(
         agent.shared.pool().assignment(&key).is_some(),
         "reclaimed inside the grace"
     );
     // Route gone but the host veth is still there: not gone.
     node.links.lock().unwrap().insert(veth_of("p1"));
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tokio::time::sleep(Duration::from_secs(60)).await;
     assert!(
         agent.shared.pool().assignment(&key).is_some(),
         "reclaimed with its veth present"
@@ -293,14 +417,15 @@ async fn reclaim_needs_route_and_veth_gone_after_the_grace() {
     // Veth gone, route there: not gone either.
     node.links.lock().unwrap().clear();
     node.routes.lock().unwrap().insert(ip);
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    tokio::time::sleep(Duration::from_secs(60)).await;
     assert!(
         agent.shared.pool().assignment(&key).is_some(),
         "reclaimed with its route present"
     );
-    // Both gone: reclaimed into cooldown.
+    // Both gone: one check misses it (kept), the second consecutive miss reclaims it.
     node.routes.lock().unwrap().clear();
-    eventually("address reclaimed", Duration::from_secs(3), || {
+    tokio::time::sleep(Duration::from_millis(5_100)).await;
+    eventually("address reclaimed", Duration::from_secs(6), || {
         agent.shared.pool().assignment(&key).is_none()
     })
     .await;
@@ -311,12 +436,16 @@ async fn reclaim_needs_route_and_veth_gone_after_the_grace() {
     agent.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn addresses_routed_to_pods_survive_a_missing_checkpoint() {
-    let lab = lab("m5.large").await;
+    let fake = FakeCloud::new("m5.large");
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("agent.sock");
     // First life: three pods get addresses.
-    let agent = vpcnet_agent::start(lab.options()).await.unwrap();
-    let mut c = client(&lab.socket()).await;
+    let agent = vpcnet_agent::start(fake_options(&fake, dir.path()))
+        .await
+        .unwrap();
+    let mut c = client(&socket).await;
     let mut running = BTreeSet::new();
     for id in ["r1", "r2", "r3"] {
         let r = add_retry(&mut c, id, Duration::from_secs(10))
@@ -326,15 +455,15 @@ async fn addresses_routed_to_pods_survive_a_missing_checkpoint() {
     }
     agent.shutdown().await;
     // The checkpoint is lost; the pods still run (their routes are on the node).
-    std::fs::remove_file(lab.checkpoint()).unwrap();
+    std::fs::remove_file(dir.path().join("ipam.json")).unwrap();
     let node = Arc::new(FakeNode::default());
     *node.routes.lock().unwrap() = running.clone();
-    let mut opts = lab.options();
+    let mut opts = fake_options(&fake, dir.path());
     opts.node_network = Some(node.clone());
-    opts.pod_reclaim_grace = Duration::from_millis(200);
-    opts.pod_reclaim_interval = Duration::from_millis(100);
+    opts.pod_reclaim_grace = Duration::from_secs(60);
+    opts.pod_reclaim_interval = Duration::from_secs(5);
     let agent = vpcnet_agent::start(opts).await.unwrap();
-    let mut c = client(&lab.socket()).await;
+    let mut c = client(&socket).await;
     for i in 0..20 {
         let id = format!("n{i}");
         let r = add_retry(&mut c, &id, Duration::from_secs(10))
@@ -347,8 +476,9 @@ async fn addresses_routed_to_pods_survive_a_missing_checkpoint() {
         );
         node.routes.lock().unwrap().insert(ip);
     }
-    // The holds outlive the grace and the reclaim while the routes exist.
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // The holds outlive the grace, the cooldown and many reclaim checks while the routes
+    // exist.
+    tokio::time::sleep(Duration::from_secs(300)).await;
     for ip in &running {
         let held = agent
             .shared
@@ -361,7 +491,7 @@ async fn addresses_routed_to_pods_survive_a_missing_checkpoint() {
     for ip in &running {
         node.routes.lock().unwrap().remove(ip);
     }
-    eventually("holds released", Duration::from_secs(3), || {
+    eventually("holds released", Duration::from_secs(15), || {
         !agent
             .shared
             .pool()

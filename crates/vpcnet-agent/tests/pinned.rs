@@ -146,6 +146,62 @@ fn known_shared() -> Shared {
     shared
 }
 
+/// A datapath audit pass that repaired one pod's route and found another pod's veth gone.
+fn known_datapath() -> vpcnet_introspection::DatapathDoc {
+    use vpcnet_introspection::{DatapathDoc, Finding, PodCheck, Repair};
+    let pod = |id: &str, ip: &str, findings| PodCheck {
+        container_id: id.into(),
+        namespace: "default".into(),
+        name: format!("pod-{id}"),
+        ip: ip.into(),
+        host_veth: vpcnet_datapath::names::host_veth_name("eni", "default", &format!("pod-{id}")),
+        route_table: 0,
+        findings,
+    };
+    DatapathDoc {
+        passes: 4,
+        checked_at_ms: Some(1_700_000_030_000),
+        last_error: None,
+        node: vec![],
+        pods: vec![
+            pod(
+                "c1",
+                "10.0.0.11",
+                vec![Finding {
+                    kind: "pod_route".into(),
+                    object: "10.0.0.11/32".into(),
+                    problem: "host route 10.0.0.11/32 dev eni0a1b2c3d4e5 is missing".into(),
+                    repaired: true,
+                    error: None,
+                }],
+            ),
+            pod(
+                "c2",
+                "10.0.0.21",
+                vec![Finding {
+                    kind: "host_veth".into(),
+                    object: "eni9f8e7d6c5b4".into(),
+                    problem: "host veth eni9f8e7d6c5b4 of 10.0.0.21 is missing".into(),
+                    repaired: false,
+                    error: Some(
+                        "the veth pair goes with the pod's network namespace: recreate the pod"
+                            .into(),
+                    ),
+                }],
+            ),
+        ],
+        unrepaired: 1,
+        not_ready: None,
+        repairs: [("pod_route".to_string(), 1)].into(),
+        last_repair: Some(Repair {
+            at_ms: 1_700_000_030_000,
+            kind: "pod_route".into(),
+            object: "10.0.0.11/32".into(),
+            problem: "host route 10.0.0.11/32 dev eni0a1b2c3d4e5 is missing".into(),
+        }),
+    }
+}
+
 async fn get(shared: &Arc<Shared>, path: &str) -> (u16, String) {
     let resp = vpcnet_agent::introspection::router(shared.clone())
         .oneshot(Request::get(path).body(Body::empty()).unwrap())
@@ -161,10 +217,12 @@ async fn get(shared: &Arc<Shared>, path: &str) -> (u16, String) {
 #[tokio::test]
 async fn introspection_documents_of_a_known_pool() {
     let shared = Arc::new(known_shared());
+    *shared.datapath.lock().unwrap() = known_datapath();
     for (path, golden) in [
         ("/v1/enis", "introspection-enis.json"),
         ("/v1/pods", "introspection-pods.json"),
         ("/v1/env-settings", "introspection-env-settings.json"),
+        ("/v1/datapath", "introspection-datapath.json"),
     ] {
         let (status, body) = get(&shared, path).await;
         assert_eq!(status, 200, "{path}: {body}");
@@ -237,6 +295,10 @@ fn metrics_exposition() {
     m.inc_reconcile("periodic");
     m.inc_force_removed_enis(1);
     m.inc_force_removed_ips(2);
+    m.inc_datapath_audit();
+    m.inc_datapath_repair("pod_route");
+    m.set_datapath_unrepaired([("host_veth", 1)]);
+    m.inc_eni_interface_gone();
     let obs: Arc<dyn Ec2Observer> = m.clone();
     let throttled = Ec2Error::api(
         Action::AssignPrivateIpAddresses,

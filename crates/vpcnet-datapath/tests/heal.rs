@@ -269,7 +269,7 @@ fn eni_table_drift_is_repaired_and_a_missing_eni_interface_reported() {
             .await
             .unwrap()
             .is_empty());
-        ns.ip(&["route", "flush", "table", "2"]);
+        ns.ip(&["route", "flush", "table", "3"]);
         let f = prereq::check_eni(&h, &eni_spec(), true).await.unwrap();
         assert_eq!(f.len(), 1, "{f:?}");
         assert_eq!(
@@ -282,7 +282,7 @@ fn eni_table_drift_is_repaired_and_a_missing_eni_interface_reported() {
             "{f:?}"
         );
         assert!(ns
-            .ip(&["route", "show", "table", "2"])
+            .ip(&["route", "show", "table", "3"])
             .contains("default via 10.0.2.1"));
 
         ns.ip(&["link", "del", "eth2"]);

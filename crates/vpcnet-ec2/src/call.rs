@@ -4,9 +4,7 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use rand::Rng;
+use std::time::Duration;
 
 use crate::{Action, BucketConfig, Ec2Error, Ec2Observer, RateLimiter, RetryPolicy};
 
@@ -68,17 +66,18 @@ impl Caller {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, Ec2Error>>,
     {
-        let started = Instant::now();
+        let started = tokio::time::Instant::now();
         let attempts = AtomicU32::new(0);
         let s = &self.settings;
         let looped = async {
+            let mut backoff = s.retry.backoff().start();
             loop {
                 let n = attempts.fetch_add(1, Ordering::Relaxed) + 1;
                 let waited = self.limiter.acquire(action.class()).await;
                 if !waited.is_zero() {
                     self.observer.on_rate_limited(action, waited);
                 }
-                let sent = Instant::now();
+                let sent = tokio::time::Instant::now();
                 let result = match tokio::time::timeout(s.attempt_timeout, attempt()).await {
                     Ok(r) => r,
                     Err(_) => Err(Ec2Error::Timeout {
@@ -94,10 +93,12 @@ impl Caller {
                 }
                 match result {
                     Ok(v) => return Ok(v),
-                    Err(e) if e.is_retryable() && n < s.retry.max_attempts.max(1) => {
-                        let unit: f64 = rand::rng().random();
-                        let delay = s.retry.delay(n, e.is_throttle(), unit);
-                        tracing::debug!(action = %action, attempt = n, error = %e, ?delay, "retrying EC2 call");
+                    Err(e) if e.is_retryable() => {
+                        let Some(delay) = backoff.next_delay_from(s.retry.initial(e.is_throttle()))
+                        else {
+                            return Err(e);
+                        };
+                        tracing::debug!(action = %action, attempt = n, error = %crate::error_chain(&e), ?delay, "retrying EC2 call");
                         tokio::time::sleep(delay).await;
                     }
                     Err(e) => return Err(e),
@@ -122,6 +123,7 @@ impl Caller {
 mod tests {
     use super::*;
     use std::sync::Mutex;
+    use std::time::Instant;
 
     #[derive(Default)]
     struct Recorder {

@@ -90,8 +90,8 @@ impl Ec2 {
         observer: Arc<dyn Ec2Observer>,
     ) -> Result<Ec2, Ec2Error> {
         let region = sdk.region().map(|r| r.to_string()).ok_or_else(|| {
-            Ec2Error::Config(
-                "no AWS region: set AWS_REGION, or run where IMDS answers placement/region".into(),
+            Ec2Error::config(
+                "no AWS region: set AWS_REGION, or run where IMDS answers placement/region",
             )
         })?;
         let conf = aws_sdk_ec2::config::Builder::from(sdk)
@@ -123,9 +123,9 @@ impl Ec2 {
 fn imds_client(endpoint: Option<&str>) -> Result<aws_config::imds::Client, Ec2Error> {
     let builder = aws_config::imds::Client::builder();
     let builder = match endpoint {
-        Some(url) => builder
-            .endpoint(url)
-            .map_err(|e| Ec2Error::Config(format!("bad IMDS endpoint {url:?}: {e}")))?,
+        Some(url) => builder.endpoint(url).map_err(|e| {
+            Ec2Error::config(format!("bad IMDS endpoint {url:?}")).with_cause(e.into())
+        })?,
         None => builder,
     };
     Ok(builder.build())
@@ -195,7 +195,7 @@ pub async fn sdk_config(
         );
     if let Some(url) = endpoint_url {
         if !(url.starts_with("http://") || url.starts_with("https://")) {
-            return Err(Ec2Error::Config(format!(
+            return Err(Ec2Error::config(format!(
                 "{service} endpoint URL {url:?} must start with http:// or https://"
             )));
         }
@@ -233,7 +233,7 @@ mod tests {
         })
         .await
         .unwrap_err();
-        assert!(matches!(e, Ec2Error::Config(_)), "{e}");
+        assert!(matches!(e, Ec2Error::Config { .. }), "{e}");
         assert!(e.to_string().contains("AWS_REGION"), "{e}");
     }
 

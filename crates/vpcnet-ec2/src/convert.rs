@@ -13,6 +13,7 @@ pub(crate) fn invalid(action: Action, message: impl Into<String>) -> Ec2Error {
     Ec2Error::InvalidResponse {
         action,
         message: message.into(),
+        source: None,
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::net::Ipv4Addr;
 
-use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_ec2::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_ec2::types as sdk;
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use vpcnet_limits::InstanceLimits;
@@ -23,6 +23,8 @@ pub(crate) fn sdk_error<E>(action: Action, err: SdkError<E, HttpResponse>) -> Ec
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
+    // EC2's own error document carries the code and message; every other error keeps the
+    // SDK's error as its source, so its chain (connector, I/O, ...) reaches the logs.
     match &err {
         SdkError::ServiceError(ctx) => {
             let status = ctx.raw().status().as_u16();
@@ -36,23 +38,28 @@ where
                 Ec2Error::api(
                     action,
                     format!("HTTP{status}"),
-                    DisplayErrorContext(&err).to_string(),
+                    format!("HTTP {status} without an EC2 error document"),
                     Some(status),
                 )
+                .with_source(err)
             } else {
-                invalid(
-                    action,
-                    format!("HTTP {status}: {}", DisplayErrorContext(&err)),
-                )
+                invalid(action, format!("HTTP {status}")).with_source(err)
             }
         }
-        SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) => Ec2Error::Transport {
+        SdkError::DispatchFailure(_) => Ec2Error::Transport {
             action,
-            message: DisplayErrorContext(&err).to_string(),
+            message: "the request could not be delivered".into(),
+            source: Some(std::sync::Arc::new(err)),
+        },
+        SdkError::TimeoutError(_) => Ec2Error::Transport {
+            action,
+            message: "no answer in time".into(),
+            source: Some(std::sync::Arc::new(err)),
         },
         _ => Ec2Error::Request {
             action,
-            message: DisplayErrorContext(&err).to_string(),
+            message: "the SDK refused the request".into(),
+            source: Some(std::sync::Arc::new(err)),
         },
     }
 }
@@ -76,9 +83,10 @@ fn sdk_tags(tags: &Tags) -> Vec<sdk::Tag> {
 }
 
 fn count_i32(action: Action, n: u32, what: &str) -> Result<i32, Ec2Error> {
-    i32::try_from(n).map_err(|_| Ec2Error::Request {
+    i32::try_from(n).map_err(|e| Ec2Error::Request {
         action,
         message: format!("{what} {n} is too large"),
+        source: Some(std::sync::Arc::new(e)),
     })
 }
 
@@ -562,5 +570,43 @@ impl Ec2 {
             })
             .await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_ec2::operation::assign_private_ip_addresses::AssignPrivateIpAddressesError;
+    use aws_smithy_runtime_api::client::result::ConnectorError;
+
+    #[test]
+    fn a_transport_errors_cause_chain_survives() {
+        let io = std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "tcp connect error: Connection refused (os error 111)",
+        );
+        let sdk: SdkError<AssignPrivateIpAddressesError, HttpResponse> =
+            SdkError::dispatch_failure(ConnectorError::io(Box::new(io)));
+        let e = sdk_error(Action::AssignPrivateIpAddresses, sdk);
+        assert!(matches!(e, Ec2Error::Transport { .. }), "{e:?}");
+        assert!(e.is_retryable());
+        let chain = crate::error_chain(&e);
+        assert!(
+            chain.starts_with("EC2 AssignPrivateIpAddresses: transport error")
+                && chain.contains("Connection refused (os error 111)"),
+            "{chain}"
+        );
+        // The I/O error itself is reachable through source(), not only its text.
+        let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+        let mut found = false;
+        while let Some(c) = cur {
+            found |= c
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused);
+            cur = c.source();
+        }
+        assert!(found, "the io::Error is in the chain");
+        // A clone keeps it too (the error is shared by retries and observers).
+        assert_eq!(crate::error_chain(&e.clone()), chain);
     }
 }

@@ -1,9 +1,32 @@
 //! The typed error of every EC2 call, and the classification of EC2 error codes into
 //! throttling, transient (retryable) and permanent errors.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::Action;
+
+/// The underlying cause of an [`Ec2Error`] (the SDK's error with its own chain, an I/O
+/// error, ...), shared so that the error stays `Clone`. Shown by `{:#}` / error-chain
+/// formatters through [`std::error::Error::source`].
+pub type Cause = Arc<dyn std::error::Error + Send + Sync + 'static>;
+
+/// `error: cause: cause ...`: an error and its [`std::error::Error::source`] chain on one
+/// line (what `{:#}` shows for an `anyhow::Error`), for log lines that must say why a call
+/// failed, not only that it did. A cause whose text the line already holds is not repeated.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let s = c.to_string();
+        if !out.contains(&s) {
+            out.push_str(": ");
+            out.push_str(&s);
+        }
+        cur = c.source();
+    }
+    out
+}
 
 /// How an error code / HTTP status should be treated by the retry loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +96,10 @@ pub enum Ec2Error {
         status: Option<u16>,
         /// Whether the retry loop treats the error as retryable (throttling or transient).
         retryable: bool,
+        /// What the answer was made from, when it was not EC2's own error document (e.g. the
+        /// SDK's error for a 5xx without one).
+        #[source]
+        source: Option<Cause>,
     },
     /// The call's deadline (operation timeout) or a single attempt's timeout expired.
     #[error("EC2 {action} did not complete within {after:?} ({attempts} attempt(s)); raise the EC2 operation timeout or check connectivity to the EC2 endpoint")]
@@ -83,16 +110,36 @@ pub enum Ec2Error {
     },
     /// The request never got an answer: connection refused, DNS, TLS, I/O.
     #[error("EC2 {action}: transport error: {message}; check the EC2 endpoint (AWS_ENDPOINT_URL_EC2 or AWS_EC2_ENDPOINT) and network")]
-    Transport { action: Action, message: String },
+    Transport {
+        action: Action,
+        message: String,
+        /// The SDK's error (connector, I/O, timeout) with its own chain.
+        #[source]
+        source: Option<Cause>,
+    },
     /// EC2 answered but the answer lacked a field vpcnet needs or could not be parsed.
     #[error("EC2 {action}: unexpected response: {message}")]
-    InvalidResponse { action: Action, message: String },
+    InvalidResponse {
+        action: Action,
+        message: String,
+        #[source]
+        source: Option<Cause>,
+    },
     /// The request could not be built or sent (bad argument, missing credentials/region).
     #[error("EC2 {action}: cannot send request: {message}")]
-    Request { action: Action, message: String },
+    Request {
+        action: Action,
+        message: String,
+        #[source]
+        source: Option<Cause>,
+    },
     /// Client construction failed (no region, bad endpoint URL, ...).
-    #[error("EC2 client configuration: {0}")]
-    Config(String),
+    #[error("EC2 client configuration: {message}")]
+    Config {
+        message: String,
+        #[source]
+        source: Option<Cause>,
+    },
 }
 
 impl Ec2Error {
@@ -104,7 +151,7 @@ impl Ec2Error {
             | Ec2Error::Transport { action, .. }
             | Ec2Error::InvalidResponse { action, .. }
             | Ec2Error::Request { action, .. } => Some(*action),
-            Ec2Error::Config(_) => None,
+            Ec2Error::Config { .. } => None,
         }
     }
 
@@ -118,7 +165,7 @@ impl Ec2Error {
             Ec2Error::Transport { .. } => "Transport",
             Ec2Error::InvalidResponse { .. } => "InvalidResponse",
             Ec2Error::Request { .. } => "Request",
-            Ec2Error::Config(_) => "Config",
+            Ec2Error::Config { .. } => "Config",
         }
     }
 
@@ -184,7 +231,35 @@ impl Ec2Error {
             message: message.into(),
             status,
             retryable,
+            source: None,
         }
+    }
+
+    /// A configuration error (no cause).
+    pub fn config(message: impl Into<String>) -> Self {
+        Ec2Error::Config {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// The same error with `cause` as its [`std::error::Error::source`] (no effect on
+    /// [`Ec2Error::Timeout`], which has no cause).
+    pub fn with_source(self, cause: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.with_cause(Arc::new(cause))
+    }
+
+    /// [`Ec2Error::with_source`] for a cause already boxed or shared (`Arc::from(box_error)`).
+    pub fn with_cause(mut self, cause: Cause) -> Self {
+        match &mut self {
+            Ec2Error::Api { source, .. }
+            | Ec2Error::Transport { source, .. }
+            | Ec2Error::InvalidResponse { source, .. }
+            | Ec2Error::Request { source, .. }
+            | Ec2Error::Config { source, .. } => *source = Some(cause),
+            Ec2Error::Timeout { .. } => {}
+        }
+        self
     }
 }
 

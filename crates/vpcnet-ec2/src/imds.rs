@@ -7,72 +7,9 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use aws_config::imds::client::error::ImdsError as SdkImdsError;
-use ipnet::Ipv4Net;
-use serde::{Deserialize, Serialize};
 
-const META: &str = "/latest/meta-data/";
-
-/// Error of an IMDS read; always names the metadata path.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum ImdsError {
-    /// IMDS answered 404: the item does not exist (yet) for this instance.
-    #[error("IMDS {path}: not found (404)")]
-    NotFound { path: String },
-    /// IMDS could not be reached or answered an error (token, timeout, 5xx, ...).
-    #[error("IMDS {path}: {message}; check that the instance metadata service is reachable (AWS_EC2_METADATA_SERVICE_ENDPOINT) and allows IMDSv2 with hop limit ≥ 2 for pods")]
-    Request { path: String, message: String },
-    /// The value is not what the path should hold.
-    #[error("IMDS {path}: cannot parse {value:?}: {message}")]
-    Parse {
-        path: String,
-        value: String,
-        message: String,
-    },
-    /// The endpoint URL is malformed.
-    #[error("IMDS endpoint {endpoint:?}: {message}")]
-    Endpoint { endpoint: String, message: String },
-}
-
-impl ImdsError {
-    /// The metadata path the error is about (empty for [`ImdsError::Endpoint`]).
-    pub fn path(&self) -> &str {
-        match self {
-            ImdsError::NotFound { path }
-            | ImdsError::Request { path, .. }
-            | ImdsError::Parse { path, .. } => path,
-            ImdsError::Endpoint { .. } => "",
-        }
-    }
-
-    pub fn is_not_found(&self) -> bool {
-        matches!(self, ImdsError::NotFound { .. })
-    }
-}
-
-/// One ENI as IMDS `network/interfaces/macs/<mac>/` describes it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ImdsInterface {
-    /// MAC address, lower-case.
-    pub mac: String,
-    /// `device-number` (0 = primary ENI).
-    pub device_number: u32,
-    /// `network-card` (0 when IMDS does not list it).
-    pub network_card: u32,
-    /// `interface-id` (`eni-...`).
-    pub interface_id: String,
-    pub subnet_id: String,
-    /// `subnet-ipv4-cidr-block`.
-    pub subnet_cidr: Ipv4Net,
-    pub vpc_id: String,
-    /// `vpc-ipv4-cidr-blocks` (the primary CIDR first).
-    pub vpc_cidrs: Vec<Ipv4Net>,
-    /// `security-group-ids`.
-    pub security_group_ids: Vec<String>,
-    /// `local-ipv4s`: the primary address first, then the secondary ones.
-    pub local_ipv4s: Vec<Ipv4Addr>,
-    /// `ipv4-prefix`: delegated /28 prefixes (empty when none).
-    pub ipv4_prefixes: Vec<Ipv4Net>,
-}
+use vpcnet_imds::{parse_value, InterfaceTexts, META};
+pub use vpcnet_imds::{ImdsError, ImdsInterface};
 
 /// Reader of the instance metadata service (IMDSv2, session token handled by aws-config).
 #[derive(Debug, Clone)]
@@ -96,7 +33,8 @@ impl Imds {
             .endpoint(endpoint)
             .map_err(|e| ImdsError::Endpoint {
                 endpoint: endpoint.to_string(),
-                message: e.to_string(),
+                message: "not a usable URL".into(),
+                source: Some(e.into()),
             })?;
         let builder = match timeout {
             Some(t) => builder.operation_timeout(t),
@@ -124,7 +62,10 @@ impl Imds {
             }
             Err(e) => Err(ImdsError::Request {
                 path: full,
+                // The whole chain with the SDK's dump, which vpcnet-bootstrap reads the
+                // failed step and status from; the error itself is kept as the source.
                 message: aws_sdk_ec2::error::DisplayErrorContext(&e).to_string(),
+                source: Some(std::sync::Arc::new(e)),
             }),
         }
     }
@@ -141,7 +82,10 @@ impl Imds {
             }
             Err(e) => Err(ImdsError::Request {
                 path: PATH.into(),
+                // The whole chain with the SDK's dump, which vpcnet-bootstrap reads the
+                // failed step and status from; the error itself is kept as the source.
                 message: aws_sdk_ec2::error::DisplayErrorContext(&e).to_string(),
+                source: Some(std::sync::Arc::new(e)),
             }),
         }
     }
@@ -161,34 +105,6 @@ impl Imds {
     {
         let v = self.get(path).await?;
         parse_value(path, &v)
-    }
-
-    async fn lines(&self, path: &str, optional: bool) -> Result<Vec<String>, ImdsError> {
-        let v = if optional {
-            self.get_opt(path).await?.unwrap_or_default()
-        } else {
-            self.get(path).await?
-        };
-        Ok(v.lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .map(str::to_string)
-            .collect())
-    }
-
-    async fn parsed_lines<T: FromStr>(
-        &self,
-        path: &str,
-        optional: bool,
-    ) -> Result<Vec<T>, ImdsError>
-    where
-        T::Err: std::fmt::Display,
-    {
-        self.lines(path, optional)
-            .await?
-            .iter()
-            .map(|l| parse_value(path, l))
-            .collect()
     }
 
     /// `instance-id` (`i-...`).
@@ -231,29 +147,17 @@ impl Imds {
 
     /// MACs of every attached ENI (`network/interfaces/macs/`), lower-case, IMDS order.
     pub async fn macs(&self) -> Result<Vec<String>, ImdsError> {
-        Ok(self
-            .lines("network/interfaces/macs/", false)
-            .await?
-            .into_iter()
-            .map(|l| l.trim_end_matches('/').to_ascii_lowercase())
-            .collect())
+        Ok(vpcnet_imds::parse_macs(
+            &self.get("network/interfaces/macs/").await?,
+        ))
     }
 
-    /// The ENI with MAC `mac` as IMDS sees it (its items are read concurrently).
+    /// The ENI with MAC `mac` as IMDS sees it (its items are read concurrently, then parsed
+    /// by [`vpcnet_imds::parse_interface`]).
     pub async fn interface(&self, mac: &str) -> Result<ImdsInterface, ImdsError> {
-        let p = |leaf: &str| format!("network/interfaces/macs/{mac}/{leaf}");
-        let paths: [String; 10] = [
-            p("device-number"),
-            p("network-card"),
-            p("interface-id"),
-            p("subnet-id"),
-            p("subnet-ipv4-cidr-block"),
-            p("vpc-id"),
-            p("vpc-ipv4-cidr-blocks"),
-            p("security-group-ids"),
-            p("local-ipv4s"),
-            p("ipv4-prefix"),
-        ];
+        let p = |leaf: &str| vpcnet_imds::interface_path(mac, leaf);
+        let [device_number, network_card, interface_id, subnet_id, subnet_cidr, vpc_id, vpc_cidrs, security_group_ids, local_ipv4s, ipv4_prefixes] =
+            vpcnet_imds::INTERFACE_ITEMS.map(p);
         let (
             device_number,
             network_card,
@@ -266,33 +170,32 @@ impl Imds {
             local_ipv4s,
             ipv4_prefixes,
         ) = tokio::try_join!(
-            self.parsed::<u32>(&paths[0]),
-            self.get_opt(&paths[1]),
-            self.get(&paths[2]),
-            self.get(&paths[3]),
-            self.parsed::<Ipv4Net>(&paths[4]),
-            self.get(&paths[5]),
-            self.parsed_lines::<Ipv4Net>(&paths[6], false),
-            self.lines(&paths[7], true),
-            self.parsed_lines::<Ipv4Addr>(&paths[8], true),
-            self.parsed_lines::<Ipv4Net>(&paths[9], true),
+            self.get(&device_number),
+            self.get_opt(&network_card),
+            self.get(&interface_id),
+            self.get(&subnet_id),
+            self.get(&subnet_cidr),
+            self.get(&vpc_id),
+            self.get(&vpc_cidrs),
+            self.get_opt(&security_group_ids),
+            self.get_opt(&local_ipv4s),
+            self.get_opt(&ipv4_prefixes),
         )?;
-        Ok(ImdsInterface {
-            mac: mac.to_ascii_lowercase(),
-            device_number,
-            network_card: match network_card {
-                Some(v) => parse_value(&paths[1], &v)?,
-                None => 0,
+        vpcnet_imds::parse_interface(
+            mac,
+            &InterfaceTexts {
+                device_number,
+                network_card,
+                interface_id,
+                subnet_id,
+                subnet_cidr,
+                vpc_id,
+                vpc_cidrs,
+                security_group_ids,
+                local_ipv4s,
+                ipv4_prefixes,
             },
-            interface_id,
-            subnet_id,
-            subnet_cidr,
-            vpc_id,
-            vpc_cidrs,
-            security_group_ids,
-            local_ipv4s,
-            ipv4_prefixes,
-        })
+        )
     }
 
     /// Every attached ENI, sorted by network card then device number.
@@ -310,32 +213,9 @@ impl Default for Imds {
     }
 }
 
-fn parse_value<T: FromStr>(path: &str, value: &str) -> Result<T, ImdsError>
-where
-    T::Err: std::fmt::Display,
-{
-    value.trim().parse().map_err(|e: T::Err| ImdsError::Parse {
-        path: format!("{META}{path}"),
-        value: value.to_string(),
-        message: e.to_string(),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parse_errors_name_path_and_value() {
-        let e = parse_value::<Ipv4Addr>("local-ipv4", "10.0.0.999").unwrap_err();
-        let s = e.to_string();
-        assert!(
-            s.contains("/latest/meta-data/local-ipv4") && s.contains("10.0.0.999"),
-            "{s}"
-        );
-        assert_eq!(e.path(), "/latest/meta-data/local-ipv4");
-        assert_eq!(parse_value::<u32>("x", " 2 ").unwrap(), 2);
-    }
 
     #[test]
     fn bad_endpoint_is_reported() {

@@ -28,7 +28,7 @@ pub use action::{Action, ActionClass};
 pub use bucket::{BucketConfig, RateLimiter, TokenBucket};
 pub use call::CallSettings;
 pub use client::{sdk_config, Ec2, Ec2Options, StaticCredentials};
-pub use error::{classify, Ec2Error, Retry};
+pub use error::{classify, error_chain, Cause, Ec2Error, Retry};
 pub use imds::{Imds, ImdsError, ImdsInterface};
 pub use model::{
     AddressRelease, AddressRequest, Assigned, CreateEni, EniAttachment, Filter, Instance,

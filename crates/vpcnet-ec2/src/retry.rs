@@ -1,6 +1,9 @@
-//! Jittered exponential backoff (pure: the random draw is passed in).
+//! The retry policy of EC2 calls, as a [`vpcnet_backoff::Backoff`] (pure: the random draw is
+//! passed in).
 
 use std::time::Duration;
+
+use vpcnet_backoff::{Backoff, Jitter};
 
 /// Retry policy of every EC2 call: at most `max_attempts` attempts, with a jittered
 /// exponential delay between them; only throttling, 5xx, transport faults and attempt
@@ -29,18 +32,29 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// The ceiling of the delay after failed attempt number `attempt` (1-based):
-    /// `min(max_delay, base × 2^(attempt-1))`.
-    pub fn ceiling(&self, attempt: u32, throttled: bool) -> Duration {
-        let base = if throttled {
+    /// The policy as the workspace's one backoff type: equal jitter from `base_delay` up to
+    /// `max_delay`, at most `max_attempts` attempts. After throttling the caller starts the
+    /// growth from `throttle_base_delay` instead ([`RetryPolicy::initial`]).
+    pub fn backoff(&self) -> Backoff {
+        Backoff::new(self.base_delay, self.max_delay)
+            .with_jitter(Jitter::Equal)
+            .with_max_attempts(self.max_attempts.max(1))
+    }
+
+    /// The first ceiling after a throttled or other retryable failure.
+    pub fn initial(&self, throttled: bool) -> Duration {
+        if throttled {
             self.throttle_base_delay
         } else {
             self.base_delay
-        };
-        let factor = 1u32
-            .checked_shl(attempt.saturating_sub(1).min(30))
-            .unwrap_or(u32::MAX);
-        base.saturating_mul(factor).min(self.max_delay)
+        }
+    }
+
+    /// The ceiling of the delay after failed attempt number `attempt` (1-based):
+    /// `min(max_delay, base × 2^(attempt-1))`.
+    pub fn ceiling(&self, attempt: u32, throttled: bool) -> Duration {
+        self.backoff()
+            .ceiling_from(self.initial(throttled), attempt)
     }
 
     /// Delay before the next attempt after failed attempt `attempt` (1-based), "equal jitter":
@@ -48,9 +62,8 @@ impl RetryPolicy {
     /// Half the ceiling is always waited, so throttled callers really back off; the random
     /// half spreads callers that failed together.
     pub fn delay(&self, attempt: u32, throttled: bool, unit: f64) -> Duration {
-        let ceiling = self.ceiling(attempt, throttled);
-        let unit = unit.clamp(0.0, 1.0);
-        ceiling / 2 + ceiling.mul_f64(unit / 2.0)
+        self.backoff()
+            .delay_from(self.initial(throttled), attempt, Duration::ZERO, unit)
     }
 }
 

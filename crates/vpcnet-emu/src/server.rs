@@ -102,6 +102,30 @@ impl Drop for EmuServer {
 }
 
 impl Emulator {
+    /// Answers one Query API request (EC2, or ELBv2 by `Version` or the signing service in
+    /// `authorization`): `body` is the form-encoded request body and `query` the URL's query
+    /// string, whose parameters count where the body lacks them. `peer` attributes an EC2
+    /// call to the instance with that primary private IP. Returns (HTTP status, XML body);
+    /// every input, however malformed, gets EC2's or ELBv2's error envelope, never a panic.
+    /// The HTTP handler's dispatch without its request log (the fuzz target `emu_query`).
+    pub async fn query_call(
+        &self,
+        body: &[u8],
+        query: Option<&[u8]>,
+        authorization: Option<&str>,
+        peer: Option<std::net::IpAddr>,
+    ) -> (u16, String) {
+        let mut params = Params::parse(body);
+        if let Some(q) = query {
+            params.merge_missing(Params::parse(q));
+        }
+        if crate::elbv2::is_elbv2(&params, authorization) {
+            self.elbv2_call(params).await
+        } else {
+            self.ec2_call(params, peer).await
+        }
+    }
+
     /// The axum router: EC2 Query API on every path except `/_emu/...` (control API) and
     /// `GET /clusters/{name}` (EKS).
     pub fn router(&self) -> Router {

@@ -180,41 +180,9 @@ async fn fixture() -> Fixture {
     Fixture { emu, ids }
 }
 
-/// The cloud's books: every subnet's used addresses equal what its ENIs hold, every ENI within
-/// its instance type's IPv4 slots, every instance within its ENI limit.
+/// The cloud's books ([`vpcnet_emu::model::Cloud::check_books`]).
 fn books_balance(emu: &Emulator) -> Result<(), String> {
-    emu.with_cloud(|c| {
-        for s in c.subnets() {
-            let held: u32 = c
-                .enis()
-                .filter(|e| e.subnet_id == s.id)
-                .map(|e| 1 + e.secondary_ips.len() as u32 + 16 * e.prefixes.len() as u32)
-                .sum();
-            let size = 1u32 << (32 - s.cidr.prefix_len());
-            if size - 5 - s.available() != held {
-                return Err(format!(
-                    "subnet {} counts {} used, ENIs hold {held}",
-                    s.id,
-                    size - 5 - s.available()
-                ));
-            }
-        }
-        for i in c.instances() {
-            let attached: Vec<_> = c
-                .enis()
-                .filter(|e| e.attachment.as_ref().is_some_and(|a| a.instance_id == i.id))
-                .collect();
-            if attached.len() as u32 > i.limits.total_enis() {
-                return Err(format!("{} has {} ENIs", i.id, attached.len()));
-            }
-            for e in attached {
-                if e.slots() > i.limits.ipv4_per_eni {
-                    return Err(format!("{} holds {} IPv4 slots", e.id, e.slots()));
-                }
-            }
-        }
-        Ok(())
-    })
+    emu.with_cloud(|c| c.check_books())
 }
 
 proptest! {

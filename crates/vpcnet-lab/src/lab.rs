@@ -828,7 +828,10 @@ impl Lab {
     }
 
     /// Starts the node's vpcnet-agent (in the node namespace) and waits (60 s) until it has
-    /// written the conflist, i.e. can serve the plugin.
+    /// written the conflist, i.e. can serve the plugin. A conflist of an earlier run stays in
+    /// place meanwhile, as on a node whose agent restarts, so the runtime keeps calling the
+    /// plugin (which fails ADDs until the agent serves); the wait is for the new file the
+    /// agent renames over it.
     /// On a node running the VPC CNI, starts its ipamd instead ([`Self::start_vpc_cni`]).
     pub fn start_agent(&self, node_name: &str) -> Result<()> {
         let s = self.state()?;
@@ -838,7 +841,11 @@ impl Lab {
         }
         let bin_dir = self.bin_dir();
         let conflist = node.cni_conf_dir().join(CONFLIST);
-        let _ = fs::remove_file(&conflist);
+        let inode = |p: &Path| {
+            use std::os::unix::fs::MetadataExt;
+            fs::metadata(p).ok().map(|m| m.ino())
+        };
+        let old = inode(&conflist);
         let mut c = Command::new(bin_dir.join("vpcnet-agent"));
         c.envs(self.node_agent_env(&node)?);
         let log = self.logs().join(format!("agent-{}.log", node.name));
@@ -851,7 +858,7 @@ impl Lab {
             ),
             Duration::from_secs(60),
             || {
-                if conflist.exists() {
+                if inode(&conflist).is_some_and(|i| Some(i) != old) {
                     return Ok(Some(()));
                 }
                 if !p.alive() {
@@ -860,6 +867,31 @@ impl Lab {
                 Ok(None)
             },
         )
+    }
+
+    /// Kills the node's vpcnet-agent with SIGKILL (a crash: no shutdown path runs) and waits
+    /// until it is gone. Returns whether one was running.
+    pub fn kill_agent(&self, node_name: &str) -> Result<bool> {
+        let role = format!("agent {node_name}");
+        let recs: Vec<ProcRecord> = self
+            .state()?
+            .processes
+            .into_iter()
+            .filter(|p| p.role == role && p.alive())
+            .collect();
+        for p in &recs {
+            p.signal(libc::SIGKILL);
+        }
+        wait_for(
+            &format!("vpcnet-agent on {node_name} to die of SIGKILL"),
+            Duration::from_secs(10),
+            || Ok(recs.iter().all(|p| !p.alive()).then_some(())),
+        )?;
+        state::update(&self.dir, |s| {
+            s.processes.retain(|p| p.role != role || p.alive());
+            Ok(())
+        })?;
+        Ok(!recs.is_empty())
     }
 
     /// Stops the node's vpcnet-agent (SIGTERM, then SIGKILL after 10 s).

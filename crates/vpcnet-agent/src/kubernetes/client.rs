@@ -9,7 +9,6 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::Client;
-use rand::Rng;
 
 use vpcnet_introspection::{ApiServerDoc, ApiState, NodeCapacity};
 
@@ -21,7 +20,8 @@ use crate::state::now_ms;
 pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 /// Deadline of one connection attempt or check.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
-/// Backoff between failed attempts: starts here, doubles, with ±20 % jitter ...
+/// Backoff between failed attempts: starts here, doubles, with equal jitter (half of each
+/// ceiling always waited, the other half random) ...
 pub const BACKOFF_MIN: Duration = Duration::from_millis(500);
 /// ... up to this.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(10);
@@ -217,13 +217,13 @@ pub async fn run(
         s.endpoint = Some(ep.url.clone());
         s.source = Some(ep.source.name().to_string());
     });
-    let mut backoff = BACKOFF_MIN;
+    let mut backoff = vpcnet_backoff::Backoff::new(BACKOFF_MIN, BACKOFF_MAX).start();
     loop {
         update(&status, |s| s.attempts += 1);
         metrics.inc_apiserver_connect_attempts();
         match connect(&ep, &settings.service_account_dir).await {
             Ok((client, version)) => {
-                backoff = BACKOFF_MIN;
+                backoff.reset();
                 let after = started.elapsed().as_millis() as u64;
                 tracing::info!(
                     endpoint = %ep.url,
@@ -263,9 +263,10 @@ pub async fn run(
                 });
             }
         }
-        let jitter = rand::rng().random_range(0.8..1.2);
-        tokio::time::sleep(backoff.mul_f64(jitter)).await;
-        backoff = (backoff * 2).min(BACKOFF_MAX);
+        // Unbounded: the client runs while the agent runs.
+        if let Some(d) = backoff.next_delay() {
+            tokio::time::sleep(d).await;
+        }
     }
 }
 

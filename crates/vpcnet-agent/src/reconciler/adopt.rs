@@ -3,9 +3,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use vpcnet_ec2::{Ec2, Ec2Error, NetworkInterface};
+use vpcnet_ec2::{Ec2Error, NetworkInterface};
 use vpcnet_ipam::{EniInfo, EniObservation, ReconcileReport, UnknownIpPolicy};
 
+use crate::cloud::Ec2Api;
 use crate::options::TAG_NO_MANAGE;
 use crate::state::{now_ms, Shared};
 
@@ -50,7 +51,7 @@ pub fn observation(
 /// Describes the instance's ENIs (one batched call) and adopts EC2's view.
 pub async fn sync_from_ec2(
     shared: &Shared,
-    ec2: &Ec2,
+    ec2: &dyn Ec2Api,
     unknown: UnknownIpPolicy,
 ) -> Result<ReconcileReport, Ec2Error> {
     let enis = ec2
@@ -62,7 +63,7 @@ pub async fn sync_from_ec2(
 /// Adopts the instance's ENIs as `DescribeNetworkInterfaces` returned them.
 pub async fn adopt(
     shared: &Shared,
-    ec2: &Ec2,
+    ec2: &dyn Ec2Api,
     enis: Vec<NetworkInterface>,
     unknown: UnknownIpPolicy,
 ) -> Result<ReconcileReport, Ec2Error> {

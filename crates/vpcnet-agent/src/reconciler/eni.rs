@@ -2,19 +2,50 @@
 //! never leaking an ENI on a failed step.
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use vpcnet_ec2::{AddressRequest, CreateEni, Ec2, Ec2Error, Tags};
+use vpcnet_backoff::{Backoff, Jitter, Wait};
+use vpcnet_ec2::{AddressRequest, CreateEni, Ec2Error, Tags};
 
 use super::adopt::observation;
 use super::node_setup::node_eni;
+use crate::cloud::Ec2Api;
+use crate::errors::chain;
 use crate::options::{ENI_DESCRIPTION_PREFIX, TAG_CLUSTER_NAME, TAG_CREATED_AT, TAG_INSTANCE_ID};
-use crate::state::{now_ms, Shared};
+use crate::state::{now_ms, wall_now, Shared};
 
 /// How long a detaching ENI is polled before giving up until the next pass.
 const DETACH_WAIT: Duration = Duration::from_secs(30);
 /// How long a new attachment is polled until it is `attached`.
 const ATTACH_WAIT: Duration = Duration::from_secs(60);
+
+/// Polls of a new attachment: 20 ms doubling to 500 ms, for [`ATTACH_WAIT`].
+fn attach_polls() -> Backoff {
+    Backoff::new(Duration::from_millis(20), Duration::from_millis(500))
+        .with_jitter(Jitter::Equal)
+        .with_deadline(ATTACH_WAIT)
+}
+
+/// Polls of a detaching ENI: 50 ms doubling to 2 s, for [`DETACH_WAIT`].
+fn detach_polls() -> Backoff {
+    Backoff::new(Duration::from_millis(50), Duration::from_secs(2))
+        .with_jitter(Jitter::Equal)
+        .with_deadline(DETACH_WAIT)
+}
+
+/// The error of ENI work cut short by the agent's stop signal.
+fn stopped(action: vpcnet_ec2::Action) -> Ec2Error {
+    Ec2Error::Request {
+        action,
+        message: "the agent is stopping".into(),
+        source: None,
+    }
+}
+
+/// Retries of a `DeleteNetworkInterface` during cleanup: 5 attempts, 200 ms doubling.
+fn delete_retries() -> Backoff {
+    Backoff::new(Duration::from_millis(200), Duration::from_secs(5)).with_max_attempts(5)
+}
 
 /// The lowest device index that no ENI of the instance uses (ours or foreign).
 fn next_device_index(shared: &Shared) -> u32 {
@@ -35,7 +66,7 @@ fn next_device_index(shared: &Shared) -> u32 {
 /// so no ENI leaks.
 pub(super) async fn create_eni(
     shared: &Shared,
-    ec2: &Ec2,
+    ec2: &dyn Ec2Api,
     ips: u32,
     prefixes: u32,
 ) -> Result<(), Ec2Error> {
@@ -52,7 +83,7 @@ pub(super) async fn create_eni(
     }
     tags.insert(
         TAG_CREATED_AT.into(),
-        chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        wall_now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
     );
     let req = CreateEni {
         subnet_id: place.subnet_id.clone(),
@@ -75,6 +106,12 @@ pub(super) async fn create_eni(
         .create_network_interface(&req)
         .await
         .map_err(|e| super::placement::for_eniconfig(e, &place))?;
+    if shared.stop.is_cancelled() {
+        // Shutting down: do not start an attachment; one delete, else the sweep gets it.
+        tracing::warn!(eni = %ni.eni_id, "stopping: deleting the ENI just created instead of attaching it (if that fails, the leaked-ENI sweep deletes it once it is old enough)");
+        delete_with_retry(shared, ec2, &ni.eni_id).await;
+        return Err(stopped(vpcnet_ec2::Action::AttachNetworkInterface));
+    }
     let device = next_device_index(shared);
     let attachment = match ec2
         .attach_network_interface(&ni.eni_id, &f.instance_id, device, 0)
@@ -82,16 +119,21 @@ pub(super) async fn create_eni(
     {
         Ok(a) => a,
         Err(e) => {
-            tracing::warn!(eni = %ni.eni_id, "attach failed ({e}); deleting the new ENI so it does not leak");
-            delete_with_retry(ec2, &ni.eni_id).await;
+            tracing::warn!(eni = %ni.eni_id, "attach failed ({}); deleting the new ENI so it does not leak", chain(&e));
+            delete_with_retry(shared, ec2, &ni.eni_id).await;
             return Err(e);
         }
     };
-    if !wait_attached(ec2, &ni.eni_id).await {
+    if !wait_attached(shared, ec2, &ni.eni_id).await {
+        if shared.stop.is_cancelled() {
+            // The attachment is EC2's now: the next start describes and adopts the ENI.
+            tracing::warn!(eni = %ni.eni_id, "stopping while the new ENI attaches: left attached for the next start to adopt");
+            return Err(stopped(vpcnet_ec2::Action::AttachNetworkInterface));
+        }
         tracing::warn!(eni = %ni.eni_id, "attachment did not complete; detaching and deleting the ENI");
         let _ = ec2.detach_network_interface(&attachment, true).await;
-        wait_detached(ec2, &ni.eni_id).await;
-        delete_with_retry(ec2, &ni.eni_id).await;
+        wait_detached(shared, ec2, &ni.eni_id).await;
+        delete_with_retry(shared, ec2, &ni.eni_id).await;
         return Err(Ec2Error::Timeout {
             action: vpcnet_ec2::Action::AttachNetworkInterface,
             after: ATTACH_WAIT,
@@ -102,10 +144,10 @@ pub(super) async fn create_eni(
         .set_delete_on_termination(&ni.eni_id, &attachment, true)
         .await
     {
-        tracing::warn!(eni = %ni.eni_id, "DeleteOnTermination failed ({e}); detaching and deleting the ENI");
+        tracing::warn!(eni = %ni.eni_id, "DeleteOnTermination failed ({}); detaching and deleting the ENI", chain(&e));
         let _ = ec2.detach_network_interface(&attachment, true).await;
-        wait_detached(ec2, &ni.eni_id).await;
-        delete_with_retry(ec2, &ni.eni_id).await;
+        wait_detached(shared, ec2, &ni.eni_id).await;
+        delete_with_retry(shared, ec2, &ni.eni_id).await;
         return Err(e);
     }
     shared
@@ -135,32 +177,43 @@ pub(super) async fn create_eni(
     Ok(())
 }
 
-pub(super) async fn delete_with_retry(ec2: &Ec2, eni_id: &str) {
-    for attempt in 0..5u32 {
-        match ec2.delete_network_interface(eni_id).await {
-            Ok(()) => return,
-            Err(e) if e.is_not_found() => return,
-            Err(e) => {
-                tracing::warn!(eni = eni_id, attempt, "delete failed: {e}");
-                tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+/// `DeleteNetworkInterface` with retries ([`delete_retries`]); an ENI already gone counts as
+/// deleted. Gives up at the stop signal or after the last attempt: the ENI keeps its tags and
+/// the leaked-ENI sweep deletes it once it is old enough.
+pub(super) async fn delete_with_retry(shared: &Shared, ec2: &dyn Ec2Api, eni_id: &str) {
+    let mut cancel = shared.stop.clone();
+    let res = vpcnet_backoff::retry(
+        &delete_retries(),
+        &mut cancel,
+        |_: &Ec2Error| true,
+        |attempt| async move {
+            match ec2.delete_network_interface(eni_id).await {
+                Err(e) if e.is_not_found() => Ok(()),
+                Err(e) => {
+                    tracing::warn!(eni = eni_id, attempt, "delete failed: {}", chain(&e));
+                    Err(e)
+                }
+                ok => ok,
             }
-        }
+        },
+    )
+    .await;
+    if let Err(e) = res {
+        tracing::error!(
+            eni = eni_id,
+            "could not delete ENI ({e}); the leaked-ENI sweep removes it once it is old enough"
+        );
     }
-    tracing::error!(
-        eni = eni_id,
-        "could not delete ENI; the leak sweep at the next start removes it"
-    );
 }
 
-/// Polls until EC2 reports the attachment `attached` (an attach answers `attaching`).
-async fn wait_attached(ec2: &Ec2, eni_id: &str) -> bool {
-    let start = Instant::now();
-    let mut delay = Duration::from_millis(20);
-    while start.elapsed() < ATTACH_WAIT {
-        if let Ok(v) = ec2
-            .describe_network_interfaces_by_id(&[eni_id.to_string()])
-            .await
-        {
+/// Polls until EC2 reports the attachment `attached` (an attach answers `attaching`);
+/// false after [`ATTACH_WAIT`] or at the stop signal.
+async fn wait_attached(shared: &Shared, ec2: &dyn Ec2Api, eni_id: &str) -> bool {
+    let ids = [eni_id.to_string()];
+    let mut polls = attach_polls().start();
+    let mut cancel = shared.stop.clone();
+    loop {
+        if let Ok(v) = ec2.describe_network_interfaces_by_id(&ids).await {
             if v.first()
                 .and_then(|n| n.attachment.as_ref())
                 .is_some_and(|a| a.status == "attached")
@@ -168,20 +221,20 @@ async fn wait_attached(ec2: &Ec2, eni_id: &str) -> bool {
                 return true;
             }
         }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_millis(500));
+        if polls.wait(&mut cancel).await != Wait::Retry {
+            return false;
+        }
     }
-    false
 }
 
-async fn wait_detached(ec2: &Ec2, eni_id: &str) -> bool {
-    let start = Instant::now();
-    let mut delay = Duration::from_millis(50);
-    while start.elapsed() < DETACH_WAIT {
-        match ec2
-            .describe_network_interfaces_by_id(&[eni_id.to_string()])
-            .await
-        {
+/// Polls until the ENI is detached (or gone); false after [`DETACH_WAIT`] or at the stop
+/// signal.
+async fn wait_detached(shared: &Shared, ec2: &dyn Ec2Api, eni_id: &str) -> bool {
+    let ids = [eni_id.to_string()];
+    let mut polls = detach_polls().start();
+    let mut cancel = shared.stop.clone();
+    loop {
+        match ec2.describe_network_interfaces_by_id(&ids).await {
             Ok(v)
                 if v.first()
                     .is_none_or(|n| n.attachment.is_none() || n.status == "available") =>
@@ -191,14 +244,18 @@ async fn wait_detached(ec2: &Ec2, eni_id: &str) -> bool {
             Err(e) if e.is_not_found() => return true,
             _ => {}
         }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_secs(2));
+        if polls.wait(&mut cancel).await != Wait::Retry {
+            return false;
+        }
     }
-    false
 }
 
 /// Detach + delete a surplus ENI (never the primary: the core never plans that).
-pub(super) async fn delete_eni(shared: &Shared, ec2: &Ec2, eni_id: &str) -> Result<(), Ec2Error> {
+pub(super) async fn delete_eni(
+    shared: &Shared,
+    ec2: &dyn Ec2Api,
+    eni_id: &str,
+) -> Result<(), Ec2Error> {
     let attachment = shared
         .attachments
         .lock()
@@ -211,7 +268,7 @@ pub(super) async fn delete_eni(shared: &Shared, ec2: &Ec2, eni_id: &str) -> Resu
             Err(e) if e.is_not_found() => {}
             Err(e) => return Err(e),
         }
-        wait_detached(ec2, eni_id).await;
+        wait_detached(shared, ec2, eni_id).await;
     }
     match ec2.delete_network_interface(eni_id).await {
         Ok(()) => {}

@@ -1,15 +1,16 @@
 //! Plans of the core executed against EC2, one action at a time, with the results fed back
 //! into the pool.
 
-use vpcnet_ec2::{AddressRelease, AddressRequest, Ec2, Ec2Error};
+use vpcnet_ec2::{AddressRelease, AddressRequest, Ec2Error};
 use vpcnet_ipam::Action;
 
 use super::eni::{create_eni, delete_eni};
+use crate::cloud::Ec2Api;
 use crate::state::{now_ms, Shared};
 
 /// Plans and executes until the pool is on target or an EC2 call fails. Returns whether
 /// anything changed.
-pub async fn fill(shared: &Shared, ec2: &Ec2) -> Result<bool, Ec2Error> {
+pub async fn fill(shared: &Shared, ec2: &dyn Ec2Api) -> Result<bool, Ec2Error> {
     let mut changed = false;
     for _ in 0..16 {
         // Custom networking without a valid ENIConfig: no ENI (never one in the node's
@@ -42,7 +43,7 @@ pub async fn fill(shared: &Shared, ec2: &Ec2) -> Result<bool, Ec2Error> {
                     // delete). What the action takes away stays out of service until a
                     // describe, forced at the next pass, settles it.
                     if a.is_release() {
-                        tracing::warn!(action = ?a, error = %e, "release failed; its addresses stay out of service until the next describe says whether EC2 applied it");
+                        tracing::warn!(action = ?a, error = %crate::errors::chain(&e), "release failed; its addresses stay out of service until the next describe says whether EC2 applied it");
                         pool.unsettle(a);
                         shared
                             .need_describe
@@ -70,7 +71,7 @@ pub async fn fill(shared: &Shared, ec2: &Ec2) -> Result<bool, Ec2Error> {
     Ok(changed)
 }
 
-async fn execute(shared: &Shared, ec2: &Ec2, action: &Action) -> Result<(), Ec2Error> {
+async fn execute(shared: &Shared, ec2: &dyn Ec2Api, action: &Action) -> Result<(), Ec2Error> {
     match action {
         Action::AssignIps { eni_id, count } => {
             let got = ec2

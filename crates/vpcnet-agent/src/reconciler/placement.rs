@@ -7,7 +7,9 @@
 //! ENIConfig is resolved: no ENI is created then, never one in the node's subnet.
 
 use ipnet::Ipv4Net;
-use vpcnet_ec2::{Ec2, Ec2Error};
+use vpcnet_ec2::Ec2Error;
+
+use crate::cloud::Ec2Api;
 
 use crate::state::Shared;
 
@@ -46,6 +48,7 @@ pub fn required(shared: &Shared) -> Result<EniPlacement, Ec2Error> {
     eni_placement(shared).ok_or_else(|| Ec2Error::Request {
         action: vpcnet_ec2::Action::CreateNetworkInterface,
         message: "custom networking has no valid ENIConfig for this node: no ENI is created (see /v1/eniconfig or `vpcnet inspect eniconfig`)".into(),
+        source: None,
     })
 }
 
@@ -57,14 +60,17 @@ pub fn required(shared: &Shared) -> Result<EniPlacement, Ec2Error> {
 /// ENIConfig and the fix.
 pub async fn checked_subnet_cidr(
     shared: &Shared,
-    ec2: &Ec2,
+    ec2: &dyn Ec2Api,
     p: &EniPlacement,
 ) -> Result<Ipv4Net, Ec2Error> {
     let Some(name) = &p.eniconfig else {
         return Ok(shared.facts.subnet_cidr);
     };
     let node_subnet = &shared.facts.subnet_id;
-    let found = match ec2.describe_subnets(&[&p.subnet_id, node_subnet]).await {
+    let found = match ec2
+        .describe_subnets(&[p.subnet_id.clone(), node_subnet.clone()])
+        .await
+    {
         Ok(v) => v,
         Err(e) => return Err(for_eniconfig(e, p)),
     };
@@ -100,6 +106,7 @@ fn refused(p: &EniPlacement, message: String) -> Ec2Error {
     Ec2Error::Request {
         action: vpcnet_ec2::Action::CreateNetworkInterface,
         message: format!("refused before the call: {message}; subnet {}", p.subnet_id),
+        source: None,
     }
 }
 
@@ -117,6 +124,7 @@ pub fn for_eniconfig(e: Ec2Error, p: &EniPlacement) -> Ec2Error {
             message,
             status,
             retryable,
+            source,
         } => {
             let fix = match code.as_str() {
                 "InvalidSubnetID.NotFound" | "InvalidSubnetID.Malformed" => format!(
@@ -138,6 +146,7 @@ pub fn for_eniconfig(e: Ec2Error, p: &EniPlacement) -> Ec2Error {
                         message,
                         status,
                         retryable,
+                        source,
                     }
                 }
             };
@@ -147,6 +156,7 @@ pub fn for_eniconfig(e: Ec2Error, p: &EniPlacement) -> Ec2Error {
                 message: format!("{message}; {fix}"),
                 status,
                 retryable,
+                source,
             }
         }
         other => other,
@@ -164,6 +174,7 @@ mod tests {
             message: "EC2 says no".into(),
             status: Some(400),
             retryable: false,
+            source: None,
         }
     }
 

@@ -5,12 +5,14 @@ use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use vpcnet_ec2::{Ec2, NetworkInterface, Tags};
+use vpcnet_ec2::{NetworkInterface, Tags};
 use vpcnet_ipam::UNKNOWN_POD_PREFIX;
 
 use super::eni::delete_with_retry;
+use crate::cloud::Ec2Api;
+use crate::errors::chain;
 use crate::options::{ENI_DESCRIPTION_PREFIX, TAG_CREATED_AT, TAG_INSTANCE_ID};
-use crate::state::{now_ms, Shared};
+use crate::state::{now_ms, wall_now, Shared};
 
 /// Consecutive pod-datapath checks that must miss a pod before its address is reclaimed.
 pub const POD_RECLAIM_MISSES: u32 = 2;
@@ -99,7 +101,7 @@ pub fn old_enough(
 /// and attach, a failed cleanup, a delete whose reply was lost), skipping those younger than
 /// `leaked_eni_min_age`. Holds the ENI lifecycle lock for the whole pass, so an ENI the
 /// reconciler is creating and attaching right now is never seen half-way.
-pub async fn sweep_leaked(shared: &Shared, ec2: &Ec2) {
+pub async fn sweep_leaked(shared: &Shared, ec2: &dyn Ec2Api) {
     let _lifecycle = shared.eni_lifecycle.lock().await;
     let leaked = match ec2
         .describe_network_interfaces_by_tag(
@@ -111,11 +113,11 @@ pub async fn sweep_leaked(shared: &Shared, ec2: &Ec2) {
     {
         Ok(l) => l,
         Err(e) => {
-            tracing::warn!(error = %e, "leaked-ENI sweep failed; retried at the next sweep");
+            tracing::warn!(error = %chain(&e), "leaked-ENI sweep failed; retried at the next sweep");
             return;
         }
     };
-    let now = chrono::Utc::now();
+    let now = wall_now();
     for ni in leaked
         .iter()
         .filter(|n| n.description.starts_with(ENI_DESCRIPTION_PREFIX) && n.attachment.is_none())
@@ -123,7 +125,7 @@ pub async fn sweep_leaked(shared: &Shared, ec2: &Ec2) {
         match old_enough(ni, shared.opts.leaked_eni_min_age, now) {
             Some(true) => {
                 tracing::warn!(eni = %ni.eni_id, "deleting leaked ENI of this instance");
-                delete_with_retry(ec2, &ni.eni_id).await;
+                delete_with_retry(shared, ec2, &ni.eni_id).await;
             }
             Some(false) => {
                 tracing::info!(eni = %ni.eni_id, "detached ENI of this instance is younger than the minimum age; left for a later sweep");
@@ -139,7 +141,7 @@ pub async fn sweep_leaked(shared: &Shared, ec2: &Ec2) {
                     .create_tags(std::slice::from_ref(&ni.eni_id), &tags)
                     .await
                 {
-                    tracing::warn!(eni = %ni.eni_id, error = %e, "tagging the leaked ENI failed");
+                    tracing::warn!(eni = %ni.eni_id, error = %chain(&e), "tagging the leaked ENI failed");
                 }
             }
         }
@@ -149,12 +151,12 @@ pub async fn sweep_leaked(shared: &Shared, ec2: &Ec2) {
 /// The sweep at start and then every `leaked_eni_sweep_interval`, until `stop`.
 pub async fn sweep_leaked_periodically(
     shared: std::sync::Arc<Shared>,
-    ec2: Ec2,
+    ec2: std::sync::Arc<dyn Ec2Api>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     loop {
         tokio::select! {
-            _ = sweep_leaked(&shared, &ec2) => {}
+            _ = sweep_leaked(&shared, ec2.as_ref()) => {}
             _ = stop.changed() => return,
         }
         tokio::select! {

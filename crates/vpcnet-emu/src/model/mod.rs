@@ -422,6 +422,44 @@ impl Cloud {
         self.instances.values()
     }
 
+    /// The books balance: every subnet's used addresses (its size less the 5 AWS reserves
+    /// and the available count) equal what its ENIs hold (primary, secondary IPs and 16 per
+    /// /28 prefix), every attached ENI is within its instance type's IPv4 slots, and every
+    /// instance within its ENI limit. Errors: the first imbalance, in words. Checked by the
+    /// property and fuzz tests after any sequence of calls.
+    pub fn check_books(&self) -> Result<(), String> {
+        for s in self.subnets() {
+            let held: u32 = self
+                .enis()
+                .filter(|e| e.subnet_id == s.id)
+                .map(|e| 1 + e.secondary_ips.len() as u32 + 16 * e.prefixes.len() as u32)
+                .sum();
+            let size = 1u32 << (32 - s.cidr.prefix_len());
+            if size - 5 - s.available() != held {
+                return Err(format!(
+                    "subnet {} counts {} used, ENIs hold {held}",
+                    s.id,
+                    size - 5 - s.available()
+                ));
+            }
+        }
+        for i in self.instances() {
+            let attached: Vec<_> = self
+                .enis()
+                .filter(|e| e.attachment.as_ref().is_some_and(|a| a.instance_id == i.id))
+                .collect();
+            if attached.len() as u32 > i.limits.total_enis() {
+                return Err(format!("{} has {} ENIs", i.id, attached.len()));
+            }
+            for e in attached {
+                if e.slots() > i.limits.ipv4_per_eni {
+                    return Err(format!("{} holds {} IPv4 slots", e.id, e.slots()));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The running instance whose primary private IPv4 address is `ip` (IMDS caller lookup).
     pub fn instance_by_primary_ip(&self, ip: Ipv4Addr) -> Option<&Instance> {
         self.instances

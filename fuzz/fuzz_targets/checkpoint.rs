@@ -1,0 +1,8 @@
+//! Fuzz target `checkpoint`: see `fuzz_checks::checkpoint` in crates/vpcnet-ipam/tests/fuzz_checks/mod.rs
+//! (shared with that crate's `fuzz_regressions` test, which CI runs).
+#![no_main]
+
+#[path = "../../crates/vpcnet-ipam/tests/fuzz_checks/mod.rs"]
+mod fuzz_checks;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| fuzz_checks::checkpoint(data));
