@@ -8,7 +8,7 @@
 //! its datapath is left alone; holds of unknown pods are skipped): the host /32 route via its
 //! host veth, rule 512 and (secondary ENI) rule 1536, the host veth (present, up) and its MAC
 //! (the one the pod's gateway neighbour points to). Per node: `net.ipv4.ip_forward` (set back
-//! to 1, in the agent's namespace only), each secondary ENI's interface and table N, the
+//! to 1, in the agent's namespace only), each secondary ENI's interface and table (device number + 1), the
 //! nftables table `ip vpcnet` and `rp_filter` of the primary interface (the firewall is
 //! re-applied). An ENI whose interface is gone stops serving addresses and EC2 is described
 //! again at once.
@@ -70,7 +70,7 @@ fn pods_to_audit(shared: &Shared, now: u64) -> Vec<PodRow> {
                     route_table: if eni.info.primary {
                         0
                     } else {
-                        eni.info.device_number
+                        vpcnet_datapath::node::eni_route_table(eni.info.device_number)
                     },
                 },
             })

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use anyhow::Context;
 
 use tonic::{Request, Response, Status};
+use vpcnet_datapath::node::eni_route_table;
 use vpcnet_ipam::{AssignError, PodKey, PodRef};
 use vpcnet_proto::cni_backend_server::{CniBackend, CniBackendServer};
 use vpcnet_proto::*;
@@ -65,11 +66,13 @@ impl Backend {
         }
     }
 
+    /// The `route_table` of a reply: 0 on the primary ENI (no `from` rule), else the ENI's
+    /// table, device number + 1 as the VPC CNI numbers it ([`eni_route_table`]).
     fn route_table(primary: bool, device_number: u32) -> u32 {
         if primary {
             0
         } else {
-            device_number
+            eni_route_table(device_number)
         }
     }
 }

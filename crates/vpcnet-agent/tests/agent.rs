@@ -53,11 +53,11 @@ async fn m5_large_defaults_fill_27_pods_then_limit() {
         let ip: Ipv4Addr = r.ipv4_addr.parse().unwrap();
         assert!(ips.insert(ip), "IP {ip} handed out twice");
         assert!(lab.ec2_ips().contains(&ip), "{ip} not listed by EC2");
-        // Route table: 0 for the primary ENI (eth0), else the device number.
+        // Route table: 0 for the primary ENI (eth0), else device number + 1 (the VPC CNI's).
         let expect_table = if r.device_number == 0 {
             0
         } else {
-            r.device_number
+            r.device_number + 1
         };
         assert_eq!(r.route_table, expect_table);
         assert_eq!(r.vpc_cidrs, vec!["10.0.0.0/16".to_string()]);

@@ -396,8 +396,8 @@ async fn forwarding_that_cannot_be_enabled_takes_the_node_out_of_service() {
     // An unrepaired route of one pod is reported but keeps the node in service.
     *node.node.lock().unwrap() = vec![Finding {
         kind: Kind::EniTable,
-        object: "table 1".into(),
-        problem: "table 1: missing default via 10.0.0.1 dev eth1".into(),
+        object: "table 2".into(),
+        problem: "table 2: missing default via 10.0.0.1 dev eth1".into(),
         unrepaired: Some("injected".into()),
     }];
     eventually("unrepaired reported", Duration::from_secs(3), || {

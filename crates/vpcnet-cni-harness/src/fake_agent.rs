@@ -1,6 +1,7 @@
 //! A fake vpcnet-agent: serves `vpcnet.cni.v1.CniBackend` on a Unix socket from a background
 //! thread. Addresses come from `base + first .. base + first + count`; addresses at or above
-//! `secondary_from` are "on ENI device 1" (route table 1), the rest on the primary ENI (table 0).
+//! `secondary_from` are "on ENI device 1" (route table 2: device number + 1, as the agent numbers
+//! ENI tables, `vpcnet_datapath::node::eni_route_table`), the rest on the primary ENI (table 0).
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -62,8 +63,16 @@ impl Svc {
     fn ip(&self, i: u32) -> Ipv4Addr {
         Ipv4Addr::from(u32::from(self.cfg.first) + i)
     }
-    fn table(&self, i: u32) -> u32 {
+    fn device(&self, i: u32) -> u32 {
         u32::from(i >= self.cfg.secondary_from)
+    }
+
+    /// 0 on the primary ENI, else device number + 1 (the agent's and the VPC CNI's numbering).
+    fn route_table(&self, i: u32) -> u32 {
+        match self.device(i) {
+            0 => 0,
+            d => vpcnet_datapath::node::eni_route_table(d),
+        }
     }
 }
 
@@ -97,14 +106,14 @@ impl CniBackend for Svc {
                 i
             }
         };
-        let table = self.table(i);
+        let device = self.device(i);
         Ok(Response::new(AddNetworkReply {
             ipv4_addr: self.ip(i).to_string(),
-            device_number: table,
-            route_table: table,
+            device_number: device,
+            route_table: self.route_table(i),
             vpc_cidrs: vec!["10.0.0.0/16".into()],
             use_external_snat: false,
-            eni_id: format!("eni-fake{table}"),
+            eni_id: format!("eni-fake{device}"),
             mtu: self.cfg.mtu,
         }))
     }
@@ -122,8 +131,8 @@ impl CniBackend for Svc {
                 Ok(Response::new(DelNetworkReply {
                     released: true,
                     ipv4_addr: self.ip(i).to_string(),
-                    device_number: self.table(i),
-                    route_table: self.table(i),
+                    device_number: self.device(i),
+                    route_table: self.route_table(i),
                 }))
             }
             None => Ok(Response::new(DelNetworkReply::default())),

@@ -25,17 +25,18 @@ struct Lab {
 impl Lab {
     fn new(cfg: FakeConfig, settings: impl FnOnce(&mut ConflistSettings)) -> Lab {
         let node = TestNetns::create().unwrap();
-        // ENI device 1 with table 1, as the agent's node::setup_eni would leave it.
+        // ENI device 1 with table 2 (device number + 1), as the agent's node::setup_eni would
+        // leave it.
         node.ip(&[
             "link", "add", "eth1", "type", "veth", "peer", "name", "vpc1",
         ])
         .unwrap();
         node.ip(&["link", "set", "eth1", "up"]).unwrap();
         node.ip(&["link", "set", "vpc1", "up"]).unwrap();
-        node.ip(&["route", "add", "10.0.1.0/24", "dev", "eth1", "table", "1"])
+        node.ip(&["route", "add", "10.0.1.0/24", "dev", "eth1", "table", "2"])
             .unwrap();
         node.ip(&[
-            "route", "add", "default", "via", "10.0.1.1", "dev", "eth1", "onlink", "table", "1",
+            "route", "add", "default", "via", "10.0.1.1", "dev", "eth1", "onlink", "table", "2",
         ])
         .unwrap();
         let dir = tempfile::tempdir().unwrap();
@@ -184,7 +185,7 @@ fn add_check_del_on_a_secondary_eni() {
         lines_with(&rules, "10.0.1.10"),
         [
             "512:\tfrom all to 10.0.1.10 lookup main",
-            "1536:\tfrom 10.0.1.10 lookup 1"
+            "1536:\tfrom 10.0.1.10 lookup 2"
         ]
     );
     let routes = lab
@@ -239,7 +240,7 @@ fn add_check_del_on_a_secondary_eni() {
             "from",
             "10.0.1.10",
             "lookup",
-            "1",
+            "2",
             "priority",
             "1536",
         ])

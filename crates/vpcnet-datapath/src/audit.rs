@@ -43,7 +43,7 @@ pub enum Kind {
     RpFilter,
     /// A secondary ENI's interface (found by MAC).
     EniInterface,
-    /// A secondary ENI's route table (table = device number).
+    /// A secondary ENI's route table (table = device number + 1, [`crate::node::eni_route_table`]).
     EniTable,
     /// vpcnet's nftables table `ip vpcnet` (SNAT, connmark).
     FirewallTable,
@@ -114,7 +114,8 @@ pub struct PodExpect {
     pub ip: Ipv4Addr,
     /// Host veth name ([`crate::names::host_veth_name`]).
     pub host_veth: String,
-    /// 0 for a pod on the primary ENI (no 1536 rule), else the ENI's device number.
+    /// 0 for a pod on the primary ENI (no 1536 rule), else the ENI's route table
+    /// ([`crate::node::eni_route_table`] of its device number).
     pub route_table: u32,
 }
 
@@ -226,9 +227,13 @@ pub async fn check_pod(
             .iter()
             .filter(|r| r.priority == PRIO_FROM_POD)
             .collect();
-        if !from.iter().any(|r| r.table == want.route_table) {
-            let t = want.route_table;
-            let problem = match from.first() {
+        // A rule looking up another table (e.g. table = device number, the numbering of older
+        // vpcnet releases) is stale even next to the right one: at equal priority the kernel
+        // evaluates the older rule first.
+        let t = want.route_table;
+        let stale: Vec<&Rule> = from.iter().filter(|r| r.table != t).map(|r| **r).collect();
+        if !stale.is_empty() || from.is_empty() {
+            let problem = match stale.first() {
                 Some(r) => format!(
                     "rule \"from {ip}\" at priority {PRIO_FROM_POD} looks up table {}, want {t}",
                     r.table
@@ -237,7 +242,7 @@ pub async fn check_pod(
                     format!("rule \"from {ip} lookup {t}\" at priority {PRIO_FROM_POD} is missing")
                 }
             };
-            stale_from.extend(from.iter().map(|r| (**r).clone()));
+            stale_from.extend(stale.into_iter().cloned());
             wrong.push((Kind::RuleFromPod, format!("{ip}/32"), problem));
         }
     }

@@ -5,7 +5,7 @@
 //!   `169.254.1.1`, a permanent neighbour `169.254.1.1 → host veth MAC` ([`pod`]);
 //! - node: a /32 route to the pod via the host veth, rule `to <ip> lookup main` at priority 512
 //!   and, for an IP on a secondary ENI, `from <ip> lookup <table>` at priority 1536 ([`host`]);
-//! - node: one route table per secondary ENI (table N = device number N) ([`node`]);
+//! - node: one route table per secondary ENI (table = device number + 1, as the VPC CNI numbers them) ([`node`]);
 //! - node: the periodic audit that repairs and reports drift of all this ([`audit`] for pods,
 //!   [`prereq`] for forwarding, ENI tables, firewall) and link removals as they happen
 //!   ([`link_watch`]);

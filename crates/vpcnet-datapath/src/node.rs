@@ -1,10 +1,11 @@
 //! Node side of secondary ENIs: interface setup and one route table per ENI.
 //!
-//! For the ENI with device number N (attached as `ethN`), table N holds
-//! `<subnet> dev ethN scope link` and `default via <subnet gateway> dev ethN`, where the gateway
-//! is the subnet's first address (the VPC router, e.g. 10.0.1.1 in 10.0.1.0/24). Pods whose IP
-//! lives on that ENI reach it through the rule `from <pod ip> lookup N` (priority 1536, see
-//! [`crate::host`]). This mirrors the VPC CNI's `setupENINetwork`.
+//! For the ENI with device number N (attached as `ethN`), table N + 1 ([`eni_route_table`])
+//! holds `<subnet> dev ethN scope link` and `default via <subnet gateway> dev ethN`, where the
+//! gateway is the subnet's first address (the VPC router, e.g. 10.0.1.1 in 10.0.1.0/24). Pods
+//! whose IP lives on that ENI reach it through the rule `from <pod ip> lookup N + 1` (priority
+//! 1536, see [`crate::host`]). This mirrors the VPC CNI's `setupENINetwork`, numbering included,
+//! so a node swapped between the two agents keeps every pod's rule pointing at its own ENI.
 
 use std::net::Ipv4Addr;
 
@@ -14,16 +15,41 @@ use rtnetlink::{Handle, LinkUnspec, RouteMessageBuilder};
 
 use crate::error::{errno, errnos, nl};
 use crate::names::{format_mac, parse_mac};
-use crate::nl::{addrs_v4, delete_route, links, routes_v4, Link, Route};
-use crate::{Error, Result, MAIN_TABLE};
+use crate::nl::{addrs_v4, delete_route, links, routes_v4, rules_v4, Link, Route};
+use crate::{Error, Result, MAIN_TABLE, PRIO_FROM_POD};
+
+/// Highest ENI device number with a route table of its own: its table, 252, is the last one
+/// below the kernel's reserved tables `default` (253), `main` (254) and `local` (255).
+pub const MAX_ENI_DEVICE_NUMBER: u32 = 251;
+
+/// The route table id of the secondary ENI at attachment device number `device_number`
+/// (`ethN`): device number + 1 (eth1 → table 2, eth2 → table 3), the VPC CNI's numbering
+/// (`networkutils`' `setupENINetwork` uses device number + 1), so pods either agent set up find
+/// their ENI's routes after a swap. Defined for device numbers 1..=[`MAX_ENI_DEVICE_NUMBER`]
+/// (tables 2..=252); the primary ENI (device 0) has no table of its own (it uses `main`), and
+/// table 1 is never an ENI table (older vpcnet releases numbered tables by device number, see
+/// [`setup_eni`] for the upgrade).
+pub const fn eni_route_table(device_number: u32) -> u32 {
+    device_number.saturating_add(1)
+}
+
+fn check_device_number(device_number: u32) -> Result<()> {
+    if device_number == 0 || device_number > MAX_ENI_DEVICE_NUMBER {
+        return Err(Error::Invalid(format!(
+            "device number {device_number} has no ENI route table of its own: use 1..={MAX_ENI_DEVICE_NUMBER} (the primary ENI, 0, uses main)"
+        )));
+    }
+    Ok(())
+}
 
 /// Desired node state of one secondary ENI.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EniSpec {
     /// ENI MAC address as IMDS and EC2 report it, `aa:bb:cc:dd:ee:ff`.
     pub mac: String,
-    /// Attachment device number (1 for eth1, ...); also the route table id. Must be ≥ 1
-    /// (the primary ENI, 0, uses the main table and is not managed here).
+    /// Attachment device number (1 for eth1, ...); its route table is
+    /// [`eni_route_table`] (device number + 1). Must be in 1..=[`MAX_ENI_DEVICE_NUMBER`] (the
+    /// primary ENI, 0, uses the main table and is not managed here).
     pub device_number: u32,
     /// The ENI's subnet CIDR, e.g. 10.0.1.0/24; the gateway is its first address.
     pub subnet: Ipv4Net,
@@ -42,12 +68,10 @@ impl EniSpec {
     }
 
     fn check(&self) -> Result<[u8; 6]> {
-        if self.device_number == 0 || self.device_number >= 253 {
-            return Err(Error::Invalid(format!(
-                "ENI {}: device number {} has no table of its own: use 1..=252 (the primary ENI, 0, uses main)",
-                self.mac, self.device_number
-            )));
-        }
+        check_device_number(self.device_number).map_err(|e| match e {
+            Error::Invalid(m) => Error::Invalid(format!("ENI {}: {m}", self.mac)),
+            e => e,
+        })?;
         if self.subnet.prefix_len() > 28 {
             return Err(Error::Invalid(format!(
                 "ENI {}: subnet {} is smaller than a VPC subnet may be (/28)",
@@ -70,7 +94,7 @@ pub struct EniLink {
     /// Interface name, e.g. "eth1".
     pub name: String,
     pub index: u32,
-    /// Route table id (= device number).
+    /// Route table id ([`eni_route_table`] of the device number).
     pub table: u32,
 }
 
@@ -82,9 +106,16 @@ pub async fn find_link_by_mac(h: &Handle, mac: &str) -> Result<Option<Link>> {
 }
 
 /// Sets up a secondary ENI on the node: finds its interface by MAC, sets the MTU, brings it up,
-/// optionally puts its primary IP on it, and (re)writes table N = device number with the subnet
-/// route and the default route via the subnet gateway. Idempotent: every write is a replace, and
-/// stale routes in table N (other than these two) are removed, so calling it again reconciles.
+/// optionally puts its primary IP on it, and (re)writes its table ([`eni_route_table`], device
+/// number + 1) with the subnet route and the default route via the subnet gateway. Idempotent:
+/// every write is a replace, and stale routes in its table (other than these two) are removed,
+/// so calling it again reconciles.
+///
+/// Upgrade from the old numbering (table = device number): this ENI's own routes left in table
+/// N = device number (those whose output device is this ENI's interface) are removed once no
+/// pod rule of the ENI's subnet looks up table N any more. Other routes of table N are left
+/// alone: under the current numbering table N belongs to device N − 1, whose own [`setup_eni`]
+/// rewrites it.
 ///
 /// Errors: [`Error::Invalid`] for a bad spec; [`Error::NotFound`] when no interface has the MAC;
 /// [`Error::Netlink`] naming the failed step.
@@ -96,7 +127,7 @@ pub async fn setup_eni(h: &Handle, spec: &EniSpec) -> Result<EniLink> {
             spec.mac, spec.device_number
         ))
     })?;
-    let table = spec.device_number;
+    let table = eni_route_table(spec.device_number);
     let what = |s: &str| format!("ENI {} ({}): {s}", spec.mac, link.name);
 
     nl(
@@ -164,6 +195,9 @@ pub async fn setup_eni(h: &Handle, spec: &EniSpec) -> Result<EniLink> {
             delete_route(h, &r).await?;
         }
     }
+    for r in legacy_routes(h, spec, link.index).await? {
+        delete_route(h, &r).await?;
+    }
     Ok(EniLink {
         name: link.name,
         index: link.index,
@@ -180,6 +214,28 @@ fn is_wanted(r: &Route, spec: &EniSpec, index: u32) -> bool {
     subnet || default
 }
 
+/// Routes the old numbering (table = device number) left for the ENI of `spec`: those of table
+/// N = device number whose output device is the ENI's interface `index`. Empty while a pod rule
+/// (`from <ip> lookup N` at 1536, `ip` in the ENI's subnet) still looks up table N: such a pod
+/// was set up under the old numbering and keeps its routes until the datapath audit re-points
+/// its rule (it checks pods before ENIs, so the same pass then removes these routes).
+async fn legacy_routes(h: &Handle, spec: &EniSpec, index: u32) -> Result<Vec<Route>> {
+    let n = spec.device_number;
+    let in_use = rules_v4(h).await?.iter().any(|r| {
+        r.priority == PRIO_FROM_POD
+            && r.table == n
+            && r.src.is_some_and(|(ip, _)| spec.subnet.contains(&ip))
+    });
+    if in_use {
+        return Ok(vec![]);
+    }
+    Ok(eni_table(h, n)
+        .await?
+        .into_iter()
+        .filter(|r| r.oif == Some(index))
+        .collect())
+}
+
 /// Routes of table `table` (IPv4).
 pub async fn eni_table(h: &Handle, table: u32) -> Result<Vec<Route>> {
     Ok(routes_v4(h)
@@ -189,25 +245,24 @@ pub async fn eni_table(h: &Handle, table: u32) -> Result<Vec<Route>> {
         .collect())
 }
 
-/// Removes the node state of ENI device `device_number`: flushes table N. The interface itself
-/// is left alone (it disappears when EC2 detaches the ENI). Idempotent.
+/// Removes the node state of ENI device `device_number`: flushes its table
+/// ([`eni_route_table`]). The interface itself is left alone (it disappears when EC2 detaches
+/// the ENI). Idempotent.
 ///
-/// Errors: [`Error::Invalid`] for device number 0; [`Error::Netlink`].
+/// Errors: [`Error::Invalid`] for device number 0 or above [`MAX_ENI_DEVICE_NUMBER`];
+/// [`Error::Netlink`].
 pub async fn teardown_eni(h: &Handle, device_number: u32) -> Result<()> {
-    if device_number == 0 || device_number >= 253 {
-        return Err(Error::Invalid(format!(
-            "device number {device_number} has no ENI table (use 1..=252)"
-        )));
-    }
-    for r in eni_table(h, device_number).await? {
+    check_device_number(device_number)?;
+    for r in eni_table(h, eni_route_table(device_number)).await? {
         delete_route(h, &r).await?;
     }
     Ok(())
 }
 
 /// Compares the node state of one ENI with `spec`. Returns the differences as sentences
-/// (empty = in sync), e.g. "eth1: MTU 1500, want 9001" or "table 1: missing default via
-/// 10.0.1.1 dev eth1". Call [`setup_eni`] to repair.
+/// (empty = in sync), e.g. "eth1: MTU 1500, want 9001" or "table 2: missing default via
+/// 10.0.1.1 dev eth1" (eth1's table is 2, [`eni_route_table`]); routes of this ENI left in table
+/// N = device number by the old numbering are drift too. Call [`setup_eni`] to repair.
 ///
 /// Errors: [`Error::Invalid`] for a bad spec, [`Error::Netlink`].
 pub async fn verify_eni(h: &Handle, spec: &EniSpec) -> Result<Vec<String>> {
@@ -235,8 +290,8 @@ pub async fn verify_eni(h: &Handle, spec: &EniSpec) -> Result<Vec<String>> {
             ));
         }
     }
-    let table = eni_table(h, spec.device_number).await?;
-    let t = spec.device_number;
+    let t = eni_route_table(spec.device_number);
+    let table = eni_table(h, t).await?;
     if !table
         .iter()
         .any(|r| r.dst_len != 0 && is_wanted(r, spec, link.index))
@@ -259,6 +314,12 @@ pub async fn verify_eni(h: &Handle, spec: &EniSpec) -> Result<Vec<String>> {
         drift.push(format!(
             "table {t}: unexpected route {}/{} via {:?} oif {:?}",
             r.dst, r.dst_len, r.gateway, r.oif
+        ));
+    }
+    for r in legacy_routes(h, spec, link.index).await? {
+        drift.push(format!(
+            "table {}: stale route {}/{} dev {n} of the old numbering (table = device number), want it in table {t} only",
+            spec.device_number, r.dst, r.dst_len
         ));
     }
     Ok(drift)
@@ -289,6 +350,18 @@ mod tests {
     }
 
     #[test]
+    fn eni_tables_follow_the_vpc_cnis_numbering() {
+        assert_eq!(eni_route_table(1), 2);
+        assert_eq!(eni_route_table(2), 3);
+        assert_eq!(eni_route_table(MAX_ENI_DEVICE_NUMBER), 252);
+        let last = EniSpec {
+            device_number: MAX_ENI_DEVICE_NUMBER,
+            ..spec()
+        };
+        assert!(last.check().is_ok());
+    }
+
+    #[test]
     fn bad_specs_are_rejected() {
         assert!(spec().check().is_ok());
         for s in [
@@ -297,7 +370,7 @@ mod tests {
                 ..spec()
             },
             EniSpec {
-                device_number: 254,
+                device_number: 252,
                 ..spec()
             },
             EniSpec {

@@ -41,7 +41,7 @@ pub async fn check_forwarding(netns: Option<&Path>, repair: bool) -> Result<Opti
 
 /// Checks one secondary ENI ([`node::verify_eni`]): no interface with its MAC is an
 /// [`Kind::EniInterface`] finding that is never repaired here (the ENI was detached, or is not
-/// up yet; the agent re-describes); any other drift (MTU, down, address, table N routes) is an
+/// up yet; the agent re-describes); any other drift (MTU, down, address, the routes of its table [`node::eni_route_table`]) is an
 /// [`Kind::EniTable`] finding repaired with [`node::setup_eni`].
 ///
 /// Errors: [`Error::Invalid`] for a bad spec, [`Error::Netlink`] when a dump fails.
@@ -71,7 +71,7 @@ pub async fn check_eni(h: &Handle, spec: &EniSpec, repair: bool) -> Result<Vec<F
     };
     Ok(vec![finding(
         Kind::EniTable,
-        &format!("table {}", spec.device_number),
+        &format!("table {}", node::eni_route_table(spec.device_number)),
         drift.join("; "),
         r,
     )])

@@ -41,7 +41,7 @@ fn eni_spec() -> node::EniSpec {
     }
 }
 
-/// A node namespace with ENI device 2 set up and a pod on it (`10.0.2.20`, table 2), built by
+/// A node namespace with ENI device 2 set up and a pod on it (`10.0.2.20`, table 3), built by
 /// the ADD code path.
 fn pod_on_eni(node_ns: &TestNetns, pod_ns: &TestNetns, veth: &str) -> (pod::PodSpec, PodExpect) {
     eni_link(node_ns, "eth2", "02:00:00:00:01:02");
@@ -50,7 +50,7 @@ fn pod_on_eni(node_ns: &TestNetns, pod_ns: &TestNetns, veth: &str) -> (pod::PodS
         host_veth: veth.into(),
         container_ifname: "eth0".into(),
         mtu: 9001,
-        route_table: 2,
+        route_table: node::eni_route_table(2),
     };
     rt().block_on(async {
         let node = handle(node_ns);
@@ -61,7 +61,7 @@ fn pod_on_eni(node_ns: &TestNetns, pod_ns: &TestNetns, veth: &str) -> (pod::PodS
     let want = PodExpect {
         ip: spec.ip,
         host_veth: spec.host_veth.clone(),
-        route_table: 2,
+        route_table: node::eni_route_table(2),
     };
     (spec, want)
 }
@@ -130,7 +130,7 @@ fn a_deleted_pod_route_and_rules_512_and_1536_are_repaired() {
             rules.contains("512:\tfrom all to 10.0.2.20 lookup main"),
             "{rules}"
         );
-        assert!(rules.contains("1536:\tfrom 10.0.2.20 lookup 2"), "{rules}");
+        assert!(rules.contains("1536:\tfrom 10.0.2.20 lookup 3"), "{rules}");
         assert!(pod::check(&node, Some(&pod), &expected(&spec))
             .await
             .unwrap()
@@ -153,7 +153,33 @@ fn a_deleted_pod_route_and_rules_512_and_1536_are_repaired() {
         assert!(f[0].problem.contains("looks up table 7"), "{f:?}");
         let rules = node_ns.ip(&["rule", "show"]);
         assert!(
-            !rules.contains("lookup 7") && rules.contains("lookup 2"),
+            !rules.contains("lookup 7") && rules.contains("lookup 3"),
+            "{rules}"
+        );
+        assert!(audit_pod(&node, &want, true).await.is_empty());
+
+        // Upgrade from the old numbering (table = device number): a rule to table 2 next to the
+        // right one is stale too (at equal priority the older rule wins), and only it goes.
+        node_ns.ip(&[
+            "rule",
+            "add",
+            "priority",
+            "1536",
+            "from",
+            "10.0.2.20",
+            "lookup",
+            "2",
+        ]);
+        let f = audit_pod(&node, &want, true).await;
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(
+            f[0].problem.contains("looks up table 2, want 3") && f[0].repaired(),
+            "{f:?}"
+        );
+        let rules = node_ns.ip(&["rule", "show"]);
+        assert!(
+            !rules.contains("from 10.0.2.20 lookup 2")
+                && rules.contains("1536:\tfrom 10.0.2.20 lookup 3"),
             "{rules}"
         );
         assert!(audit_pod(&node, &want, true).await.is_empty());
@@ -243,7 +269,7 @@ fn eni_table_drift_is_repaired_and_a_missing_eni_interface_reported() {
             .await
             .unwrap()
             .is_empty());
-        ns.ip(&["route", "flush", "table", "2"]);
+        ns.ip(&["route", "flush", "table", "3"]);
         let f = prereq::check_eni(&h, &eni_spec(), true).await.unwrap();
         assert_eq!(f.len(), 1, "{f:?}");
         assert_eq!(
@@ -256,7 +282,7 @@ fn eni_table_drift_is_repaired_and_a_missing_eni_interface_reported() {
             "{f:?}"
         );
         assert!(ns
-            .ip(&["route", "show", "table", "2"])
+            .ip(&["route", "show", "table", "3"])
             .contains("default via 10.0.2.1"));
 
         ns.ip(&["link", "del", "eth2"]);

@@ -21,7 +21,7 @@ fn handle(ns: &TestNetns) -> rtnetlink::Handle {
 }
 
 #[test]
-fn setup_eni_builds_table_n_and_reconciles() {
+fn setup_eni_builds_table_n_plus_1_and_reconciles() {
     let ns = TestNetns::new();
     // No dummy module here: a veth end stands in for the ENI's interface.
     ns.ip(&[
@@ -44,18 +44,66 @@ fn setup_eni_builds_table_n_and_reconciles() {
         mtu: 9001,
         primary_ip: Some(Ipv4Addr::new(10, 0, 2, 10)),
     };
+    ns.ip(&["link", "set", "eth2", "up"]);
+    // What an older vpcnet left (table = device number): eth2's routes in table 2, plus a route
+    // of another interface there, which is not eth2's to remove (table 2 is now eth1's).
+    ns.ip(&[
+        "route", "add", "default", "via", "10.0.2.1", "dev", "eth2", "onlink", "table", "2",
+    ]);
+    ns.ip(&[
+        "route",
+        "add",
+        "198.51.100.0/24",
+        "dev",
+        "peer2",
+        "table",
+        "2",
+    ]);
     rt().block_on(async {
         let h = handle(&ns);
+        // A pod of the old numbering still looks up table 2: its routes stay (the audit
+        // re-points the rule first).
+        ns.ip(&[
+            "rule", "add", "priority", "1536", "from", "10.0.2.5", "lookup", "2",
+        ]);
+        node::setup_eni(&h, &spec).await.unwrap();
+        let old = ns.ip(&["-4", "route", "show", "table", "2"]);
+        assert!(old.contains("default via 10.0.2.1 dev eth2"), "{old}");
+        ns.ip(&[
+            "rule", "del", "priority", "1536", "from", "10.0.2.5", "lookup", "2",
+        ]);
+        let drift = node::verify_eni(&h, &spec).await.unwrap();
+        assert!(
+            drift
+                .iter()
+                .any(|d| d.contains("table 2: stale route 0.0.0.0/0 dev eth2")),
+            "{drift:?}"
+        );
         let link = node::setup_eni(&h, &spec).await.unwrap();
-        assert_eq!((link.name.as_str(), link.table), ("eth2", 2));
-        let table = ns.ip(&["-4", "route", "show", "table", "2"]);
+        let old = ns.ip(&["-4", "route", "show", "table", "2"]);
+        assert_eq!(
+            old.lines().map(str::trim).collect::<Vec<_>>(),
+            ["198.51.100.0/24 dev peer2 scope link"],
+            "table 2 (old numbering):\n{old}"
+        );
+        ns.ip(&[
+            "route",
+            "del",
+            "198.51.100.0/24",
+            "dev",
+            "peer2",
+            "table",
+            "2",
+        ]);
+        assert_eq!((link.name.as_str(), link.table), ("eth2", 3));
+        let table = ns.ip(&["-4", "route", "show", "table", "3"]);
         assert_eq!(
             table.lines().map(str::trim).collect::<Vec<_>>(),
             [
                 "default via 10.0.2.1 dev eth2 proto static",
                 "10.0.2.0/24 dev eth2 proto static scope link"
             ],
-            "table 2:\n{table}"
+            "table 3:\n{table}"
         );
         let main = ns.ip(&["-4", "route", "show", "table", "main"]);
         assert!(
@@ -67,8 +115,8 @@ fn setup_eni_builds_table_n_and_reconciles() {
         assert!(node::verify_eni(&h, &spec).await.unwrap().is_empty());
 
         // Drift: remove the default route, add a stray one; verify names both, setup repairs.
-        ns.ip(&["route", "del", "default", "table", "2"]);
-        ns.ip(&["route", "add", "192.0.2.0/24", "dev", "eth2", "table", "2"]);
+        ns.ip(&["route", "del", "default", "table", "3"]);
+        ns.ip(&["route", "add", "192.0.2.0/24", "dev", "eth2", "table", "3"]);
         ns.ip(&["link", "set", "eth2", "mtu", "1500"]);
         let drift = node::verify_eni(&h, &spec).await.unwrap();
         assert_eq!(drift.len(), 3, "{drift:?}");
@@ -92,13 +140,14 @@ fn setup_eni_builds_table_n_and_reconciles() {
         node::setup_eni(&h, &spec).await.unwrap();
         assert!(node::verify_eni(&h, &spec).await.unwrap().is_empty());
         assert_eq!(
-            ns.ip(&["-4", "route", "show", "table", "2"])
+            ns.ip(&["-4", "route", "show", "table", "3"])
                 .lines()
                 .count(),
             2
         );
 
         node::teardown_eni(&h, 2).await.unwrap();
+        assert_eq!(ns.ip(&["-4", "route", "show", "table", "3"]), "");
         assert_eq!(ns.ip(&["-4", "route", "show", "table", "2"]), "");
         node::teardown_eni(&h, 2).await.unwrap();
 
@@ -120,7 +169,7 @@ fn pod_setup_check_and_remove() {
         host_veth: "enitest0000001".into(),
         container_ifname: "eth0".into(),
         mtu: 9001,
-        route_table: 1,
+        route_table: node::eni_route_table(1),
     };
     node_ns.ip(&[
         "link",
@@ -170,7 +219,7 @@ fn pod_setup_check_and_remove() {
             ours,
             [
                 "512:\tfrom all to 10.0.1.20 lookup main",
-                "1536:\tfrom 10.0.1.20 lookup 1"
+                "1536:\tfrom 10.0.1.20 lookup 2"
             ],
             "{rules}"
         );

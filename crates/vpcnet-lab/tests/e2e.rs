@@ -20,15 +20,17 @@ mod common;
 use common::*;
 
 /// Kernel state of a pod on a secondary ENI (device `dev`): exactly rules 512 and 1536 for
-/// its IP, the host /32 route, the pod's permanent neighbour, table `dev` default via the
-/// subnet router on eth<dev>.
+/// its IP, the host /32 route, the pod's permanent neighbour, table `dev` + 1 (the VPC CNI's
+/// numbering) default via the subnet router on eth<dev>.
 fn assert_secondary_eni_pod_datapath(node: &NodeRecord, c: &ContainerInfo, dev: u32) {
+    // `vpcnet_datapath::node::eni_route_table`: device number + 1.
+    let table = dev + 1;
     let mut rules = rules_for(node, c.ip);
     rules.sort();
     assert_eq!(
         rules,
         vec![
-            format!("1536: from {} lookup {dev}", c.ip),
+            format!("1536: from {} lookup {table}", c.ip),
             format!("512: from all to {} lookup main", c.ip),
         ],
         "policy rules for {}",
@@ -39,10 +41,10 @@ fn assert_secondary_eni_pod_datapath(node: &NodeRecord, c: &ContainerInfo, dev: 
         veth.starts_with("eni"),
         "host veth {veth} has the VPC CNI prefix"
     );
-    let table = ipn(node, &["route", "show", "table", &dev.to_string()]);
+    let routes = ipn(node, &["route", "show", "table", &table.to_string()]);
     assert!(
-        table.contains(&format!("default via 10.0.1.1 dev eth{dev}")),
-        "table {dev}: {table}"
+        routes.contains(&format!("default via 10.0.1.1 dev eth{dev}")),
+        "table {table}: {routes}"
     );
     let neigh = sh(
         "nsenter",
