@@ -127,21 +127,8 @@ fn check(cloud: &Cloud, mirror: &Mirror) -> Result<(), String> {
             }
         }
     }
-    for s in cloud.subnets() {
-        let held: u32 = cloud
-            .enis()
-            .filter(|e| e.subnet_id == s.id)
-            .map(|e| 1 + e.secondary_ips.len() as u32 + 16 * e.prefixes.len() as u32)
-            .sum();
-        let size = 1u32 << (32 - s.cidr.prefix_len());
-        if size - 5 - s.available() != held {
-            return Err(format!(
-                "subnet {}: {} used, ENIs hold {held}",
-                s.cidr,
-                size - 5 - s.available()
-            ));
-        }
-    }
+    // Subnet books, ENI slots and instance ENI limits: the model's own check.
+    cloud.check_books()?;
     let mut expect: Mirror = BTreeMap::new();
     for i in cloud.instances() {
         let mut per_card: BTreeMap<u32, u32> = BTreeMap::new();
