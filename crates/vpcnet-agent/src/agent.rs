@@ -209,7 +209,7 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
         write_conflist(path, &opts)
             .with_context(|| format!("writing CNI conflist {}", path.display()))?;
     }
-    spawn_background(&shared, &ec2, &stop_rx, &mut tasks);
+    spawn_background(&shared, &ec2, &found.imds, &stop_rx, &mut tasks);
     spawn_api_client(&shared, &limits, started, &stop_rx, &mut tasks);
     let introspection_addr = serve_http(
         "introspection",
@@ -285,6 +285,8 @@ pub async fn run(opts: AgentOptions) -> anyhow::Result<()> {
 /// What start-up learns about the instance before the pool exists.
 struct Discovered {
     ec2: Arc<dyn Ec2Api>,
+    /// IMDS, for the reconciler's drift check.
+    imds: Arc<dyn MetadataApi>,
     /// The instance's ENIs from the one batched describe.
     enis: Vec<NetworkInterface>,
     facts: NodeFacts,
@@ -336,7 +338,12 @@ async fn discover(
     let ((ec2, enis), facts) =
         tokio::try_join!(ec2_and_enis, read_facts(imds.as_ref(), &id, opts))?;
     tracing::info!(instance = %facts.instance_id, r#type = %facts.instance_type, subnet = %facts.subnet_id, "instance facts from IMDS");
-    Ok(Discovered { ec2, enis, facts })
+    Ok(Discovered {
+        ec2,
+        imds,
+        enis,
+        facts,
+    })
 }
 
 /// IMDS identity (first round): instance ID, type, primary MAC, region.
@@ -554,6 +561,7 @@ fn write_conflist(path: &Path, opts: &AgentOptions) -> std::io::Result<()> {
 fn spawn_background(
     shared: &Arc<Shared>,
     ec2: &Arc<dyn Ec2Api>,
+    imds: &Arc<dyn MetadataApi>,
     stop: &watch::Receiver<bool>,
     tasks: &mut Tasks,
 ) {
@@ -561,7 +569,7 @@ fn spawn_background(
         "reconciler",
         shared,
         stop,
-        crate::reconciler::run(shared.clone(), ec2.clone(), stop.clone()),
+        crate::reconciler::run(shared.clone(), ec2.clone(), imds.clone(), stop.clone()),
     );
     if shared.opts.node_network.is_some() {
         let (s, mut st) = (shared.clone(), stop.clone());

@@ -109,8 +109,8 @@ pub trait Ec2Api: Send + Sync + 'static {
 /// Result of an IMDS read.
 pub type ImdsResult<'a, T> = BoxFuture<'a, Result<T, ImdsError>>;
 
-/// The IMDS facts the agent reads at start (hints: never used alone to hand out or release
-/// an address, DESIGN principle 2).
+/// The IMDS facts the agent reads (hints: never used alone to hand out or release an address,
+/// DESIGN principle 2): identity at start, the attached ENIs for the periodic drift check.
 pub trait MetadataApi: Send + Sync + 'static {
     /// `instance-id`.
     fn instance_id(&self) -> ImdsResult<'_, String>;
@@ -124,6 +124,10 @@ pub trait MetadataApi: Send + Sync + 'static {
     fn local_ipv4(&self) -> ImdsResult<'_, Ipv4Addr>;
     /// `network/interfaces/macs/<mac>/`.
     fn interface<'a>(&'a self, mac: &'a str) -> ImdsResult<'a, ImdsInterface>;
+    /// Every attached ENI (`network/interfaces/macs/`, then each one's items), sorted by
+    /// network card then device number: the reconciler's periodic drift check, which asks EC2
+    /// only when this disagrees with the pool.
+    fn interfaces(&self) -> ImdsResult<'_, Vec<ImdsInterface>>;
 }
 
 /// The cloud the agent talks to: EC2 and IMDS.
@@ -246,5 +250,8 @@ impl MetadataApi for Imds {
     }
     fn interface<'a>(&'a self, mac: &'a str) -> ImdsResult<'a, ImdsInterface> {
         Box::pin(Imds::interface(self, mac))
+    }
+    fn interfaces(&self) -> ImdsResult<'_, Vec<ImdsInterface>> {
+        Box::pin(Imds::interfaces(self))
     }
 }

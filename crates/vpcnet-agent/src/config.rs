@@ -239,10 +239,11 @@ settings! {
         /// `node.k8s.amazonaws.com/createdAt` tag is less than 5 minutes old (an ENI without
         /// the tag is tagged now and swept later), as the VPC CNI does.
         disable_leaked_eni_cleanup: bool = "DISABLE_LEAKED_ENI_CLEANUP", "false", Flag;
-        /// Seconds between leaked-ENI sweeps (the VPC CNI sweeps once, at start, and has no
-        /// such setting).
+        /// Seconds between leaked-ENI sweeps (one `DescribeNetworkInterfaces` each); every
+        /// wait is stretched by a random 0–10 % so a fleet's nodes do not sweep in step. The
+        /// VPC CNI sweeps hourly after a random delay of up to 5 minutes, with no setting.
         leaked_eni_sweep_interval_secs: u64 =
-            "VPCNET_LEAKED_ENI_SWEEP_INTERVAL", "300", Int::range(10, 86_400);
+            "VPCNET_LEAKED_ENI_SWEEP_INTERVAL", "3600", Int::range(10, 86_400);
         /// The agent's log level (`RUST_LOG` overrides it).
         log_level: String = "AWS_VPC_K8S_CNI_LOGLEVEL", "DEBUG", LOG_LEVEL;
 
@@ -270,8 +271,17 @@ settings! {
         /// Conflist written once the pool can serve.
         cni_conflist: PathBuf =
             "VPCNET_CNI_CONFLIST", "/etc/cni/net.d/10-vpcnet.conflist", AbsPath;
-        /// Seconds between periodic pool passes.
+        /// Seconds between periodic pool passes: datapath audit, node setup, freeing surplus,
+        /// and the drift check, which reads the attached ENIs and their addresses from IMDS
+        /// (local, not throttled) and describes them in EC2 only when IMDS disagrees with the
+        /// pool, as the VPC CNI's reconcile does. An idle node makes no EC2 call.
         reconcile_interval_secs: u64 = "VPCNET_RECONCILE_INTERVAL", "30", Int::range(1, 86_400);
+        /// Seconds after which a periodic pass describes the instance's ENIs in EC2 even when
+        /// IMDS agrees with the pool (what IMDS does not show: tags such as `no_manage`,
+        /// attachment IDs). Also forced by an EC2 call whose outcome is unknown, and when IMDS
+        /// cannot be read. The VPC CNI has no such safety describe.
+        ec2_reconcile_interval_secs: u64 =
+            "VPCNET_EC2_RECONCILE_INTERVAL", "3600", Int::range(1, 86_400);
         /// Seconds after assignment before an address whose pod has no datapath on the node
         /// (no /32 route and no host veth, at two consecutive checks 5 s apart) is reclaimed.
         /// Must exceed the plugin's worst ADD from receiving the address to building its

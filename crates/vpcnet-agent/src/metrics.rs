@@ -326,6 +326,14 @@ metrics! {
             "awscni_reconcile_count",
             "The number of times ipamd reconciled ENIs and IP addresses with EC2"
             => inc_label inc_reconcile;
+        /// `DescribeNetworkInterfaces` of the instance by periodic or forced passes, by reason:
+        /// `drift` (IMDS disagreed with the pool), `unsettled` (an EC2 outcome was unknown),
+        /// `interval` (`VPCNET_EC2_RECONCILE_INTERVAL` passed), `imds_error` (IMDS unreadable).
+        /// An idle node with IMDS in agreement adds nothing.
+        ec2_describe_count: Labelled<PlainCounter, 1> = Labelled::new(["reason"]),
+            "vpcnet_ec2_describe_count",
+            "The number of EC2 describes of the instance's ENIs by the reconciler, by reason"
+            => inc_label inc_ec2_describe;
         ["requests"]
         /// AddNetwork requests received.
         add_ip_req_count: PlainCounter = PlainCounter::default(),
@@ -805,6 +813,7 @@ mod declaration_tests {
         m.inc_del_ip_req("PodDeleted");
         m.inc_ipamd_error("x");
         m.inc_reconcile("x");
+        m.inc_ec2_describe("x");
         m.inc_datapath_repair("x");
         m.set_datapath_unrepaired([("x", 1)]);
         drop(m.action("x"));

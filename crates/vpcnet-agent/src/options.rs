@@ -66,8 +66,13 @@ pub struct AgentOptions {
     pub add_ip_wait: Duration,
     /// How long an address must stay free before it is returned to EC2 as surplus.
     pub surplus_hold: Duration,
-    /// Period of the full reconcile pass (describe + plan incl. freeing surplus). Default 30 s.
+    /// Period of the periodic pass (datapath audit, node setup, IMDS drift check, plan incl.
+    /// freeing surplus; VPCNET_RECONCILE_INTERVAL, default 30 s). It describes in EC2 only
+    /// when IMDS disagrees with the pool or `ec2_reconcile_interval` has passed.
     pub reconcile_interval: Duration,
+    /// Longest time between two EC2 describes of the instance's ENIs while IMDS agrees with
+    /// the pool (VPCNET_EC2_RECONCILE_INTERVAL, default 1 h).
+    pub ec2_reconcile_interval: Duration,
     /// gRPC Unix socket (default /var/run/vpcnet/agent.sock), created with mode 0660.
     pub socket_path: PathBuf,
     /// Checkpoint file (default /var/run/vpcnet/ipam.json), mode 0600.
@@ -125,7 +130,8 @@ pub struct AgentOptions {
     /// Delete this instance's detached ENIs (leaks) at start and then every
     /// `leaked_eni_sweep_interval`; DISABLE_LEAKED_ENI_CLEANUP turns it off.
     pub sweep_leaked_enis: bool,
-    /// Period of the leaked-ENI sweep (VPCNET_LEAKED_ENI_SWEEP_INTERVAL, default 300 s).
+    /// Period of the leaked-ENI sweep (VPCNET_LEAKED_ENI_SWEEP_INTERVAL, default 1 h), each
+    /// wait stretched by a random 0–10 %.
     pub leaked_eni_sweep_interval: Duration,
     /// ENIs younger than this (by their `node.k8s.amazonaws.com/createdAt` tag) are never
     /// swept: they may be between create and attach in this or a previous agent. 5 minutes,
@@ -185,6 +191,7 @@ impl Default for AgentOptions {
             cooldown: Duration::from_millis(vpcnet_ipam::DEFAULT_COOLDOWN_MS),
             surplus_hold: Duration::from_millis(vpcnet_ipam::DEFAULT_COOLDOWN_MS),
             reconcile_interval: Duration::from_secs(30),
+            ec2_reconcile_interval: Duration::from_secs(3600),
             add_ip_wait: Duration::from_secs(5),
             socket_path: PathBuf::from(vpcnet_proto::DEFAULT_SOCKET),
             checkpoint_path: PathBuf::from(DEFAULT_CHECKPOINT),
@@ -212,7 +219,7 @@ impl Default for AgentOptions {
             env_settings: Vec::new(),
             additional_eni_tags: Default::default(),
             sweep_leaked_enis: true,
-            leaked_eni_sweep_interval: Duration::from_secs(300),
+            leaked_eni_sweep_interval: Duration::from_secs(3600),
             leaked_eni_min_age: Duration::from_secs(300),
             pod_reclaim_grace: Duration::from_secs(60),
             pod_reclaim_interval: Duration::from_secs(5),
@@ -255,6 +262,7 @@ pub fn options_from_config(c: &Config) -> anyhow::Result<AgentOptions> {
         },
         cooldown: c.ip_cooldown(),
         reconcile_interval: c.reconcile_interval(),
+        ec2_reconcile_interval: Duration::from_secs(c.ec2_reconcile_interval_secs),
         add_ip_wait: c.add_ip_wait(),
         socket_path: c.agent_socket.clone(),
         checkpoint_path: c.checkpoint_path.clone(),

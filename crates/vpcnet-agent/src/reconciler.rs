@@ -1,13 +1,14 @@
 //! Executes the core's plans against EC2 and feeds the results back. One task; woken at
-//! once by ADD/DEL, plus a periodic full pass (describe + reconcile + plan incl. freeing
-//! surplus). Backs off with jitter after EC2 errors.
+//! once by ADD/DEL, plus a periodic full pass (IMDS drift check, a describe only when needed,
+//! reconcile, plan incl. freeing surplus). Backs off with jitter after EC2 errors.
 //!
-//! By concern: [`mod@adopt`] (EC2's view into the pool), [`execute`] (plans → EC2 calls),
+//! By concern: [`mod@adopt`] (EC2's view into the pool), [`drift`] (whether to describe), [`execute`] (plans → EC2 calls),
 //! [`eni`] (ENI lifecycle), [`placement`] (subnet and security groups of new ENIs, custom
 //! networking), [`node_setup`] (node ENIs and firewall), [`sweep`] (leaked ENIs,
 //! unrouted pod addresses), `run_loop` (the task).
 
 pub mod adopt;
+pub mod drift;
 pub mod eni;
 pub mod execute;
 pub mod node_setup;

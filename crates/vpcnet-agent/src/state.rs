@@ -66,6 +66,9 @@ pub struct Shared {
     pub attachments: Mutex<BTreeMap<String, String>>,
     /// Device indexes taken by ENIs the agent does not manage.
     pub foreign_devices: Mutex<Vec<u32>>,
+    /// IDs of the attached ENIs the agent does not manage (from the last describe): the IMDS
+    /// drift check skips them.
+    pub foreign_enis: Mutex<std::collections::BTreeSet<String>>,
     /// Last EC2 error of the reconciler (shown by Status and introspection).
     pub last_error: Mutex<Option<String>>,
     /// Serialises checkpoint writes so an older snapshot never overwrites a newer one.
@@ -119,6 +122,7 @@ impl Shared {
             ready: AtomicBool::new(false),
             attachments: Mutex::new(BTreeMap::new()),
             foreign_devices: Mutex::new(Vec::new()),
+            foreign_enis: Mutex::new(Default::default()),
             last_error: Mutex::new(None),
             persist_lock: tokio::sync::Mutex::new(()),
             store,

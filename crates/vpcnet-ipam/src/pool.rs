@@ -13,7 +13,10 @@ use crate::config::WarmConfig;
 use crate::model::{Assignment, Eni, EniObservation, IpSet, PodKey, PodRef};
 use crate::plan::Action;
 
+mod drift;
 mod interface_gone;
+
+pub use drift::Drift;
 
 /// Container-ID prefix of the holds for pods the agent has no record of
 /// ([`Pool::hold_unknown`]).

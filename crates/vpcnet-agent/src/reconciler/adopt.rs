@@ -83,6 +83,7 @@ pub async fn adopt(
     }
     let mut view = Vec::new();
     let mut foreign = Vec::new();
+    let mut foreign_ids = BTreeSet::new();
     {
         let mut att = shared.attachments.lock().unwrap_or_else(|p| p.into_inner());
         att.clear();
@@ -91,6 +92,7 @@ pub async fn adopt(
                 att.insert(ni.eni_id.clone(), a.attachment_id.clone());
                 if !manageable(ni) {
                     foreign.push(a.device_index);
+                    foreign_ids.insert(ni.eni_id.clone());
                     continue;
                 }
             }
@@ -105,6 +107,10 @@ pub async fn adopt(
         .foreign_devices
         .lock()
         .unwrap_or_else(|p| p.into_inner()) = foreign;
+    *shared
+        .foreign_enis
+        .lock()
+        .unwrap_or_else(|p| p.into_inner()) = foreign_ids;
     let report = {
         let mut pool = shared.pool();
         let before: BTreeSet<_> = pool.orphaned().into_iter().collect();

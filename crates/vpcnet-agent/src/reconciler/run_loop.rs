@@ -1,5 +1,6 @@
-//! The reconciler task: woken at once by ADD/DEL, plus a periodic full pass; backs off with
-//! jitter after EC2 errors; at the stop signal, lets EC2 work in flight finish for at most
+//! The reconciler task: woken at once by ADD/DEL, plus a periodic full pass that describes in
+//! EC2 only when IMDS disagrees with the pool ([`super::drift`]), an EC2 outcome is unknown,
+//! or the safety interval passed; backs off with jitter after EC2 errors; at the stop signal, lets EC2 work in flight finish for at most
 //! `shutdown_timeout`, then drops it.
 
 use std::sync::atomic::Ordering;
@@ -10,8 +11,9 @@ use vpcnet_backoff::{Backoff, Cancel, Wait};
 use vpcnet_ec2::Ec2Error;
 use vpcnet_ipam::UnknownIpPolicy;
 
+use super::drift::{imds_drift, DescribeReason};
 use super::{fill, setup_node_enis, setup_node_firewall, sync_from_ec2};
-use crate::cloud::Ec2Api;
+use crate::cloud::{Ec2Api, MetadataApi};
 use crate::errors::chain;
 use crate::state::Shared;
 
@@ -21,30 +23,40 @@ pub fn pass_backoff() -> Backoff {
     Backoff::new(Duration::from_millis(100), Duration::from_secs(10))
 }
 
-/// The reconciler task.
+/// The reconciler task. `imds` serves the periodic drift check.
 pub async fn run(
     shared: Arc<Shared>,
     ec2: Arc<dyn Ec2Api>,
+    imds: Arc<dyn MetadataApi>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let interval = shared.opts.reconcile_interval;
-    let mut next_full = tokio::time::Instant::now() + interval;
+    let mut next_periodic = tokio::time::Instant::now() + interval;
+    // Start-up has just described the instance's ENIs.
+    let mut next_describe = tokio::time::Instant::now() + shared.opts.ec2_reconcile_interval;
     let mut backoff = pass_backoff().start();
     let mut cancel = Cancel::from(stop.clone());
     loop {
-        let full = tokio::select! {
+        let periodic = tokio::select! {
             _ = shared.wake.notified() => false,
-            _ = tokio::time::sleep_until(next_full) => true,
+            _ = tokio::time::sleep_until(next_periodic) => true,
             _ = stop.changed() => return,
         };
-        // An EC2 outcome was unknown: describe before planning again.
-        let full = full
-            || shared.need_describe.swap(false, Ordering::AcqRel)
-            || shared.pool().has_unsettled();
-        if full {
-            next_full = tokio::time::Instant::now() + interval;
+        if periodic {
+            next_periodic = tokio::time::Instant::now() + interval;
         }
-        let pass = pass(&shared, ec2.as_ref(), full);
+        // An EC2 outcome was unknown: describe before planning again.
+        let unsettled = shared.need_describe.swap(false, Ordering::AcqRel)
+            || shared.pool().has_unsettled();
+        let kind = match (periodic, unsettled) {
+            (_, true) => Kind::Full(Some(DescribeReason::Unsettled)),
+            (true, false) if tokio::time::Instant::now() >= next_describe => {
+                Kind::Full(Some(DescribeReason::SafetyInterval))
+            }
+            (true, false) => Kind::Full(None),
+            (false, false) => Kind::Fill,
+        };
+        let pass = pass(&shared, ec2.as_ref(), imds.as_ref(), kind, &mut next_describe);
         tokio::pin!(pass);
         let result = tokio::select! {
             r = &mut pass => r,
@@ -75,9 +87,46 @@ pub async fn run(
     }
 }
 
-/// One pass: with `full`, describe and adopt EC2's view and repair node setup first; then
-/// plan and execute until the pool is on target.
-async fn pass(shared: &Arc<Shared>, ec2: &dyn Ec2Api, full: bool) -> Result<bool, Ec2Error> {
+/// What a pass does besides planning.
+#[derive(Debug)]
+enum Kind {
+    /// Woken by ADD/DEL: plan and execute only.
+    Fill,
+    /// Periodic (or forced by an unknown EC2 outcome): datapath audit, EC2 describe when the
+    /// reason is given or the IMDS drift check finds one, node setup, firewall, then plan.
+    Full(Option<DescribeReason>),
+}
+
+/// Whether a full pass describes: the reason it was given, else the IMDS drift check's.
+async fn describe_reason(
+    shared: &Shared,
+    imds: &dyn MetadataApi,
+    given: Option<DescribeReason>,
+) -> Option<DescribeReason> {
+    if given.is_some() {
+        return given;
+    }
+    match imds_drift(shared, imds).await {
+        Ok(None) => None,
+        Ok(Some(d)) => Some(DescribeReason::Drift(d)),
+        Err(e) => {
+            tracing::warn!(error = %chain(&e), "reading the attached ENIs from IMDS failed; describing them in EC2 instead");
+            Some(DescribeReason::ImdsUnreadable)
+        }
+    }
+}
+
+/// One pass ([`Kind`]): a full one may describe and adopt EC2's view and repairs node setup
+/// first; then plan and execute until the pool is on target. A describe moves
+/// `next_describe` to a safety interval from now.
+async fn pass(
+    shared: &Arc<Shared>,
+    ec2: &dyn Ec2Api,
+    imds: &dyn MetadataApi,
+    kind: Kind,
+    next_describe: &mut tokio::time::Instant,
+) -> Result<bool, Ec2Error> {
+    let full = matches!(kind, Kind::Full(_));
     let timer = shared.metrics.action(if full {
         "reconcilePool"
     } else {
@@ -87,13 +136,25 @@ async fn pass(shared: &Arc<Shared>, ec2: &dyn Ec2Api, full: bool) -> Result<bool
         .metrics
         .inc_reconcile(if full { "periodic" } else { "add" });
     let mut result = Ok(false);
-    if full {
+    if let Kind::Full(given) = kind {
         // Datapath self-healing, before the node setup below re-applies ENI tables and the
         // firewall, so their drift is seen and reported.
         crate::datapath_audit::run_pass(shared).await;
-        match sync_from_ec2(shared, ec2, UnknownIpPolicy::Free).await {
-            Ok(_) => setup_node_enis(shared).await,
-            Err(e) => result = Err(e),
+        if let Some(reason) = describe_reason(shared, imds, given).await {
+            match &reason {
+                DescribeReason::Drift(d) => {
+                    tracing::info!(drift = ?d, "IMDS disagrees with the pool; describing the instance's ENIs in EC2")
+                }
+                r => tracing::debug!(reason = r.label(), "describing the instance's ENIs"),
+            }
+            shared.metrics.inc_ec2_describe(reason.label());
+            *next_describe = tokio::time::Instant::now() + shared.opts.ec2_reconcile_interval;
+            if let Err(e) = sync_from_ec2(shared, ec2, UnknownIpPolicy::Free).await {
+                result = Err(e);
+            }
+        }
+        if result.is_ok() {
+            setup_node_enis(shared).await;
         }
         // The firewall depends on static facts only: repair it even when EC2 fails.
         setup_node_firewall(shared).await;

@@ -148,7 +148,18 @@ pub async fn sweep_leaked(shared: &Shared, ec2: &dyn Ec2Api) {
     }
 }
 
-/// The sweep at start and then every `leaked_eni_sweep_interval`, until `stop`.
+/// Share of the sweep interval added at random to each wait (0 to 10 %), so the nodes of a
+/// fleet started together do not sweep in step.
+pub const SWEEP_JITTER: f64 = 0.1;
+
+/// The wait before the next sweep: `interval` stretched by `unit` × [`SWEEP_JITTER`]
+/// (`unit` in [0, 1), the random draw).
+pub fn sweep_wait(interval: Duration, unit: f64) -> Duration {
+    interval.mul_f64(1.0 + SWEEP_JITTER * unit.clamp(0.0, 1.0))
+}
+
+/// The sweep at start and then every `leaked_eni_sweep_interval` (jittered, [`sweep_wait`]),
+/// until `stop`.
 pub async fn sweep_leaked_periodically(
     shared: std::sync::Arc<Shared>,
     ec2: std::sync::Arc<dyn Ec2Api>,
@@ -160,8 +171,25 @@ pub async fn sweep_leaked_periodically(
             _ = stop.changed() => return,
         }
         tokio::select! {
-            _ = tokio::time::sleep(shared.opts.leaked_eni_sweep_interval) => {}
+            _ = tokio::time::sleep(sweep_wait(
+                shared.opts.leaked_eni_sweep_interval,
+                rand::random::<f64>(),
+            )) => {}
             _ = stop.changed() => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sweep_wait_is_the_interval_stretched_by_at_most_the_jitter() {
+        let hour = Duration::from_secs(3600);
+        assert_eq!(sweep_wait(hour, 0.0), hour);
+        assert_eq!(sweep_wait(hour, 0.5), Duration::from_secs(3780));
+        assert!(sweep_wait(hour, 0.999_999) < Duration::from_secs(3960));
+        assert_eq!(sweep_wait(hour, 7.0), Duration::from_secs(3960));
     }
 }

@@ -74,6 +74,8 @@ struct Inner {
     rates: Mutex<(Rates, rand_chacha::ChaCha8Rng)>,
     calls: Mutex<Vec<Call>>,
     attach_delay: Mutex<Duration>,
+    /// Reads of every attached ENI from IMDS (the reconciler's drift check).
+    imds_reads: std::sync::atomic::AtomicUsize,
 }
 
 /// The fake cloud: one VPC (10.0.0.0/16), one subnet (10.0.0.0/20, us-east-1a), one running
@@ -113,6 +115,7 @@ impl FakeCloud {
             rates: Mutex::new((Rates::default(), rand_chacha::ChaCha8Rng::seed_from_u64(13))),
             calls: Mutex::new(Vec::new()),
             attach_delay: Mutex::new(Duration::from_millis(500)),
+            imds_reads: Default::default(),
         }))
     }
 
@@ -164,6 +167,11 @@ impl FakeCloud {
     /// Every call so far.
     pub fn calls(&self) -> Vec<Call> {
         self.0.calls.lock().unwrap().clone()
+    }
+
+    /// How often the agent read every attached ENI from IMDS so far.
+    pub fn imds_reads(&self) -> usize {
+        self.0.imds_reads.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Calls of `action` so far.
@@ -590,27 +598,42 @@ impl MetadataApi for FakeCloud {
         let path = format!("network/interfaces/macs/{mac}/");
         let r = self.imds(&path, |m, i| {
             let e = m.enis().find(|e| e.mac == mac)?;
-            let a = e.attachment.as_ref().filter(|a| a.instance_id == i.id)?;
-            let s = m.subnet(&e.subnet_id)?;
-            let vpc = m.vpc(&e.vpc_id)?;
-            Some(ImdsInterface {
-                mac: e.mac.clone(),
-                device_number: a.device_index,
-                network_card: a.network_card,
-                interface_id: e.id.clone(),
-                subnet_id: e.subnet_id.clone(),
-                subnet_cidr: s.cidr,
-                vpc_id: e.vpc_id.clone(),
-                vpc_cidrs: vpc.cidrs.iter().map(|(_, c)| *c).collect(),
-                security_group_ids: e.groups.clone(),
-                local_ipv4s: std::iter::once(e.primary_ip)
-                    .chain(e.secondary_ips.iter().copied())
-                    .collect(),
-                ipv4_prefixes: e.prefixes.clone(),
-            })
+            imds_interface(m, i, e)
         });
         Box::pin(async move { r })
     }
+    fn interfaces(&self) -> ImdsResult<'_, Vec<ImdsInterface>> {
+        self.0.imds_reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let r = self.imds("network/interfaces/macs/", |m, i| {
+            let mut all: Vec<ImdsInterface> =
+                m.enis().filter_map(|e| imds_interface(m, i, e)).collect();
+            all.sort_by_key(|i| (i.network_card, i.device_number));
+            Some(all)
+        });
+        Box::pin(async move { r })
+    }
+}
+
+/// ENI `e` as IMDS of instance `i` lists it; `None` unless it is attached to `i`.
+fn imds_interface(m: &model::Cloud, i: &model::Instance, e: &model::Eni) -> Option<ImdsInterface> {
+    let a = e.attachment.as_ref().filter(|a| a.instance_id == i.id)?;
+    let s = m.subnet(&e.subnet_id)?;
+    let vpc = m.vpc(&e.vpc_id)?;
+    Some(ImdsInterface {
+        mac: e.mac.clone(),
+        device_number: a.device_index,
+        network_card: a.network_card,
+        interface_id: e.id.clone(),
+        subnet_id: e.subnet_id.clone(),
+        subnet_cidr: s.cidr,
+        vpc_id: e.vpc_id.clone(),
+        vpc_cidrs: vpc.cidrs.iter().map(|(_, c)| *c).collect(),
+        security_group_ids: e.groups.clone(),
+        local_ipv4s: std::iter::once(e.primary_ip)
+            .chain(e.secondary_ips.iter().copied())
+            .collect(),
+        ipv4_prefixes: e.prefixes.clone(),
+    })
 }
 
 /// Options for an agent on `fake`'s instance with its files in `dir`: no TCP listeners, no
