@@ -74,15 +74,19 @@ async fn an_idle_node_makes_no_ec2_call_and_imds_drift_costs_one_describe() {
         .unwrap();
     let mark = fake.calls().len();
     fake.with_model(|m| m.unassign(&primary, &[gone], &[]).unwrap());
-    eventually("the agent drops the address", Duration::from_secs(31), || {
-        !agent
-            .shared
-            .pool()
-            .eni(&primary)
-            .unwrap()
-            .ips
-            .contains_key(&gone)
-    })
+    eventually(
+        "the agent drops the address",
+        Duration::from_secs(31),
+        || {
+            !agent
+                .shared
+                .pool()
+                .eni(&primary)
+                .unwrap()
+                .ips
+                .contains_key(&gone)
+        },
+    )
     .await;
     tokio::time::sleep(Duration::from_secs(300)).await;
     let after = since(&fake, mark);

@@ -23,6 +23,11 @@ pub const IPS_PER_PREFIX: u32 = 16;
 /// - `prefix_delegation`: addresses come in /28 prefixes (16 each). Without WARM_IP_TARGET /
 ///   MINIMUM_IP_TARGET, keep `warm_prefix_target` wholly free prefixes.
 /// - Cooling-down addresses count as unavailable (VPC CNI #2896).
+/// - Surplus is returned only once it has lasted: an address must have been free for
+///   `surplus_hold_ms`, and in the IP target modes the surplus is counted from the fewest
+///   assignable addresses any ADD left within that hold ([`crate::Pool::recent_low_available`]),
+///   so a pod roll (the replacement takes an address while its predecessor's cools down) keeps
+///   the addresses it needs instead of returning one and assigning one per roll.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WarmConfig {
     /// WARM_ENI_TARGET: free ENIs' worth of addresses to keep (a count of ENIs). Default 1.

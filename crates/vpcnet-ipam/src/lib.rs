@@ -29,5 +29,6 @@ pub use config::{ConfigError, WarmConfig, WarmMode, DEFAULT_COOLDOWN_MS, IPS_PER
 pub use model::{Assignment, Eni, EniInfo, EniObservation, PodKey, PodRef};
 pub use plan::Action;
 pub use pool::{
-    AssignError, Drift, Granted, Pool, PoolSummary, ReconcileReport, UnknownIpPolicy, UNKNOWN_POD_PREFIX,
+    AssignError, Drift, Granted, Pool, PoolSummary, ReconcileReport, UnknownIpPolicy,
+    UNKNOWN_POD_PREFIX,
 };

@@ -48,7 +48,15 @@ impl Action {
     }
 }
 
-pub(crate) fn plan(cfg: &WarmConfig, stats: &[EniStats], eni_count: u32) -> Vec<Action> {
+/// `recent_low`: the fewest assignable addresses an assignment left within the surplus hold
+/// ([`crate::Pool::recent_low_available`]); in the IP target modes only surplus above it is
+/// returned.
+pub(crate) fn plan(
+    cfg: &WarmConfig,
+    stats: &[EniStats],
+    eni_count: u32,
+    recent_low: Option<u32>,
+) -> Vec<Action> {
     let active: Vec<&EniStats> = stats
         .iter()
         .filter(|s| !s.deleting && cfg.eni_for_pods(s.primary))
@@ -79,7 +87,9 @@ pub(crate) fn plan(cfg: &WarmConfig, stats: &[EniStats], eni_count: u32) -> Vec<
     if need > 0 {
         grow(cfg, &active, eni_count, need as u32)
     } else {
-        shrink(cfg, &active, available, total, free_prefixes)
+        // Surplus of the IP target modes counts from the lowest point of the hold window.
+        let lasting = recent_low.map_or(available, |low| available.min(low as i64));
+        shrink(cfg, &active, available, lasting, total, free_prefixes)
     }
 }
 
@@ -142,11 +152,14 @@ fn grow(cfg: &WarmConfig, active: &[&EniStats], eni_count: u32, need: u32) -> Ve
 
 /// Return surplus to EC2: whole ENIs when an unused ENI fits in the surplus, else single
 /// addresses (or prefixes) from the least-used ENIs. Only addresses free for the surplus
-/// hold are touched; the primary ENI is never deleted.
+/// hold are touched; the primary ENI is never deleted. In the IP target modes the surplus is
+/// what lasted the hold: counted from `lasting` (the fewest assignable addresses since the
+/// hold began), not from `available` alone.
 fn shrink(
     cfg: &WarmConfig,
     active: &[&EniStats],
     available: i64,
+    lasting: i64,
     total: i64,
     free_prefixes: i64,
 ) -> Vec<Action> {
@@ -172,7 +185,7 @@ fn shrink(
             warm_ips,
             minimum_ips,
         } => {
-            let mut surplus = (available - warm_ips as i64)
+            let mut surplus = (lasting - warm_ips as i64)
                 .min(total - minimum_ips as i64)
                 .max(0);
             for s in order {
@@ -206,7 +219,7 @@ fn shrink(
                     warm_ips,
                     minimum_ips,
                 } => {
-                    (available - warm_ips as i64)
+                    (lasting - warm_ips as i64)
                         .min(total - minimum_ips as i64)
                         .max(0)
                         / IPS_PER_PREFIX as i64

@@ -139,6 +139,11 @@ pub struct Pool {
     /// ENIs whose network interface vanished from the node ([`Pool::mark_interface_gone`]):
     /// nothing is handed out from them until the interface is back or a describe drops them.
     interface_gone: BTreeSet<String>,
+    /// Assignable addresses left right after recent assignments: (time, count), times
+    /// increasing, counts strictly increasing (a later, lower count replaces higher ones).
+    /// Entries older than the surplus hold are dropped. The plan returns only the surplus
+    /// that lasted the whole hold ([`Pool::recent_low_available`]).
+    low_water: std::collections::VecDeque<(u64, u32)>,
 }
 
 impl Pool {
@@ -157,6 +162,7 @@ impl Pool {
             unsettled_enis: BTreeSet::new(),
             reclaim_misses: BTreeMap::new(),
             interface_gone: BTreeSet::new(),
+            low_water: Default::default(),
         }
     }
 
@@ -291,6 +297,7 @@ impl Pool {
         self.by_ip.insert(ip, key.clone());
         self.assignments.insert(key, a);
         self.cooldowns.remove(&ip);
+        self.note_low_water(now_ms);
         Ok(Granted {
             ip,
             eni_id: info.id,
@@ -299,6 +306,43 @@ impl Pool {
             subnet_cidr: info.subnet_cidr,
             existing: false,
         })
+    }
+
+    /// Records how many addresses are assignable right after an assignment at `now_ms`
+    /// (counted as the plan counts them), keeping the window of the surplus hold.
+    fn note_low_water(&mut self, now_ms: u64) {
+        let available: u32 = self
+            .eni_stats(now_ms)
+            .iter()
+            .filter(|s| !s.deleting && self.cfg.eni_for_pods(s.primary))
+            .map(|s| s.available.len() as u32)
+            .sum();
+        let hold = self.cfg.surplus_hold_ms;
+        while self
+            .low_water
+            .front()
+            .is_some_and(|(t, _)| t.saturating_add(hold) <= now_ms)
+        {
+            self.low_water.pop_front();
+        }
+        while self.low_water.back().is_some_and(|(_, n)| *n >= available) {
+            self.low_water.pop_back();
+        }
+        self.low_water.push_back((now_ms, available));
+    }
+
+    /// The fewest assignable addresses left by an assignment within the surplus hold before
+    /// `now_ms` (`None` without one). In the IP target modes the plan returns only surplus
+    /// above this as well as above the current count: a pod roll, whose replacement takes an
+    /// address while its predecessor's cools down, keeps its addresses instead of returning
+    /// one as the cooldown ends and assigning one again at the next ADD.
+    pub fn recent_low_available(&self, now_ms: u64) -> Option<u32> {
+        let hold = self.cfg.surplus_hold_ms;
+        self.low_water
+            .iter()
+            .filter(|(t, _)| t.saturating_add(hold) > now_ms)
+            .map(|(_, n)| *n)
+            .min()
     }
 
     fn empty_error(&self, now_ms: u64) -> AssignError {
@@ -552,7 +596,12 @@ impl Pool {
     /// The warm-pool decision at `now_ms`: the EC2 actions to take (empty when the pool is
     /// on target). Pure; call [`Pool::begin`] before executing an action.
     pub fn plan(&self, now_ms: u64) -> Vec<Action> {
-        crate::plan::plan(&self.cfg, &self.eni_stats(now_ms), self.enis.len() as u32)
+        crate::plan::plan(
+            &self.cfg,
+            &self.eni_stats(now_ms),
+            self.enis.len() as u32,
+            self.recent_low_available(now_ms),
+        )
     }
 
     /// Marks what `action` will take away (addresses or prefixes being unassigned, an ENI

@@ -38,7 +38,11 @@ impl DescribeReason {
 /// IMDS's ENI as the core's observation: its first `local-ipv4s` entry is the ENI's primary
 /// address (IMDS lists it first), the rest are secondary.
 pub fn from_imds(shared: &Shared, i: &ImdsInterface) -> EniObservation {
-    let primary_ip = i.local_ipv4s.first().copied().unwrap_or(shared.facts.primary_ip);
+    let primary_ip = i
+        .local_ipv4s
+        .first()
+        .copied()
+        .unwrap_or(shared.facts.primary_ip);
     EniObservation {
         info: EniInfo {
             id: i.interface_id.clone(),

@@ -46,8 +46,8 @@ pub async fn run(
             next_periodic = tokio::time::Instant::now() + interval;
         }
         // An EC2 outcome was unknown: describe before planning again.
-        let unsettled = shared.need_describe.swap(false, Ordering::AcqRel)
-            || shared.pool().has_unsettled();
+        let unsettled =
+            shared.need_describe.swap(false, Ordering::AcqRel) || shared.pool().has_unsettled();
         let kind = match (periodic, unsettled) {
             (_, true) => Kind::Full(Some(DescribeReason::Unsettled)),
             (true, false) if tokio::time::Instant::now() >= next_describe => {
@@ -56,7 +56,13 @@ pub async fn run(
             (true, false) => Kind::Full(None),
             (false, false) => Kind::Fill,
         };
-        let pass = pass(&shared, ec2.as_ref(), imds.as_ref(), kind, &mut next_describe);
+        let pass = pass(
+            &shared,
+            ec2.as_ref(),
+            imds.as_ref(),
+            kind,
+            &mut next_describe,
+        );
         tokio::pin!(pass);
         let result = tokio::select! {
             r = &mut pass => r,

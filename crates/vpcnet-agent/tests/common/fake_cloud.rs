@@ -603,7 +603,9 @@ impl MetadataApi for FakeCloud {
         Box::pin(async move { r })
     }
     fn interfaces(&self) -> ImdsResult<'_, Vec<ImdsInterface>> {
-        self.0.imds_reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.0
+            .imds_reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let r = self.imds("network/interfaces/macs/", |m, i| {
             let mut all: Vec<ImdsInterface> =
                 m.enis().filter_map(|e| imds_interface(m, i, e)).collect();

@@ -61,7 +61,11 @@ impl Pool {
                     .filter(|p| !eni.prefixes.contains_key(p))
                     .count();
             let removed = eni.ips.keys().filter(|ip| !ips.contains(ip)).count()
-                + eni.prefixes.keys().filter(|p| !prefixes.contains(p)).count();
+                + eni
+                    .prefixes
+                    .keys()
+                    .filter(|p| !prefixes.contains(p))
+                    .count();
             if added + removed > 0 {
                 return Some(Drift::Addresses {
                     eni_id: obs.info.id.clone(),
@@ -107,7 +111,7 @@ mod tests {
 
     fn pool(view: &[EniObservation]) -> Pool {
         let limits = vpcnet_limits::lookup("m5.large").unwrap();
-        let mut p = Pool::new(WarmConfig::for_limits(&limits));
+        let mut p = Pool::new(WarmConfig::for_limits(limits));
         p.reconcile(view, UnknownIpPolicy::Free, 0);
         p
     }
