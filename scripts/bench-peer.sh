@@ -4,8 +4,10 @@
 # n1 on the VPC CNI, n2 on vpcnet. Prints a table with ratios: agent restart → servable; a
 # burst of the node's max pods → all Ready; single pods create → Running and delete → gone
 # (p50/p99, kubelet-driven CNI ADD and DEL); EC2 mutating calls per pod roll with the defaults
-# and with WARM_IP_TARGET=5 MINIMUM_IP_TARGET=10; EC2 calls per 10 idle minutes (measured over
-# --idle-secs and scaled); agent RSS idle and at max pods. Needs root.
+# and with WARM_IP_TARGET=5 MINIMUM_IP_TARGET=10 (both nodes roll at once: each figure counts its
+# own instance's calls); EC2 calls per 10 idle minutes (one window shared by both nodes, 30 s
+# after both agents restarted, measured over --idle-secs and scaled); agent RSS idle and at max
+# pods. Needs root. Honours CARGO_TARGET_DIR.
 #   scripts/bench-peer.sh [--singles N] [--rolls N] [--idle-secs S] [--instance-type T]
 #                         [--kernel-state DIR]   (the kernel state one pod leaves, per node)
 # Release build by default; BENCH_PROFILE=dev uses the debug build the tests already made.
@@ -22,5 +24,5 @@ case $profile in
   *) echo "bench-peer.sh: BENCH_PROFILE must be release or dev, not $profile" >&2; exit 2 ;;
 esac
 cargo build --profile "$profile" -p vpcnet-cli -p vpcnet-agent -p vpcnet-cni -p vpcnet-bootstrap
-echo "bench-peer: $profile build (target/$dir)" >&2
-exec "target/$dir/vpcnet" lab bench-peer --name "bench-peer-$$" "$@"
+echo "bench-peer: $profile build (${CARGO_TARGET_DIR:-target}/$dir)" >&2
+exec "${CARGO_TARGET_DIR:-target}/$dir/vpcnet" lab bench-peer --name "bench-peer-$$" "$@"

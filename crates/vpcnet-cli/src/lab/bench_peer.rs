@@ -231,16 +231,22 @@ fn measure(lab: &Lab, a: &Args) -> Result<Vec<(&'static str, Figures)>> {
         f.del_p50 = quantile(&deleted, 0.5);
         f.del_p99 = quantile(&deleted, 0.99);
 
-        for (warm, env) in [
-            (false, vec![]),
-            (
-                true,
-                vec![
-                    ("WARM_IP_TARGET".to_string(), "5".to_string()),
-                    ("MINIMUM_IP_TARGET".to_string(), "10".to_string()),
-                ],
-            ),
-        ] {
+        out.push((label, f));
+    }
+    // Pod rolls: both nodes at once (each figure is its own instance's calls in the request
+    // log, so the other node's rolls do not enter it), each warm-pool setting in turn.
+    for (warm, env) in [
+        (false, vec![]),
+        (
+            true,
+            vec![
+                ("WARM_IP_TARGET".to_string(), "5".to_string()),
+                ("MINIMUM_IP_TARGET".to_string(), "10".to_string()),
+            ],
+        ),
+    ] {
+        let app = |node: &str| format!("roll-{node}-{}", if warm { "w" } else { "d" });
+        for (label, node, _) in PEERS {
             progress(&format!(
                 "{label} ({node}): {} pod rolls{}",
                 a.rolls,
@@ -251,20 +257,43 @@ fn measure(lab: &Lab, a: &Args) -> Result<Vec<(&'static str, Figures)>> {
                 }
             ));
             restart(lab, node, &env)?;
-            let app = format!("roll-{tag}-{}", if warm { "w" } else { "d" });
-            k.apply(&httpd_manifest(&app, 10, &only(node)))?;
-            let per = rolls(lab, node, &app, 10, a.rolls)?;
+            k.apply(&httpd_manifest(&app(node), 10, &only(node)))?;
+        }
+        let per: Vec<Result<f64>> = std::thread::scope(|s| {
+            let running: Vec<_> = PEERS
+                .iter()
+                .map(|(_, node, _)| {
+                    let app = app(node);
+                    s.spawn(move || rolls(lab, node, &app, 10, a.rolls))
+                })
+                .collect();
+            running
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(anyhow::anyhow!("a roll thread panicked")))
+                })
+                .collect()
+        });
+        for (i, per) in per.into_iter().enumerate() {
+            let per = per?;
             if warm {
-                f.mutating_per_roll_warm_ip = per;
+                out[i].1.mutating_per_roll_warm_ip = per;
             } else {
-                f.mutating_per_roll_default = per;
+                out[i].1.mutating_per_roll_default = per;
             }
+        }
+        for (_, node, _) in PEERS {
+            let app = app(node);
             k.run(&["delete", "deployment", "-n", "default", &app, "--wait=true"])?;
             lab.wait_pods_gone(&format!("app={app}"), timeout)?;
         }
-        restart(lab, node, &[])?;
-        out.push((label, f));
     }
+    for (_, node, _) in PEERS {
+        restart(lab, node, &[])?;
+    }
+    // Let both agents finish their start-up calls before the idle window opens.
+    std::thread::sleep(Duration::from_secs(30));
     progress(&format!(
         "both nodes idle for {} s (EC2 calls per instance)",
         a.idle_secs
