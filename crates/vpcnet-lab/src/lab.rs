@@ -70,6 +70,7 @@ pub const TWO_ZONE_SUBNETS: &[LabSubnet] = &[
     ("pods-a", "100.64.0.0/24", "us-east-1a"),
     ("pods-b", "100.64.1.0/24", "us-east-1b"),
     ("pods-a2", "100.64.2.0/24", "us-east-1a"),
+    ("pods-a3", "100.64.3.0/24", "us-east-1a"),
 ];
 
 /// File name of the conflist the agent writes in the node's CNI directory.

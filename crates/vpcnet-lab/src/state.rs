@@ -36,8 +36,8 @@ pub struct NodeRecord {
     /// The node's CNI (its agent and plugin).
     #[serde(default)]
     pub cni: NodeCni,
-    /// The instance's availability zone (e.g. `us-east-1a`), once known; kubelet labels the
-    /// Node `topology.kubernetes.io/zone` with it.
+    /// The instance's availability zone (e.g. `us-east-1a`), once known (the lab's cloud
+    /// controller manager labels the Node `topology.kubernetes.io/zone` with it).
     #[serde(default)]
     pub zone: String,
 }

@@ -4,7 +4,6 @@
 //! EKS AMI's unit builds from them, next to containerd (CRI) and kube-proxy (iptables mode), all
 //! in the node's network and mount namespaces.
 
-use std::fmt::Write as _;
 use std::fs;
 use std::path::Path;
 use std::process::Command;
@@ -81,25 +80,12 @@ pub fn node_config(cp: &ControlPlaneRecord, ca_pem: &str, node: &NodeRecord) -> 
                     "imageGCHighThresholdPercent": 100,
                     "imageGCLowThresholdPercent": 99,
                 },
-                "flags": [node_labels(node)],
+                "flags": [format!("--node-labels={NODE_LABEL}={}", node.name)],
             },
         },
     });
     serde_yaml::to_string(&v).expect("YAML of JSON")
 }
-
-/// kubelet's `--node-labels`: the node's lab name and, standing in for the cloud controller
-/// manager EKS runs, its zone as `topology.kubernetes.io/zone` (a label kubelet may set).
-fn node_labels(node: &NodeRecord) -> String {
-    let mut flag = format!("--node-labels={NODE_LABEL}={}", node.name);
-    if !node.zone.is_empty() {
-        let _ = write!(flag, ",{ZONE_LABEL}={}", node.zone);
-    }
-    flag
-}
-
-/// The well-known zone label of a Node.
-pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 
 /// Writes the node's credentials: the ExecCredential with its `system:node:<name>` client
 /// certificate and the `aws` stand-in (in `<node dir>/bin`, on kubelet's PATH) that prints it,
@@ -263,15 +249,6 @@ mod tests {
         assert_eq!(
             y["spec"]["kubelet"]["flags"][0],
             "--node-labels=vpcnet.lab/node=n1"
-        );
-        let node = NodeRecord {
-            zone: "us-east-1b".into(),
-            ..node
-        };
-        let y: serde_yaml::Value = serde_yaml::from_str(&node_config(&cp, "PEM", &node)).unwrap();
-        assert_eq!(
-            y["spec"]["kubelet"]["flags"][0],
-            "--node-labels=vpcnet.lab/node=n1,topology.kubernetes.io/zone=us-east-1b"
         );
     }
 }
