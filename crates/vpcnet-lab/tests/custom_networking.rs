@@ -174,10 +174,11 @@ fn pod_seen_from_outside(k: &Kubectl, name: &str, port: u16) -> Ipv4Addr {
             NS,
             name,
             "--",
+            // busybox's own timeout: its wget -T crashes (Debian's busybox 1.35).
+            "timeout",
+            "10",
             "wget",
             "-q",
-            "-T",
-            "5",
             "-O",
             "-",
             &format!("http://{OUTSIDE_HOST}:{port}/"),
