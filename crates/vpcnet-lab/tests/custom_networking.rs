@@ -158,6 +158,16 @@ fn peer_reporter(netns: &str, port: u16) -> Arc<Mutex<Vec<Ipv4Addr>>> {
             let mut c = c;
             if let Ok(SocketAddr::V4(peer)) = c.peer_addr() {
                 s.lock().unwrap().push(*peer.ip());
+                // Read the request first: closing with it unread would reset the connection.
+                let _ = c.set_read_timeout(Some(Duration::from_secs(3)));
+                let mut req = Vec::new();
+                let mut buf = [0u8; 512];
+                while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match c.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => req.extend_from_slice(&buf[..n]),
+                    }
+                }
                 let _ = write!(c, "HTTP/1.0 200 OK\r\n\r\nyou are {}\n", peer.ip());
             }
         }
