@@ -175,25 +175,18 @@ fn peer_reporter(netns: &str, port: u16) -> Arc<Mutex<Vec<Ipv4Addr>>> {
     seen
 }
 
+/// `wget -O - url` inside pod `name` (busybox's `timeout` 10 s: its `wget -T` crashes in
+/// Debian's busybox 1.35).
+fn pod_get(k: &Kubectl, name: &str, url: &str) -> Result<String, String> {
+    k.run(&[
+        "exec", "-n", NS, name, "--", "timeout", "10", "wget", "-q", "-O", "-", url,
+    ])
+    .map_err(|e| format!("{e:#}"))
+}
+
 /// `wget` from inside pod `name` to the outside host's reporter; the address it saw.
 fn pod_seen_from_outside(k: &Kubectl, name: &str, port: u16) -> Ipv4Addr {
-    let out = k
-        .run(&[
-            "exec",
-            "-n",
-            NS,
-            name,
-            "--",
-            // busybox's own timeout: its wget -T crashes (Debian's busybox 1.35).
-            "timeout",
-            "10",
-            "wget",
-            "-q",
-            "-O",
-            "-",
-            &format!("http://{OUTSIDE_HOST}:{port}/"),
-        ])
-        .unwrap();
+    let out = pod_get(k, name, &format!("http://{OUTSIDE_HOST}:{port}/")).unwrap();
     out.trim()
         .strip_prefix("you are ")
         .unwrap_or_else(|| panic!("reporter said {out:?}"))
@@ -310,7 +303,7 @@ fn two_zones_eniconfigs_security_groups_and_the_outside_network() {
                 xml_all(&vpc_xml, "cidrBlock").contains(&"100.64.0.0/16".to_string()),
                 "{vpc_xml}"
             );
-            let (nodes_a, nodes_a_cidr) = subnet(lab, "nodes-a");
+            let (_, nodes_a_cidr) = subnet(lab, "nodes-a");
             let (_, nodes_b_cidr) = subnet(lab, "nodes-b");
             let (pods_a, pods_a_cidr) = subnet(lab, "pods-a");
             let (pods_b, pods_b_cidr) = subnet(lab, "pods-b");
@@ -460,6 +453,30 @@ fn two_zones_eniconfigs_security_groups_and_the_outside_network() {
             );
             let from_n1 = http_get(&n1.netns, ip_b, 80);
             assert!(from_n1.is_err(), "n1 -> web-b1 after revoke: {from_n1:?}");
+            // Pod to pod across zones keeps the pod's address (100.64.0.0/16 is a VPC CIDR, so
+            // no SNAT): admitting pods-a (not nodes-a) lets web-a1 reach web-b1.
+            ingress(
+                lab,
+                "AuthorizeSecurityGroupIngress",
+                &sg_web,
+                "tcp",
+                "80",
+                &pods_a_cidr.to_string(),
+            );
+            let page = pod_get(&k, "web-a1", &format!("http://{ip_b}/"));
+            assert!(
+                page.as_ref().is_ok_and(|b| b.contains("hello from web-b1")),
+                "web-a1 -> web-b1 with pods-a admitted: {page:?}"
+            );
+            assert!(http_get(&n1.netns, ip_b, 80).is_err(), "n1 still refused");
+            ingress(
+                lab,
+                "RevokeSecurityGroupIngress",
+                &sg_web,
+                "tcp",
+                "80",
+                &pods_a_cidr.to_string(),
+            );
             ingress(
                 lab,
                 "AuthorizeSecurityGroupIngress",
