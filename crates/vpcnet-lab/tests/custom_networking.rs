@@ -489,6 +489,22 @@ fn two_zones_eniconfigs_security_groups_and_the_outside_network() {
 
             // Phase 4: the outside host reaches a custom-networking pod (replies leave by the
             // pod's own ENI: by eth0 the fabric's source/destination check would drop them).
+            // The pod's ENI has its own route table (device index + 1, as the VPC CNI numbers
+            // them) whose default route is the pod subnet's router on that ENI.
+            let owner = lab
+                .enis()
+                .unwrap()
+                .into_iter()
+                .find(|e| e.secondary_ips.contains(&ip_a))
+                .expect("web-a1's address on an ENI");
+            let dev = owner.attachment.as_ref().unwrap().device_index;
+            let table = ipn(&n1, &["route", "show", "table", &(dev + 1).to_string()]);
+            let router = Ipv4Addr::from(u32::from(pods_a_cidr.network()) + 1);
+            assert!(
+                table.contains(&format!("default via {router} dev eth{dev}")),
+                "ENI table {}: {table}",
+                dev + 1
+            );
             assert!(ping(&out.netns, ip_a), "outside pings web-a1 {ip_a}");
             let body = http_get(&out.netns, ip_a, 80);
             assert!(
