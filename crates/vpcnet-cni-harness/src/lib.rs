@@ -5,8 +5,11 @@
 //! - [`runtime`]: a small CNI runtime that executes a conflist chain as libcni does (prevResult
 //!   from each plugin to the next on ADD, DEL in reverse, CHECK, STATUS, GC), optionally inside a
 //!   network namespace;
-//! - [`netns`]: test namespaces removed on drop.
+//! - [`netns`]: test namespaces removed on drop;
+//! - [`timing`]: the `timed-<plugin>` shim (`vpcnet-cni-timing`) that logs plugin-level
+//!   ADD/DEL wall time and peak RSS while a real runtime drives the plugin.
 
 pub mod fake_agent;
 pub mod netns;
 pub mod runtime;
+pub mod timing;
