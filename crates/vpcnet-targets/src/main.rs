@@ -1,0 +1,111 @@
+//! `vpcnet-targets`: registers the pod IPs of Services named by TargetGroupBindings as ELBv2
+//! targets. See the crate docs (`lib.rs`) for the parts.
+
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use ipnet::Ipv4Net;
+use kube::runtime::events::Reporter;
+use vpcnet_elbv2::{CallSettings, Elbv2, Elbv2Options};
+use vpcnet_targets::controller::{self, Settings};
+use vpcnet_targets::group::GroupSettings;
+use vpcnet_targets::metrics::Metrics;
+
+/// Registers pod IPs in ELBv2 target groups (TargetGroupBinding, target type ip).
+#[derive(Debug, Parser)]
+#[command(name = "vpcnet-targets", version)]
+struct Args {
+    /// Reconcile every target group at least this often, repairing drift (seconds).
+    #[arg(long, env = "VPCNET_TARGETS_RESYNC_SECONDS", default_value_t = 60)]
+    resync_seconds: u64,
+    /// While a pod's readiness gate waits for its target to turn healthy, re-check target
+    /// health this often (milliseconds; a fixed interval, never growing).
+    #[arg(long, env = "VPCNET_TARGETS_GATE_RECHECK_MS", default_value_t = 2000)]
+    gate_recheck_ms: u64,
+    /// CIDR of the VPC (repeatable): IP targets outside every one are registered with
+    /// AvailabilityZone all. Without any, no zone is sent.
+    #[arg(
+        long = "vpc-cidr",
+        env = "VPCNET_TARGETS_VPC_CIDRS",
+        value_delimiter = ','
+    )]
+    vpc_cidrs: Vec<Ipv4Net>,
+    /// AWS region (else AWS_REGION).
+    #[arg(long, env = "AWS_REGION")]
+    region: Option<String>,
+    /// ELBv2 endpoint URL (else the SDK's: AWS_ENDPOINT_URL_ELASTIC_LOAD_BALANCING_V2,
+    /// AWS_ENDPOINT_URL, the region's).
+    #[arg(long, env = "VPCNET_TARGETS_ELBV2_ENDPOINT")]
+    elbv2_endpoint: Option<String>,
+    /// Address of /healthz and /metrics.
+    #[arg(
+        long,
+        env = "VPCNET_TARGETS_HTTP_ADDR",
+        default_value = "0.0.0.0:61779"
+    )]
+    http_addr: SocketAddr,
+    /// This replica's name (Events, leader election); default the host name.
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+}
+
+fn identity(a: &Args) -> String {
+    a.identity.clone().unwrap_or_else(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "vpcnet-targets".into())
+    })
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,kube=warn".into()),
+        )
+        .init();
+    let args = Args::parse();
+    let id = identity(&args);
+    let elb = Elbv2::connect(Elbv2Options {
+        region: args.region.clone(),
+        endpoint_url: args.elbv2_endpoint.clone(),
+        credentials: None,
+        calls: CallSettings::default(),
+    })
+    .await
+    .context("building the ELBv2 client")?;
+    let client = kube::Client::try_default()
+        .await
+        .context("building the Kubernetes client (in-cluster service account or KUBECONFIG)")?;
+    let metrics = Metrics::new();
+    let synced = Arc::new(AtomicBool::new(false));
+    let settings = Settings {
+        group: GroupSettings {
+            resync: Duration::from_secs(args.resync_seconds.max(1)),
+            gate_recheck: Duration::from_millis(args.gate_recheck_ms.max(100)),
+            vpc_cidrs: args.vpc_cidrs.clone(),
+            ..GroupSettings::default()
+        },
+        reporter: Reporter {
+            controller: "vpcnet-targets".into(),
+            instance: Some(id.clone()),
+        },
+    };
+    tracing::info!(identity = %id, region = elb.region(), resync = ?settings.group.resync, "starting");
+    let (_leader_tx, leader) = tokio::sync::watch::channel(true);
+    metrics.leader.set(1);
+    let http = tokio::spawn(vpcnet_targets::http::serve(
+        args.http_addr,
+        metrics.clone(),
+        synced.clone(),
+    ));
+    tokio::select! {
+        r = controller::run(client, elb, settings, metrics, leader, synced) => r,
+        r = http => r.context("the HTTP task panicked")?,
+    }
+}

@@ -1,0 +1,237 @@
+//! From cached Kubernetes objects to the plain inputs of the core: a binding's Service port,
+//! its EndpointSlices' endpoints with their pods and nodes, the pods whose readiness gate waits.
+//! No I/O: the caller passes what its caches hold.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use crate::core::desired::{self, Desired, EndpointView, NodeReady, PodView, TargetKey};
+use crate::group::Gated;
+
+/// The label EndpointSlices carry naming their Service.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// A node's `Ready` condition; a node without one counts as `Unknown` only when the node
+/// controller says so, otherwise False.
+pub fn node_ready(n: &Node) -> NodeReady {
+    let c = n
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"));
+    match c.map(|c| c.status.as_str()) {
+        Some("True") => NodeReady::True,
+        Some("Unknown") => NodeReady::Unknown,
+        _ => NodeReady::False,
+    }
+}
+
+/// Node name → readiness.
+pub fn node_map<'a>(nodes: impl IntoIterator<Item = &'a Node>) -> BTreeMap<String, NodeReady> {
+    nodes
+        .into_iter()
+        .filter_map(|n| Some((n.metadata.name.clone()?, node_ready(n))))
+        .collect()
+}
+
+fn condition_true(p: &Pod, type_: &str) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == type_ && c.status == "True"))
+}
+
+/// Whether `p` lists readiness gate `condition`.
+pub fn has_gate(p: &Pod, condition: &str) -> bool {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.readiness_gates.as_ref())
+        .is_some_and(|g| g.iter().any(|g| g.condition_type == condition))
+}
+
+/// The core's view of pod `p` for a binding with gate `condition`.
+pub fn pod_view(p: &Pod, condition: Option<&str>) -> PodView {
+    PodView {
+        name: format!(
+            "{}/{}",
+            p.metadata.namespace.as_deref().unwrap_or(""),
+            p.metadata.name.as_deref().unwrap_or("")
+        ),
+        deleting: p.metadata.deletion_timestamp.is_some(),
+        containers_ready: condition_true(p, "ContainersReady"),
+        has_gate: condition.is_some_and(|c| has_gate(p, c)),
+    }
+}
+
+/// The name of the Service port `port` (by number or name) of `svc`: EndpointSlice ports
+/// carry the Service port's name (empty for an unnamed single port). None when the Service
+/// has no such port.
+pub fn service_port_name(svc: &Service, port: &IntOrString) -> Option<String> {
+    let ports = svc.spec.as_ref()?.ports.as_ref()?;
+    ports
+        .iter()
+        .find(|p| match port {
+            IntOrString::Int(n) => p.port == *n,
+            IntOrString::String(s) => p.name.as_deref() == Some(s.as_str()),
+        })
+        .map(|p| p.name.clone().unwrap_or_default())
+}
+
+/// Pod lookup by namespace and name.
+pub type PodLookup<'a> = dyn Fn(&str, &str) -> Option<std::sync::Arc<Pod>> + 'a;
+
+/// The desired targets and waiting gates of a binding: the IPv4 `slices` of its Service,
+/// port `port_name` of each slice, endpoints decided by [`desired::desired`].
+pub fn binding_targets(
+    slices: &[&EndpointSlice],
+    port_name: &str,
+    condition: &str,
+    pods: &PodLookup<'_>,
+    nodes: &BTreeMap<String, NodeReady>,
+) -> (Desired, Vec<Gated>) {
+    let mut out = Desired::default();
+    let mut gated = Vec::new();
+    for s in slices {
+        if s.address_type != "IPv4" {
+            continue;
+        }
+        let Some(port) = s.ports.as_ref().and_then(|ps| {
+            ps.iter()
+                .find(|p| p.name.as_deref().unwrap_or("") == port_name)
+                .and_then(|p| p.port)
+        }) else {
+            continue;
+        };
+        let Ok(port) = u16::try_from(port) else {
+            continue;
+        };
+        let mut views = Vec::new();
+        for e in &s.endpoints {
+            let ip: Option<Ipv4Addr> = e.addresses.first().and_then(|a| a.parse().ok());
+            let pod = e
+                .target_ref
+                .as_ref()
+                .filter(|r| r.kind.as_deref() == Some("Pod"))
+                .and_then(|r| pods(r.namespace.as_deref()?, r.name.as_deref()?));
+            let c = e.conditions.as_ref();
+            let view = EndpointView {
+                ip,
+                ready: c.and_then(|c| c.ready),
+                terminating: c.and_then(|c| c.terminating),
+                node: e.node_name.clone(),
+                pod: pod.as_ref().map(|p| pod_view(p, Some(condition))),
+            };
+            if let (Some(ip), Some(p)) = (ip, pod.as_ref()) {
+                let v = view.pod.as_ref().expect("set above");
+                if v.has_gate && !v.deleting && !condition_true(p, condition) {
+                    gated.push(Gated {
+                        namespace: p.metadata.namespace.clone().unwrap_or_default(),
+                        pod: p.metadata.name.clone().unwrap_or_default(),
+                        condition: condition.to_string(),
+                        target: TargetKey { ip, port },
+                    });
+                }
+            }
+            views.push(view);
+        }
+        out.merge(desired::desired(&views, port, nodes));
+    }
+    gated.sort_by(|a, b| (&a.namespace, &a.pod).cmp(&(&b.namespace, &b.pod)));
+    gated.dedup_by(|a, b| a.namespace == b.namespace && a.pod == b.pod);
+    (out, gated)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn slice(v: serde_json::Value) -> EndpointSlice {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn pod(name: &str, gate: bool, containers_ready: bool, deleting: bool) -> Arc<Pod> {
+        let mut v = serde_json::json!({
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"containers": []},
+            "status": {"conditions": [
+                {"type": "ContainersReady", "status": if containers_ready {"True"} else {"False"}}]},
+        });
+        if gate {
+            v["spec"]["readinessGates"] =
+                serde_json::json!([{"conditionType": "target-health.elbv2.k8s.aws/web"}]);
+        }
+        if deleting {
+            v["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z".into();
+        }
+        Arc::new(serde_json::from_value(v).unwrap())
+    }
+
+    #[test]
+    fn service_ports_by_number_and_name() {
+        let svc: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web"},
+            "spec": {"ports": [{"port": 80, "targetPort": 8080},
+                               {"name": "admin", "port": 81, "targetPort": "admin"}]}
+        }))
+        .unwrap();
+        assert_eq!(
+            service_port_name(&svc, &IntOrString::Int(80)).as_deref(),
+            Some("")
+        );
+        assert_eq!(
+            service_port_name(&svc, &IntOrString::String("admin".into())).as_deref(),
+            Some("admin")
+        );
+        assert_eq!(service_port_name(&svc, &IntOrString::Int(82)), None);
+    }
+
+    #[test]
+    fn endpoints_become_targets_on_the_slice_port_and_gates_wait() {
+        let s = slice(serde_json::json!({
+            "metadata": {"name": "web-abc", "namespace": "default",
+                         "labels": {"kubernetes.io/service-name": "web"}},
+            "addressType": "IPv4",
+            "ports": [{"name": "", "port": 8080}],
+            "endpoints": [
+                {"addresses": ["10.0.1.5"], "conditions": {"ready": true}, "nodeName": "n1",
+                 "targetRef": {"kind": "Pod", "namespace": "default", "name": "a"}},
+                {"addresses": ["10.0.1.6"], "conditions": {"ready": false}, "nodeName": "n1",
+                 "targetRef": {"kind": "Pod", "namespace": "default", "name": "b"}},
+                {"addresses": ["10.0.1.7"], "conditions": {"ready": false}, "nodeName": "n1",
+                 "targetRef": {"kind": "Pod", "namespace": "default", "name": "c"}},
+                {"addresses": ["10.0.1.8"], "conditions": {"ready": true, "terminating": true},
+                 "nodeName": "n1",
+                 "targetRef": {"kind": "Pod", "namespace": "default", "name": "d"}},
+            ]
+        }));
+        let pods: BTreeMap<&str, Arc<Pod>> = [
+            ("a", pod("a", false, true, false)),
+            ("b", pod("b", true, true, false)),
+            ("c", pod("c", true, false, false)),
+            ("d", pod("d", false, true, true)),
+        ]
+        .into();
+        let lookup = |_: &str, n: &str| pods.get(n).cloned();
+        let nodes = [("n1".to_string(), NodeReady::True)].into();
+        let (d, gated) = binding_targets(
+            &[&s],
+            "",
+            "target-health.elbv2.k8s.aws/web",
+            &lookup,
+            &nodes,
+        );
+        let ips: Vec<String> = d.wanted.iter().map(|k| k.ip.to_string()).collect();
+        assert_eq!(ips, vec!["10.0.1.5", "10.0.1.6"]);
+        assert!(d.wanted.iter().all(|k| k.port == 8080));
+        let g: Vec<&str> = gated.iter().map(|g| g.pod.as_str()).collect();
+        assert_eq!(g, vec!["b", "c"], "gated pods whose condition is not True");
+        // A port the slice does not carry: nothing.
+        let (d, _) = binding_targets(&[&s], "admin", "x", &lookup, &nodes);
+        assert!(d.wanted.is_empty());
+    }
+}
