@@ -70,6 +70,9 @@ async fn main() -> Result<()> {
         )
         .init();
     let args = Args::parse();
+    // kube-rs and the AWS SDK both use rustls; with more than one provider compiled in, the
+    // process must name one (ring, as the agent does).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let id = identity(&args);
     let elb = Elbv2::connect(Elbv2Options {
         region: args.region.clone(),

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use vpcnet_elbv2::{
-    CallSettings, Elbv2, Elbv2Options, HealthCheck, HealthState, LoadBalancerType,
-    NewLoadBalancer, NewTargetGroup, StaticCredentials, TargetType,
+    CallSettings, Elbv2, Elbv2Options, HealthCheck, HealthState, LoadBalancerType, NewLoadBalancer,
+    NewTargetGroup, StaticCredentials, TargetType,
 };
 use vpcnet_emu::elbv2::{fault_key, Limits};
 use vpcnet_emu::{ActionFaults, EmuServer, Emulator, Faults};
@@ -209,7 +209,11 @@ async fn reconcile_registers_deregisters_and_then_writes_nothing() {
 async fn a_draining_target_wanted_again_is_registered_again() {
     let c = cloud(2).await;
     let arn = c.group("web", true).await;
-    let (sink, m, s) = (Recorded::default(), Metrics::new(), GroupSettings::default());
+    let (sink, m, s) = (
+        Recorded::default(),
+        Metrics::new(),
+        GroupSettings::default(),
+    );
     group::reconcile(&c.elb, &arn, &input(&[5, 6]), &s, &sink, &m)
         .await
         .unwrap();
@@ -238,7 +242,11 @@ async fn a_draining_target_wanted_again_is_registered_again() {
 async fn deregistrations_are_applied_when_registrations_hit_the_quota() {
     let c = cloud(3).await;
     let arn = c.group("web", false).await;
-    let (sink, m, s) = (Recorded::default(), Metrics::new(), GroupSettings::default());
+    let (sink, m, s) = (
+        Recorded::default(),
+        Metrics::new(),
+        GroupSettings::default(),
+    );
     group::reconcile(&c.elb, &arn, &input(&[1, 2]), &s, &sink, &m)
         .await
         .unwrap();
@@ -295,7 +303,11 @@ async fn targets_outside_the_vpc_get_zone_all() {
 async fn gates_open_only_for_healthy_targets() {
     let c = cloud(5).await;
     let arn = c.group("web", true).await;
-    let (sink, m, s) = (Recorded::default(), Metrics::new(), GroupSettings::default());
+    let (sink, m, s) = (
+        Recorded::default(),
+        Metrics::new(),
+        GroupSettings::default(),
+    );
     let mut inp = input(&[5]);
     inp.gated = vec![Gated {
         namespace: "default".into(),
@@ -313,10 +325,8 @@ async fn gates_open_only_for_healthy_targets() {
 
 fn throttle_half() -> Faults {
     let mut f = Faults::default();
-    f.actions.insert(
-        "*".into(),
-        ActionFaults::default().error(0.5, "Throttling"),
-    );
+    f.actions
+        .insert("*".into(), ActionFaults::default().error(0.5, "Throttling"));
     f
 }
 
