@@ -135,12 +135,21 @@ fn kill9(p: &ProcRecord) {
     wait_until("the controller died", Duration::from_secs(5), || !p.alive());
 }
 
+/// Lease duration of the lab's replicas: a follower takes over this long after the leader's
+/// last renewal.
+const LEASE: u64 = 6;
+
 fn start(lab: &Lab, role: &str) -> ProcRecord {
+    start_on(lab, role, 61779)
+}
+
+fn start_on(lab: &Lab, role: &str, http_port: u16) -> ProcRecord {
     let p = lab
         .start_targets_controller(&TargetsOptions {
             role: role.into(),
             resync_seconds: RESYNC,
-            ..TargetsOptions::default()
+            http_port,
+            extra_args: vec!["--lease-duration-seconds".into(), LEASE.to_string()],
         })
         .unwrap();
     lab.wait_targets_synced(role, Duration::from_secs(30))
@@ -167,22 +176,7 @@ fn targetgroupbinding_serves_gates_rolls_out_losslessly_restarts_warm_and_repair
         "tgb",
         |o| o.nodes = 2,
         |lab| {
-            let l = lab
-                .create_lb(&LbSettings {
-                    name: "web".into(),
-                    lb_type: LoadBalancerType::Network,
-                    port: 80,
-                    target_port: 80,
-                    health: HealthCheck {
-                        interval_seconds: Some(5),
-                        timeout_seconds: Some(2),
-                        healthy_threshold: Some(2),
-                        unhealthy_threshold: Some(2),
-                        ..HealthCheck::default()
-                    },
-                    deregistration_delay: Some(5),
-                })
-                .unwrap();
+            let l = new_lb(lab);
             lab.install_targetgroupbinding_crd().unwrap();
             let mut ctl = start(lab, "vpcnet-targets");
             let k = lab.kubectl().unwrap();
@@ -260,7 +254,7 @@ fn targetgroupbinding_serves_gates_rolls_out_losslessly_restarts_warm_and_repair
             ctl = start(lab, "vpcnet-targets-2");
             wait_until(
                 "the restarted controller described its target group",
-                Duration::from_secs(20),
+                Duration::from_secs(LEASE + 20),
                 || {
                     elbv2_actions(lab, before)
                         .iter()
@@ -288,7 +282,7 @@ fn targetgroupbinding_serves_gates_rolls_out_losslessly_restarts_warm_and_repair
             let want: BTreeSet<Ipv4Addr> = web_pods(lab).iter().filter_map(|p| p.ip).collect();
             wait_until(
                 "the 2 targets removed during the downtime deregistered",
-                Duration::from_secs(30),
+                Duration::from_secs(LEASE + 30),
                 || registered(lab) == want,
             );
             eprintln!(
@@ -309,7 +303,7 @@ fn targetgroupbinding_serves_gates_rolls_out_losslessly_restarts_warm_and_repair
                 "drift repaired {:?} after the manual DeregisterTargets (resync {RESYNC} s)",
                 t_drift.elapsed()
             );
-            let metrics = lab_metrics(lab);
+            let metrics = lab_metrics(lab, 61779);
             assert!(
                 metrics.contains("vpcnet_targets_registrations_total"),
                 "{metrics}"
@@ -319,16 +313,199 @@ fn targetgroupbinding_serves_gates_rolls_out_losslessly_restarts_warm_and_repair
     );
 }
 
-/// `/metrics` of the running controller (127.0.0.1:61779 in the VPC namespace).
-fn lab_metrics(lab: &Lab) -> String {
+/// `/metrics` of the controller listening on 127.0.0.1:`port` in the VPC namespace.
+fn lab_metrics(lab: &Lab, port: u16) -> String {
     use std::io::{Read, Write};
     let vpc = lab.state().unwrap().namespaces[0].clone();
-    vpcnet_lab::spawn::in_netns(&vpc, || {
-        let mut s = std::net::TcpStream::connect("127.0.0.1:61779")?;
+    vpcnet_lab::spawn::in_netns(&vpc, move || {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
         s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")?;
         let mut out = String::new();
         s.read_to_string(&mut out)?;
         Ok(out)
     })
     .unwrap()
+}
+
+/// The value of the series `line_prefix` (e.g. `vpcnet_targets_leader`) in metrics `text`.
+fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0.0)
+}
+
+fn new_lb(lab: &Lab) -> vpcnet_lab::lbctl::LabLb {
+    lab.create_lb(&LbSettings {
+        name: "web".into(),
+        lb_type: LoadBalancerType::Network,
+        port: 80,
+        target_port: 80,
+        health: HealthCheck {
+            interval_seconds: Some(5),
+            timeout_seconds: Some(2),
+            healthy_threshold: Some(2),
+            unhealthy_threshold: Some(2),
+            ..HealthCheck::default()
+        },
+        deregistration_delay: Some(5),
+    })
+    .unwrap()
+}
+
+/// Seconds from each new pod's creation (its `creationTimestamp`, whole seconds, so an upper
+/// bound) to the first poll that saw its target healthy, while `n` pods come up.
+fn wait_serving_timed(lab: &Lab, old: &BTreeSet<String>, n: usize, timeout: Duration) -> Vec<f64> {
+    let mut seen: std::collections::BTreeMap<String, f64> = Default::default();
+    let t0 = Instant::now();
+    loop {
+        let v = lab
+            .kubectl()
+            .unwrap()
+            .json(&["get", "pods", "-n", "default", "-l", "app=web"])
+            .unwrap();
+        let healthy: BTreeSet<Ipv4Addr> = targets(lab)
+            .into_iter()
+            .filter(|(_, s)| *s == HealthState::Healthy)
+            .map(|(i, _)| i)
+            .collect();
+        let now = chrono::Utc::now();
+        for p in v["items"].as_array().unwrap() {
+            let name = p["metadata"]["name"].as_str().unwrap().to_string();
+            let ip: Option<Ipv4Addr> = p["status"]["podIP"].as_str().and_then(|s| s.parse().ok());
+            if old.contains(&name) || seen.contains_key(&name) {
+                continue;
+            }
+            if ip.is_some_and(|ip| healthy.contains(&ip)) {
+                let created: chrono::DateTime<chrono::Utc> = p["metadata"]["creationTimestamp"]
+                    .as_str()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                seen.insert(name, (now - created).num_milliseconds() as f64 / 1000.0);
+            }
+        }
+        if seen.len() + old.len() >= n {
+            break;
+        }
+        assert!(
+            t0.elapsed() < timeout,
+            "only {} new pods serving: {seen:?}",
+            seen.len()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    wait_serving(lab, n, timeout);
+    let mut v: Vec<f64> = seen.into_values().collect();
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v
+}
+
+fn pct(sorted: &[f64], q: f64) -> f64 {
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+/// Two replicas: only the leader writes; killing it hands over without a deregistration.
+/// Then scaling 4 → 12 → 2 under constant load loses no request; pod-created → serving
+/// p50/p90 measured on the 8 new pods.
+#[test]
+fn two_replicas_hand_over_without_deregistering_and_scaling_under_load_loses_nothing() {
+    with_kube_lab(
+        "tgb2",
+        |o| o.nodes = 2,
+        |lab| {
+            let l = new_lb(lab);
+            lab.install_targetgroupbinding_crd().unwrap();
+            let a = start_on(lab, "targets-a", 61781);
+            wait_until("targets-a leads", Duration::from_secs(20), || {
+                metric(&lab_metrics(lab, 61781), "vpcnet_targets_leader") == 1.0
+            });
+            let b = start_on(lab, "targets-b", 61782);
+            let k = lab.kubectl().unwrap();
+            k.apply(&gated_httpd_manifest("web", 4, 1, &l.target_group.arn))
+                .unwrap();
+            wait_serving(lab, 4, Duration::from_secs(180));
+            let (ma, mb) = (lab_metrics(lab, 61781), lab_metrics(lab, 61782));
+            assert_eq!(metric(&mb, "vpcnet_targets_leader"), 0.0, "{mb}");
+            assert_eq!(
+                metric(&ma, "vpcnet_targets_registrations_total"),
+                4.0,
+                "the leader registered: {ma}"
+            );
+            assert!(
+                !mb.contains("action=\"RegisterTargets\"")
+                    && !mb.contains("action=\"DescribeTargetHealth\""),
+                "the follower made no ELBv2 call: {mb}"
+            );
+
+            // Kill -9 the leader: the follower takes over and deregisters nothing.
+            let before = seq(lab);
+            let t_kill = Instant::now();
+            kill9(&a);
+            wait_until("targets-b leads", Duration::from_secs(LEASE + 10), || {
+                metric(&lab_metrics(lab, 61782), "vpcnet_targets_leader") == 1.0
+            });
+            wait_until(
+                "targets-b described the target group",
+                Duration::from_secs(10),
+                || {
+                    elbv2_actions(lab, before)
+                        .iter()
+                        .any(|x| x == "DescribeTargetHealth")
+                },
+            );
+            eprintln!(
+                "handover {:?} after kill -9 of the leader",
+                t_kill.elapsed()
+            );
+            std::thread::sleep(Duration::from_secs(2));
+            let actions = elbv2_actions(lab, before);
+            assert!(
+                !actions
+                    .iter()
+                    .any(|x| x == "DeregisterTargets" || x == "RegisterTargets"),
+                "the handover wrote: {actions:?}"
+            );
+            assert_eq!(registered(lab).len(), 4);
+
+            // Scale 4 -> 12 -> 2 under constant load.
+            let load_for = Duration::from_secs(90);
+            let loader = {
+                let lab = lab.clone();
+                std::thread::spawn(move || lab.load("web", "n1", "/", 4, load_for).unwrap())
+            };
+            let t_load = Instant::now();
+            std::thread::sleep(Duration::from_secs(2));
+            let old: BTreeSet<String> = web_pods(lab).into_iter().map(|p| p.name).collect();
+            scale(lab, 12);
+            let lat = wait_serving_timed(lab, &old, 12, Duration::from_secs(180));
+            eprintln!(
+                "pod created -> healthy target (serving), {} pods: p50 {:.1} s, p90 {:.1} s, max {:.1} s (creationTimestamp is whole seconds: upper bounds)",
+                lat.len(),
+                pct(&lat, 0.5),
+                pct(&lat, 0.9),
+                lat.last().copied().unwrap_or(0.0)
+            );
+            scale(lab, 2);
+            wait_serving(lab, 2, Duration::from_secs(120));
+            let done = t_load.elapsed();
+            let report = loader.join().unwrap();
+            eprintln!(
+                "scale 4 -> 12 -> 2 under load (done after {done:?} of {load_for:?}): {} requests, {} errors {:?}, p99 {} ms",
+                report.requests, report.errors, report.error_kinds, report.latency.p99_ms
+            );
+            assert!(done < load_for, "the scaling outlasted the load ({done:?})");
+            assert_eq!(
+                report.errors, 0,
+                "failed requests while scaling: {report:?}"
+            );
+            drop(b);
+        },
+    );
 }

@@ -51,6 +51,31 @@ struct Args {
     /// This replica's name (Events, leader election); default the host name.
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
+    /// Elect a leader on a Lease; only the leader writes to ELBv2. `false` for a single
+    /// replica that always writes.
+    #[arg(long, env = "VPCNET_TARGETS_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
+    leader_elect: bool,
+    /// Namespace of the Lease.
+    #[arg(
+        long,
+        env = "VPCNET_TARGETS_LEADER_ELECTION_NAMESPACE",
+        default_value = "kube-system"
+    )]
+    leader_election_namespace: String,
+    /// Name of the Lease.
+    #[arg(
+        long,
+        env = "VPCNET_TARGETS_LEADER_ELECTION_ID",
+        default_value = "vpcnet-targets"
+    )]
+    leader_election_id: String,
+    /// `leaseDurationSeconds`: a follower takes over this long after the leader's last renewal.
+    #[arg(
+        long,
+        env = "VPCNET_TARGETS_LEASE_DURATION_SECONDS",
+        default_value_t = 15
+    )]
+    lease_duration_seconds: u64,
 }
 
 fn identity(a: &Args) -> String {
@@ -100,8 +125,28 @@ async fn main() -> Result<()> {
         },
     };
     tracing::info!(identity = %id, region = elb.region(), resync = ?settings.group.resync, "starting");
-    let (_leader_tx, leader) = tokio::sync::watch::channel(true);
-    metrics.leader.set(1);
+    let (leader_tx, leader) = tokio::sync::watch::channel(!args.leader_elect);
+    // Without election the sender is held here for the life of the process (the controller
+    // ends when it is dropped).
+    let _always_leader = if args.leader_elect {
+        let duration = Duration::from_secs(args.lease_duration_seconds.max(2));
+        tokio::spawn(vpcnet_targets::leader::run(
+            client.clone(),
+            vpcnet_targets::leader::Election {
+                namespace: args.leader_election_namespace.clone(),
+                name: args.leader_election_id.clone(),
+                identity: id.clone(),
+                duration,
+                retry: (duration / 5).max(Duration::from_millis(500)),
+            },
+            leader_tx,
+            metrics.clone(),
+        ));
+        None
+    } else {
+        metrics.leader.set(1);
+        Some(leader_tx)
+    };
     let http = tokio::spawn(vpcnet_targets::http::serve(
         args.http_addr,
         metrics.clone(),
