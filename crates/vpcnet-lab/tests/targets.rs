@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::{wait_until, with_kube_lab};
 use vpcnet_elbv2::{HealthCheck, HealthState, LoadBalancerType};
 use vpcnet_emu::request_log::Api;
-use vpcnet_lab::kube::targets::{gated_httpd_manifest, TargetsOptions};
+use vpcnet_lab::kube::targets::{gated_httpd_manifest, selected_httpd_manifest, TargetsOptions};
 use vpcnet_lab::kube::workload::parse_pods;
 use vpcnet_lab::lab::Lab;
 use vpcnet_lab::lbctl::LbSettings;
@@ -506,6 +506,94 @@ fn two_replicas_hand_over_without_deregistering_and_scaling_under_load_loses_not
                 "failed requests while scaling: {report:?}"
             );
             drop(b);
+        },
+    );
+}
+
+/// Label-selector mode: pods `app=web` registered as soon as they have an IP, deregistered at
+/// their deletion timestamp; a rolling update under constant load loses no request.
+#[test]
+fn label_selected_pods_roll_out_under_load_without_a_failed_request() {
+    with_kube_lab(
+        "tgbsel",
+        |o| o.nodes = 2,
+        |lab| {
+            let l = new_lb(lab);
+            let role = "targets-sel";
+            lab.start_targets_controller(&TargetsOptions {
+                role: role.into(),
+                resync_seconds: RESYNC,
+                http_port: 61783,
+                extra_args: vec![
+                    "--leader-elect=false".into(),
+                    "--target-group-bindings=false".into(),
+                    "--pod-namespace=default".into(),
+                    "--pod-selector=app=web".into(),
+                    format!("--pod-target-group-arn={}", l.target_group.arn),
+                    "--pod-target-port=80".into(),
+                ],
+            })
+            .unwrap();
+            lab.wait_targets_synced(role, Duration::from_secs(30))
+                .unwrap();
+            let k = lab.kubectl().unwrap();
+            let serving = |n: usize| {
+                wait_until(
+                    &format!("{n} pods, exactly their IPs healthy"),
+                    Duration::from_secs(180),
+                    || {
+                        let pods = web_pods(lab);
+                        let live: BTreeSet<Ipv4Addr> = pods
+                            .iter()
+                            .filter(|p| !p.deleting)
+                            .filter_map(|p| p.ip)
+                            .collect();
+                        let healthy: BTreeSet<Ipv4Addr> = targets(lab)
+                            .into_iter()
+                            .filter(|(_, s)| *s == HealthState::Healthy)
+                            .map(|(i, _)| i)
+                            .collect();
+                        live.len() == n && healthy == live
+                    },
+                )
+            };
+            k.apply(&selected_httpd_manifest("web", 4, 1)).unwrap();
+            serving(4);
+            let loader = {
+                let lab = lab.clone();
+                std::thread::spawn(move || {
+                    lab.load("web", "n1", "/", 4, Duration::from_secs(120))
+                        .unwrap()
+                })
+            };
+            std::thread::sleep(Duration::from_secs(3));
+            let t_roll = Instant::now();
+            k.apply(&selected_httpd_manifest("web", 4, 2)).unwrap();
+            k.run(&[
+                "rollout",
+                "status",
+                "deployment/web",
+                "-n",
+                "default",
+                "--timeout=150s",
+            ])
+            .unwrap();
+            let rolled = t_roll.elapsed();
+            let report = loader.join().unwrap();
+            eprintln!(
+                "label-selector mode, rolling update under load (rollout {rolled:?}): {} requests, {} errors {:?}, p99 {} ms",
+                report.requests, report.errors, report.error_kinds, report.latency.p99_ms
+            );
+            assert!(
+                rolled < Duration::from_secs(115),
+                "the rollout outlasted the load"
+            );
+            assert_eq!(
+                report.errors, 0,
+                "failed requests during the rollout: {report:?}"
+            );
+            assert!(report.by_responder.keys().any(|k| k.ends_with(" v2")));
+            serving(4);
         },
     );
 }

@@ -74,11 +74,28 @@ where
     }
 }
 
+/// An empty, synced store (a resource not watched).
+fn empty<K>() -> Store<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    let (store, mut writer) = reflector::store();
+    writer.apply_watcher_event(&watcher::Event::Init);
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    store
+}
+
 impl Caches {
-    /// Starts the five reflectors (cluster-wide).
-    pub fn start(client: &Client, notify: Arc<Notify>) -> Caches {
+    /// Starts the reflectors (cluster-wide); TargetGroupBindings only if `bindings` (the CRD
+    /// must then be installed, or the caches never sync).
+    pub fn start(client: &Client, notify: Arc<Notify>, bindings: bool) -> Caches {
         Caches {
-            bindings: reflect(Api::all(client.clone()), notify.clone()),
+            bindings: if bindings {
+                reflect(Api::all(client.clone()), notify.clone())
+            } else {
+                empty()
+            },
             services: reflect(Api::all(client.clone()), notify.clone()),
             slices: reflect(Api::all(client.clone()), notify.clone()),
             pods: reflect(Api::all(client.clone()), notify.clone()),
@@ -116,8 +133,11 @@ fn owner_of(b: &TargetGroupBinding) -> Owner {
 }
 
 /// The input of every target group from the caches (pure over the caches' contents): target
-/// group ARN → input, and the bindings skipped.
-pub fn inputs(c: &Caches) -> (BTreeMap<String, GroupInput>, Vec<Skipped>) {
+/// group ARN → input, and the bindings skipped. `selections` add label-selected pods.
+pub fn inputs(
+    c: &Caches,
+    selections: &[views::Selection],
+) -> (BTreeMap<String, GroupInput>, Vec<Skipped>) {
     let nodes = views::node_map(c.nodes.state().iter().map(|n| n.as_ref()));
     let pods = &c.pods;
     let lookup =
@@ -192,6 +212,15 @@ pub fn inputs(c: &Caches) -> (BTreeMap<String, GroupInput>, Vec<Skipped>) {
         e.gated.extend(gated);
         e.owners.push(owner);
     }
+    if !selections.is_empty() {
+        let all = c.pods.state();
+        for sel in selections {
+            let d = views::selected_targets(all.iter().map(|p| p.as_ref()), sel);
+            for arn in &sel.target_groups {
+                out.entry(arn.clone()).or_default().desired.merge(d.clone());
+            }
+        }
+    }
     (out, skipped)
 }
 
@@ -199,6 +228,10 @@ pub fn inputs(c: &Caches) -> (BTreeMap<String, GroupInput>, Vec<Skipped>) {
 #[derive(Clone)]
 pub struct Settings {
     pub group: GroupSettings,
+    /// Label-selected pods (besides the TargetGroupBindings).
+    pub selections: Vec<views::Selection>,
+    /// Watch TargetGroupBindings (their CRD must be installed).
+    pub bindings: bool,
     /// Reporter name of Events (`vpcnet-targets`) and this replica's identity.
     pub reporter: Reporter,
 }
@@ -297,7 +330,7 @@ pub async fn run(
     synced: Synced,
 ) -> Result<()> {
     let notify = Arc::new(Notify::new());
-    let caches = Caches::start(&client, notify.clone());
+    let caches = Caches::start(&client, notify.clone(), settings.bindings);
     tracing::info!("waiting for the caches to sync");
     caches.synced().await.context("the caches never synced")?;
     tracing::info!("caches synced");
@@ -305,7 +338,7 @@ pub async fn run(
     let mut groups: HashMap<String, watch::Sender<Option<Arc<GroupInput>>>> = HashMap::new();
     let mut warned: HashMap<(String, String), String> = HashMap::new();
     loop {
-        let (all, skipped) = inputs(&caches);
+        let (all, skipped) = inputs(&caches, &settings.selections);
         synced.store(true, Ordering::Relaxed);
         for s in skipped {
             let key = (s.owner.namespace.clone(), s.owner.name.clone());

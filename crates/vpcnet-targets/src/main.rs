@@ -69,6 +69,32 @@ struct Args {
         default_value = "vpcnet-targets"
     )]
     leader_election_id: String,
+    /// Serve TargetGroupBindings (their CRD must be installed: deploy/crds/
+    /// targetgroupbinding.yaml). `false` for the label-selector mode alone.
+    #[arg(long, env = "VPCNET_TARGETS_TARGET_GROUP_BINDINGS", default_value_t = true, action = clap::ArgAction::Set)]
+    target_group_bindings: bool,
+    /// Label-selected pods (kube-ingress-aws-controller's "AWS CNI" mode): their namespace.
+    /// With --pod-selector, --pod-target-group-arn and --pod-target-port.
+    #[arg(long, env = "VPCNET_TARGETS_POD_NAMESPACE", requires_all = ["pod_selector", "pod_target_group_arn", "pod_target_port"])]
+    pod_namespace: Option<String>,
+    /// Equality label selector of those pods (`app=web,tier=front`).
+    #[arg(long, env = "VPCNET_TARGETS_POD_SELECTOR", requires = "pod_namespace")]
+    pod_selector: Option<String>,
+    /// Target group ARN(s) the selected pods are registered in (repeatable).
+    #[arg(
+        long,
+        env = "VPCNET_TARGETS_POD_TARGET_GROUP_ARNS",
+        value_delimiter = ',',
+        requires = "pod_namespace"
+    )]
+    pod_target_group_arn: Vec<String>,
+    /// Port the selected pods receive traffic on.
+    #[arg(
+        long,
+        env = "VPCNET_TARGETS_POD_TARGET_PORT",
+        requires = "pod_namespace"
+    )]
+    pod_target_port: Option<u16>,
     /// `leaseDurationSeconds`: a follower takes over this long after the leader's last renewal.
     #[arg(
         long,
@@ -99,6 +125,21 @@ async fn main() -> Result<()> {
     // process must name one (ring, as the agent does).
     let _ = rustls::crypto::ring::default_provider().install_default();
     let id = identity(&args);
+    let mut selections = Vec::new();
+    if let (Some(ns), Some(sel), Some(port)) = (
+        &args.pod_namespace,
+        &args.pod_selector,
+        args.pod_target_port,
+    ) {
+        selections.push(vpcnet_targets::views::Selection {
+            namespace: ns.clone(),
+            labels: vpcnet_targets::views::parse_selector(sel)
+                .map_err(anyhow::Error::msg)
+                .context("--pod-selector")?,
+            target_groups: args.pod_target_group_arn.clone(),
+            port,
+        });
+    }
     let elb = Elbv2::connect(Elbv2Options {
         region: args.region.clone(),
         endpoint_url: args.elbv2_endpoint.clone(),
@@ -119,6 +160,8 @@ async fn main() -> Result<()> {
             vpc_cidrs: args.vpc_cidrs.clone(),
             ..GroupSettings::default()
         },
+        selections,
+        bindings: args.target_group_bindings,
         reporter: Reporter {
             controller: "vpcnet-targets".into(),
             instance: Some(id.clone()),

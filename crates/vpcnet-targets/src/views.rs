@@ -235,3 +235,122 @@ mod tests {
         assert!(d.wanted.is_empty());
     }
 }
+
+/// Label-selected pods (kube-ingress-aws-controller's "AWS CNI" target access mode): every pod
+/// of `namespace` whose labels include all of `labels` is a target on `port` in each of
+/// `target_groups` as soon as it has an IP, until it gets a deletion timestamp (or ends:
+/// phase Succeeded or Failed). No readiness involved: the load balancer's health check decides
+/// when traffic flows (use `minReadySeconds` on the Deployment, see the crate docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selection {
+    pub namespace: String,
+    pub labels: BTreeMap<String, String>,
+    /// Target group ARNs.
+    pub target_groups: Vec<String>,
+    pub port: u16,
+}
+
+/// Parses an equality-based label selector `k=v,k2=v2` (`==` accepted). Errors name the term.
+pub fn parse_selector(s: &str) -> Result<BTreeMap<String, String>, String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| {
+            let (k, v) = t
+                .split_once("==")
+                .or_else(|| t.split_once('='))
+                .ok_or_else(|| {
+                    format!(
+                        "selector term {t:?} is not key=value (only equality selectors are served)"
+                    )
+                })?;
+            let (k, v) = (k.trim(), v.trim());
+            if k.is_empty() || k.contains('!') {
+                return Err(format!("selector term {t:?} is not key=value"));
+            }
+            Ok((k.to_string(), v.to_string()))
+        })
+        .collect()
+}
+
+/// The desired targets of `sel` among `pods` (see [`Selection`]).
+pub fn selected_targets<'a>(pods: impl IntoIterator<Item = &'a Pod>, sel: &Selection) -> Desired {
+    let mut views = Vec::new();
+    for p in pods {
+        if p.metadata.namespace.as_deref() != Some(sel.namespace.as_str()) {
+            continue;
+        }
+        let labels = p.metadata.labels.clone().unwrap_or_default();
+        if !sel.labels.iter().all(|(k, v)| labels.get(k) == Some(v)) {
+            continue;
+        }
+        let status = p.status.as_ref();
+        if matches!(
+            status.and_then(|s| s.phase.as_deref()),
+            Some("Succeeded") | Some("Failed")
+        ) {
+            continue;
+        }
+        let ip = status
+            .and_then(|s| s.pod_ip.as_deref())
+            .and_then(|ip| ip.parse().ok());
+        views.push(EndpointView {
+            ip,
+            ready: Some(true),
+            terminating: None,
+            node: p.spec.as_ref().and_then(|s| s.node_name.clone()),
+            pod: Some(pod_view(p, None)),
+        });
+    }
+    desired::desired(&views, sel.port, &BTreeMap::new())
+}
+
+#[cfg(test)]
+mod selection_tests {
+    use super::*;
+
+    fn pod(name: &str, app: &str, ip: Option<&str>, deleting: bool, phase: &str) -> Pod {
+        let mut v = serde_json::json!({
+            "metadata": {"name": name, "namespace": "default", "labels": {"app": app}},
+            "spec": {"containers": []},
+            "status": {"phase": phase},
+        });
+        if let Some(ip) = ip {
+            v["status"]["podIP"] = ip.into();
+        }
+        if deleting {
+            v["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z".into();
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn selected_pods_with_an_ip_and_not_terminating_are_targets() {
+        let sel = Selection {
+            namespace: "default".into(),
+            labels: parse_selector("app=web").unwrap(),
+            target_groups: vec!["arn".into()],
+            port: 8080,
+        };
+        let pods = [
+            pod("a", "web", Some("10.0.1.5"), false, "Pending"),
+            pod("b", "web", None, false, "Pending"),
+            pod("c", "web", Some("10.0.1.7"), true, "Running"),
+            pod("d", "db", Some("10.0.1.8"), false, "Running"),
+            pod("e", "web", Some("10.0.1.9"), false, "Succeeded"),
+        ];
+        let d = selected_targets(pods.iter(), &sel);
+        let ips: Vec<String> = d.wanted.iter().map(|k| k.ip.to_string()).collect();
+        assert_eq!(ips, vec!["10.0.1.5"]);
+        assert!(d.wanted.iter().all(|k| k.port == 8080));
+    }
+
+    #[test]
+    fn selectors_parse_equality_terms_only() {
+        let m = parse_selector("app=web, tier==front").unwrap();
+        assert_eq!(m.get("app").map(String::as_str), Some("web"));
+        assert_eq!(m.get("tier").map(String::as_str), Some("front"));
+        assert!(parse_selector("app!=web").is_err());
+        assert!(parse_selector("app").is_err());
+    }
+}

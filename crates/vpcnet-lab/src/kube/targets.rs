@@ -8,7 +8,9 @@
 //! goes on, `maxUnavailable: 0`) only once the load balancer reports its target healthy; a
 //! terminating pod is deregistered as soon as it gets its deletion timestamp, and its `preStop`
 //! sleep ([`PRE_STOP_SECONDS`]) keeps it serving while the load balancer stops sending new
-//! connections (drain), well within `terminationGracePeriodSeconds`.
+//! connections (drain), well within `terminationGracePeriodSeconds`. In the label-selector
+//! mode there is no gate: `minReadySeconds` ([`MIN_READY_SECONDS`], longer than a new target
+//! takes to turn healthy) holds the rollout instead ([`selected_httpd_manifest`]).
 
 use std::process::Command;
 use std::time::Duration;
@@ -65,7 +67,36 @@ pub fn gated_httpd_manifest(
     version: u32,
     target_group_arn: &str,
 ) -> String {
-    let deploy = serde_json::json!({
+    let deploy = httpd_deployment(name, replicas, version, true);
+    let svc = serde_json::json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"selector": {"app": name}, "ports": [{"port": 80, "targetPort": 80}]},
+    });
+    let tgb = serde_json::json!({
+        "apiVersion": "elbv2.k8s.aws/v1beta1", "kind": "TargetGroupBinding",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"targetGroupARN": target_group_arn, "targetType": "ip",
+                 "serviceRef": {"name": name, "port": 80}},
+    });
+    format!("{deploy}\n---\n{svc}\n---\n{tgb}\n")
+}
+
+/// `minReadySeconds` of [`selected_httpd_manifest`]: longer than a new target takes to turn
+/// healthy (health-check interval × healthy threshold + the first check's offset), so the
+/// rollout removes an old pod only once its replacement serves.
+pub const MIN_READY_SECONDS: u32 = 15;
+
+/// The Deployment of [`gated_httpd_manifest`] for the label-selector mode: no readiness gate
+/// (no binding), `minReadySeconds` [`MIN_READY_SECONDS`] instead; pods labelled `app=<name>`.
+pub fn selected_httpd_manifest(name: &str, replicas: u32, version: u32) -> String {
+    let mut d = httpd_deployment(name, replicas, version, false);
+    d["spec"]["minReadySeconds"] = MIN_READY_SECONDS.into();
+    format!("{d}\n")
+}
+
+fn httpd_deployment(name: &str, replicas: u32, version: u32, gate: bool) -> serde_json::Value {
+    let mut deploy = serde_json::json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": name, "namespace": "default"},
         "spec": {
@@ -99,18 +130,12 @@ pub fn gated_httpd_manifest(
             },
         },
     });
-    let svc = serde_json::json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"selector": {"app": name}, "ports": [{"port": 80, "targetPort": 80}]},
-    });
-    let tgb = serde_json::json!({
-        "apiVersion": "elbv2.k8s.aws/v1beta1", "kind": "TargetGroupBinding",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"targetGroupARN": target_group_arn, "targetType": "ip",
-                 "serviceRef": {"name": name, "port": 80}},
-    });
-    format!("{deploy}\n---\n{svc}\n---\n{tgb}\n")
+    if !gate {
+        if let Some(o) = deploy["spec"]["template"]["spec"].as_object_mut() {
+            o.remove("readinessGates");
+        }
+    }
+    deploy
 }
 
 impl Lab {
