@@ -156,10 +156,7 @@ pub async fn run(client: Client, e: Election, leader: watch::Sender<bool>, metri
         if held {
             last_renewed = Some(tokio::time::Instant::now());
         }
-        let is_leader = match last_renewed {
-            Some(t) if held || t.elapsed() < e.duration => true,
-            _ => false,
-        };
+        let is_leader = last_renewed.is_some_and(|t| held || t.elapsed() < e.duration);
         if *leader.borrow() != is_leader {
             tracing::info!(identity = %e.identity, leader = is_leader, "leadership changed");
             metrics.leader.set(i64::from(is_leader));
