@@ -57,6 +57,11 @@ struct UpArgs {
     /// scripts/build-k8s.sh); `NODE=CNI` (e.g. `n2=vpc-cni`) for one node; repeatable, later wins.
     #[arg(long = "cni", value_name = "[NODE=]CNI")]
     cni: Vec<String>,
+    /// The two-zone VPC for custom networking: secondary CIDR 100.64.0.0/16, node and pod
+    /// subnets in us-east-1a and us-east-1b (odd nodes in a, even in b), and a host outside
+    /// the VPC (10.200.0.10) routed through the VPC router. See the README's lab section.
+    #[arg(long)]
+    two_zones: bool,
 }
 
 #[derive(Subcommand)]
@@ -173,6 +178,9 @@ fn up_options(a: &UpArgs, default_nodes: usize) -> Result<UpOptions> {
     o.cluster_endpoint = a.cluster_endpoint;
     o.agent_env = parse_env(&a.agent_env)?;
     o.cni = parse_cni(&a.cni)?;
+    if a.two_zones {
+        o.layout = vpcnet_lab::lab::VpcLayout::TwoZones;
+    }
     Ok(o)
 }
 

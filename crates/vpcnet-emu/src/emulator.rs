@@ -517,6 +517,28 @@ impl Emulator {
     }
 
     /// EC2 `AvailableIpAddressCount` of a subnet.
+    /// EC2 AuthorizeSecurityGroupIngress in-process: add `rules` to `group_id` (all or
+    /// nothing); the fabric hooks see the new ingress view before this returns.
+    /// Errors: `InvalidGroup.NotFound`, `InvalidPermission.Duplicate`.
+    pub async fn authorize_ingress(
+        &self,
+        group_id: &str,
+        rules: Vec<crate::model::IngressRule>,
+    ) -> Result<(), Ec2Error> {
+        self.mutate(|c, _| c.authorize_ingress(group_id, rules).map(|()| ((), None)))
+            .await
+    }
+
+    /// EC2 CreateTags in-process: set `tags` on every resource in `resources` (all or nothing).
+    /// Errors: the NotFound code of the first unknown resource.
+    pub fn create_tags(
+        &self,
+        resources: &[String],
+        tags: &[(String, String)],
+    ) -> Result<(), Ec2Error> {
+        lock(&self.inner.cloud).create_tags(resources, tags)
+    }
+
     pub fn subnet_available(&self, subnet_id: &str) -> Option<u32> {
         self.with_cloud(|c| c.subnet(subnet_id).map(|s| s.available()))
     }

@@ -64,6 +64,34 @@ pub struct AddressesChanged {
     pub cidrs: Vec<Ipv4Net>,
 }
 
+/// One security group's ingress rules (sources are CIDRs or other groups, see
+/// [`crate::model::Source`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GroupIngress {
+    /// `sg-...`
+    pub group_id: String,
+    pub rules: Vec<crate::model::IngressRule>,
+}
+
+/// One ENI as security groups see it: its `addresses` (primary and secondary IPs as /32,
+/// prefixes as /28) and its `groups`. Traffic to those addresses is admitted when it belongs to
+/// a connection the ENI's side opened or matches a rule of one of the groups; a rule whose
+/// source is a group matches the addresses of every ENI carrying that group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EniIngress {
+    pub eni_id: String,
+    pub addresses: Vec<Ipv4Net>,
+    pub groups: Vec<String>,
+}
+
+/// The security-group view changed (a rule was authorized or revoked, a group created, an ENI
+/// created or deleted, its groups or addresses changed): the whole new view, sorted by ID.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct IngressRulesChanged {
+    pub groups: Vec<GroupIngress>,
+    pub enis: Vec<EniIngress>,
+}
+
 /// One change the fabric must mirror, in the order it happened.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -72,6 +100,7 @@ pub enum FabricEvent {
     EniDetached(EniDetached),
     AddressesAssigned(AddressesChanged),
     AddressesUnassigned(AddressesChanged),
+    IngressRulesChanged(IngressRulesChanged),
 }
 
 /// Callbacks for the lab's VPC fabric. Every method has a no-op default.
@@ -99,6 +128,11 @@ pub trait FabricHooks: Send + Sync + 'static {
     fn addresses_unassigned(&self, _ev: AddressesChanged) -> HookFuture<'_> {
         Box::pin(async {})
     }
+    /// The security-group view changed: enforce `ev` (replaces the previous view whole).
+    /// Delivered after the address and attachment events of the same change.
+    fn ingress_rules_changed(&self, _ev: IngressRulesChanged) -> HookFuture<'_> {
+        Box::pin(async {})
+    }
 }
 
 /// Hooks that do nothing (the default).
@@ -111,5 +145,6 @@ pub(crate) async fn deliver(hooks: &dyn FabricHooks, ev: FabricEvent) {
         FabricEvent::EniDetached(e) => hooks.eni_detached(e).await,
         FabricEvent::AddressesAssigned(e) => hooks.addresses_assigned(e).await,
         FabricEvent::AddressesUnassigned(e) => hooks.addresses_unassigned(e).await,
+        FabricEvent::IngressRulesChanged(e) => hooks.ingress_rules_changed(e).await,
     }
 }

@@ -21,7 +21,8 @@
 //! DescribeNetworkInterfaces (filters, MaxResults/NextToken), CreateNetworkInterface,
 //! AttachNetworkInterface, DetachNetworkInterface, DeleteNetworkInterface,
 //! ModifyNetworkInterfaceAttribute, AssignPrivateIpAddresses, UnassignPrivateIpAddresses,
-//! CreateTags, DeleteTags, TerminateInstances.
+//! CreateTags, DeleteTags, TerminateInstances, CreateSecurityGroup, DescribeSecurityGroups,
+//! AuthorizeSecurityGroupIngress, RevokeSecurityGroupIngress.
 //!
 //! ELBv2 (API 2015-12-01) on the same endpoint, dispatched by `Version` or signing service:
 //! see [`elbv2`] (load balancers, target groups, listeners, targets and their health, tags; a
@@ -54,7 +55,8 @@ pub use emulator::{
 pub use error::Ec2Error;
 pub use faults::{ActionFaults, CallCounts, Faults, InstanceCalls};
 pub use hooks::{
-    AddressesChanged, EniAttached, EniDetached, FabricEvent, FabricHooks, HookFuture, NoHooks,
+    AddressesChanged, EniAttached, EniDetached, EniIngress, FabricEvent, FabricHooks, GroupIngress,
+    HookFuture, IngressRulesChanged, NoHooks,
 };
 pub use model::{EksCluster, EksClusterSpec};
 pub use request_log::{Api, RequestLog, RequestRecord};

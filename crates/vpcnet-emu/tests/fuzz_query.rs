@@ -28,6 +28,10 @@ const ACTIONS: &[&str] = &[
     "DeleteTags",
     "TerminateInstances",
     "RunInstances",
+    "CreateSecurityGroup",
+    "DescribeSecurityGroups",
+    "AuthorizeSecurityGroupIngress",
+    "RevokeSecurityGroupIngress",
     "",
 ];
 
@@ -73,6 +77,21 @@ const KEYS: &[&str] = &[
     "DryRun",
     "SubnetId.1",
     "VpcId.1",
+    "GroupId",
+    "GroupId.1",
+    "GroupName",
+    "GroupName.1",
+    "GroupDescription",
+    "VpcId",
+    "IpProtocol",
+    "FromPort",
+    "ToPort",
+    "CidrIp",
+    "IpPermissions.1.IpProtocol",
+    "IpPermissions.1.FromPort",
+    "IpPermissions.1.ToPort",
+    "IpPermissions.1.IpRanges.1.CidrIp",
+    "IpPermissions.1.Groups.1.GroupId",
 ];
 
 fn value() -> impl Strategy<Value = String> {
@@ -82,6 +101,10 @@ fn value() -> impl Strategy<Value = String> {
         Just("$SUBNET".to_string()),
         Just("$ATTACH".to_string()),
         Just("$SG".to_string()),
+        Just("tcp".to_string()),
+        Just("-1".to_string()),
+        Just("icmp".to_string()),
+        Just("10.0.1.0/24".to_string()),
         (0u32..20).prop_map(|n| n.to_string()),
         any::<i64>().prop_map(|n| n.to_string()),
         (0u8..64).prop_map(|n| format!("10.0.0.{n}")),

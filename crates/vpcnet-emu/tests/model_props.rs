@@ -104,6 +104,15 @@ fn replay(mirror: &mut Mirror, events: Vec<FabricEvent>) {
                     }
                 }
             }
+            // The security-group view comes last and is checked against the mirror.
+            FabricEvent::IngressRulesChanged(v) => {
+                for e in &v.enis {
+                    if let Some((_, set)) = mirror.get(&e.eni_id) {
+                        let have: BTreeSet<Ipv4Net> = e.addresses.iter().copied().collect();
+                        assert_eq!(&have, set, "ingress view of {} disagrees", e.eni_id);
+                    }
+                }
+            }
         }
     }
 }

@@ -36,6 +36,15 @@ pub struct DaemonSpec {
     pub subnets: Vec<Ipv4Net>,
     /// Nodes in launch order: (node name, node namespace, instance type, subnet index).
     pub nodes: Vec<NodeSpec>,
+    /// Secondary VPC CIDRs (e.g. 100.64.0.0/16 for custom networking).
+    #[serde(default)]
+    pub extra_cidrs: Vec<Ipv4Net>,
+    /// Availability zone of each subnet (same order as `subnets`); missing entries are [`AZ`].
+    #[serde(default)]
+    pub zones: Vec<String>,
+    /// `Name` tag of each subnet (same order as `subnets`); missing or empty entries get none.
+    #[serde(default)]
+    pub subnet_names: Vec<String>,
     /// Seed of the emulator's random choices.
     pub seed: u64,
 }
@@ -108,14 +117,32 @@ async fn serve_async(dir: &Path, spec: DaemonSpec) -> Result<()> {
         spec.subnets.clone(),
     )));
     let vpc = emu
-        .create_vpc(spec.vpc_cidr, &[])
+        .create_vpc(spec.vpc_cidr, &spec.extra_cidrs)
         .map_err(|e| anyhow::anyhow!("CreateVpc {}: {e}", spec.vpc_cidr))?;
+    // The fabric enforces security groups; the lab's default group admits everything, so what
+    // runs in the lab without naming groups is reachable as before (EC2's default group admits
+    // only itself).
+    emu.authorize_ingress(
+        &vpc.default_security_group_id,
+        vec![vpcnet_emu::model::IngressRule {
+            permission: vpcnet_emu::model::Permission::new("-1", None, None)
+                .map_err(|e| anyhow::anyhow!("{e}"))?,
+            source: vpcnet_emu::model::Source::Cidr("0.0.0.0/0".parse().expect("constant")),
+        }],
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("opening the lab's default security group: {e}"))?;
     let mut subnet_ids = Vec::new();
-    for s in &spec.subnets {
-        subnet_ids.push(
-            emu.create_subnet(&vpc.vpc_id, *s, AZ)
-                .map_err(|e| anyhow::anyhow!("CreateSubnet {s}: {e}"))?,
-        );
+    for (i, s) in spec.subnets.iter().enumerate() {
+        let az = spec.zones.get(i).map(String::as_str).unwrap_or(AZ);
+        let id = emu
+            .create_subnet(&vpc.vpc_id, *s, az)
+            .map_err(|e| anyhow::anyhow!("CreateSubnet {s} in {az}: {e}"))?;
+        if let Some(name) = spec.subnet_names.get(i).filter(|n| !n.is_empty()) {
+            emu.create_tags(std::slice::from_ref(&id), &[("Name".into(), name.clone())])
+                .map_err(|e| anyhow::anyhow!("tagging subnet {s}: {e}"))?;
+        }
+        subnet_ids.push(id);
     }
     let mut instances = BTreeMap::new();
     for n in &spec.nodes {

@@ -112,6 +112,85 @@ pub const SOURCE_DEST_CHECK: &str = r#"table bridge vpcnet {
 }
 "#;
 
+/// nftables table of the VPC namespace that makes ENIs reach each other only through the VPC
+/// router, as on EC2 (no layer-2 path between ENIs, so security groups and routes always
+/// apply): frames bridged from one ENI port to another are dropped; ARP is answered by the
+/// bridge's proxy ARP.
+pub const ISOLATE_ENIS: &str = r#"table bridge vpcnet_isolate {
+  chain forward {
+    type filter hook forward priority 0; policy accept;
+    iifname "p*" oifname "p*" counter drop
+  }
+}
+"#;
+
+/// Makes ENIs of the same subnet reach each other only through the router ([`ISOLATE_ENIS`]).
+pub fn isolate_enis(vpc: &str) -> Result<()> {
+    cmd::nft_in(vpc, ISOLATE_ENIS).context("isolating ENI ports")
+}
+
+/// Name of the VPC-side link of the outside network in the VPC namespace.
+pub const OUTSIDE_LINK: &str = "vout";
+
+/// Connects the (new, empty) namespace `outside` to the VPC router as a network outside the
+/// VPC (on-premises over a VPN): a veth pair, VPC side [`OUTSIDE_LINK`] with the network's
+/// first address, outside side `eth0` with `host`, default route via the VPC side.
+pub fn connect_outside(vpc: &str, outside: &str, cidr: Ipv4Net, host: Ipv4Addr) -> Result<()> {
+    ip_in(
+        vpc,
+        &[
+            "link",
+            "add",
+            OUTSIDE_LINK,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            outside,
+        ],
+    )
+    .context("creating the outside network's link")?;
+    let gw = gateway(cidr);
+    ip_in(
+        vpc,
+        &[
+            "addr",
+            "add",
+            &format!("{gw}/{}", cidr.prefix_len()),
+            "dev",
+            OUTSIDE_LINK,
+        ],
+    )?;
+    ip_in(vpc, &["link", "set", OUTSIDE_LINK, "up"])?;
+    ip_in(
+        outside,
+        &[
+            "addr",
+            "add",
+            &format!("{host}/{}", cidr.prefix_len()),
+            "dev",
+            "eth0",
+        ],
+    )?;
+    ip_in(outside, &["link", "set", "eth0", "up"])?;
+    ip_in(outside, &["link", "set", "lo", "up"])?;
+    ip_in(
+        outside,
+        &[
+            "route",
+            "add",
+            "default",
+            "via",
+            &gw.to_string(),
+            "dev",
+            "eth0",
+        ],
+    )?;
+    Ok(())
+}
+
 /// Index of the subnet (and so the bridge) that contains `cidr`, if any.
 pub fn subnet_index(subnets: &[Ipv4Net], cidr: Ipv4Net) -> Option<usize> {
     subnets.iter().position(|s| s.contains(&cidr))

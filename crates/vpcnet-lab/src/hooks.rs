@@ -7,7 +7,9 @@ use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
 
 use ipnet::Ipv4Net;
-use vpcnet_emu::{AddressesChanged, EniAttached, EniDetached, FabricHooks, HookFuture};
+use vpcnet_emu::{
+    AddressesChanged, EniAttached, EniDetached, FabricHooks, HookFuture, IngressRulesChanged,
+};
 
 use crate::fabric::{self, EniPort};
 
@@ -176,6 +178,17 @@ impl LabHooks {
     }
 }
 
+impl LabHooks {
+    /// Enforces the new security-group view: replaces the fabric's `vpcnet_sg` table
+    /// ([`crate::security_groups`]) in one nft transaction.
+    fn ingress(&self, ev: IngressRulesChanged) {
+        let text = crate::security_groups::render(&ev);
+        if let Err(e) = crate::cmd::nft_in(&self.vpc, &text) {
+            self.fail(format!("enforcing security groups: {e:#}"));
+        }
+    }
+}
+
 /// Runs blocking fabric work (it spawns `ip`) off the async workers.
 fn blocking(f: impl FnOnce() + Send + 'static) -> HookFuture<'static> {
     Box::pin(async move {
@@ -199,5 +212,9 @@ impl FabricHooks for LabHooks {
     fn addresses_unassigned(&self, ev: AddressesChanged) -> HookFuture<'_> {
         let h = self.clone();
         blocking(move || h.unassigned(ev))
+    }
+    fn ingress_rules_changed(&self, ev: IngressRulesChanged) -> HookFuture<'_> {
+        let h = self.clone();
+        blocking(move || h.ingress(ev))
     }
 }

@@ -36,6 +36,43 @@ pub const SUBNET: &str = "10.0.1.0/24";
 pub const CONTROL_PLANE_SUBNET: &str = "10.0.0.0/24";
 /// Name of the control-plane host in the lab cloud (its `Name` tag).
 pub const CONTROL_PLANE_NAME: &str = "control-plane";
+/// Secondary VPC CIDR of the [`VpcLayout::TwoZones`] lab (custom networking's usual choice).
+pub const SECONDARY_CIDR: &str = "100.64.0.0/16";
+/// The network outside the VPC ([`VpcLayout::TwoZones`]), routed through the VPC router.
+pub const OUTSIDE_CIDR: &str = "10.200.0.0/24";
+/// The host in [`OUTSIDE_CIDR`].
+pub const OUTSIDE_HOST: Ipv4Addr = Ipv4Addr::new(10, 200, 0, 10);
+
+/// The lab VPC's shape.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum VpcLayout {
+    /// 10.0.0.0/16 in us-east-1a: the node subnet [`SUBNET`] (and, with Kubernetes, the
+    /// control plane's [`CONTROL_PLANE_SUBNET`]). Every lab's default.
+    #[default]
+    Basic,
+    /// What custom networking needs: 10.0.0.0/16 plus [`SECONDARY_CIDR`]; the subnets of
+    /// [`TWO_ZONE_SUBNETS`] (a node subnet and pod subnets per zone, tagged `Name`); node `n<i>`
+    /// in zone a for odd `i`, zone b for even `i`; ENIs reach each other only through the VPC
+    /// router ([`fabric::ISOLATE_ENIS`]); and a host outside the VPC ([`OUTSIDE_HOST`] in
+    /// [`OUTSIDE_CIDR`], its own namespace) routed through the VPC router, standing in for an
+    /// on-premises network over a VPN.
+    TwoZones,
+}
+
+/// A subnet of a lab layout: `Name` tag, CIDR, availability zone.
+pub type LabSubnet = (&'static str, &'static str, &'static str);
+
+/// The subnets of [`VpcLayout::TwoZones`], in bridge order (`br0`, `br1`, ...).
+pub const TWO_ZONE_SUBNETS: &[LabSubnet] = &[
+    ("nodes-a", SUBNET, "us-east-1a"),
+    ("control-plane", CONTROL_PLANE_SUBNET, "us-east-1a"),
+    ("nodes-b", "10.0.2.0/24", "us-east-1b"),
+    ("pods-a", "100.64.0.0/24", "us-east-1a"),
+    ("pods-b", "100.64.1.0/24", "us-east-1b"),
+    ("pods-a2", "100.64.2.0/24", "us-east-1a"),
+    ("pods-a3", "100.64.3.0/24", "us-east-1a"),
+];
+
 /// File name of the conflist the agent writes in the node's CNI directory.
 pub const CONFLIST: &str = "10-vpcnet.conflist";
 
@@ -144,6 +181,8 @@ pub struct UpOptions {
     /// CNI per node: `(node name, cni)`; node name `*` = every node. Later entries win; nodes
     /// not named run vpcnet.
     pub cni: Vec<(String, NodeCni)>,
+    /// The VPC's shape (default [`VpcLayout::Basic`]).
+    pub layout: VpcLayout,
 }
 
 impl UpOptions {
@@ -171,6 +210,24 @@ impl UpOptions {
             cluster_endpoint: false,
             wait_ready: true,
             cni: Vec::new(),
+            layout: VpcLayout::Basic,
+        }
+    }
+
+    /// The subnets the lab builds, in bridge order, and the subnet index of node `n<i>`.
+    pub fn subnets(&self) -> (Vec<LabSubnet>, Box<dyn Fn(usize) -> usize>) {
+        match self.layout {
+            VpcLayout::Basic => {
+                let mut v = vec![("", SUBNET, daemon::AZ)];
+                if self.kubernetes {
+                    v.push(("", CONTROL_PLANE_SUBNET, daemon::AZ));
+                }
+                (v, Box::new(|_| 0))
+            }
+            VpcLayout::TwoZones => (
+                TWO_ZONE_SUBNETS.to_vec(),
+                Box::new(|i| if i % 2 == 1 { 0 } else { 2 }),
+            ),
         }
     }
 
@@ -389,12 +446,11 @@ impl Lab {
             opts.bin_dir.as_os_str().as_encoded_bytes(),
         )?;
         let vpc_ns = format!("{prefix}-vpc");
-        let subnet: Ipv4Net = SUBNET.parse().expect("constant");
-        let cp_subnet: Ipv4Net = CONTROL_PLANE_SUBNET.parse().expect("constant");
-        let mut subnets = vec![subnet];
-        if opts.kubernetes {
-            subnets.push(cp_subnet);
-        }
+        let (layout, node_subnet) = opts.subnets();
+        let subnets: Vec<Ipv4Net> = layout
+            .iter()
+            .map(|(_, c, _)| c.parse().expect("constant"))
+            .collect();
         progress(&format!(
             "creating VPC namespace {vpc_ns} (bridge per subnet {}, router at each subnet's first address)",
             subnets.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", ")
@@ -405,6 +461,25 @@ impl Lab {
         })?;
         netns::create(&vpc_ns)?;
         fabric::setup_vpc(&vpc_ns, &subnets)?;
+        if opts.layout == VpcLayout::TwoZones {
+            fabric::isolate_enis(&vpc_ns)?;
+            let out_ns = format!("{prefix}-out");
+            let cidr: Ipv4Net = OUTSIDE_CIDR.parse().expect("constant");
+            progress(&format!(
+                "outside network {cidr}: host {OUTSIDE_HOST} in {out_ns}, routed by the VPC router"
+            ));
+            state::update(dir, |s| {
+                s.namespaces.push(out_ns.clone());
+                s.outside = Some(state::OutsideRecord {
+                    netns: out_ns.clone(),
+                    ip: OUTSIDE_HOST,
+                    cidr,
+                });
+                Ok(())
+            })?;
+            netns::create(&out_ns)?;
+            fabric::connect_outside(&vpc_ns, &out_ns, cidr, OUTSIDE_HOST)?;
+        }
 
         let mut nodes = Vec::new();
         for i in 1..=opts.nodes {
@@ -471,11 +546,12 @@ impl Lab {
         ));
         let mut specs: Vec<NodeSpec> = nodes
             .iter()
-            .map(|n| NodeSpec {
+            .enumerate()
+            .map(|(i, n)| NodeSpec {
                 name: n.name.clone(),
                 netns: n.netns.clone(),
                 instance_type: opts.instance_type.clone(),
-                subnet: 0,
+                subnet: node_subnet(i + 1),
             })
             .collect();
         if opts.kubernetes {
@@ -492,6 +568,12 @@ impl Lab {
             subnets: subnets.clone(),
             nodes: specs,
             seed: rand::random(),
+            extra_cidrs: match opts.layout {
+                VpcLayout::Basic => Vec::new(),
+                VpcLayout::TwoZones => vec![SECONDARY_CIDR.parse().expect("constant")],
+            },
+            zones: layout.iter().map(|(_, _, z)| z.to_string()).collect(),
+            subnet_names: layout.iter().map(|(n, _, _)| n.to_string()).collect(),
         };
         fs::write(daemon::spec_path(dir), serde_json::to_vec_pretty(&spec)?)?;
         let mut c = Command::new(opts.bin_dir.join("vpcnet"));
@@ -517,6 +599,7 @@ impl Lab {
                     n.instance_id = i.instance_id.clone();
                     n.primary_ip = i.private_ip.to_string();
                     n.k8s_name = i.private_dns_name.clone();
+                    n.zone = i.availability_zone.clone();
                 }
             }
             s.ec2_endpoint = ready.ec2_endpoints.first().cloned();

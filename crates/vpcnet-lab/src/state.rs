@@ -36,6 +36,10 @@ pub struct NodeRecord {
     /// The node's CNI (its agent and plugin).
     #[serde(default)]
     pub cni: NodeCni,
+    /// The instance's availability zone (e.g. `us-east-1a`), once known (the lab's cloud
+    /// controller manager labels the Node `topology.kubernetes.io/zone` with it).
+    #[serde(default)]
+    pub zone: String,
 }
 
 /// Which CNI a lab node runs.
@@ -133,6 +137,21 @@ pub struct LabState {
     /// The Kubernetes control plane, in a lab with Kubernetes.
     #[serde(default)]
     pub control_plane: Option<crate::kube::control_plane::ControlPlaneRecord>,
+    /// The host outside the VPC (layout [`crate::lab::VpcLayout::TwoZones`]).
+    #[serde(default)]
+    pub outside: Option<OutsideRecord>,
+}
+
+/// A host outside the VPC, routed through the VPC router: a stand-in for an on-premises
+/// network reached over a VPN or Direct Connect.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct OutsideRecord {
+    /// Its network namespace.
+    pub netns: String,
+    /// Its address (on its `eth0`), e.g. 10.200.0.10.
+    pub ip: std::net::Ipv4Addr,
+    /// The outside network, e.g. 10.200.0.0/24 (its router, the VPC's, is the first address).
+    pub cidr: ipnet::Ipv4Net,
 }
 
 /// Directory of the lab named `name`.

@@ -35,6 +35,7 @@ fn ptp_container_reaches_its_node_and_the_vpc_router() {
         mntns: vpcnet_lab::machine::ns_dir(&dir).join("n1"),
         k8s_name: String::new(),
         cni: Default::default(),
+        zone: String::new(),
     };
     LabState {
         name: name.clone(),

@@ -8,6 +8,7 @@ mod cluster;
 mod eni;
 mod instance;
 mod metadata;
+mod security_group;
 mod subnet;
 
 use std::collections::{BTreeMap, HashSet};
@@ -26,6 +27,7 @@ pub use cluster::{cluster_not_found, EksCluster, EksClusterSpec, CLUSTER_STATUSE
 pub use eni::{AssignRequest, Attachment, CreateEniRequest, Eni, ModifyEniRequest};
 pub use instance::{Instance, InstanceState, RunInstanceRequest};
 pub use metadata::{ImdsInterface, ImdsNetwork};
+pub use security_group::{IngressRule, Permission, Source};
 pub use subnet::{Subnet, RESERVED_PER_SUBNET};
 
 /// Resource tags in insertion order (EC2 keeps one value per key).
@@ -68,6 +70,9 @@ pub struct SecurityGroup {
     pub description: String,
     pub vpc_id: String,
     pub tags: Tags,
+    /// Ingress rules (see [`IngressRule`]); a VPC's `default` group admits all traffic from
+    /// itself, as on EC2.
+    pub ingress: Vec<IngressRule>,
 }
 
 /// The whole emulated cloud. See the module docs.
@@ -88,6 +93,8 @@ pub struct Cloud {
     events: Vec<FabricEvent>,
     /// EKS clusters by name.
     pub(crate) eks_clusters: BTreeMap<String, EksCluster>,
+    /// The ingress view last reported ([`Cloud::ingress_view`]), to report only changes.
+    last_ingress: crate::hooks::IngressRulesChanged,
 }
 
 impl Cloud {
@@ -108,11 +115,22 @@ impl Cloud {
             macs: HashSet::new(),
             events: Vec::new(),
             eks_clusters: BTreeMap::new(),
+            last_ingress: crate::hooks::IngressRulesChanged {
+                groups: Vec::new(),
+                enis: Vec::new(),
+            },
         }
     }
 
-    /// The fabric changes since the last call, oldest first.
+    /// The fabric changes since the last call, oldest first; when the security-group view
+    /// ([`Cloud::ingress_view`]) changed since the last call, an
+    /// [`FabricEvent::IngressRulesChanged`] with the new view comes last.
     pub fn take_events(&mut self) -> Vec<FabricEvent> {
+        let view = self.ingress_view();
+        if view != self.last_ingress {
+            self.last_ingress = view.clone();
+            self.events.push(FabricEvent::IngressRulesChanged(view));
+        }
         std::mem::take(&mut self.events)
     }
 
@@ -210,6 +228,14 @@ impl Cloud {
                 description: "default VPC security group".into(),
                 vpc_id: id.clone(),
                 tags: Tags::default(),
+                ingress: vec![IngressRule {
+                    permission: Permission {
+                        protocol: "-1".into(),
+                        from_port: None,
+                        to_port: None,
+                    },
+                    source: Source::Group(sg.clone()),
+                }],
             },
         );
         self.vpcs.insert(
@@ -300,6 +326,7 @@ impl Cloud {
                 description: description.to_string(),
                 vpc_id: vpc_id.to_string(),
                 tags: Tags::default(),
+                ingress: Vec::new(),
             },
         );
         Ok(id)

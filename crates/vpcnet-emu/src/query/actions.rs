@@ -8,6 +8,7 @@ use ipnet::Ipv4Net;
 use super::filter::{matches, page, tag_values};
 use super::params::{parse_prefix, Params};
 use super::render::{self, Clock};
+use super::security_groups as sg;
 use super::xml::Xml;
 use crate::error::Ec2Error;
 use crate::model::{AssignRequest, Cloud, CreateEniRequest, Eni, Instance, ModifyEniRequest};
@@ -31,6 +32,10 @@ pub const ACTIONS: &[(&str, bool)] = &[
     ("CreateTags", true),
     ("DeleteTags", true),
     ("TerminateInstances", true),
+    ("CreateSecurityGroup", true),
+    ("DescribeSecurityGroups", false),
+    ("AuthorizeSecurityGroupIngress", true),
+    ("RevokeSecurityGroupIngress", true),
 ];
 
 /// Whether `action` mutates; None for an action this emulator does not serve.
@@ -93,6 +98,10 @@ pub fn handle(action: &str, p: &Params, ctx: &mut Ctx) -> Result<Done, Ec2Error>
         "CreateTags" => create_tags(p, ctx).map(Done::body),
         "DeleteTags" => delete_tags(p, ctx).map(Done::body),
         "TerminateInstances" => terminate_instances(p, ctx).map(Done::body),
+        "CreateSecurityGroup" => sg::create_security_group(p, ctx).map(Done::body),
+        "DescribeSecurityGroups" => sg::describe_security_groups(p, ctx).map(Done::body),
+        "AuthorizeSecurityGroupIngress" => sg::authorize_ingress(p, ctx).map(Done::body),
+        "RevokeSecurityGroupIngress" => sg::revoke_ingress(p, ctx).map(Done::body),
         other => Err(invalid_action(other)),
     }
 }
@@ -104,7 +113,7 @@ pub fn invalid_action(action: &str) -> Ec2Error {
     )
 }
 
-fn start(action: &str, ctx: &Ctx) -> (Xml, String) {
+pub(super) fn start(action: &str, ctx: &Ctx) -> (Xml, String) {
     let root = format!("{action}Response");
     let mut x = Xml::response(&root);
     x.leaf("requestId", &ctx.request_id);
@@ -117,7 +126,7 @@ fn simple_ok(action: &str, ctx: &Ctx) -> String {
     x.finish(&root)
 }
 
-fn tag_or<'a>(
+pub(super) fn tag_or<'a>(
     tags: &crate::model::Tags,
     name: &str,
     f: impl FnOnce(&str) -> Option<Vec<String>> + 'a,

@@ -5,6 +5,7 @@ pub mod actions;
 pub mod filter;
 pub mod params;
 pub mod render;
+pub mod security_groups;
 pub mod xml;
 
 use crate::error::Ec2Error;
