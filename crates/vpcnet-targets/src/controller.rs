@@ -208,6 +208,7 @@ pub fn inputs(
         let (desired, gated) =
             views::binding_targets(&mine, &port_name, &condition, &lookup, &nodes);
         let e = out.entry(arn).or_default();
+        e.pods.extend(views::target_pods(&mine, &port_name));
         e.desired.merge(desired);
         e.gated.extend(gated);
         e.owners.push(owner);
@@ -298,6 +299,26 @@ impl Sink for KubeSink {
         };
         if let Err(e) = self.recorder.publish(&ev, &reference(o)).await {
             tracing::warn!(error = %e, binding = %o.name, "sending an Event failed");
+        }
+    }
+
+    async fn pod_event(&self, namespace: &str, pod: &str, reason: &str, note: String) {
+        let r = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(pod.to_string()),
+            namespace: Some(namespace.to_string()),
+            ..Default::default()
+        };
+        let ev = Event {
+            type_: EventType::Warning,
+            reason: reason.into(),
+            note: Some(note),
+            action: "RegisterTarget".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, &r).await {
+            tracing::warn!(error = %e, pod, "sending an Event failed");
         }
     }
 

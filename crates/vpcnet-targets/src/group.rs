@@ -57,6 +57,8 @@ pub struct GroupInput {
     pub desired: Desired,
     pub gated: Vec<Gated>,
     pub owners: Vec<Owner>,
+    /// The pod behind a target (namespace, name), for Events on pods.
+    pub pods: Vec<(TargetKey, String, String)>,
 }
 
 /// Timing of a task.
@@ -95,6 +97,14 @@ pub trait Sink: Send + Sync + 'static {
         &self,
         owner: &Owner,
         warning: bool,
+        reason: &str,
+        note: String,
+    ) -> impl std::future::Future<Output = ()> + Send;
+    /// A Warning event on pod `namespace/pod`.
+    fn pod_event(
+        &self,
+        namespace: &str,
+        pod: &str,
         reason: &str,
         note: String,
     ) -> impl std::future::Future<Output = ()> + Send;
@@ -200,6 +210,17 @@ pub async fn reconcile<S: Sink>(
                         format!("registering {} target(s) in {arn}: {e}", batch.len()),
                     )
                     .await;
+                }
+                for k in batch {
+                    for (_, ns, pod) in input.pods.iter().filter(|(t, _, _)| t == k) {
+                        sink.pod_event(
+                            ns,
+                            pod,
+                            "FailedRegisterTarget",
+                            format!("registering {}:{} in {arn}: {e}", k.ip, k.port),
+                        )
+                        .await;
+                    }
                 }
                 tracing::warn!(arn, error = %e, targets = batch.len(), "RegisterTargets failed");
                 first_error.get_or_insert(e);

@@ -145,6 +145,37 @@ pub fn binding_targets(
     (out, gated)
 }
 
+/// The pod behind each target of `slices` (port `port_name`): (target, namespace, name), for
+/// Events on pods.
+pub fn target_pods(slices: &[&EndpointSlice], port_name: &str) -> Vec<(TargetKey, String, String)> {
+    let mut out = Vec::new();
+    for s in slices.iter().filter(|s| s.address_type == "IPv4") {
+        let Some(port) = s.ports.as_ref().and_then(|ps| {
+            ps.iter()
+                .find(|p| p.name.as_deref().unwrap_or("") == port_name)
+                .and_then(|p| p.port)
+                .and_then(|p| u16::try_from(p).ok())
+        }) else {
+            continue;
+        };
+        for e in &s.endpoints {
+            let ip = e.addresses.first().and_then(|a| a.parse::<Ipv4Addr>().ok());
+            let r = e
+                .target_ref
+                .as_ref()
+                .filter(|r| r.kind.as_deref() == Some("Pod"));
+            if let (Some(ip), Some(r)) = (ip, r) {
+                out.push((
+                    TargetKey { ip, port },
+                    r.namespace.clone().unwrap_or_default(),
+                    r.name.clone().unwrap_or_default(),
+                ));
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,6 +261,10 @@ mod tests {
         assert!(d.wanted.iter().all(|k| k.port == 8080));
         let g: Vec<&str> = gated.iter().map(|g| g.pod.as_str()).collect();
         assert_eq!(g, vec!["b", "c"], "gated pods whose condition is not True");
+        let tp = target_pods(&[&s], "");
+        assert_eq!(tp.len(), 4);
+        assert_eq!(tp[0].0.port, 8080);
+        assert_eq!((tp[0].1.as_str(), tp[0].2.as_str()), ("default", "a"));
         // A port the slice does not carry: nothing.
         let (d, _) = binding_targets(&[&s], "admin", "x", &lookup, &nodes);
         assert!(d.wanted.is_empty());

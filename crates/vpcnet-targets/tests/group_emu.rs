@@ -137,6 +137,9 @@ impl Sink for Recorded {
     async fn event(&self, _: &Owner, _: bool, reason: &str, _: String) {
         self.events.lock().unwrap().push(reason.to_string());
     }
+    async fn pod_event(&self, _: &str, pod: &str, reason: &str, _: String) {
+        self.events.lock().unwrap().push(format!("{reason} {pod}"));
+    }
     async fn observed(&self, _: &Owner) {
         *self.observed.lock().unwrap() += 1;
     }
@@ -156,6 +159,10 @@ fn input(wanted: &[u8]) -> GroupInput {
             keep: Default::default(),
         },
         gated: vec![],
+        pods: wanted
+            .iter()
+            .map(|i| (key(*i), "default".to_string(), format!("p{i}")))
+            .collect(),
         owners: vec![Owner {
             namespace: "default".into(),
             name: "web".into(),
@@ -259,11 +266,16 @@ async fn deregistrations_are_applied_when_registrations_hit_the_quota() {
         .unwrap_err();
     assert_eq!(e.source.code(), "TooManyTargets", "{e}");
     assert_eq!(ids(&c.registered(&arn).await, None), vec!["10.0.1.2"]);
-    assert!(sink
-        .events
-        .lock()
-        .unwrap()
-        .contains(&"FailedRegisterTargets".to_string()));
+    let events = sink.events.lock().unwrap().clone();
+    assert!(
+        events.contains(&"FailedRegisterTargets".to_string()),
+        "{events:?}"
+    );
+    assert!(
+        events.contains(&"FailedRegisterTarget p3".to_string())
+            && events.contains(&"FailedRegisterTarget p4".to_string()),
+        "an Event on each pod whose target was refused: {events:?}"
+    );
 }
 
 #[tokio::test]
