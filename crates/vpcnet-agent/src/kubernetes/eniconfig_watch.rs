@@ -275,9 +275,10 @@ async fn watch_node(
         .map(|e| Seen::Config(Box::new(e)))
         .boxed();
     // The channel itself: the reconciler's placement errors change the report too.
-    let tracked_events = tokio_stream::wrappers::WatchStream::from_changes(tx.subscribe())
-        .map(|_| Seen::Tracked)
-        .boxed();
+    let tracked_events = futures::stream::unfold(tx.subscribe(), |mut rx| async move {
+        rx.changed().await.ok().map(|()| (Seen::Tracked, rx))
+    })
+    .boxed();
     let mut events = futures::stream::select(
         futures::stream::select(node_events, config_events),
         tracked_events,

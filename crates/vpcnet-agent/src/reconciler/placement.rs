@@ -149,7 +149,9 @@ pub fn record_outcome<T>(shared: &Shared, p: &EniPlacement, outcome: &Result<T, 
         Err(_) => return,
     };
     tx.send_if_modified(|t| {
-        let same_choice = t.choice().is_some_and(|c| &c.name == name && c.subnet == p.subnet_id);
+        let same_choice = t
+            .choice()
+            .is_some_and(|c| &c.name == name && c.subnet == p.subnet_id);
         if !same_choice || t.placement_error == error {
             return false;
         }
@@ -265,7 +267,9 @@ mod tests {
             eniconfig: Some("pods-a".into()),
         };
         assert!(is_eniconfig_fault(&api("InvalidSubnetID.NotFound")));
-        assert!(is_eniconfig_fault(&api("InsufficientFreeAddressesInSubnet")));
+        assert!(is_eniconfig_fault(&api(
+            "InsufficientFreeAddressesInSubnet"
+        )));
         assert!(is_eniconfig_fault(&refused(&p, "wrong zone".into())));
         assert!(!is_eniconfig_fault(&api("RequestLimitExceeded")));
         assert!(!is_eniconfig_fault(&api("AttachmentLimitExceeded")));
