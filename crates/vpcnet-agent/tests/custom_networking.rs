@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::*;
 use vpcnet_agent::kubernetes::eniconfig::{EniConfigChoice, SelectedBy};
-use vpcnet_agent::kubernetes::eniconfig_watch::{publish, EniConfigStatus};
+use vpcnet_agent::kubernetes::eniconfig_watch::{condition_of, publish, EniConfigStatus, REJECTED};
 use vpcnet_agent::state::now_ms;
 
 fn last_error(agent: &vpcnet_agent::AgentHandle) -> String {
@@ -112,6 +112,18 @@ async fn enis_go_to_the_eniconfig_subnet_only_once_it_is_resolved_and_valid() {
             },
         )
         .await;
+        // Where an operator looks: the Node condition and /v1/eniconfig say it too.
+        eventually(
+            &format!("ENIConfig {name} reported as rejected"),
+            Duration::from_secs(5),
+            || {
+                let d = tx.borrow().doc(None);
+                d.reason.as_deref() == Some(REJECTED)
+                    && d.message.unwrap_or_default().contains(says)
+                    && condition_of(&tx.borrow()).1 == REJECTED
+            },
+        )
+        .await;
         assert_eq!(lab.ec2_enis().len(), 1, "no ENI for {name}");
         assert!(lab.detached_enis().is_empty(), "nothing leaked for {name}");
     }
@@ -130,6 +142,7 @@ async fn enis_go_to_the_eniconfig_subnet_only_once_it_is_resolved_and_valid() {
         .unwrap();
     assert_eq!(new.subnet_id, pods_a);
     assert_eq!(new.security_group_ids, vec![sg.clone()]);
+    assert_eq!(condition_of(&tx.borrow()).0, "True", "no rejection left");
     let pod_net: ipnet::Ipv4Net = "10.0.64.0/19".parse().unwrap();
     for i in 0..4 {
         let r = add_retry(&mut c, &format!("p{i}"), Duration::from_secs(15))

@@ -246,7 +246,8 @@ pub struct EniConfigDoc {
     pub security_groups: Vec<String>,
     /// Why it is not resolved, CamelCase (also the reason of the Node condition and Event):
     /// `APIUnavailable`, `NodeNotFound`, `InvalidSelection`, `ENIConfigNotFound`,
-    /// `InvalidENIConfig`, `WatchFailed`.
+    /// `InvalidENIConfig`, `WatchFailed`; with state `Resolved`, `ENIConfigRejected` when EC2
+    /// refused the ENIConfig's subnet or security groups for the last new ENI.
     pub reason: Option<String>,
     /// What is wrong and how to fix it.
     pub message: Option<String>,

@@ -633,14 +633,14 @@ fn two_zones_eniconfigs_security_groups_and_the_outside_network() {
                     &format!("{name} named with {says:?}"),
                     Duration::from_secs(30),
                     || {
-                        let enis = agent_doc(lab, "n2", "/v1/enis");
-                        let err = enis["last_error"].as_str().unwrap_or_default().to_string();
-                        let cond = condition(&k, &n2.k8s_name)
-                            .map(|(_, _, m)| m)
-                            .unwrap_or_default();
-                        [err, cond]
-                            .iter()
-                            .any(|m| m.contains(name) && m.contains(says))
+                        // On the Node (condition False) and in /v1/eniconfig.
+                        let cond = condition(&k, &n2.k8s_name).unwrap_or_default();
+                        let doc = agent_doc(lab, "n2", "/v1/eniconfig");
+                        let doc = doc["message"].as_str().unwrap_or_default();
+                        cond.0 == "False"
+                            && [cond.2.as_str(), doc]
+                                .iter()
+                                .all(|m| m.contains(name) && m.contains(says))
                     },
                 );
                 eprintln!("{name}: named");

@@ -48,7 +48,18 @@ pub struct EniConfigTracked {
     /// Ms the node spent unresolved before its last resolution (from the agent's start or
     /// the loss of the previous ENIConfig).
     pub last_wait_ms: Option<u64>,
+    /// Why EC2 (or the check before the call) refused the resolved ENIConfig for the last new
+    /// ENI: its subnet unknown, in another zone than the node, or full, or a security group
+    /// unknown; EC2's message with the ENIConfig's name and the fix. Set by the reconciler
+    /// ([`crate::reconciler::placement::record_outcome`]), cleared by the next ENI created
+    /// with this ENIConfig or by another choice. Reported like an unresolved ENIConfig
+    /// (reason [`REJECTED`]).
+    pub placement_error: Option<String>,
 }
+
+/// Reason (Node condition, Event, `/v1/eniconfig`) while EC2 refuses the resolved
+/// ENIConfig's subnet or security groups.
+pub const REJECTED: &str = "ENIConfigRejected";
 
 impl EniConfigTracked {
     /// The state at the agent's start: unresolved until the API answers.
@@ -59,6 +70,7 @@ impl EniConfigTracked {
             )),
             since_ms: now_ms,
             last_wait_ms: None,
+            placement_error: None,
         }
     }
 
@@ -86,6 +98,10 @@ impl EniConfigTracked {
                 d.selected_by = Some(c.by.to_string());
                 d.subnet = Some(c.subnet.clone());
                 d.security_groups = c.security_groups.clone();
+                if let Some(e) = &self.placement_error {
+                    d.reason = Some(REJECTED.to_string());
+                    d.message = Some(e.clone());
+                }
             }
             EniConfigStatus::Unresolved(u) => {
                 d.state = if matches!(u, Unresolved::ApiUnavailable(_)) {
@@ -137,6 +153,8 @@ pub fn publish(
         if !(was_unresolved && matches!(status, EniConfigStatus::Unresolved(_))) {
             t.since_ms = now_ms;
         }
+        // Another choice: whether EC2 accepts it is unknown until its first ENI.
+        t.placement_error = None;
         t.status = status;
         true
     })
@@ -183,6 +201,8 @@ pub async fn run(
 enum Seen {
     Node(Box<Result<watcher::Event<Node>, watcher::Error>>),
     Config(Box<Result<watcher::Event<EniConfig>, watcher::Error>>),
+    /// The channel changed (a placement error set or cleared, or this task's own publish).
+    Tracked,
 }
 
 /// A watched collection rebuilt by the watcher's (re)list: `Init` starts a new list,
@@ -254,7 +274,15 @@ async fn watch_node(
         .default_backoff()
         .map(|e| Seen::Config(Box::new(e)))
         .boxed();
-    let mut events = futures::stream::select(node_events, config_events);
+    // The channel itself: the reconciler's placement errors change the report too.
+    let tracked_events = futures::stream::unfold(tx.subscribe(), |mut rx| async move {
+        rx.changed().await.ok().map(|()| (Seen::Tracked, rx))
+    })
+    .boxed();
+    let mut events = futures::stream::select(
+        futures::stream::select(node_events, config_events),
+        tracked_events,
+    );
     let mut node_view: Mirror<Node> = Mirror::new();
     let mut configs = Mirror::new();
     let mut reporter = Reporting::new(client.clone(), node);
@@ -266,6 +294,17 @@ async fn watch_node(
                     (c.metadata.name.clone().unwrap_or_default(), c.spec)
                 })
             }),
+            Seen::Tracked => {
+                // Only the report can differ; it patches and sends only what changed.
+                if let (true, Some(n)) = (
+                    node_view.synced && configs.synced,
+                    node_view.current.get(node),
+                ) {
+                    let t = tx.borrow().clone();
+                    reporter.report(n, &t).await;
+                }
+                continue;
+            }
         };
         let changed = match seen {
             Ok(changed) => changed,
@@ -303,9 +342,10 @@ async fn watch_node(
             Ok(c) => EniConfigStatus::Resolved(c),
             Err(u) => EniConfigStatus::Unresolved(u),
         };
-        publish(tx, metrics, status.clone(), now_ms());
+        publish(tx, metrics, status, now_ms());
         if let Some(n) = n {
-            reporter.report(n, &status).await;
+            let t = tx.borrow().clone();
+            reporter.report(n, &t).await;
         }
     }
 }
@@ -336,11 +376,12 @@ impl Reporting {
         }
     }
 
-    /// Brings the Node's condition to `status` (patched only when it differs, so the Node
+    /// Brings the Node's condition to `tracked` (patched only when it differs, so the Node
     /// update this causes is a no-op next time) and sends an Event when the problem changes:
-    /// Warning while unresolved, Normal when resolved after a Warning. Failures are logged.
-    async fn report(&mut self, node: &Node, status: &EniConfigStatus) {
-        let (cond_status, reason, message) = condition_of(status);
+    /// Warning while unresolved or rejected by EC2, Normal when resolved after a Warning.
+    /// Failures are logged.
+    async fn report(&mut self, node: &Node, tracked: &EniConfigTracked) {
+        let (cond_status, reason, message) = condition_of(tracked);
         let current = node
             .status
             .as_ref()
@@ -390,19 +431,13 @@ impl Reporting {
             }
         }
         let key = (reason.to_string(), message.clone());
-        let event = match status {
-            EniConfigStatus::Unresolved(_) if self.last_event.as_ref() != Some(&key) => {
-                Some(EventType::Warning)
-            }
-            EniConfigStatus::Resolved(_)
-                if self
-                    .last_event
-                    .as_ref()
-                    .is_some_and(|(r, _)| r != "ENIConfigResolved") =>
-            {
-                Some(EventType::Normal)
-            }
-            _ => None,
+        let event = if cond_status == "False" {
+            (self.last_event.as_ref() != Some(&key)).then_some(EventType::Warning)
+        } else {
+            self.last_event
+                .as_ref()
+                .is_some_and(|(r, _)| r != "ENIConfigResolved")
+                .then_some(EventType::Normal)
         };
         let Some(type_) = event else {
             return;
@@ -431,9 +466,15 @@ impl Reporting {
     }
 }
 
-/// The condition's status, reason and message for `status`.
-pub fn condition_of(status: &EniConfigStatus) -> (&'static str, &'static str, String) {
-    match status {
+/// The condition's status, reason and message for `tracked`: `False` while unresolved or
+/// while EC2 refuses the resolved ENIConfig (reason [`REJECTED`]), else `True`.
+pub fn condition_of(tracked: &EniConfigTracked) -> (&'static str, &'static str, String) {
+    match &tracked.status {
+        EniConfigStatus::Resolved(_) if tracked.placement_error.is_some() => (
+            "False",
+            REJECTED,
+            tracked.placement_error.clone().unwrap_or_default(),
+        ),
         EniConfigStatus::Resolved(c) => (
             "True",
             "ENIConfigResolved",
@@ -508,12 +549,35 @@ mod tests {
 
     #[test]
     fn the_condition_is_false_with_the_reason_until_resolved() {
-        let (s, r, m) = condition_of(&missing("x"));
+        let tracked = |status| EniConfigTracked {
+            status,
+            ..EniConfigTracked::initial(0)
+        };
+        let (s, r, m) = condition_of(&tracked(missing("x")));
         assert_eq!((s, r), ("False", "ENIConfigNotFound"));
         assert!(m.contains("\"x\""), "{m}");
-        let (s, r, m) = condition_of(&choice("x"));
+        let (s, r, m) = condition_of(&tracked(choice("x")));
         assert_eq!((s, r), ("True", "ENIConfigResolved"));
         assert!(m.contains("subnet-1"), "{m}");
+    }
+
+    #[test]
+    fn a_rejected_eniconfig_is_reported_until_another_choice() {
+        let (tx, _rx) = watch::channel(EniConfigTracked::initial(0));
+        let m = Metrics::default();
+        publish(&tx, &m, choice("x"), 1);
+        tx.send_modify(|t| t.placement_error = Some("ENIConfig \"x\": subnet gone".into()));
+        let (s, r, msg) = condition_of(&tx.borrow());
+        assert_eq!((s, r), ("False", REJECTED));
+        assert!(msg.contains("subnet gone"), "{msg}");
+        let d = tx.borrow().doc(Some("n1"));
+        assert_eq!(d.reason.as_deref(), Some(REJECTED));
+        assert_eq!(d.state, vpcnet_introspection::EniConfigState::Resolved);
+        // The same choice again changes nothing; another one forgets the error.
+        assert!(!publish(&tx, &m, choice("x"), 2));
+        assert!(tx.borrow().placement_error.is_some());
+        assert!(publish(&tx, &m, choice("y"), 3));
+        assert_eq!(condition_of(&tx.borrow()).0, "True");
     }
 
     #[test]

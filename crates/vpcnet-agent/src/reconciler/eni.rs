@@ -72,7 +72,11 @@ pub(super) async fn create_eni(
 ) -> Result<(), Ec2Error> {
     let f = &shared.facts;
     let place = super::placement::required(shared)?;
-    let subnet_cidr = super::placement::checked_subnet_cidr(shared, ec2, &place).await?;
+    let checked = super::placement::checked_subnet_cidr(shared, ec2, &place).await;
+    if checked.is_err() {
+        super::placement::record_outcome(shared, &place, &checked);
+    }
+    let subnet_cidr = checked?;
     let mut tags = Tags::new();
     tags.insert(TAG_INSTANCE_ID.into(), f.instance_id.clone());
     if !shared.opts.cluster_name.is_empty() {
@@ -102,10 +106,12 @@ pub(super) async fn create_eni(
     // The leaked-ENI sweep waits for this: it must not see the new ENI detached and delete it
     // between create and attach.
     let _lifecycle = shared.eni_lifecycle.lock().await;
-    let ni = ec2
+    let created = ec2
         .create_network_interface(&req)
         .await
-        .map_err(|e| super::placement::for_eniconfig(e, &place))?;
+        .map_err(|e| super::placement::for_eniconfig(e, &place));
+    super::placement::record_outcome(shared, &place, &created);
+    let ni = created?;
     if shared.stop.is_cancelled() {
         // Shutting down: do not start an attachment; one delete, else the sweep gets it.
         tracing::warn!(eni = %ni.eni_id, "stopping: deleting the ENI just created instead of attaching it (if that fails, the leaked-ENI sweep deletes it once it is old enough)");

@@ -102,12 +102,62 @@ pub async fn checked_subnet_cidr(
     Ok(subnet.cidr_block)
 }
 
+/// How the message of an ENI placement refused by the check before the call starts.
+const REFUSED: &str = "refused before the call: ";
+
+/// EC2 error codes of CreateNetworkInterface/DescribeSubnets caused by the ENIConfig's subnet
+/// or security groups (EC2 API reference, "Error codes").
+const ENICONFIG_CODES: [&str; 6] = [
+    "InvalidSubnetID.NotFound",
+    "InvalidSubnetID.Malformed",
+    "InvalidGroup.NotFound",
+    "InvalidGroupId.Malformed",
+    "InvalidGroupId.NotFound",
+    "InsufficientFreeAddressesInSubnet",
+];
+
 fn refused(p: &EniPlacement, message: String) -> Ec2Error {
     Ec2Error::Request {
         action: vpcnet_ec2::Action::CreateNetworkInterface,
-        message: format!("refused before the call: {message}; subnet {}", p.subnet_id),
+        message: format!("{REFUSED}{message}; subnet {}", p.subnet_id),
         source: None,
     }
+}
+
+/// Whether `e` says the ENIConfig itself is wrong (subnet unknown, in another zone, full; a
+/// security group unknown) rather than a passing EC2 problem (throttling, an outage).
+pub fn is_eniconfig_fault(e: &Ec2Error) -> bool {
+    match e {
+        Ec2Error::Api { code, .. } => ENICONFIG_CODES.contains(&code.as_str()),
+        Ec2Error::Request { message, .. } => message.starts_with(REFUSED),
+        _ => false,
+    }
+}
+
+/// Records in the ENIConfig channel how placing a new ENI with `p` ended, so the Node
+/// condition, an Event and `/v1/eniconfig` show an ENIConfig that EC2 refuses
+/// ([`crate::kubernetes::eniconfig_watch::REJECTED`]): an error [`is_eniconfig_fault`] sets
+/// it, an ENI created clears it; other errors leave it as it is. Nothing without custom
+/// networking, or when the node's choice changed meanwhile.
+pub fn record_outcome<T>(shared: &Shared, p: &EniPlacement, outcome: &Result<T, Ec2Error>) {
+    let (Some(tx), Some(name)) = (&shared.eniconfig, &p.eniconfig) else {
+        return;
+    };
+    let error = match outcome {
+        Ok(_) => None,
+        Err(e) if is_eniconfig_fault(e) => Some(e.to_string()),
+        Err(_) => return,
+    };
+    tx.send_if_modified(|t| {
+        let same_choice = t
+            .choice()
+            .is_some_and(|c| &c.name == name && c.subnet == p.subnet_id);
+        if !same_choice || t.placement_error == error {
+            return false;
+        }
+        t.placement_error = error;
+        true
+    });
 }
 
 /// `e` with the ENIConfig and the fix added to EC2's message when the ENIConfig's subnet or
@@ -207,5 +257,30 @@ mod tests {
         };
         let e = for_eniconfig(api("InvalidSubnetID.NotFound"), &plain).to_string();
         assert!(!e.contains("ENIConfig"), "{e}");
+    }
+
+    #[test]
+    fn only_subnet_and_group_problems_are_the_eniconfigs_fault() {
+        let p = EniPlacement {
+            subnet_id: "subnet-9".into(),
+            security_group_ids: vec![],
+            eniconfig: Some("pods-a".into()),
+        };
+        assert!(is_eniconfig_fault(&api("InvalidSubnetID.NotFound")));
+        assert!(is_eniconfig_fault(&api(
+            "InsufficientFreeAddressesInSubnet"
+        )));
+        assert!(is_eniconfig_fault(&refused(&p, "wrong zone".into())));
+        assert!(!is_eniconfig_fault(&api("RequestLimitExceeded")));
+        assert!(!is_eniconfig_fault(&api("AttachmentLimitExceeded")));
+        assert!(!is_eniconfig_fault(&required_error()));
+    }
+
+    fn required_error() -> Ec2Error {
+        Ec2Error::Request {
+            action: vpcnet_ec2::Action::CreateNetworkInterface,
+            message: "custom networking has no valid ENIConfig for this node".into(),
+            source: None,
+        }
     }
 }

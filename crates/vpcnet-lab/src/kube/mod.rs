@@ -12,4 +12,5 @@ pub mod kubectl;
 pub mod manifests;
 pub mod node;
 pub mod pki;
+pub mod targets;
 pub mod workload;

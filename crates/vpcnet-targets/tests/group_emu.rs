@@ -1,0 +1,408 @@
+//! The target-group tasks against vpcnet-emu's ELBv2 through the real SDK: registration and
+//! deregistration, a second reconcile writing nothing, a draining target wanted again,
+//! deregistrations applied when registrations hit the quota, zone `all` outside the VPC,
+//! readiness gates opened only for healthy targets, and two groups converging under 50 %
+//! `Throttling`.
+
+use std::net::Ipv4Addr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use vpcnet_elbv2::{
+    CallSettings, Elbv2, Elbv2Options, HealthCheck, HealthState, LoadBalancerType, NewLoadBalancer,
+    NewTargetGroup, StaticCredentials, TargetType,
+};
+use vpcnet_emu::elbv2::{fault_key, Limits};
+use vpcnet_emu::{ActionFaults, EmuServer, Emulator, Faults};
+use vpcnet_targets::core::desired::{Desired, TargetKey};
+use vpcnet_targets::group::{self, Gated, GroupInput, GroupSettings, Owner, Sink};
+use vpcnet_targets::metrics::Metrics;
+
+struct Cloud {
+    emu: Emulator,
+    _server: EmuServer,
+    elb: Elbv2,
+    vpc: String,
+    subnet: String,
+}
+
+async fn cloud(seed: u64) -> Cloud {
+    let emu = Emulator::new(seed);
+    let vpc = emu.create_vpc("10.0.0.0/16".parse().unwrap(), &[]).unwrap();
+    let subnet = emu
+        .create_subnet(&vpc.vpc_id, "10.0.1.0/24".parse().unwrap(), "us-east-1a")
+        .unwrap();
+    let server = emu.spawn().await.unwrap();
+    let mut calls = CallSettings::default();
+    calls.retry.base_delay = Duration::from_millis(5);
+    calls.retry.throttle_base_delay = Duration::from_millis(10);
+    calls.retry.max_delay = Duration::from_millis(50);
+    calls.retry.max_attempts = 2;
+    let elb = Elbv2::connect(Elbv2Options {
+        region: Some("us-east-1".into()),
+        endpoint_url: Some(server.endpoint.clone()),
+        credentials: Some(StaticCredentials {
+            access_key_id: "AKIDEMU".into(),
+            secret_access_key: "secret".into(),
+            session_token: None,
+        }),
+        calls,
+    })
+    .await
+    .unwrap();
+    Cloud {
+        emu,
+        _server: server,
+        elb,
+        vpc: vpc.vpc_id,
+        subnet,
+    }
+}
+
+impl Cloud {
+    /// A target group (type ip, port 80); with `in_use`, behind a network load balancer so
+    /// deregistered targets drain.
+    async fn group(&self, name: &str, in_use: bool) -> String {
+        let tg = self
+            .elb
+            .create_target_group(&NewTargetGroup {
+                name: name.into(),
+                protocol: "TCP".into(),
+                port: 80,
+                vpc_id: self.vpc.clone(),
+                target_type: TargetType::Ip,
+                health: HealthCheck::default(),
+                tags: vec![],
+            })
+            .await
+            .unwrap();
+        if in_use {
+            let lb = self
+                .elb
+                .create_load_balancer(&NewLoadBalancer {
+                    name: format!("lb-{name}"),
+                    lb_type: LoadBalancerType::Network,
+                    internal: true,
+                    subnets: vec![self.subnet.clone()],
+                    security_groups: vec![],
+                    tags: vec![],
+                })
+                .await
+                .unwrap();
+            self.elb
+                .create_listener(&lb.arn, "TCP", 80, &tg.arn)
+                .await
+                .unwrap();
+        }
+        tg.arn
+    }
+
+    async fn registered(&self, arn: &str) -> Vec<(String, HealthState)> {
+        let mut v: Vec<(String, HealthState)> = self
+            .elb
+            .target_health(arn, &[])
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|h| (h.target.id, h.state))
+            .collect();
+        v.sort_by(|x, y| x.0.cmp(&y.0));
+        v
+    }
+
+    fn calls(&self, action: &str) -> u64 {
+        self.emu
+            .calls()
+            .per_action
+            .get(&fault_key(action))
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+/// The Kubernetes side, recorded.
+#[derive(Clone, Default)]
+struct Recorded {
+    gates: Arc<Mutex<Vec<String>>>,
+    events: Arc<Mutex<Vec<String>>>,
+    observed: Arc<Mutex<u32>>,
+}
+
+impl Sink for Recorded {
+    async fn open_gate(&self, g: &Gated) -> anyhow::Result<()> {
+        self.gates.lock().unwrap().push(g.pod.clone());
+        Ok(())
+    }
+    async fn event(&self, _: &Owner, _: bool, reason: &str, _: String) {
+        self.events.lock().unwrap().push(reason.to_string());
+    }
+    async fn pod_event(&self, _: &str, pod: &str, reason: &str, _: String) {
+        self.events.lock().unwrap().push(format!("{reason} {pod}"));
+    }
+    async fn observed(&self, _: &Owner) {
+        *self.observed.lock().unwrap() += 1;
+    }
+}
+
+fn key(i: u8) -> TargetKey {
+    TargetKey {
+        ip: Ipv4Addr::new(10, 0, 1, i),
+        port: 80,
+    }
+}
+
+fn input(wanted: &[u8]) -> GroupInput {
+    GroupInput {
+        desired: Desired {
+            wanted: wanted.iter().map(|i| key(*i)).collect(),
+            keep: Default::default(),
+        },
+        gated: vec![],
+        pods: wanted
+            .iter()
+            .map(|i| (key(*i), "default".to_string(), format!("p{i}")))
+            .collect(),
+        owners: vec![Owner {
+            namespace: "default".into(),
+            name: "web".into(),
+            generation: Some(1),
+            observed: None,
+            uid: None,
+        }],
+    }
+}
+
+fn ids(s: &[(String, HealthState)], state: Option<HealthState>) -> Vec<String> {
+    s.iter()
+        .filter(|(_, st)| state.as_ref().is_none_or(|x| x == st))
+        .map(|(id, _)| id.clone())
+        .collect()
+}
+
+#[tokio::test]
+async fn reconcile_registers_deregisters_and_then_writes_nothing() {
+    let c = cloud(1).await;
+    let arn = c.group("web", false).await;
+    let sink = Recorded::default();
+    let m = Metrics::new();
+    let s = GroupSettings::default();
+    let o = group::reconcile(&c.elb, &arn, &input(&[5, 6, 7]), &s, &sink, &m)
+        .await
+        .unwrap();
+    assert_eq!((o.registered, o.deregistered), (3, 0));
+    let o = group::reconcile(&c.elb, &arn, &input(&[6, 7, 8]), &s, &sink, &m)
+        .await
+        .unwrap();
+    assert_eq!((o.registered, o.deregistered), (1, 1));
+    assert_eq!(
+        ids(&c.registered(&arn).await, None),
+        vec!["10.0.1.6", "10.0.1.7", "10.0.1.8"]
+    );
+    let writes = c.calls("RegisterTargets") + c.calls("DeregisterTargets");
+    let o = group::reconcile(&c.elb, &arn, &input(&[6, 7, 8]), &s, &sink, &m)
+        .await
+        .unwrap();
+    assert_eq!((o.registered, o.deregistered), (0, 0));
+    assert_eq!(
+        c.calls("RegisterTargets") + c.calls("DeregisterTargets"),
+        writes,
+        "an unchanged reconcile writes nothing"
+    );
+    assert_eq!(*sink.observed.lock().unwrap(), 3);
+}
+
+#[tokio::test]
+async fn a_draining_target_wanted_again_is_registered_again() {
+    let c = cloud(2).await;
+    let arn = c.group("web", true).await;
+    let (sink, m, s) = (
+        Recorded::default(),
+        Metrics::new(),
+        GroupSettings::default(),
+    );
+    group::reconcile(&c.elb, &arn, &input(&[5, 6]), &s, &sink, &m)
+        .await
+        .unwrap();
+    group::reconcile(&c.elb, &arn, &input(&[5]), &s, &sink, &m)
+        .await
+        .unwrap();
+    let r = c.registered(&arn).await;
+    assert_eq!(ids(&r, Some(HealthState::Draining)), vec!["10.0.1.6"]);
+    // Unwanted and draining: left alone (no second DeregisterTargets).
+    let dereg = c.calls("DeregisterTargets");
+    group::reconcile(&c.elb, &arn, &input(&[5]), &s, &sink, &m)
+        .await
+        .unwrap();
+    assert_eq!(c.calls("DeregisterTargets"), dereg);
+    // Wanted again (the IP went to a new pod): registered, no longer draining.
+    let o = group::reconcile(&c.elb, &arn, &input(&[5, 6]), &s, &sink, &m)
+        .await
+        .unwrap();
+    assert_eq!(o.registered, 1);
+    let r = c.registered(&arn).await;
+    assert!(ids(&r, Some(HealthState::Draining)).is_empty(), "{r:?}");
+    assert_eq!(ids(&r, None).len(), 2);
+}
+
+#[tokio::test]
+async fn deregistrations_are_applied_when_registrations_hit_the_quota() {
+    let c = cloud(3).await;
+    let arn = c.group("web", false).await;
+    let (sink, m, s) = (
+        Recorded::default(),
+        Metrics::new(),
+        GroupSettings::default(),
+    );
+    group::reconcile(&c.elb, &arn, &input(&[1, 2]), &s, &sink, &m)
+        .await
+        .unwrap();
+    c.emu.set_elbv2_limits(Limits {
+        targets_per_target_group: 2,
+        ..Limits::default()
+    });
+    let e = group::reconcile(&c.elb, &arn, &input(&[2, 3, 4]), &s, &sink, &m)
+        .await
+        .unwrap_err();
+    assert_eq!(e.source.code(), "TooManyTargets", "{e}");
+    assert_eq!(ids(&c.registered(&arn).await, None), vec!["10.0.1.2"]);
+    let events = sink.events.lock().unwrap().clone();
+    assert!(
+        events.contains(&"FailedRegisterTargets".to_string()),
+        "{events:?}"
+    );
+    assert!(
+        events.contains(&"FailedRegisterTarget p3".to_string())
+            && events.contains(&"FailedRegisterTarget p4".to_string()),
+        "an Event on each pod whose target was refused: {events:?}"
+    );
+}
+
+#[tokio::test]
+async fn targets_outside_the_vpc_get_zone_all() {
+    let c = cloud(4).await;
+    let arn = c.group("web", false).await;
+    let (sink, m) = (Recorded::default(), Metrics::new());
+    let mut inp = input(&[5]);
+    inp.desired.wanted.insert(TargetKey {
+        ip: Ipv4Addr::new(100, 64, 0, 9),
+        port: 80,
+    });
+    // Without the VPC CIDRs the outside address is refused (InvalidTarget) ...
+    let e = group::reconcile(&c.elb, &arn, &inp, &GroupSettings::default(), &sink, &m)
+        .await
+        .unwrap_err();
+    assert_eq!(e.source.code(), "InvalidTarget", "{e}");
+    // ... with them it goes in as zone all, the inside one without a zone.
+    let s = GroupSettings {
+        vpc_cidrs: vec!["10.0.0.0/16".parse().unwrap()],
+        ..GroupSettings::default()
+    };
+    group::reconcile(&c.elb, &arn, &inp, &s, &sink, &m)
+        .await
+        .unwrap();
+    let h = c.elb.target_health(&arn, &[]).await.unwrap();
+    let zone = |id: &str| {
+        h.iter()
+            .find(|t| t.target.id == id)
+            .and_then(|t| t.target.availability_zone.clone())
+    };
+    assert_eq!(zone("100.64.0.9").as_deref(), Some("all"));
+    assert_eq!(zone("10.0.1.5").as_deref(), Some("us-east-1a"));
+}
+
+#[tokio::test]
+async fn gates_open_only_for_healthy_targets() {
+    let c = cloud(5).await;
+    let arn = c.group("web", true).await;
+    let (sink, m, s) = (
+        Recorded::default(),
+        Metrics::new(),
+        GroupSettings::default(),
+    );
+    let mut inp = input(&[5]);
+    inp.gated = vec![Gated {
+        namespace: "default".into(),
+        pod: "p5".into(),
+        condition: "target-health.elbv2.k8s.aws/web".into(),
+        target: key(5),
+    }];
+    // No data plane in this emulator: the target stays initial, the gate waits.
+    let o = group::reconcile(&c.elb, &arn, &inp, &s, &sink, &m)
+        .await
+        .unwrap();
+    assert_eq!((o.gates_opened, o.gates_waiting), (0, 1));
+    assert!(sink.gates.lock().unwrap().is_empty());
+}
+
+fn throttle_half() -> Faults {
+    let mut f = Faults::default();
+    f.actions
+        .insert("*".into(), ActionFaults::default().error(0.5, "Throttling"));
+    f
+}
+
+/// Two target groups, 50 % of every ELBv2 call answered `Throttling`, and a third task whose
+/// target group does not exist (every reconcile fails): both real groups converge, the failing
+/// one holds up nobody.
+#[tokio::test]
+async fn two_groups_converge_under_half_throttling_and_a_failing_group_blocks_nobody() {
+    let c = cloud(6).await;
+    let a = c.group("a", false).await;
+    let b = c.group("b", false).await;
+    c.emu.set_faults(throttle_half()).unwrap();
+    let settings = GroupSettings {
+        resync: Duration::from_millis(300),
+        backoff: vpcnet_backoff::Backoff::new(
+            Duration::from_millis(20),
+            Duration::from_millis(200),
+        ),
+        ..GroupSettings::default()
+    };
+    let m = Metrics::new();
+    let spawn = |arn: &str, wanted: &[u8]| {
+        let (tx, rx) = watch::channel(Some(Arc::new(input(wanted))));
+        tokio::spawn(group::run(
+            c.elb.clone(),
+            arn.to_string(),
+            rx,
+            settings.clone(),
+            Recorded::default(),
+            m.clone(),
+        ));
+        tx
+    };
+    let missing = a.replace("/a/", "/missing/");
+    let _tc = spawn(&missing, &[1, 2, 3]);
+    let wanted_a: Vec<u8> = (10..30).collect();
+    let wanted_b: Vec<u8> = (40..60).collect();
+    let _ta = spawn(&a, &wanted_a);
+    let _tb = spawn(&b, &wanted_b);
+    let count = |arn: &str| {
+        c.emu
+            .with_elbv2(|e| e.target_group(arn).map(|t| t.targets.len()).unwrap_or(0))
+    };
+    let t0 = std::time::Instant::now();
+    while count(&a) != 20 || count(&b) != 20 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "not converged: a {}/20, b {}/20",
+            count(&a),
+            count(&b)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!(
+        "both groups converged under 50 % Throttling in {:?}",
+        t0.elapsed()
+    );
+    let text = m.encode();
+    assert!(
+        text.contains("code=\"Throttling\""),
+        "throttling was seen: {text}"
+    );
+    assert!(
+        text.contains("code=\"TargetGroupNotFound\""),
+        "the missing group failed: {text}"
+    );
+}
