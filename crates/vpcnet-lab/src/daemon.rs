@@ -45,6 +45,10 @@ pub struct DaemonSpec {
     /// `Name` tag of each subnet (same order as `subnets`); missing or empty entries get none.
     #[serde(default)]
     pub subnet_names: Vec<String>,
+    /// Whether the fabric enforces each ENI's security groups (the two-zone layout); without
+    /// it, traffic between ENIs is not filtered, as in the lab before security groups.
+    #[serde(default)]
+    pub enforce_security_groups: bool,
     /// Seed of the emulator's random choices.
     pub seed: u64,
 }
@@ -109,7 +113,8 @@ async fn serve_async(dir: &Path, spec: DaemonSpec) -> Result<()> {
         region: REGION.into(),
         account_id: "123456789012".into(),
     });
-    let hooks = LabHooks::new(&spec.vpc_netns, spec.subnets.clone());
+    let hooks = LabHooks::new(&spec.vpc_netns, spec.subnets.clone())
+        .enforcing_security_groups(spec.enforce_security_groups);
     emu.set_hooks(std::sync::Arc::new(hooks.clone()));
     emu.set_lb_plane(std::sync::Arc::new(crate::lb::HaproxyPlane::new(
         dir,

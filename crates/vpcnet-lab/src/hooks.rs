@@ -41,6 +41,8 @@ struct Inner {
 pub struct LabHooks {
     vpc: String,
     subnets: Vec<Ipv4Net>,
+    /// Whether [`FabricHooks::ingress_rules_changed`] is enforced (see [`Self::enforcing_security_groups`]).
+    security_groups: bool,
     inner: Arc<Mutex<Inner>>,
 }
 
@@ -50,8 +52,16 @@ impl LabHooks {
         LabHooks {
             vpc: vpc.to_string(),
             subnets,
+            security_groups: false,
             inner: Arc::default(),
         }
+    }
+
+    /// Whether the fabric enforces each ENI's security groups ([`crate::security_groups`]);
+    /// off by default (only the two-zone layout turns it on).
+    pub fn enforcing_security_groups(mut self, on: bool) -> Self {
+        self.security_groups = on;
+        self
     }
 
     /// The next instance launched belongs to the node in namespace `netns`: its primary ENI
@@ -182,6 +192,9 @@ impl LabHooks {
     /// Enforces the new security-group view: replaces the fabric's `vpcnet_sg` table
     /// ([`crate::security_groups`]) in one nft transaction.
     fn ingress(&self, ev: IngressRulesChanged) {
+        if !self.security_groups {
+            return;
+        }
         let text = crate::security_groups::render(&ev);
         if let Err(e) = crate::cmd::nft_in(&self.vpc, &text) {
             self.fail(format!("enforcing security groups: {e:#}"));

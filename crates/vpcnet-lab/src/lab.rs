@@ -574,6 +574,7 @@ impl Lab {
             },
             zones: layout.iter().map(|(_, _, z)| z.to_string()).collect(),
             subnet_names: layout.iter().map(|(n, _, _)| n.to_string()).collect(),
+            enforce_security_groups: opts.layout == VpcLayout::TwoZones,
         };
         fs::write(daemon::spec_path(dir), serde_json::to_vec_pretty(&spec)?)?;
         let mut c = Command::new(opts.bin_dir.join("vpcnet"));
