@@ -429,6 +429,13 @@ fn two_zones_eniconfigs_security_groups_and_the_outside_network() {
                 from_out.is_err(),
                 "outside -> web-b1 must be dropped: {from_out:?}"
             );
+            // A client in another subnet of the VPC (the control-plane host, 10.0.0.0/24).
+            let cp_ns = format!("{}-cp", lab.state().unwrap().prefix);
+            let from_cp = http_get(&cp_ns, ip_b, 80);
+            assert!(
+                from_cp.is_err(),
+                "control plane (another subnet) -> web-b1 must be dropped: {from_cp:?}"
+            );
             // Authorizing the outside network opens it; revoking nodes-a closes that.
             ingress(
                 lab,
