@@ -380,6 +380,10 @@ fn cluster_endpoint_reaches_the_api_server_before_kube_proxy_and_ipam_never_wait
                 )
                 .unwrap();
                 lab.start_agent("n1").unwrap();
+                // Restarted: its introspection listens a moment later.
+                wait_until("the agent answers", Duration::from_secs(10), || {
+                    lab.agent_get("n1", "/v1/apiserver").is_ok()
+                });
             };
             set(&cp.endpoint());
             wait_until("the agent connects", Duration::from_secs(10), || {
@@ -403,10 +407,6 @@ fn cluster_endpoint_reaches_the_api_server_before_kube_proxy_and_ipam_never_wait
             assert!(agent_healthy(lab));
             // Malformed: named, the agent keeps serving.
             set("not a url");
-            // Restarted: its introspection listens a moment later.
-            wait_until("the agent answers", Duration::from_secs(10), || {
-                lab.agent_get("n1", "/v1/apiserver").is_ok()
-            });
             let s = api_status(lab);
             assert_eq!(s["state"], "misconfigured", "{s}");
             assert!(
