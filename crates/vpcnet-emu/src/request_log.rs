@@ -38,7 +38,8 @@ pub struct RequestRecord {
     /// `GET /latest/meta-data/mac`.
     pub action: String,
     /// Whether `action` is a mutating EC2 action (Create*, Attach*, Detach*, Delete*,
-    /// Modify*, Assign*, Unassign*, Terminate*; CreateTags too).
+    /// Modify*, Assign*, Unassign*, Terminate*; CreateTags too) or a mutating ELBv2 action
+    /// (Create*, Delete*, Modify*, Register/DeregisterTargets, AddTags, RemoveTags, ...).
     #[serde(default)]
     pub mutating: bool,
     /// The instance that made the call: for IMDS the instance it answered for; for EC2 the

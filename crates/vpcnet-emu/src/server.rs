@@ -63,7 +63,12 @@ async fn ec2(State(emu): State<Emulator>, req: Request) -> Response {
         seq: 0,
         at_ms: 0,
         api,
-        mutating: api == Api::Ec2 && crate::query::actions::is_mutating(&action).unwrap_or(false),
+        mutating: match api {
+            Api::Ec2 => crate::query::actions::is_mutating(&action),
+            Api::Elbv2 => crate::elbv2::actions::is_mutating(&action),
+            _ => None,
+        }
+        .unwrap_or(false),
         action,
         instance_id: emu.instance_at(peer),
         source: peer,

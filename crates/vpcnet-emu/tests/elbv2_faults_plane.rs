@@ -198,6 +198,17 @@ async fn ec2_and_elbv2_share_the_endpoint() {
         body.contains("<Code>InvalidAction</Code>"),
         "EC2 does not serve DescribeTags: {body}"
     );
+    // The request log tells the two APIs apart and marks each one's writes.
+    let log = lab.emu.requests(0).records;
+    let of = |api: vpcnet_emu::Api, action: &str| {
+        log.iter()
+            .find(|r| r.api == api && r.action == action)
+            .unwrap_or_else(|| panic!("no {api:?} {action} in {log:?}"))
+            .mutating
+    };
+    assert!(!of(vpcnet_emu::Api::Ec2, "DescribeSubnets"));
+    assert!(of(vpcnet_emu::Api::Elbv2, "CreateTargetGroup"));
+    assert!(!of(vpcnet_emu::Api::Elbv2, "DescribeTags"));
 }
 
 fn vpcnet_ec2_client(endpoint: &str) -> vpcnet_ec2::aws_sdk_ec2::Client {

@@ -708,6 +708,10 @@ fn half_of_all_elbv2_calls_throttled_both_target_groups_still_converge() {
                 throttled(false) > 0,
                 "the fault was not in effect: no Throttling answered"
             );
+            assert!(
+                writes >= 4,
+                "both groups registered and deregistered: {writes} writes"
+            );
         },
     );
 }

@@ -14,7 +14,7 @@
 //! load balancer with HAProxy; target health comes from its checks. Without a plane targets
 //! of groups in use stay `initial`.
 
-mod actions;
+pub(crate) mod actions;
 pub mod attributes;
 pub mod balancers;
 pub mod control;
