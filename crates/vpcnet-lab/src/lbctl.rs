@@ -52,7 +52,7 @@ impl LabLb {
 }
 
 impl Lab {
-    fn ready(&self) -> Result<Ready> {
+    pub(crate) fn ready(&self) -> Result<Ready> {
         let p = daemon::ready_path(&self.dir);
         serde_json::from_slice(
             &std::fs::read(&p)
