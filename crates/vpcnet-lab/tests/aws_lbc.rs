@@ -78,6 +78,24 @@ fn serving(lab: &Lab, n: usize) -> bool {
     pods.len() == n && pods.iter().all(|p| p.1 && p.2) && healthy == ips && !stale
 }
 
+/// Prints the tail of the controller's log when the test fails (the lab and its logs are
+/// removed afterwards).
+struct LogOnPanic(std::path::PathBuf);
+
+impl Drop for LogOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let text = std::fs::read_to_string(&self.0).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(80).collect();
+            eprintln!(
+                "--- {} (last 80 lines)\n{}",
+                self.0.display(),
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+    }
+}
+
 #[test]
 fn aws_load_balancer_controller_registers_the_bindings_pods_as_healthy_targets() {
     with_kube_lab(
@@ -108,6 +126,7 @@ fn aws_load_balancer_controller_registers_the_bindings_pods_as_healthy_targets()
             lab.install_aws_lbc_crds(&bin).unwrap();
             let mut o = AwsLbcOptions::new(bin);
             o.access_key = Some(KEY.into());
+            let _log = LogOnPanic(lab.dir.join("logs").join(format!("{}.log", o.role)));
             let _ctl = lab.start_aws_lbc(&o).unwrap();
             lab.wait_aws_lbc_started(&o.role, Duration::from_secs(90))
                 .unwrap();
@@ -152,7 +171,11 @@ fn aws_load_balancer_controller_registers_the_bindings_pods_as_healthy_targets()
                 .map(|r| format!("{:?} {}", r.api, r.action))
                 .collect();
             eprintln!("aws-load-balancer-controller called {actions:?}");
-            for want in ["DescribeTargetHealth", "RegisterTargets", "DeregisterTargets"] {
+            for want in [
+                "DescribeTargetHealth",
+                "RegisterTargets",
+                "DeregisterTargets",
+            ] {
                 assert!(
                     actions.contains(&format!("{:?} {want}", Api::Elbv2)),
                     "no {want} among {actions:?}"

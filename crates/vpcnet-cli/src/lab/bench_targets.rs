@@ -106,8 +106,8 @@ pub fn run(a: &Args) -> Result<()> {
         let mut out = Vec::new();
         for (label, tag, key) in PEERS {
             progress(&format!("{label}: rollout and scale-up under load"));
-            let f = measure(lab, a, &lbc, tag, key)
-                .with_context(|| format!("benchmarking {label}"))?;
+            let f =
+                measure(lab, a, &lbc, tag, key).with_context(|| format!("benchmarking {label}"))?;
             progress(&format!("{label}: {f:?}"));
             out.push((label, f));
         }
@@ -251,13 +251,7 @@ fn log_mark(lab: &Lab) -> Result<u64> {
     Ok(lab.requests()?.records.last().map_or(0, |r| r.seq))
 }
 
-fn measure(
-    lab: &Lab,
-    a: &Args,
-    lbc: &std::path::Path,
-    tag: &str,
-    key: &str,
-) -> Result<Figures> {
+fn measure(lab: &Lab, a: &Args, lbc: &std::path::Path, tag: &str, key: &str) -> Result<Figures> {
     let app = format!("web-{tag}");
     let n = a.replicas as usize;
     let l = lab.create_lb(&LbSettings {
@@ -276,7 +270,12 @@ fn measure(
     })?;
     let ctl = start(lab, lbc, tag, key)?;
     let k = lab.kubectl()?;
-    k.apply(&gated_httpd_manifest(&app, a.replicas, 1, &l.target_group.arn))?;
+    k.apply(&gated_httpd_manifest(
+        &app,
+        a.replicas,
+        1,
+        &l.target_group.arn,
+    ))?;
     let mut serving = BTreeMap::new();
     watch(
         lab,
@@ -304,7 +303,12 @@ fn measure(
     let old: BTreeSet<String> = pods(lab, &app)?.into_iter().map(|p| p.name).collect();
     let mark = log_mark(lab)?;
     let t_roll = Instant::now();
-    k.apply(&gated_httpd_manifest(&app, a.replicas, 2, &l.target_group.arn))?;
+    k.apply(&gated_httpd_manifest(
+        &app,
+        a.replicas,
+        2,
+        &l.target_group.arn,
+    ))?;
     watch(
         lab,
         &app,
@@ -347,14 +351,20 @@ fn measure(
             let now = chrono::Utc::now();
             for p in ps.iter().filter(|p| !old.contains(&p.name)) {
                 if p.ip.is_some_and(|ip| healthy.contains(&ip)) && !up.contains_key(&p.name) {
-                    up.insert(p.name.clone(), (now - p.created).to_std().unwrap_or_default());
+                    up.insert(
+                        p.name.clone(),
+                        (now - p.created).to_std().unwrap_or_default(),
+                    );
                 }
             }
             if up.len() + old.len() >= a.scale_to as usize {
                 break;
             }
             if t0.elapsed() > Duration::from_secs(300) {
-                bail!("{app}: only {} new pods serving after the scale-up", up.len());
+                bail!(
+                    "{app}: only {} new pods serving after the scale-up",
+                    up.len()
+                );
             }
             std::thread::sleep(Duration::from_millis(250));
         }

@@ -175,7 +175,10 @@ impl Lab {
         let ca = pki::Ca::new()?;
         let serving = ca.server(
             "aws-load-balancer-webhook-service.kube-system.svc",
-            &["aws-load-balancer-webhook-service.kube-system.svc", "localhost"],
+            &[
+                "aws-load-balancer-webhook-service.kube-system.svc",
+                "localhost",
+            ],
             &[IpAddr::V4(Ipv4Addr::LOCALHOST)],
         )?;
         pki::write_file(&cert_dir.join("tls.crt"), &serving.cert_pem, 0o644)?;
