@@ -10,6 +10,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -39,10 +41,13 @@ pub struct Args {
     /// Concurrent connections of the load generator.
     #[arg(long, default_value_t = 4)]
     connections: usize,
-    /// Seconds of constant load, from 3 s before the rollout starts (the rollout and the
-    /// scale-up must end within it).
-    #[arg(long, default_value_t = 120)]
-    load_secs: u64,
+    /// Longest constant load, in seconds: it runs from 3 s before the rollout until 2 s after
+    /// the scale-up served (the rollout and the scale-up must end within it).
+    #[arg(long, default_value_t = 400)]
+    max_load_secs: u64,
+    /// Copy both controllers' logs to DIR (<tag>.log) before the lab is torn down.
+    #[arg(long, value_name = "DIR")]
+    logs: Option<PathBuf>,
     /// Directory of aws-load-balancer-controller (default: $VPCNET_AWS_LBC_BIN_DIR, else the
     /// newest build of scripts/build-aws-lbc.sh).
     #[arg(long)]
@@ -59,6 +64,7 @@ const PEERS: [(&str, &str, &str); 2] = [
 #[derive(Debug, Default)]
 struct Figures {
     requests: u64,
+    load_seconds: f64,
     errors: u64,
     error_kinds: BTreeMap<String, u64>,
     p99_ms: f64,
@@ -291,10 +297,11 @@ fn measure(lab: &Lab, a: &Args, lbc: &std::path::Path, tag: &str, key: &str) -> 
     std::thread::sleep(Duration::from_secs(5));
 
     let mut f = Figures::default();
-    let load_for = Duration::from_secs(a.load_secs);
+    let load_for = Duration::from_secs(a.max_load_secs);
+    let stop = Arc::new(AtomicBool::new(false));
     let loader = {
-        let (lab, app, conns) = (lab.clone(), app.clone(), a.connections);
-        std::thread::spawn(move || lab.load(&app, "n1", "/", conns, load_for))
+        let (lab, app, conns, stop) = (lab.clone(), app.clone(), a.connections, stop.clone());
+        std::thread::spawn(move || lab.load_until(&app, "n1", "/", conns, load_for, stop))
     };
     let t_load = Instant::now();
     std::thread::sleep(Duration::from_secs(3));
@@ -319,6 +326,10 @@ fn measure(lab: &Lab, a: &Args, lbc: &std::path::Path, tag: &str, key: &str) -> 
         Duration::from_secs(300),
     )?;
     f.rollout = t_roll.elapsed();
+    progress(&format!(
+        "{app}: rollout done in {:.1} s",
+        f.rollout.as_secs_f64()
+    ));
     // Old targets drain (deregistration delay 5 s); count the calls made meanwhile too.
     std::thread::sleep(Duration::from_secs(6));
     for r in lab.requests()?.records {
@@ -329,7 +340,12 @@ fn measure(lab: &Lab, a: &Args, lbc: &std::path::Path, tag: &str, key: &str) -> 
 
     // Scale-up under the same load.
     if a.scale_to > a.replicas {
-        let old: BTreeSet<String> = pods(lab, &app)?.into_iter().map(|p| p.name).collect();
+        // The live pods (the rollout's old pods may still be terminating).
+        let old: BTreeSet<String> = pods(lab, &app)?
+            .into_iter()
+            .filter(|p| !p.deleting)
+            .map(|p| p.name)
+            .collect();
         k.run(&[
             "scale",
             &format!("deployment/{app}"),
@@ -370,18 +386,21 @@ fn measure(lab: &Lab, a: &Args, lbc: &std::path::Path, tag: &str, key: &str) -> 
         }
         serving.extend(up);
     }
+    std::thread::sleep(Duration::from_secs(2));
     let done = t_load.elapsed();
+    stop.store(true, Ordering::Relaxed);
     let report = loader
         .join()
         .map_err(|_| anyhow::anyhow!("the load thread panicked"))??;
-    if done > load_for {
+    if done >= load_for {
         bail!(
             "the rollout and scale-up took {done:?}, longer than the load ({load_for:?}): \
-             raise --load-secs"
+             raise --max-load-secs"
         );
     }
     (f.rss_end_kib, f.rss_peak_kib) = rss_kib(ctl.pid)?;
     f.requests = report.requests;
+    f.load_seconds = report.seconds;
     f.errors = report.errors;
     f.error_kinds = report.error_kinds;
     f.p99_ms = report.latency.p99_ms;
@@ -391,6 +410,12 @@ fn measure(lab: &Lab, a: &Args, lbc: &std::path::Path, tag: &str, key: &str) -> 
     // Leave the lab to the next controller: stop this one, remove its workload (its
     // finalizer on the binding, if any, goes with it: nobody serves it any more).
     lab.stop_role(&ctl.role)?;
+    if let Some(dir) = &a.logs {
+        std::fs::create_dir_all(dir)?;
+        let log = lab.dir.join("logs").join(format!("{}.log", ctl.role));
+        std::fs::copy(&log, dir.join(format!("{tag}.log")))
+            .with_context(|| format!("copying {}", log.display()))?;
+    }
     k.run(&[
         "patch",
         "targetgroupbinding",
@@ -447,12 +472,20 @@ fn render(a: &Args, figs: &[(&'static str, Figures)]) -> String {
         ours.errors as f64,
         0,
     );
-    row(
-        "requests sent".into(),
-        theirs.requests as f64,
-        ours.requests as f64,
-        0,
-    );
+    rows.push(vec![
+        "requests sent (seconds of load)".into(),
+        format!("{} ({:.0})", theirs.requests, theirs.load_seconds),
+        format!("{} ({:.0})", ours.requests, ours.load_seconds),
+        String::new(),
+    ]);
+    let mut row = |name: String, t: f64, o: f64, digits: usize| {
+        rows.push(vec![
+            name,
+            format!("{t:.digits$}"),
+            format!("{o:.digits$}"),
+            ratio(o, t),
+        ]);
+    };
     row("request p99, ms".into(), theirs.p99_ms, ours.p99_ms, 1);
     row(
         format!("rollout of {} pods, s", a.replicas),
@@ -463,8 +496,9 @@ fn render(a: &Args, figs: &[(&'static str, Figures)]) -> String {
     let q = |f: &Figures, p: f64| quantile(&f.serving, p).unwrap_or_default().as_secs_f64();
     row(
         format!(
-            "pod created → serving p50 ({} pods), s",
-            theirs.serving.len()
+            "pod created → serving p50 ({} / {} pods), s",
+            theirs.serving.len(),
+            ours.serving.len()
         ),
         q(theirs, 0.5),
         q(ours, 0.5),
