@@ -3,11 +3,13 @@
 # Kubernetes lab, one run: two nodes of the same instance type against the same emulated EC2,
 # n1 on the VPC CNI, n2 on vpcnet. Prints a table with ratios: agent restart → servable; a
 # burst of the node's max pods → all Ready; single pods create → Running and delete → gone
-# (p50/p99, kubelet-driven CNI ADD and DEL); EC2 mutating calls per pod roll with the defaults
-# and with WARM_IP_TARGET=5 MINIMUM_IP_TARGET=10 (both nodes roll at once: each figure counts its
-# own instance's calls); EC2 calls per 10 idle minutes (one window shared by both nodes, 30 s
-# after both agents restarted, measured over --idle-secs and scaled); agent RSS idle and at max
-# pods. Needs root. Honours CARGO_TARGET_DIR.
+# (p50/p99, kubelet-driven); the CNI plugin's own ADD and DEL p50/p99 and peak RSS under
+# kubelet (the timing shim vpcnet-cni-timing in front of every plugin of both conflists); EC2
+# mutating calls per pod roll with the defaults and with WARM_IP_TARGET=5 MINIMUM_IP_TARGET=10
+# (both nodes roll at once: each figure counts its own instance's calls); EC2 calls per 10 idle
+# minutes (one window shared by both nodes, opened once neither instance made an EC2 call for
+# 60 s, measured over --idle-secs and scaled); agent RSS idle and at max pods.
+# Needs root. Honours CARGO_TARGET_DIR.
 #   scripts/bench-peer.sh [--singles N] [--rolls N] [--idle-secs S] [--instance-type T]
 #                         [--kernel-state DIR]   (the kernel state one pod leaves, per node)
 # Release build by default; BENCH_PROFILE=dev uses the debug build the tests already made.
@@ -24,5 +26,7 @@ case $profile in
   *) echo "bench-peer.sh: BENCH_PROFILE must be release or dev, not $profile" >&2; exit 2 ;;
 esac
 cargo build --profile "$profile" -p vpcnet-cli -p vpcnet-agent -p vpcnet-cni -p vpcnet-bootstrap
+# The timing shim the lab puts in front of both nodes' CNI plugins (plugin-level ADD/DEL, RSS).
+cargo build --profile "$profile" -p vpcnet-cni-harness --bin vpcnet-cni-timing
 echo "bench-peer: $profile build (${CARGO_TARGET_DIR:-target}/$dir)" >&2
 exec "${CARGO_TARGET_DIR:-target}/$dir/vpcnet" lab bench-peer --name "bench-peer-$$" "$@"

@@ -1,9 +1,14 @@
 //! A timing shim in front of a CNI plugin, so plugin-level ADD/DEL latency and plugin memory
 //! are measured the same way for any plugin while the real runtime (kubelet → containerd)
-//! drives it. Installed under the name `timed-<plugin>` in the runtime's CNI bin directory and
-//! named so in the conflist's `type`, it executes `<plugin>` from `CNI_PATH` (CNI spec,
-//! "Section 3: Execution Protocol") with the same stdin, environment and stdout, and appends
-//! one JSON line per invocation to the log named by `VPCNET_CNI_TIMING_LOG` (or
+//! drives it. Two ways to install it in the runtime's CNI bin directory:
+//! - **beside** the plugin, as `timed-<plugin>`, named so in the conflist's `type`: it executes
+//!   `<plugin>` from `CNI_PATH` (CNI spec, "Section 3: Execution Protocol");
+//! - **in place of** the plugin (conflists untouched, also ones an agent writes): the plugin
+//!   renamed to `<plugin>.untimed` ([`UNTIMED_SUFFIX`]) and the shim installed as `<plugin>`;
+//!   it executes the `.untimed` file next to itself ([`install_in_place`]).
+//!
+//! Either way the plugin gets the same stdin, environment and stdout, and the shim appends one
+//! JSON line per invocation to the log named by `VPCNET_CNI_TIMING_LOG` (or
 //! `<CNI bin dir>/../cni-timing.jsonl`): command, container ID, plugin, wall time from exec to
 //! exit, the child's peak RSS (`getrusage(RUSAGE_CHILDREN)`), exit code.
 
@@ -14,8 +19,11 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
-/// Prefix of the shim's name; the rest is the plugin it runs.
+/// Prefix of the shim's name when installed beside the plugin; the rest is the plugin it runs.
 pub const SHIM_PREFIX: &str = "timed-";
+
+/// Suffix of the real plugin's file when the shim is installed in its place.
+pub const UNTIMED_SUFFIX: &str = ".untimed";
 
 /// One invocation, as logged.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -35,15 +43,65 @@ pub struct Record {
 }
 
 /// The plugin behind a shim named `argv0` (`timed-aws-cni` → `aws-cni`).
+/// Errors: a name that is `timed-` alone.
 pub fn plugin_name(argv0: &str) -> Result<String> {
-    let name = Path::new(argv0)
+    match shim_name(argv0).strip_prefix(SHIM_PREFIX) {
+        Some("") => {
+            bail!("the timing shim must be installed as {SHIM_PREFIX}<plugin>, not {SHIM_PREFIX:?}")
+        }
+        Some(p) => Ok(p.to_string()),
+        None => Ok(shim_name(argv0).to_string()),
+    }
+}
+
+fn shim_name(argv0: &str) -> &str {
+    Path::new(argv0)
         .file_name()
         .and_then(|n| n.to_str())
-        .unwrap_or_default();
-    match name.strip_prefix(SHIM_PREFIX) {
-        Some(p) if !p.is_empty() => Ok(p.to_string()),
-        _ => bail!("the timing shim must be installed as {SHIM_PREFIX}<plugin>, not {name:?}"),
+        .unwrap_or_default()
+}
+
+/// The executable a shim at `exe` (its own path) named `argv0` runs: `<plugin>` from
+/// `cni_path` when named `timed-<plugin>`, else `<exe>.untimed` next to it. Errors: the plugin
+/// is not there (the message names where it looked).
+pub fn plugin_path(argv0: &str, exe: &Path, cni_path: &str) -> Result<(String, PathBuf)> {
+    let plugin = plugin_name(argv0)?;
+    if shim_name(argv0).starts_with(SHIM_PREFIX) {
+        let path = find_plugin(cni_path, &plugin)?;
+        return Ok((plugin, path));
     }
+    let mut untimed = exe.as_os_str().to_owned();
+    untimed.push(UNTIMED_SUFFIX);
+    let untimed = PathBuf::from(untimed);
+    if !untimed.is_file() {
+        bail!(
+            "the timing shim runs as {plugin:?} but {} is missing: install it with \
+             `install_in_place` (the plugin renamed to <plugin>{UNTIMED_SUFFIX}) or as \
+             {SHIM_PREFIX}<plugin>",
+            untimed.display()
+        );
+    }
+    Ok((plugin, untimed))
+}
+
+/// Puts the shim `shim` in front of the plugin `dir/plugin`: the plugin is renamed to
+/// `<plugin>.untimed` and the shim copied as `<plugin>`. Idempotent (a plugin already wrapped
+/// keeps its `.untimed` file). Errors: the plugin or the shim is missing, or I/O.
+pub fn install_in_place(dir: &Path, plugin: &str, shim: &Path) -> Result<()> {
+    let real = dir.join(plugin);
+    let untimed = dir.join(format!("{plugin}{UNTIMED_SUFFIX}"));
+    if !untimed.is_file() {
+        std::fs::rename(&real, &untimed)
+            .with_context(|| format!("moving {} aside for the timing shim", real.display()))?;
+    }
+    std::fs::copy(shim, &real).with_context(|| {
+        format!(
+            "installing the timing shim {} as {}",
+            shim.display(),
+            real.display()
+        )
+    })?;
+    Ok(())
 }
 
 /// The first `plugin` in the `CNI_PATH` directories (colon-separated).
@@ -100,8 +158,8 @@ pub fn append(log: &Path, r: &Record) -> Result<()> {
 /// The shim's main: reads stdin, runs the plugin, logs, and returns the plugin's exit code.
 /// A log that cannot be written is reported on stderr and never fails the pod.
 pub fn main_with(argv0: &str) -> Result<i32> {
-    let plugin = plugin_name(argv0)?;
-    let path = find_plugin(&std::env::var("CNI_PATH").unwrap_or_default(), &plugin)?;
+    let exe = std::env::current_exe().context("locating the timing shim's executable")?;
+    let (plugin, path) = plugin_path(argv0, &exe, &std::env::var("CNI_PATH").unwrap_or_default())?;
     let mut stdin = Vec::new();
     std::io::stdin()
         .read_to_end(&mut stdin)
@@ -110,7 +168,6 @@ pub fn main_with(argv0: &str) -> Result<i32> {
     let log = std::env::var_os("VPCNET_CNI_TIMING_LOG")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            let exe = std::env::current_exe().unwrap_or_default();
             exe.parent()
                 .and_then(Path::parent)
                 .unwrap_or(Path::new("/tmp"))
@@ -133,7 +190,38 @@ mod tests {
             "aws-cni"
         );
         assert!(plugin_name("/opt/cni/bin/timed-").is_err());
-        assert!(plugin_name("vpcnet-cni-timing").is_err());
+        assert_eq!(
+            plugin_name("/opt/cni/bin/vpcnet-cni").unwrap(),
+            "vpcnet-cni"
+        );
+    }
+
+    #[test]
+    fn in_place_the_shim_runs_the_untimed_plugin_next_to_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("plug"), "real").unwrap();
+        std::fs::write(d.join("shim"), "shim").unwrap();
+        install_in_place(d, "plug", &d.join("shim")).unwrap();
+        // Twice: the real plugin is not overwritten by the shim.
+        install_in_place(d, "plug", &d.join("shim")).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(d.join("plug.untimed")).unwrap(),
+            "real"
+        );
+        assert_eq!(std::fs::read_to_string(d.join("plug")).unwrap(), "shim");
+        let (name, path) = plugin_path("/opt/cni/bin/plug", &d.join("plug"), "").unwrap();
+        assert_eq!((name.as_str(), path), ("plug", d.join("plug.untimed")));
+        // Beside the plugin, it is found in CNI_PATH.
+        let (name, path) =
+            plugin_path("timed-plug.untimed", &d.join("x"), &d.display().to_string()).unwrap();
+        assert_eq!(
+            (name.as_str(), path),
+            ("plug.untimed", d.join("plug.untimed"))
+        );
+        // Not wrapped: the error names the missing file.
+        let e = plugin_path("other", &d.join("other"), "").unwrap_err();
+        assert!(format!("{e:#}").contains("other.untimed"), "{e:#}");
     }
 
     #[test]

@@ -183,7 +183,22 @@ pub struct UpOptions {
     pub cni: Vec<(String, NodeCni)>,
     /// The VPC's shape (default [`VpcLayout::Basic`]).
     pub layout: VpcLayout,
+    /// Put the timing shim (`vpcnet-cni-timing`, from [`UpOptions::bin_dir`]) in place of
+    /// every node's CNI plugins (`vpcnet-cni`, `aws-cni`, `egress-cni`, `portmap`), so each
+    /// invocation the runtime makes is logged with its wall time and peak RSS to the node's
+    /// [`CNI_TIMING_LOG`] ([`Lab::cni_timings`]). Conflists are not touched.
+    pub cni_timing: bool,
 }
+
+/// Node path of the timing shim's log (one JSON line per plugin invocation, see
+/// [`UpOptions::cni_timing`]).
+pub const CNI_TIMING_LOG: &str = "/opt/cni/cni-timing.jsonl";
+
+/// One plugin invocation the timing shim logged (re-exported for the benchmarks).
+pub use vpcnet_cni_harness::timing::Record as CniTiming;
+
+/// The plugins the timing shim wraps when present ([`UpOptions::cni_timing`]).
+const TIMED_PLUGINS: [&str; 4] = ["vpcnet-cni", "aws-cni", "egress-cni", "portmap"];
 
 impl UpOptions {
     /// The CNI of node `name` (see [`UpOptions::cni`]).
@@ -211,6 +226,7 @@ impl UpOptions {
             wait_ready: true,
             cni: Vec::new(),
             layout: VpcLayout::Basic,
+            cni_timing: false,
         }
     }
 
@@ -522,6 +538,15 @@ impl Lab {
                 fs::copy(format!("/usr/lib/cni/{p}"), node.cni_bin_dir().join(p)).with_context(
                     || format!("/usr/lib/cni/{p} missing: install containernetworking-plugins (scripts/install-deps.sh)"),
                 )?;
+            }
+            if opts.cni_timing {
+                let shim = opts.bin_dir.join("vpcnet-cni-timing");
+                for p in TIMED_PLUGINS {
+                    if node.cni_bin_dir().join(p).is_file() {
+                        vpcnet_cni_harness::timing::install_in_place(&node.cni_bin_dir(), p, &shim)
+                            .context("build it with `cargo build -p vpcnet-cni-harness --bin vpcnet-cni-timing`")?;
+                    }
+                }
             }
             nodes.push(node);
         }
@@ -1212,6 +1237,25 @@ impl Lab {
             .into_iter()
             .filter(|r| r.instance_id.as_deref() == Some(id.as_str()))
             .collect())
+    }
+
+    /// The plugin invocations the timing shim logged on `node_name` (empty when the lab runs
+    /// without [`UpOptions::cni_timing`] or nothing ran yet), oldest first. Errors: unknown
+    /// node, or a log line that is not a [`CniTiming`].
+    pub fn cni_timings(&self, node_name: &str) -> Result<Vec<CniTiming>> {
+        let log = self.state()?.node(node_name)?.path(CNI_TIMING_LOG);
+        let text = match fs::read_to_string(&log) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e).with_context(|| format!("reading {}", log.display())),
+        };
+        text.lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| {
+                serde_json::from_str(l)
+                    .with_context(|| format!("{}: malformed line {l:?}", log.display()))
+            })
+            .collect()
     }
 
     /// One EC2 Query API call against the lab cloud; returns the response XML.

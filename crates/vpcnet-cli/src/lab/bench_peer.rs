@@ -2,6 +2,8 @@
 //! Kubernetes lab, one run: two nodes of the same instance type against the same emulated EC2,
 //! `n1` on the VPC CNI, `n2` on vpcnet; each figure is taken on both nodes the same way
 //! (scripts/bench-peer.sh). EC2 calls come from the lab cloud's request log, per instance.
+//! CNI plugin figures come from the timing shim the lab puts in front of every plugin of both
+//! conflists ([`UpOptions::cni_timing`]).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -10,7 +12,7 @@ use anyhow::{Context, Result};
 use clap::Args as ClapArgs;
 use vpcnet_lab::kube::bench::quantile;
 use vpcnet_lab::kube::workload::{httpd_manifest, Placement};
-use vpcnet_lab::lab::{progress, Api, Lab, UpOptions};
+use vpcnet_lab::lab::{progress, Api, CniTiming as Record, Lab, UpOptions};
 use vpcnet_lab::state::NodeCni;
 
 use crate::inspect::table;
@@ -52,11 +54,88 @@ struct Figures {
     add_p99: Option<Duration>,
     del_p50: Option<Duration>,
     del_p99: Option<Duration>,
+    plugin: PluginFigures,
     mutating_per_roll_default: f64,
     mutating_per_roll_warm_ip: f64,
     idle_calls_per_10min: f64,
     rss_idle_kib: u64,
     rss_max_pods_kib: u64,
+}
+
+/// The node's CNI plugin as the runtime ran it during the single pods (timing shim records).
+#[derive(Default)]
+struct PluginFigures {
+    add_p50: Option<Duration>,
+    add_p99: Option<Duration>,
+    del_p50: Option<Duration>,
+    del_p99: Option<Duration>,
+    /// The whole chain's ADD per pod (every plugin of the conflist), p50.
+    chain_add_p50: Option<Duration>,
+    /// The whole chain's DEL per invocation round, p50.
+    chain_del_p50: Option<Duration>,
+    /// Peak RSS of the main plugin over all its invocations, KiB.
+    max_rss_kib: u64,
+    /// Failed invocations of the main plugin.
+    failures: usize,
+}
+
+/// The main plugin of each peer's conflist.
+fn main_plugin(cni: NodeCni) -> &'static str {
+    match cni {
+        NodeCni::VpcCni => "aws-cni",
+        NodeCni::Vpcnet => "vpcnet-cni",
+    }
+}
+
+/// Plugin-level figures from the timing shim's records: the main plugin's ADD and DEL, the
+/// chain's ADD and DEL per container (the wall times of all plugins of one command summed).
+fn plugin_figures(records: &[Record], main: &str) -> PluginFigures {
+    let walls = |cmd: &str| -> Vec<Duration> {
+        records
+            .iter()
+            .filter(|r| r.plugin == main && r.command == cmd)
+            .map(|r| Duration::from_micros(r.wall_us))
+            .collect()
+    };
+    // One chain run = consecutive records of one container and command.
+    let chain = |cmd: &str| -> Vec<Duration> {
+        let mut runs: Vec<(String, Duration)> = Vec::new();
+        let mut last: Option<(&str, &str)> = None;
+        for r in records {
+            let d = Duration::from_micros(r.wall_us);
+            if last == Some((&r.container_id, &r.command)) {
+                if let Some(run) = runs.last_mut() {
+                    run.1 += d;
+                }
+            } else {
+                runs.push((r.command.clone(), d));
+            }
+            last = Some((&r.container_id, &r.command));
+        }
+        runs.into_iter()
+            .filter(|(c, _)| c == cmd)
+            .map(|(_, d)| d)
+            .collect()
+    };
+    let (add, del) = (walls("ADD"), walls("DEL"));
+    PluginFigures {
+        add_p50: quantile(&add, 0.5),
+        add_p99: quantile(&add, 0.99),
+        del_p50: quantile(&del, 0.5),
+        del_p99: quantile(&del, 0.99),
+        chain_add_p50: quantile(&chain("ADD"), 0.5),
+        chain_del_p50: quantile(&chain("DEL"), 0.5),
+        max_rss_kib: records
+            .iter()
+            .filter(|r| r.plugin == main)
+            .map(|r| r.max_rss_kib)
+            .max()
+            .unwrap_or(0),
+        failures: records
+            .iter()
+            .filter(|r| r.plugin == main && r.exit_code != 0)
+            .count(),
+    }
 }
 
 const PEERS: [(&str, &str, NodeCni); 2] = [
@@ -69,6 +148,7 @@ pub fn run(a: &Args) -> Result<()> {
     o.instance_type = a.instance_type.clone();
     o.nodes = 2;
     o.cni = vec![("n1".into(), NodeCni::VpcCni)];
+    o.cni_timing = true;
     let figs = vpcnet_lab::lab::with_lab(&o, |lab| measure(lab, a))?;
     print!("{}", render(a, &figs));
     Ok(())
@@ -203,7 +283,7 @@ fn measure(lab: &Lab, a: &Args) -> Result<Vec<(&'static str, Figures)>> {
         }
     }
     let mut out = Vec::new();
-    for (label, node, _) in PEERS {
+    for (label, node, cni) in PEERS {
         let mut f = Figures::default();
         let tag = node;
         progress(&format!("{label} ({node}): agent restart → servable"));
@@ -223,6 +303,7 @@ fn measure(lab: &Lab, a: &Args) -> Result<Vec<(&'static str, Figures)>> {
         lab.wait_pods_gone(&format!("app={app}"), timeout)?;
 
         progress(&format!("{label} ({node}): {} single pods", a.singles));
+        let seen = lab.cni_timings(node)?.len();
         let singles = lab.bench_single(&format!("single-{tag}"), a.singles, Some(node), timeout)?;
         let running: Vec<Duration> = singles.iter().filter_map(|t| t.running).collect();
         let deleted: Vec<Duration> = singles.iter().filter_map(|t| t.deleted).collect();
@@ -230,6 +311,12 @@ fn measure(lab: &Lab, a: &Args) -> Result<Vec<(&'static str, Figures)>> {
         f.add_p99 = quantile(&running, 0.99);
         f.del_p50 = quantile(&deleted, 0.5);
         f.del_p99 = quantile(&deleted, 0.99);
+        let records = lab.cni_timings(node)?.split_off(seen);
+        anyhow::ensure!(
+            !records.is_empty(),
+            "no plugin invocations logged on {node}: is the timing shim installed (cni_timing)?"
+        );
+        f.plugin = plugin_figures(&records, main_plugin(cni));
 
         out.push((label, f));
     }
@@ -292,8 +379,9 @@ fn measure(lab: &Lab, a: &Args) -> Result<Vec<(&'static str, Figures)>> {
     for (_, node, _) in PEERS {
         restart(lab, node, &[])?;
     }
-    // Let both agents finish their start-up calls before the idle window opens.
-    std::thread::sleep(Duration::from_secs(30));
+    // The idle window opens once both agents have finished their start-up and pool-shrinking
+    // calls: no EC2 call from either instance for a minute (at most 10 minutes of waiting).
+    settle(lab, Duration::from_secs(60), Duration::from_secs(600))?;
     progress(&format!(
         "both nodes idle for {} s (EC2 calls per instance)",
         a.idle_secs
@@ -305,6 +393,39 @@ fn measure(lab: &Lab, a: &Args) -> Result<Vec<(&'static str, Figures)>> {
         out[i].1.idle_calls_per_10min = all as f64 * 600.0 / a.idle_secs.max(1) as f64;
     }
     Ok(out)
+}
+
+/// Waits until neither node's instance has made an EC2 call for `quiet`, or `limit` passed
+/// (then says so and goes on: the idle row shows the calls).
+fn settle(lab: &Lab, quiet: Duration, limit: Duration) -> Result<()> {
+    progress(&format!(
+        "waiting for both agents to settle (no EC2 call for {} s)",
+        quiet.as_secs()
+    ));
+    let t0 = Instant::now();
+    let mut mark = log_mark(lab)?;
+    let mut since = Instant::now();
+    while since.elapsed() < quiet {
+        if t0.elapsed() > limit {
+            progress(&format!(
+                "agents still calling EC2 after {} s; opening the idle window anyway",
+                limit.as_secs()
+            ));
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_secs(5));
+        let now = log_mark(lab)?;
+        let calls: usize = PEERS
+            .iter()
+            .map(|(_, node, _)| ec2_calls_since(lab, node, mark).map(|c| c.0))
+            .sum::<Result<usize>>()?;
+        if calls > 0 {
+            since = Instant::now();
+        }
+        mark = now;
+    }
+    progress(&format!("settled after {} s", t0.elapsed().as_secs()));
+    Ok(())
 }
 
 fn ms(d: Option<Duration>) -> String {
@@ -367,6 +488,40 @@ fn render(a: &Args, figs: &[(&'static str, Figures)]) -> String {
         theirs.del_p99,
         ours.del_p99,
     );
+    let (tp, op) = (&theirs.plugin, &ours.plugin);
+    let us = |d: Option<Duration>| d.map(|d| format!("{:.1}", d.as_secs_f64() * 1000.0));
+    let mut plugin_row = |name: String, t: Option<Duration>, o: Option<Duration>| {
+        rows.push(vec![
+            name,
+            us(t).unwrap_or("-".into()),
+            us(o).unwrap_or("-".into()),
+            ratio(secs(o), secs(t)),
+        ]);
+    };
+    plugin_row(
+        "CNI ADD p50 (plugin, under kubelet), ms".into(),
+        tp.add_p50,
+        op.add_p50,
+    );
+    plugin_row("CNI ADD p99, ms".into(), tp.add_p99, op.add_p99);
+    plugin_row("CNI DEL p50, ms".into(), tp.del_p50, op.del_p50);
+    plugin_row("CNI DEL p99, ms".into(), tp.del_p99, op.del_p99);
+    let sum = |a: Option<Duration>, b: Option<Duration>| Some(a? + b?);
+    plugin_row(
+        "CNI ADD + DEL p50, ms".into(),
+        sum(tp.add_p50, tp.del_p50),
+        sum(op.add_p50, op.del_p50),
+    );
+    plugin_row(
+        "whole chain ADD p50 (conflist), ms".into(),
+        tp.chain_add_p50,
+        op.chain_add_p50,
+    );
+    plugin_row(
+        "whole chain DEL p50, ms".into(),
+        tp.chain_del_p50,
+        op.chain_del_p50,
+    );
     let mut num_row = |name: String, t: f64, o: f64, digits: usize| {
         rows.push(vec![
             name,
@@ -415,12 +570,59 @@ fn render(a: &Args, figs: &[(&'static str, Figures)]) -> String {
         ours.rss_max_pods_kib as f64 / 1024.0,
         1,
     );
+    num_row(
+        "CNI plugin peak RSS, MiB".into(),
+        tp.max_rss_kib as f64 / 1024.0,
+        op.max_rss_kib as f64 / 1024.0,
+        1,
+    );
+    num_row(
+        "CNI plugin failed invocations".into(),
+        tp.failures as f64,
+        op.failures as f64,
+        0,
+    );
     table(&rows)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn rec(plugin: &str, command: &str, id: &str, ms: u64) -> Record {
+        Record {
+            plugin: plugin.into(),
+            command: command.into(),
+            container_id: id.into(),
+            wall_us: ms * 1000,
+            max_rss_kib: ms,
+            exit_code: 0,
+        }
+    }
+
+    #[test]
+    fn plugin_figures_take_the_main_plugin_and_sum_each_chain_run() {
+        let r = vec![
+            rec("aws-cni", "ADD", "a", 10),
+            rec("egress-cni", "ADD", "a", 2),
+            rec("portmap", "ADD", "a", 3),
+            rec("portmap", "DEL", "a", 1),
+            rec("egress-cni", "DEL", "a", 1),
+            rec("aws-cni", "DEL", "a", 4),
+            rec("aws-cni", "ADD", "b", 20),
+            rec("portmap", "ADD", "b", 3),
+        ];
+        let f = plugin_figures(&r, "aws-cni");
+        let ms = Duration::from_millis;
+        assert_eq!(f.add_p50, Some(ms(10)));
+        assert_eq!(f.add_p99, Some(ms(20)));
+        assert_eq!(f.del_p50, Some(ms(4)));
+        // Chains: a = 15, b = 23 for ADD; a = 6 for DEL.
+        assert_eq!(f.chain_add_p50, Some(ms(15)));
+        assert_eq!(f.chain_del_p50, Some(ms(6)));
+        assert_eq!(f.max_rss_kib, 20);
+        assert_eq!(f.failures, 0);
+    }
 
     #[test]
     fn ratios_handle_zero_counts() {

@@ -1,6 +1,7 @@
-//! `vpcnet-cni-timing`, installed as `timed-<plugin>` next to a CNI plugin and named so in
-//! the conflist: runs `<plugin>` unchanged and logs its wall time, peak RSS and exit code per
-//! invocation ([`vpcnet_cni_harness::timing`]).
+//! `vpcnet-cni-timing`: a CNI plugin timing shim, installed as `timed-<plugin>` beside a plugin
+//! (named so in the conflist) or in its place (the plugin renamed `<plugin>.untimed`): runs the
+//! plugin unchanged and logs its wall time, peak RSS and exit code per invocation
+//! ([`vpcnet_cni_harness::timing`]).
 
 fn main() {
     let argv0 = std::env::args().next().unwrap_or_default();
