@@ -8,8 +8,8 @@
 //!   it executes the `.untimed` file next to itself ([`install_in_place`]).
 //!
 //! Either way the plugin gets the same stdin, environment and stdout, and the shim appends one
-//! JSON line per invocation to the log named by `VPCNET_CNI_TIMING_LOG` (or
-//! `<CNI bin dir>/../cni-timing.jsonl`): command, container ID, plugin, wall time from exec to
+//! JSON line per invocation to the log named by `VPCNET_CNI_TIMING_LOG` (or [`DEFAULT_LOG`],
+//! in the CNI state directory): command, container ID, plugin, wall time from exec to
 //! exit, the child's peak RSS (`getrusage(RUSAGE_CHILDREN)`), exit code.
 
 use std::io::{Read, Write};
@@ -21,6 +21,9 @@ use anyhow::{bail, Context, Result};
 
 /// Prefix of the shim's name when installed beside the plugin; the rest is the plugin it runs.
 pub const SHIM_PREFIX: &str = "timed-";
+
+/// The log when `VPCNET_CNI_TIMING_LOG` is not set.
+pub const DEFAULT_LOG: &str = "/var/lib/cni/cni-timing.jsonl";
 
 /// Suffix of the real plugin's file when the shim is installed in its place.
 pub const UNTIMED_SUFFIX: &str = ".untimed";
@@ -167,12 +170,7 @@ pub fn main_with(argv0: &str) -> Result<i32> {
     let r = run(&plugin, &path, &stdin)?;
     let log = std::env::var_os("VPCNET_CNI_TIMING_LOG")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            exe.parent()
-                .and_then(Path::parent)
-                .unwrap_or(Path::new("/tmp"))
-                .join("cni-timing.jsonl")
-        });
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_LOG));
     if let Err(e) = append(&log, &r) {
         eprintln!("vpcnet-cni-timing: {e:#}");
     }

@@ -50,12 +50,22 @@ impl Imds {
         Imds { client }
     }
 
-    /// Raw value of `/latest/meta-data/<path>`, trimmed.
+    /// Raw value of `/latest/meta-data/<path>`, trimmed. A read that fails in transport (no
+    /// HTTP answer, e.g. a kept-alive connection the far end reset) is made once more on a new
+    /// connection before it is reported: GET is idempotent, and the SDK client does not retry
+    /// these itself.
     ///
     /// Errors: [`ImdsError::NotFound`] on 404, [`ImdsError::Request`] otherwise.
     pub async fn get(&self, path: &str) -> Result<String, ImdsError> {
         let full = format!("{META}{}", path.trim_start_matches('/'));
-        match self.client.get(full.clone()).await {
+        let mut answer = self.client.get(full.clone()).await;
+        if matches!(
+            answer,
+            Err(SdkImdsError::IoError(_) | SdkImdsError::Unexpected(_))
+        ) {
+            answer = self.client.get(full.clone()).await;
+        }
+        match answer {
             Ok(v) => Ok(v.as_ref().trim().to_string()),
             Err(SdkImdsError::ErrorResponse(r)) if r.response().status().as_u16() == 404 => {
                 Err(ImdsError::NotFound { path: full })

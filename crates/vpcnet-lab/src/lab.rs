@@ -191,8 +191,8 @@ pub struct UpOptions {
 }
 
 /// Node path of the timing shim's log (one JSON line per plugin invocation, see
-/// [`UpOptions::cni_timing`]).
-pub const CNI_TIMING_LOG: &str = "/opt/cni/cni-timing.jsonl";
+/// [`UpOptions::cni_timing`]); `/var/lib/cni` is node-private in the lab.
+pub const CNI_TIMING_LOG: &str = vpcnet_cni_harness::timing::DEFAULT_LOG;
 
 /// One plugin invocation the timing shim logged (re-exported for the benchmarks).
 pub use vpcnet_cni_harness::timing::Record as CniTiming;

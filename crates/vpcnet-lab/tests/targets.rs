@@ -342,8 +342,12 @@ fn metric(text: &str, series: &str) -> f64 {
 }
 
 fn new_lb(lab: &Lab) -> vpcnet_lab::lbctl::LabLb {
+    new_lb_named(lab, "web")
+}
+
+fn new_lb_named(lab: &Lab, name: &str) -> vpcnet_lab::lbctl::LabLb {
     lab.create_lb(&LbSettings {
-        name: "web".into(),
+        name: name.into(),
         lb_type: LoadBalancerType::Network,
         port: 80,
         target_port: 80,
@@ -596,6 +600,116 @@ fn label_selected_pods_roll_out_under_load_without_a_failed_request() {
             );
             assert!(report.by_responder.keys().any(|k| k.ends_with(" v2")));
             serving(4);
+        },
+    );
+}
+
+/// The healthy targets of load balancer `lb`, `None` when the read itself failed (throttled).
+fn healthy_of(lab: &Lab, lb: &str) -> Option<BTreeSet<Ipv4Addr>> {
+    Some(
+        lab.target_health(lb)
+            .ok()?
+            .into_iter()
+            .filter(|h| h.state == HealthState::Healthy)
+            .map(|h| h.target.id.parse().unwrap())
+            .collect(),
+    )
+}
+
+#[test]
+fn half_of_all_elbv2_calls_throttled_both_target_groups_still_converge() {
+    with_kube_lab(
+        "tgbthr",
+        |o| o.nodes = 2,
+        |lab| {
+            let (a, b) = (new_lb_named(lab, "web"), new_lb_named(lab, "web2"));
+            let role = "targets-thr";
+            lab.start_targets_controller(&TargetsOptions {
+                role: role.into(),
+                resync_seconds: RESYNC,
+                http_port: 61784,
+                extra_args: vec![
+                    "--leader-elect=false".into(),
+                    "--target-group-bindings=false".into(),
+                    "--pod-namespace=default".into(),
+                    "--pod-selector=app=web".into(),
+                    format!("--pod-target-group-arn={}", a.target_group.arn),
+                    format!("--pod-target-group-arn={}", b.target_group.arn),
+                    "--pod-target-port=80".into(),
+                ],
+            })
+            .unwrap();
+            lab.wait_targets_synced(role, Duration::from_secs(30))
+                .unwrap();
+            // From here on, half of every ELBv2 call the controller makes fails with
+            // `Throttling` (the test's own reads too; they are retried).
+            let mark = seq(lab);
+            for action in [
+                "RegisterTargets",
+                "DeregisterTargets",
+                "DescribeTargetHealth",
+            ] {
+                let (status, body) = vpcnet_lab::api::request(
+                    &vpcnet_lab::daemon::api_socket(&lab.dir),
+                    "PUT",
+                    &format!("/_emu/faults/actions/elbv2:{action}"),
+                    "application/json",
+                    br#"{"error": {"rate": 0.5, "code": "Throttling"}}"#,
+                )
+                .unwrap();
+                assert!((200..300).contains(&status), "{status}: {body}");
+            }
+            let k = lab.kubectl().unwrap();
+            let converged = |n: usize| {
+                let t0 = Instant::now();
+                wait_until(
+                    &format!("both target groups exactly the {n} pods, healthy"),
+                    Duration::from_secs(240),
+                    || {
+                        let live: BTreeSet<Ipv4Addr> = web_pods(lab)
+                            .iter()
+                            .filter(|p| !p.deleting)
+                            .filter_map(|p| p.ip)
+                            .collect();
+                        live.len() == n
+                            && ["web", "web2"]
+                                .iter()
+                                .all(|lb| healthy_of(lab, lb).as_ref() == Some(&live))
+                    },
+                );
+                t0.elapsed()
+            };
+            k.apply(&selected_httpd_manifest("web", 6, 1)).unwrap();
+            let up = converged(6);
+            k.run(&["scale", "deployment/web", "-n", "default", "--replicas=2"])
+                .unwrap();
+            let down = converged(2);
+            // Only the controller writes; everyone's reads were throttled as well.
+            let calls: Vec<_> = lab
+                .requests()
+                .unwrap()
+                .records
+                .into_iter()
+                .filter(|r| r.seq > mark && r.api == Api::Elbv2)
+                .collect();
+            let throttled = |writes: bool| {
+                calls
+                    .iter()
+                    .filter(|r| r.mutating == writes)
+                    .filter(|r| r.error_code.as_deref() == Some("Throttling"))
+                    .count()
+            };
+            let writes = calls.iter().filter(|r| r.mutating).count();
+            eprintln!(
+                "50 % Throttling: 6 pods in both target groups after {up:?}, 2 after {down:?}; \
+                 controller writes {writes} ({} throttled), reads throttled {}",
+                throttled(true),
+                throttled(false)
+            );
+            assert!(
+                throttled(false) > 0,
+                "the fault was not in effect: no Throttling answered"
+            );
         },
     );
 }

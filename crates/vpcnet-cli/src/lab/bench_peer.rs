@@ -12,8 +12,11 @@ use anyhow::{Context, Result};
 use clap::Args as ClapArgs;
 use vpcnet_lab::kube::bench::quantile;
 use vpcnet_lab::kube::workload::{httpd_manifest, Placement};
-use vpcnet_lab::lab::{progress, Api, CniTiming as Record, Lab, UpOptions};
+use vpcnet_lab::lab::{
+    progress, Api, CniTiming as Record, Lab, UpOptions, CONFLIST, VPC_CNI_CONFLIST,
+};
 use vpcnet_lab::state::NodeCni;
+use vpcnet_lab::wait::wait_for;
 
 use crate::inspect::table;
 
@@ -42,12 +45,18 @@ pub struct Args {
     /// to DIR/<node>.txt.
     #[arg(long, value_name = "DIR")]
     kernel_state: Option<std::path::PathBuf>,
+    /// Write every CNI plugin invocation the timing shim logged during the single pods
+    /// (plugin, command, container, wall time µs, peak RSS KiB, exit code) to
+    /// DIR/<node>-cni-timing.jsonl.
+    #[arg(long, value_name = "DIR")]
+    timings: Option<std::path::PathBuf>,
 }
 
 /// One agent's figures.
 #[derive(Default)]
 struct Figures {
     restart_to_servable: Duration,
+    start_to_node_ready: Duration,
     burst_pods: usize,
     burst_all_ready: Duration,
     add_p50: Option<Duration>,
@@ -254,6 +263,36 @@ fn restart(lab: &Lab, node: &str, env: &[(String, String)]) -> Result<Duration> 
     Ok(t0.elapsed())
 }
 
+/// Agent start → the Node turns Ready, on a node without a conflist (the agent stopped and
+/// its conflist removed, kubelet reporting the Node NotReady first): what a new node waits
+/// for. Includes kubelet's runtime-status poll and Node status update cadence, the same for
+/// both agents.
+fn start_to_node_ready(lab: &Lab, node: &str) -> Result<Duration> {
+    lab.stop_agent(node)?;
+    let n = lab.state()?.node(node)?.clone();
+    for f in [CONFLIST, VPC_CNI_CONFLIST] {
+        let _ = std::fs::remove_file(n.cni_conf_dir().join(f));
+    }
+    let ready = |want: bool| -> Result<Option<()>> {
+        Ok(lab
+            .node_statuses()?
+            .iter()
+            .any(|s| s.name == n.k8s_name && s.ready == want)
+            .then_some(()))
+    };
+    wait_for(
+        &format!("{node} NotReady without a conflist"),
+        Duration::from_secs(180),
+        || ready(false),
+    )?;
+    let t0 = Instant::now();
+    lab.start_agent(node)?;
+    wait_for(&format!("{node} Ready"), Duration::from_secs(180), || {
+        ready(true)
+    })?;
+    Ok(t0.elapsed())
+}
+
 fn measure(lab: &Lab, a: &Args) -> Result<Vec<(&'static str, Figures)>> {
     let timeout = Duration::from_secs(600);
     let k = lab.kubectl()?;
@@ -288,6 +327,8 @@ fn measure(lab: &Lab, a: &Args) -> Result<Vec<(&'static str, Figures)>> {
         let tag = node;
         progress(&format!("{label} ({node}): agent restart → servable"));
         f.restart_to_servable = restart(lab, node, &[])?;
+        progress(&format!("{label} ({node}): agent start → node Ready"));
+        f.start_to_node_ready = start_to_node_ready(lab, node)?;
         std::thread::sleep(Duration::from_secs(5));
         f.rss_idle_kib = agent_rss_kib(lab, node)?;
 
@@ -317,6 +358,17 @@ fn measure(lab: &Lab, a: &Args) -> Result<Vec<(&'static str, Figures)>> {
             "no plugin invocations logged on {node}: is the timing shim installed (cni_timing)?"
         );
         f.plugin = plugin_figures(&records, main_plugin(cni));
+        if let Some(dir) = &a.timings {
+            std::fs::create_dir_all(dir)?;
+            let lines: Vec<String> = records
+                .iter()
+                .map(serde_json::to_string)
+                .collect::<Result<_, _>>()?;
+            std::fs::write(
+                dir.join(format!("{node}-cni-timing.jsonl")),
+                lines.join("\n") + "\n",
+            )?;
+        }
 
         out.push((label, f));
     }
@@ -462,6 +514,11 @@ fn render(a: &Args, figs: &[(&'static str, Figures)]) -> String {
         "agent restart → servable, ms".into(),
         d(theirs.restart_to_servable),
         d(ours.restart_to_servable),
+    );
+    time_row(
+        "agent start → node Ready (no conflist before), ms".into(),
+        d(theirs.start_to_node_ready),
+        d(ours.start_to_node_ready),
     );
     time_row(
         format!("burst {} pods → all Ready, ms", theirs.burst_pods),
