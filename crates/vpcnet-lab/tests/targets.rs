@@ -637,6 +637,7 @@ fn half_of_all_elbv2_calls_throttled_both_target_groups_still_converge() {
                     format!("--pod-target-group-arn={}", b.target_group.arn),
                     "--pod-target-port=80".into(),
                 ],
+                ..Default::default()
             })
             .unwrap();
             lab.wait_targets_synced(role, Duration::from_secs(30))
