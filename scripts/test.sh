@@ -12,6 +12,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 echo "==> Kubernetes binaries for the lab (scripts/build-k8s.sh; cached per pins)" >&2
 VPCNET_K8S_BIN_DIR=$(./scripts/build-k8s.sh | tail -n 1)
 export VPCNET_K8S_BIN_DIR
+echo "==> aws-load-balancer-controller for the lab's peer test (scripts/build-aws-lbc.sh; cached per pins)" >&2
+VPCNET_AWS_LBC_BIN_DIR=$(./scripts/build-aws-lbc.sh | tail -n 1)
+export VPCNET_AWS_LBC_BIN_DIR
 echo "==> cargo build (binaries used by end-to-end tests)" >&2
 cargo build --workspace --bins
 echo "==> tests" >&2

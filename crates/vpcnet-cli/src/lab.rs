@@ -4,6 +4,7 @@
 
 mod bench;
 mod bench_peer;
+mod bench_targets;
 mod demo;
 mod requests;
 
@@ -154,6 +155,10 @@ enum LabCommand {
     /// vpcnet against AWS's VPC CNI: two nodes of one type, `n1` on the VPC CNI, `n2` on
     /// vpcnet, one run; prints a table with ratios (scripts/bench-peer.sh).
     BenchPeer(bench_peer::Args),
+    /// vpcnet-targets against aws-load-balancer-controller: one lab, the same
+    /// TargetGroupBinding, rollout and load for each, one after the other; prints a table with
+    /// ratios (scripts/bench-targets.sh).
+    BenchTargets(bench_targets::Args),
     /// (internal) The lab cloud daemon, run by `lab up` inside the VPC namespace.
     #[command(hide = true)]
     Serve {
@@ -322,6 +327,7 @@ pub fn run(args: Args) -> Result<()> {
         }
         LabCommand::BenchPods(a) => bench::run(&a),
         LabCommand::BenchPeer(a) => bench_peer::run(&a),
+        LabCommand::BenchTargets(a) => bench_targets::run(&a),
         LabCommand::Serve { dir } => vpcnet_lab::daemon::serve(&dir),
         LabCommand::CsrApprover { dir } => vpcnet_lab::kube::csr::run(&Lab { dir }.kubectl()?),
     }

@@ -5,6 +5,8 @@
 
 use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -52,7 +54,7 @@ impl LabLb {
 }
 
 impl Lab {
-    fn ready(&self) -> Result<Ready> {
+    pub(crate) fn ready(&self) -> Result<Ready> {
         let p = daemon::ready_path(&self.dir);
         serde_json::from_slice(
             &std::fs::read(&p)
@@ -299,6 +301,32 @@ impl Lab {
                 connections,
                 duration,
                 timeout: Duration::from_secs(5),
+                stop: None,
+            },
+        )
+    }
+
+    /// [`Lab::load`] that ends early once `stop` is set (at most `duration`).
+    pub fn load_until(
+        &self,
+        name: &str,
+        from: &str,
+        path: &str,
+        connections: usize,
+        duration: Duration,
+        stop: Arc<AtomicBool>,
+    ) -> Result<LoadReport> {
+        let l = self.lb(name)?;
+        let netns = self.state()?.node(from)?.netns.clone();
+        load::run_in_netns(
+            &netns,
+            LoadOptions {
+                target: l.endpoint(),
+                path: path.to_string(),
+                connections,
+                duration,
+                timeout: Duration::from_secs(5),
+                stop: Some(stop),
             },
         )
     }

@@ -6,6 +6,8 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddrV4;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
@@ -13,7 +15,7 @@ use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// What to send.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct LoadOptions {
     pub target: SocketAddrV4,
     /// Request path, e.g. `/`.
@@ -24,6 +26,9 @@ pub struct LoadOptions {
     pub duration: Duration,
     /// Deadline of one request (connect + answer).
     pub timeout: Duration,
+    /// Ends the load early once set (before `duration` ran out): each connection finishes its
+    /// request in flight and sends no more.
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
 /// Latency percentiles, in milliseconds.
@@ -138,7 +143,12 @@ pub async fn run(opts: &LoadOptions) -> Result<LoadReport> {
     let end = t0 + opts.duration;
     let workers = (0..opts.connections).map(|_| async {
         let mut out: Vec<(Duration, Outcome)> = Vec::new();
-        while Instant::now() < end {
+        let stopped = || {
+            opts.stop
+                .as_ref()
+                .is_some_and(|s| s.load(Ordering::Relaxed))
+        };
+        while Instant::now() < end && !stopped() {
             let sent = Instant::now();
             let r = one(opts).await;
             out.push((sent.elapsed(), r));
@@ -186,6 +196,26 @@ mod tests {
 
     fn d(ms: u64) -> Duration {
         Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn a_set_stop_flag_ends_the_load_before_its_duration() {
+        let opts = LoadOptions {
+            target: "127.0.0.1:9".parse().unwrap(),
+            path: "/".into(),
+            connections: 2,
+            duration: Duration::from_secs(60),
+            timeout: Duration::from_secs(1),
+            stop: Some(Arc::new(AtomicBool::new(true))),
+        };
+        let r = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(run(&opts))
+            .unwrap();
+        assert_eq!(r.requests, 0, "{r:?}");
+        assert!(r.seconds < 5.0, "{r:?}");
     }
 
     #[test]

@@ -184,6 +184,7 @@ fn netns_load(ns: &str) -> load::LoadReport {
             connections: 2,
             duration: Duration::from_secs(1),
             timeout: Duration::from_secs(2),
+            stop: None,
         },
     )
     .unwrap()

@@ -150,6 +150,7 @@ fn start_on(lab: &Lab, role: &str, http_port: u16) -> ProcRecord {
             resync_seconds: RESYNC,
             http_port,
             extra_args: vec!["--lease-duration-seconds".into(), LEASE.to_string()],
+            ..Default::default()
         })
         .unwrap();
     lab.wait_targets_synced(role, Duration::from_secs(30))
@@ -536,6 +537,7 @@ fn label_selected_pods_roll_out_under_load_without_a_failed_request() {
                     format!("--pod-target-group-arn={}", l.target_group.arn),
                     "--pod-target-port=80".into(),
                 ],
+                ..Default::default()
             })
             .unwrap();
             lab.wait_targets_synced(role, Duration::from_secs(30))
@@ -635,6 +637,7 @@ fn half_of_all_elbv2_calls_throttled_both_target_groups_still_converge() {
                     format!("--pod-target-group-arn={}", b.target_group.arn),
                     "--pod-target-port=80".into(),
                 ],
+                ..Default::default()
             })
             .unwrap();
             lab.wait_targets_synced(role, Duration::from_secs(30))

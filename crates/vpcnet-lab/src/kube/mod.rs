@@ -3,6 +3,7 @@
 //! ([`control_plane`]), and on every node kubelet, containerd's CRI plugin and kube-proxy, booted
 //! through `vpcnet-bootstrap` as EKS nodes are ([`node`]), with the lab's PKI ([`pki`]).
 
+pub mod aws_lbc;
 pub mod bench;
 pub mod bins;
 pub mod cluster;

@@ -44,6 +44,9 @@ pub struct TargetsOptions {
     pub http_port: u16,
     /// More arguments.
     pub extra_args: Vec<String>,
+    /// Access key ID it signs with (the request log records it, so its calls can be told from
+    /// the lab's own); the lab's key when `None`.
+    pub access_key: Option<String>,
 }
 
 impl Default for TargetsOptions {
@@ -53,6 +56,7 @@ impl Default for TargetsOptions {
             resync_seconds: 60,
             http_port: 61779,
             extra_args: vec![],
+            access_key: None,
         }
     }
 }
@@ -176,6 +180,9 @@ impl Lab {
         ]);
         c.args(&o.extra_args);
         c.envs(aws_env(&ep));
+        if let Some(key) = &o.access_key {
+            c.env("AWS_ACCESS_KEY_ID", key);
+        }
         c.env("KUBECONFIG", &cp.admin_kubeconfig);
         c.env("RUST_LOG", "info,kube=warn,vpcnet_targets=debug");
         c.env("RUST_BACKTRACE", "0");
