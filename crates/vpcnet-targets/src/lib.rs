@@ -8,6 +8,7 @@
 //! - [`group`]: one task per target group doing its ELBv2 calls with backoff.
 //! - [`controller`]: watches (bindings, Services, EndpointSlices, Pods, Nodes) with a warm
 //!   start, feeding the group tasks; readiness gates, Events and binding status.
+//! - [`tagged`]: target groups chosen by tag (label-selected mode).
 //! - [`leader`]: leader election on a Lease; only the leader writes to ELBv2.
 //! - [`metrics`], [`http`]: `/metrics` and `/healthz`.
 
@@ -18,4 +19,5 @@ pub mod group;
 pub mod http;
 pub mod leader;
 pub mod metrics;
+pub mod tagged;
 pub mod views;

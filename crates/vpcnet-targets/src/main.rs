@@ -74,8 +74,9 @@ struct Args {
     #[arg(long, env = "VPCNET_TARGETS_TARGET_GROUP_BINDINGS", default_value_t = true, action = clap::ArgAction::Set)]
     target_group_bindings: bool,
     /// Label-selected pods (kube-ingress-aws-controller's "AWS CNI" mode): their namespace.
-    /// With --pod-selector, --pod-target-group-arn and --pod-target-port.
-    #[arg(long, env = "VPCNET_TARGETS_POD_NAMESPACE", requires_all = ["pod_selector", "pod_target_group_arn", "pod_target_port"])]
+    /// With --pod-selector, --pod-target-port and --pod-target-group-arn and/or
+    /// --pod-target-group-tag.
+    #[arg(long, env = "VPCNET_TARGETS_POD_NAMESPACE", requires_all = ["pod_selector", "pod_target_port"])]
     pod_namespace: Option<String>,
     /// Equality label selector of those pods (`app=web,tier=front`).
     #[arg(long, env = "VPCNET_TARGETS_POD_SELECTOR", requires = "pod_namespace")]
@@ -88,6 +89,17 @@ struct Args {
         requires = "pod_namespace"
     )]
     pod_target_group_arn: Vec<String>,
+    /// Target groups by tag: every target group carrying all of these `KEY=VALUE` tags
+    /// (repeatable; looked up once at start with DescribeTargetGroups + DescribeTags, so a
+    /// target group tagged later is picked up by a restart), added to --pod-target-group-arn.
+    #[arg(
+        long,
+        env = "VPCNET_TARGETS_POD_TARGET_GROUP_TAGS",
+        value_delimiter = ',',
+        value_parser = vpcnet_targets::tagged::parse_tag,
+        requires = "pod_namespace"
+    )]
+    pod_target_group_tag: Vec<(String, String)>,
     /// Port the selected pods receive traffic on.
     #[arg(
         long,
@@ -102,6 +114,27 @@ struct Args {
         default_value_t = 15
     )]
     lease_duration_seconds: u64,
+}
+
+/// The label-selected mode's target groups: the ARNs given and those carrying the tags given.
+/// Errors: neither given, or the tag lookup failed or found none.
+async fn pod_target_groups(a: &Args, elb: &Elbv2) -> Result<Vec<String>> {
+    let mut arns = a.pod_target_group_arn.clone();
+    if !a.pod_target_group_tag.is_empty() {
+        arns.extend(
+            vpcnet_targets::tagged::target_groups_tagged(elb, &a.pod_target_group_tag)
+                .await
+                .context("--pod-target-group-tag")?,
+        );
+    }
+    arns.sort();
+    arns.dedup();
+    if arns.is_empty() {
+        anyhow::bail!(
+            "--pod-namespace needs target groups: give --pod-target-group-arn or --pod-target-group-tag"
+        );
+    }
+    Ok(arns)
 }
 
 fn identity(a: &Args) -> String {
@@ -125,6 +158,14 @@ async fn main() -> Result<()> {
     // process must name one (ring, as the agent does).
     let _ = rustls::crypto::ring::default_provider().install_default();
     let id = identity(&args);
+    let elb = Elbv2::connect(Elbv2Options {
+        region: args.region.clone(),
+        endpoint_url: args.elbv2_endpoint.clone(),
+        credentials: None,
+        calls: CallSettings::default(),
+    })
+    .await
+    .context("building the ELBv2 client")?;
     let mut selections = Vec::new();
     if let (Some(ns), Some(sel), Some(port)) = (
         &args.pod_namespace,
@@ -136,18 +177,10 @@ async fn main() -> Result<()> {
             labels: vpcnet_targets::views::parse_selector(sel)
                 .map_err(anyhow::Error::msg)
                 .context("--pod-selector")?,
-            target_groups: args.pod_target_group_arn.clone(),
+            target_groups: pod_target_groups(&args, &elb).await?,
             port,
         });
     }
-    let elb = Elbv2::connect(Elbv2Options {
-        region: args.region.clone(),
-        endpoint_url: args.elbv2_endpoint.clone(),
-        credentials: None,
-        calls: CallSettings::default(),
-    })
-    .await
-    .context("building the ELBv2 client")?;
     let client = kube::Client::try_default()
         .await
         .context("building the Kubernetes client (in-cluster service account or KUBECONFIG)")?;

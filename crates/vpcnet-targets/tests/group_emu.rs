@@ -406,3 +406,40 @@ async fn two_groups_converge_under_half_throttling_and_a_failing_group_blocks_no
         "the missing group failed: {text}"
     );
 }
+
+#[tokio::test]
+async fn target_groups_are_found_by_all_their_tags_across_pages_and_tag_calls() {
+    let c = cloud(31).await;
+    let t = |k: &str, v: &str| (k.to_string(), v.to_string());
+    // 25 target groups: more than one DescribeTags call (20 ARNs each).
+    let mut web = Vec::new();
+    for i in 0..25 {
+        let arn = c.group(&format!("tg{i}"), false).await;
+        let tags = match i % 3 {
+            0 => vec![t("team", "web"), t("env", "prod")],
+            1 => vec![t("team", "web"), t("env", "test")],
+            _ => vec![t("team", "api")],
+        };
+        c.elb
+            .add_tags(std::slice::from_ref(&arn), &tags)
+            .await
+            .unwrap();
+        if i % 3 == 0 {
+            web.push(arn);
+        }
+    }
+    web.sort();
+    let found =
+        vpcnet_targets::tagged::target_groups_tagged(&c.elb, &[t("team", "web"), t("env", "prod")])
+            .await
+            .unwrap();
+    assert_eq!(found, web);
+    let e = vpcnet_targets::tagged::target_groups_tagged(&c.elb, &[t("team", "nobody")])
+        .await
+        .unwrap_err();
+    let msg = format!("{e:#}");
+    assert!(
+        msg.contains("team=nobody") && msg.contains("of 25 target groups"),
+        "{msg}"
+    );
+}
