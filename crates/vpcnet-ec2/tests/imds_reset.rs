@@ -10,7 +10,7 @@ use tokio::net::{TcpListener, TcpStream};
 use vpcnet_ec2::Imds;
 
 /// Serves IMDSv2 (token on PUT, `i-reset` on GET) but resets the connection of the first
-/// `resets` GETs (SO_LINGER 0, then close: the peer sees ECONNRESET).
+/// `resets` GETs (zero linger, then close: the peer sees ECONNRESET).
 async fn serve(listener: TcpListener, resets: usize, gets: Arc<AtomicUsize>) {
     loop {
         let Ok((conn, _)) = listener.accept().await else {
@@ -41,7 +41,7 @@ async fn connection(mut conn: TcpStream, resets: usize, gets: Arc<AtomicUsize>) 
             "token"
         } else {
             if gets.fetch_add(1, Ordering::SeqCst) < resets {
-                let _ = conn.set_linger(Some(Duration::ZERO));
+                let _ = conn.set_zero_linger();
                 return;
             }
             "i-reset"
