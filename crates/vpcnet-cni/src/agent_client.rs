@@ -140,7 +140,7 @@ pub fn map_status(socket: &str, what: &str, s: Status) -> CniError {
         Code::Unavailable => CniError::new(
             code::TRY_AGAIN_LATER,
             "no free IP address on this node right now",
-            format!("the agent is growing its warm pool ({m}); the runtime retries the pod"),
+            format!("{m}; the runtime retries the pod"),
         ),
         Code::ResourceExhausted => CniError::new(
             code::NODE_AT_LIMIT,

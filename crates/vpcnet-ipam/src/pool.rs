@@ -22,12 +22,27 @@ pub use drift::Drift;
 /// ([`Pool::hold_unknown`]).
 pub const UNKNOWN_POD_PREFIX: &str = "unknown:";
 
+/// The text of [`AssignError::PoolEmpty`]: what the pod waits for.
+fn pool_empty_text(cooling: u32, pending_growth: u32) -> String {
+    if pending_growth == 0 {
+        format!(
+            "no free IP right now: no more can be attached and {cooling} released addresses are \
+             still in their IP_COOLDOWN_PERIOD; retry, one frees up when its cooldown ends"
+        )
+    } else {
+        format!(
+            "no free IP right now ({cooling} cooling down, {pending_growth} more can be attached); \
+             the agent is allocating more, retry"
+        )
+    }
+}
+
 /// Why no address could be handed out.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AssignError {
     /// Nothing free right now, but the pool can still grow or addresses are cooling down:
     /// retry shortly (gRPC UNAVAILABLE).
-    #[error("no free IP right now ({cooling} cooling down, {pending_growth} more can be attached); the agent is allocating more, retry")]
+    #[error("{}", pool_empty_text(*cooling, *pending_growth))]
     PoolEmpty { cooling: u32, pending_growth: u32 },
     /// Every ENI the node may attach is attached and full, and every address is assigned:
     /// permanent for this node (gRPC RESOURCE_EXHAUSTED).
@@ -951,5 +966,35 @@ impl Pool {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AssignError;
+
+    #[test]
+    fn an_empty_pool_says_what_the_pod_waits_for() {
+        let at_limit = AssignError::PoolEmpty {
+            cooling: 27,
+            pending_growth: 0,
+        }
+        .to_string();
+        assert!(
+            at_limit.contains("no more can be attached")
+                && at_limit.contains("27 released addresses")
+                && at_limit.contains("IP_COOLDOWN_PERIOD")
+                && !at_limit.contains("allocating"),
+            "{at_limit}"
+        );
+        let growing = AssignError::PoolEmpty {
+            cooling: 0,
+            pending_growth: 9,
+        }
+        .to_string();
+        assert!(
+            growing.contains("9 more can be attached") && growing.contains("allocating more"),
+            "{growing}"
+        );
     }
 }
