@@ -17,11 +17,10 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use common::{wait_until, with_kube_lab};
-use vpcnet_elbv2::{HealthCheck, HealthState, LoadBalancerType};
+use vpcnet_elbv2::HealthState;
 use vpcnet_lab::kube::aws_lbc::{self, AwsLbcOptions};
-use vpcnet_lab::kube::targets::gated_httpd_manifest;
+use vpcnet_lab::kube::targets::{gated_httpd_manifest, httpd_nlb};
 use vpcnet_lab::lab::{Api, Lab};
-use vpcnet_lab::lbctl::LbSettings;
 
 const KEY: &str = "AKIDTESTAWSLBC";
 const GATE: &str = "target-health.elbv2.k8s.aws/web";
@@ -106,22 +105,7 @@ fn aws_load_balancer_controller_registers_the_bindings_pods_as_healthy_targets()
                 "aws-load-balancer-controller for the lab (scripts/test.sh builds it with \
                  scripts/build-aws-lbc.sh)",
             );
-            let l = lab
-                .create_lb(&LbSettings {
-                    name: "web".into(),
-                    lb_type: LoadBalancerType::Network,
-                    port: 80,
-                    target_port: 80,
-                    health: HealthCheck {
-                        interval_seconds: Some(5),
-                        timeout_seconds: Some(2),
-                        healthy_threshold: Some(2),
-                        unhealthy_threshold: Some(2),
-                        ..HealthCheck::default()
-                    },
-                    deregistration_delay: Some(5),
-                })
-                .unwrap();
+            let l = lab.create_lb(&httpd_nlb("web")).unwrap();
             lab.install_targetgroupbinding_crd().unwrap();
             lab.install_aws_lbc_crds(&bin).unwrap();
             let mut o = AwsLbcOptions::new(bin);

@@ -11,12 +11,13 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use common::{wait_until, with_kube_lab};
-use vpcnet_elbv2::{HealthCheck, HealthState, LoadBalancerType};
+use vpcnet_elbv2::HealthState;
 use vpcnet_emu::request_log::Api;
-use vpcnet_lab::kube::targets::{gated_httpd_manifest, selected_httpd_manifest, TargetsOptions};
+use vpcnet_lab::kube::targets::{
+    gated_httpd_manifest, httpd_nlb, selected_httpd_manifest, TargetsOptions,
+};
 use vpcnet_lab::kube::workload::parse_pods;
 use vpcnet_lab::lab::Lab;
-use vpcnet_lab::lbctl::LbSettings;
 use vpcnet_lab::procs::ProcRecord;
 
 const GATE: &str = "target-health.elbv2.k8s.aws/web";
@@ -346,21 +347,7 @@ fn new_lb(lab: &Lab) -> vpcnet_lab::lbctl::LabLb {
 }
 
 fn new_lb_named(lab: &Lab, name: &str) -> vpcnet_lab::lbctl::LabLb {
-    lab.create_lb(&LbSettings {
-        name: name.into(),
-        lb_type: LoadBalancerType::Network,
-        port: 80,
-        target_port: 80,
-        health: HealthCheck {
-            interval_seconds: Some(5),
-            timeout_seconds: Some(2),
-            healthy_threshold: Some(2),
-            unhealthy_threshold: Some(2),
-            ..HealthCheck::default()
-        },
-        deregistration_delay: Some(5),
-    })
-    .unwrap()
+    lab.create_lb(&httpd_nlb(name)).unwrap()
 }
 
 /// Seconds from each new pod's creation (its `creationTimestamp`, whole seconds, so an upper

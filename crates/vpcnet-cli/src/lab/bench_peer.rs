@@ -18,6 +18,7 @@ use vpcnet_lab::lab::{
 use vpcnet_lab::state::NodeCni;
 use vpcnet_lab::wait::wait_for;
 
+use super::ratio;
 use crate::inspect::table;
 
 #[derive(ClapArgs)]
@@ -485,18 +486,6 @@ fn ms(d: Option<Duration>) -> String {
         .unwrap_or("-".into())
 }
 
-fn ratio(ours: f64, theirs: f64) -> String {
-    if theirs == 0.0 {
-        if ours == 0.0 {
-            "=".into()
-        } else {
-            "-".into()
-        }
-    } else {
-        format!("{:.2}", ours / theirs)
-    }
-}
-
 fn render(a: &Args, figs: &[(&'static str, Figures)]) -> String {
     let (theirs, ours) = (&figs[0].1, &figs[1].1);
     let d = |d: Duration| Some(d);
@@ -679,12 +668,5 @@ mod tests {
         assert_eq!(f.chain_del_p50, Some(ms(6)));
         assert_eq!(f.max_rss_kib, 20);
         assert_eq!(f.failures, 0);
-    }
-
-    #[test]
-    fn ratios_handle_zero_counts() {
-        assert_eq!(ratio(0.0, 0.0), "=");
-        assert_eq!(ratio(1.0, 0.0), "-");
-        assert_eq!(ratio(1.0, 4.0), "0.25");
     }
 }

@@ -16,14 +16,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Args as ClapArgs;
-use vpcnet_elbv2::{HealthCheck, HealthState, LoadBalancerType};
+use vpcnet_elbv2::HealthState;
 use vpcnet_lab::kube::aws_lbc::{self, AwsLbcOptions};
 use vpcnet_lab::kube::bench::quantile;
-use vpcnet_lab::kube::targets::{gated_httpd_manifest, TargetsOptions};
+use vpcnet_lab::kube::targets::{gated_httpd_manifest, httpd_nlb, TargetsOptions};
 use vpcnet_lab::lab::{progress, Api, Lab, UpOptions};
-use vpcnet_lab::lbctl::LbSettings;
 use vpcnet_lab::procs::ProcRecord;
 
+use super::ratio;
 use crate::inspect::table;
 
 #[derive(ClapArgs)]
@@ -260,20 +260,7 @@ fn log_mark(lab: &Lab) -> Result<u64> {
 fn measure(lab: &Lab, a: &Args, lbc: &std::path::Path, tag: &str, key: &str) -> Result<Figures> {
     let app = format!("web-{tag}");
     let n = a.replicas as usize;
-    let l = lab.create_lb(&LbSettings {
-        name: app.clone(),
-        lb_type: LoadBalancerType::Network,
-        port: 80,
-        target_port: 80,
-        health: HealthCheck {
-            interval_seconds: Some(5),
-            timeout_seconds: Some(2),
-            healthy_threshold: Some(2),
-            unhealthy_threshold: Some(2),
-            ..HealthCheck::default()
-        },
-        deregistration_delay: Some(5),
-    })?;
+    let l = lab.create_lb(&httpd_nlb(&app))?;
     let ctl = start(lab, lbc, tag, key)?;
     let k = lab.kubectl()?;
     k.apply(&gated_httpd_manifest(
@@ -431,18 +418,6 @@ fn measure(lab: &Lab, a: &Args, lbc: &std::path::Path, tag: &str, key: &str) -> 
     }
     lab.wait_pods_gone(&format!("app={app}"), Duration::from_secs(120))?;
     Ok(f)
-}
-
-fn ratio(ours: f64, theirs: f64) -> String {
-    if theirs == 0.0 {
-        if ours == 0.0 {
-            "=".into()
-        } else {
-            "-".into()
-        }
-    } else {
-        format!("{:.2}", ours / theirs)
-    }
 }
 
 fn render(a: &Args, figs: &[(&'static str, Figures)]) -> String {

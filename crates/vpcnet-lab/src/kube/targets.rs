@@ -19,6 +19,7 @@ use anyhow::{Context, Result};
 
 use crate::image;
 use crate::lab::{aws_env, Lab};
+use crate::lbctl::LbSettings;
 use crate::procs::ProcRecord;
 use crate::spawn::Place;
 
@@ -90,6 +91,27 @@ pub fn gated_httpd_manifest(
 /// healthy (health-check interval × healthy threshold + the first check's offset), so the
 /// rollout removes an old pod only once its replacement serves.
 pub const MIN_READY_SECONDS: u32 = 15;
+
+/// The network load balancer the target-controller tests and `bench-targets` put in front of
+/// the `httpd` pods: TCP 80 → 80, health check every 5 s (2 s timeout, 2 passes to turn
+/// healthy, 2 failures to turn unhealthy), deregistration delay 5 s — what
+/// [`PRE_STOP_SECONDS`] and [`MIN_READY_SECONDS`] are sized for.
+pub fn httpd_nlb(name: &str) -> LbSettings {
+    LbSettings {
+        name: name.into(),
+        lb_type: vpcnet_elbv2::LoadBalancerType::Network,
+        port: 80,
+        target_port: 80,
+        health: vpcnet_elbv2::HealthCheck {
+            interval_seconds: Some(5),
+            timeout_seconds: Some(2),
+            healthy_threshold: Some(2),
+            unhealthy_threshold: Some(2),
+            ..vpcnet_elbv2::HealthCheck::default()
+        },
+        deregistration_delay: Some(5),
+    }
+}
 
 /// The Deployment of [`gated_httpd_manifest`] for the label-selector mode: no readiness gate
 /// (no binding), `minReadySeconds` [`MIN_READY_SECONDS`] instead; pods labelled `app=<name>`.
