@@ -14,6 +14,8 @@ use crate::model::{Assignment, Eni, EniObservation, IpSet, PodKey, PodRef};
 use crate::plan::Action;
 
 mod drift;
+#[cfg(test)]
+mod fixtures;
 mod interface_gone;
 
 pub use drift::Drift;

@@ -86,28 +86,9 @@ mod tests {
     use std::collections::BTreeSet;
     use std::net::Ipv4Addr;
 
+    use super::super::fixtures::eni;
     use super::Drift;
-    use crate::{EniInfo, EniObservation, Pool, UnknownIpPolicy, WarmConfig};
-
-    fn eni(id: &str, device: u32, ips: &[u8], prefixes: &[&str]) -> EniObservation {
-        EniObservation {
-            info: EniInfo {
-                id: id.into(),
-                mac: format!("02:00:00:00:00:0{device}"),
-                device_number: device,
-                network_card: 0,
-                subnet_id: "subnet-1".into(),
-                subnet_cidr: "10.0.0.0/16".parse().unwrap(),
-                primary: device == 0,
-                primary_ip: Ipv4Addr::new(10, 0, device as u8, 1),
-            },
-            secondary_ips: ips
-                .iter()
-                .map(|i| Ipv4Addr::new(10, 0, device as u8, *i))
-                .collect(),
-            prefixes: prefixes.iter().map(|p| p.parse().unwrap()).collect(),
-        }
-    }
+    use crate::{EniObservation, Pool, UnknownIpPolicy, WarmConfig};
 
     fn pool(view: &[EniObservation]) -> Pool {
         let limits = vpcnet_limits::lookup("m5.large").unwrap();

@@ -34,27 +34,8 @@ impl Pool {
 mod tests {
     use std::net::Ipv4Addr;
 
-    use crate::{EniInfo, EniObservation, PodKey, PodRef, Pool, UnknownIpPolicy, WarmConfig};
-
-    fn eni(id: &str, device: u32, ips: &[u8]) -> EniObservation {
-        EniObservation {
-            info: EniInfo {
-                id: id.into(),
-                mac: format!("02:00:00:00:00:{device:02x}"),
-                device_number: device,
-                network_card: 0,
-                subnet_id: "subnet-1".into(),
-                subnet_cidr: "10.0.0.0/16".parse().unwrap(),
-                primary: device == 0,
-                primary_ip: Ipv4Addr::new(10, 0, device as u8, 1),
-            },
-            secondary_ips: ips
-                .iter()
-                .map(|i| Ipv4Addr::new(10, 0, device as u8, *i))
-                .collect(),
-            prefixes: vec![],
-        }
-    }
+    use super::super::fixtures::eni;
+    use crate::{EniObservation, PodKey, PodRef, Pool, UnknownIpPolicy, WarmConfig};
 
     fn pool(view: &[EniObservation]) -> Pool {
         let mut p = Pool::new(WarmConfig::for_limits(
@@ -76,7 +57,10 @@ mod tests {
 
     #[test]
     fn an_eni_without_its_interface_hands_out_nothing() {
-        let view = [eni("eni-0", 0, &[10]), eni("eni-1", 1, &[10, 11, 12])];
+        let view = [
+            eni("eni-0", 0, &[10], &[]),
+            eni("eni-1", 1, &[10, 11, 12], &[]),
+        ];
         let mut p = pool(&view);
         // Fill the primary first, then one pod on eni-1: new pods would pack onto eni-1.
         assert_eq!(assign(&mut p, 9), Some(Ipv4Addr::new(10, 0, 0, 10)));
@@ -107,7 +91,7 @@ mod tests {
 
     #[test]
     fn the_mark_ends_when_ec2_drops_the_eni_and_survives_a_describe_that_still_lists_it() {
-        let view = [eni("eni-0", 0, &[]), eni("eni-1", 1, &[10, 11])];
+        let view = [eni("eni-0", 0, &[], &[]), eni("eni-1", 1, &[10, 11], &[])];
         let mut p = pool(&view);
         p.mark_interface_gone("eni-1");
         p.reconcile(&view, UnknownIpPolicy::Free, 1);
