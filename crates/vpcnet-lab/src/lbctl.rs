@@ -291,19 +291,7 @@ impl Lab {
         connections: usize,
         duration: Duration,
     ) -> Result<LoadReport> {
-        let l = self.lb(name)?;
-        let netns = self.state()?.node(from)?.netns.clone();
-        load::run_in_netns(
-            &netns,
-            LoadOptions {
-                target: l.endpoint(),
-                path: path.to_string(),
-                connections,
-                duration,
-                timeout: Duration::from_secs(5),
-                stop: None,
-            },
-        )
+        self.load_with_stop(name, from, path, connections, duration, None)
     }
 
     /// [`Lab::load`] that ends early once `stop` is set (at most `duration`).
@@ -316,6 +304,18 @@ impl Lab {
         duration: Duration,
         stop: Arc<AtomicBool>,
     ) -> Result<LoadReport> {
+        self.load_with_stop(name, from, path, connections, duration, Some(stop))
+    }
+
+    fn load_with_stop(
+        &self,
+        name: &str,
+        from: &str,
+        path: &str,
+        connections: usize,
+        duration: Duration,
+        stop: Option<Arc<AtomicBool>>,
+    ) -> Result<LoadReport> {
         let l = self.lb(name)?;
         let netns = self.state()?.node(from)?.netns.clone();
         load::run_in_netns(
@@ -326,7 +326,7 @@ impl Lab {
                 connections,
                 duration,
                 timeout: Duration::from_secs(5),
-                stop: Some(stop),
+                stop,
             },
         )
     }
