@@ -218,14 +218,14 @@ impl FastPinger {
     /// Waits 1 s (replies still in flight arrive, even on a loaded host), stops the pingers
     /// (SIGINT: busybox prints its statistics) and counts, per address, the pings sent and
     /// those never answered (the one sent just before SIGINT is not counted as lost).
-    pub fn lost(self) -> Vec<PingCount> {
+    pub fn lost(mut self) -> Vec<PingCount> {
         std::thread::sleep(Duration::from_secs(1));
         for (_, child) in &self.pings {
             let _ = Command::new("kill")
                 .args(["-INT", &child.id().to_string()])
                 .status();
         }
-        self.pings
+        std::mem::take(&mut self.pings)
             .into_iter()
             .map(|(ip, child)| {
                 let out = child.wait_with_output().expect("busybox ping output");
@@ -246,6 +246,17 @@ impl FastPinger {
                 }
             })
             .collect()
+    }
+}
+
+/// A test that fails mid-phase must not leave pingers running (they would keep the lab's
+/// namespace alive after its teardown).
+impl Drop for FastPinger {
+    fn drop(&mut self) {
+        for (_, child) in &mut self.pings {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
