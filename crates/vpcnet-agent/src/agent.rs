@@ -15,10 +15,10 @@ use tokio::task::JoinHandle;
 use vpcnet_ec2::{Ec2, Ec2Options, Imds, NetworkInterface};
 
 use crate::cloud::{CloudApis, Ec2Api, MetadataApi};
-use vpcnet_ipam::{Pool, UnknownIpPolicy, WarmConfig};
+use vpcnet_ipam::{UnknownIpPolicy, WarmConfig};
 use vpcnet_limits::InstanceLimits;
 
-use crate::checkpoint_file::{self, Loaded};
+use crate::checkpoint_file;
 use crate::metrics::Metrics;
 use crate::options::AgentOptions;
 use crate::state::{now_ms, NodeFacts, Shared};
@@ -97,24 +97,31 @@ impl AgentHandle {
 
 impl Drop for AgentHandle {
     fn drop(&mut self) {
+        // The tasks are aborted as `tasks` drops.
         let _ = self.stop.send(true);
-        for t in &self.tasks.supervisors {
-            t.abort();
-        }
-        for (_, a) in &self.tasks.essential {
-            a.abort();
-        }
     }
 }
 
 /// The agent's spawned tasks: each essential task runs under a supervisor that turns its
-/// unexpected end (return, panic, abort) into [`Shared::fail`].
+/// unexpected end (return, panic, abort) into [`Shared::fail`]. Dropping it aborts them all
+/// (a start that fails half-way leaves nothing running).
 #[derive(Default)]
 struct Tasks {
     /// Awaited at shutdown.
     supervisors: Vec<JoinHandle<()>>,
     /// Name and abort handle of each essential task.
     essential: Vec<(&'static str, tokio::task::AbortHandle)>,
+}
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        for t in &self.supervisors {
+            t.abort();
+        }
+        for (_, a) in &self.essential {
+            a.abort();
+        }
+    }
 }
 
 impl Tasks {
@@ -171,7 +178,8 @@ impl Tasks {
 /// Starts the agent and returns once the pool can serve (or startup failed).
 ///
 /// Errors: IMDS unreachable, EC2 client configuration, unknown instance type, the socket
-/// or a listener cannot be bound. A corrupt checkpoint is not an error (see README).
+/// or a listener cannot be bound, the VPC CNI's checkpoint cannot be imported. A lost or
+/// corrupt checkpoint is not an error ([`crate::recovery`]).
 pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
     let started = Instant::now();
     let (stop, stop_rx) = watch::channel(false);
@@ -185,10 +193,16 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
                 path: opts.checkpoint_path.clone(),
             })
         });
-    if let Some(path) = &opts.vpc_cni_checkpoint {
-        crate::vpc_cni_checkpoint::import_at_start(store.as_ref(), path, &found.enis, now_ms())?;
-    }
-    let (pool, policy) = restore_pool(&opts, store.as_ref(), &limits)?;
+    let restored = crate::recovery::restore(
+        &opts,
+        store.as_ref(),
+        &found.enis,
+        warm_config(&opts, &limits)?,
+        &metrics,
+    )?;
+    let settle_ms = opts.pod_reclaim_grace.as_millis() as u64;
+    let policy = restored.origin.unknown_policy(settle_ms);
+    let pool = restored.pool;
     let ec2 = found.ec2;
     let mut opts = opts;
     opts.checkpoint_store = Some(store);
@@ -202,15 +216,8 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
         &stop_rx,
         crate::grpc::serve(shared.clone(), listener, stop_rx.clone()),
     );
-    bring_up(&shared, ec2.as_ref(), found.enis, policy).await?;
-    let time_to_ready = started.elapsed();
-    tracing::info!(summary = ?shared.pool().summary(now_ms()), ?time_to_ready, "pool ready; serving");
-    if let Some(path) = &opts.conflist_path {
-        write_conflist(path, &opts)
-            .with_context(|| format!("writing CNI conflist {}", path.display()))?;
-    }
-    spawn_background(&shared, &ec2, &found.imds, &stop_rx, &mut tasks);
-    spawn_api_client(&shared, &limits, started, &stop_rx, &mut tasks);
+    // Every listener is bound before the conflist points kubelet at this agent: a port that
+    // cannot be bound fails the start with no conflist written.
     let introspection_addr = serve_http(
         "introspection",
         crate::introspection::router(shared.clone()),
@@ -231,6 +238,15 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
         &mut tasks,
     )
     .await?;
+    bring_up(&shared, ec2.as_ref(), found.enis, policy).await?;
+    let time_to_ready = started.elapsed();
+    tracing::info!(summary = ?shared.pool().summary(now_ms()), ?time_to_ready, "pool ready; serving");
+    if let Some(path) = &opts.conflist_path {
+        write_conflist(path, &opts)
+            .with_context(|| format!("writing CNI conflist {}", path.display()))?;
+    }
+    spawn_background(&shared, &ec2, &found.imds, &stop_rx, &mut tasks);
+    spawn_api_client(&shared, &limits, started, &stop_rx, &mut tasks);
     Ok(AgentHandle {
         shared,
         introspection_addr,
@@ -440,47 +456,6 @@ fn warm_config(opts: &AgentOptions, limits: &InstanceLimits) -> anyhow::Result<W
     Ok(c)
 }
 
-/// The pool from the checkpoint, and how to treat addresses EC2 lists that it does not know:
-/// free when the checkpoint is missing or trusted, cooling when it was corrupt or inconsistent
-/// (running pods may hold them).
-fn restore_pool(
-    opts: &AgentOptions,
-    store: &dyn checkpoint_file::CheckpointStore,
-    limits: &InstanceLimits,
-) -> anyhow::Result<(Pool, UnknownIpPolicy)> {
-    let mut pool = Pool::new(warm_config(opts, limits)?);
-    let policy = match store.load(now_ms()) {
-        Loaded::Missing => UnknownIpPolicy::Free,
-        Loaded::Valid(cp) => match pool.restore(&cp) {
-            Ok(()) => {
-                tracing::info!(
-                    assignments = cp.assignments.len(),
-                    cooldowns = cp.cooldowns.len(),
-                    "restored checkpoint"
-                );
-                UnknownIpPolicy::Free
-            }
-            Err(e) => {
-                tracing::error!(
-                    "checkpoint {} is inconsistent ({e}); rebuilding from EC2",
-                    store.location()
-                );
-                pool = Pool::new(pool.config().clone());
-                UnknownIpPolicy::Cooling
-            }
-        },
-        Loaded::Corrupt { reason, moved_to } => {
-            tracing::error!(
-                path = %store.location(),
-                moved_to = ?moved_to,
-                "checkpoint is corrupt ({reason}); rebuilding from EC2: addresses already on the node cool down before reuse, since running pods may hold them"
-            );
-            UnknownIpPolicy::Cooling
-        }
-    };
-    Ok((pool, policy))
-}
-
 /// Adopts EC2's view of the instance's ENIs, sets up the node, fills the pool and marks the
 /// agent ready. EC2 errors of the fill are retried by the reconciler: the agent serves as
 /// soon as one address is available.
@@ -493,7 +468,8 @@ async fn bring_up(
     crate::reconciler::adopt(shared, ec2, enis, policy)
         .await
         .context("adopting the instance's ENIs")?;
-    hold_routed_unknowns(shared).await;
+    let evidence = crate::recovery::gather(shared).await;
+    crate::recovery::hold(shared, &evidence);
     if let Err(e) = shared.persist().await {
         tracing::warn!(error = %e, cause = %e.source, "initial checkpoint write failed; every ADD writes it again (and fails while it cannot)");
     }
@@ -508,34 +484,6 @@ async fn bring_up(
     shared.ready.store(true, Ordering::Release);
     shared.update_gauges();
     Ok(())
-}
-
-/// Addresses the node routes to pods (host /32 routes) that the pool does not list as
-/// assigned are held for an unknown pod, until their route disappears (the reclaim then frees
-/// them): with a missing, corrupt or stale checkpoint a running pod may hold them. Only when
-/// the agent manages the node datapath. Runs before the agent serves, so no ADD races it.
-async fn hold_routed_unknowns(shared: &Shared) {
-    let Some(node) = &shared.opts.node_network else {
-        return;
-    };
-    let routed = match node.pod_route_ips().await {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::warn!("listing pod routes at start failed: {e:#}; addresses of running pods the checkpoint lacks are protected by the cooldown only");
-            return;
-        }
-    };
-    let now = now_ms();
-    let held: Vec<_> = {
-        let mut pool = shared.pool();
-        routed
-            .into_iter()
-            .filter(|ip| pool.hold_unknown(*ip, now))
-            .collect()
-    };
-    if !held.is_empty() {
-        tracing::warn!(addresses = ?held, "addresses routed to pods on the node are missing from the checkpoint: held for their unknown pods until their routes disappear");
-    }
 }
 
 /// Writes the conflist atomically (temp file in the same directory, then rename), with the

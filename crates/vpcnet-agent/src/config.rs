@@ -268,6 +268,12 @@ settings! {
         /// CNI (and back)".
         vpc_cni_checkpoint: PathBuf =
             "VPCNET_VPC_CNI_CHECKPOINT", "/var/run/aws-node/ipam.json", AbsPath;
+        /// The container runtime's CNI cache (libcni's, used by containerd and CRI-O): at
+        /// start, when the checkpoint is lost, corrupt or imported, the results cached there
+        /// (`results/<network>-<container>-<interface>`) name the running pods' addresses,
+        /// which the agent then holds. Read only; a missing directory is no evidence (no VPC
+        /// CNI equivalent).
+        cni_cache_dir: PathBuf = "VPCNET_CNI_CACHE_DIR", "/var/lib/cni", AbsPath;
         /// Conflist written once the pool can serve.
         cni_conflist: PathBuf =
             "VPCNET_CNI_CONFLIST", "/etc/cni/net.d/10-vpcnet.conflist", AbsPath;

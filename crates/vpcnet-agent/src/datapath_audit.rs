@@ -4,8 +4,8 @@
 //! `/v1/datapath`, the `vpcnet_datapath_*` metrics and, for a problem that cuts every pod off,
 //! `/healthz`.
 //!
-//! Checked per pod (assignments older than `VPCNET_POD_RECLAIM_GRACE`, so an ADD still building
-//! its datapath is left alone; holds of unknown pods are skipped): the host /32 route via its
+//! Checked per pod, whatever its age (holds of unknown pods are skipped: their veth is not
+//! known): the host /32 route via its
 //! host veth, rule 512 and (secondary ENI) rule 1536, the host veth (present, up) and its MAC
 //! (the one the pod's gateway neighbour points to). Per node: `net.ipv4.ip_forward` (set back
 //! to 1, in the agent's namespace only), each secondary ENI's interface and table (device number + 1), the
@@ -17,6 +17,11 @@
 //! every pod of the node is cut off then. Problems of single pods, of one ENI's table or of
 //! the firewall are reported (introspection, metrics, logs) without taking the node out of
 //! service, since its other pods still work.
+//!
+//! A pod assigned less than `VPCNET_POD_RECLAIM_GRACE` ago may have its ADD still building the
+//! datapath: until its host veth exists it is not a finding; once the veth is there, a
+//! missing route or rule is repaired at once (what the plugin adds next tolerates what the
+//! audit added first). The grace guards only the reclaim.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -47,17 +52,14 @@ pub fn host_veth_of(prefix: &str, container_id: &str, namespace: &str, name: &st
     }
 }
 
-/// The pods to audit now: assigned at least `pod_reclaim_grace` ago, known pod, address on an
-/// ENI the pool holds.
+/// The pods to audit now: every known pod with its address on an ENI the pool holds; those
+/// assigned less than `pod_reclaim_grace` ago are marked `building`.
 fn pods_to_audit(shared: &Shared, now: u64) -> Vec<PodRow> {
     let grace = shared.opts.pod_reclaim_grace.as_millis() as u64;
     let prefix = &shared.opts.conflist.veth_prefix;
     let pool = shared.pool();
     pool.assignments()
-        .filter(|(k, a)| {
-            !k.container_id.starts_with(UNKNOWN_POD_PREFIX)
-                && now.saturating_sub(a.assigned_at_ms) >= grace
-        })
+        .filter(|(k, _)| !k.container_id.starts_with(UNKNOWN_POD_PREFIX))
         .filter_map(|(k, a)| {
             let eni = pool.eni_of(a.ip)?;
             Some(PodRow {
@@ -72,6 +74,7 @@ fn pods_to_audit(shared: &Shared, now: u64) -> Vec<PodRow> {
                     } else {
                         vpcnet_datapath::node::eni_route_table(eni.info.device_number)
                     },
+                    building: now.saturating_sub(a.assigned_at_ms) < grace,
                 },
             })
         })

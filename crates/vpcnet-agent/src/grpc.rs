@@ -321,6 +321,40 @@ fn check_plugin_version(req: Request<()>) -> Result<Request<()>, Status> {
     Ok(req)
 }
 
+/// The calls this agent serves (the `rpc`s of `proto/vpcnet/cni/v1/backend.proto`; a test
+/// keeps the two equal).
+pub const KNOWN_CALLS: &[&str] = &["AddNetwork", "DelNetwork", "Status", "GarbageCollect"];
+
+/// Logs a call this agent does not know, once per method and caller version (the caller
+/// gets `Unimplemented` with the agent's version from the server).
+fn log_unknown_call<B>(req: http::Request<B>) -> http::Request<B> {
+    static SEEN: std::sync::Mutex<BTreeSet<(String, String)>> =
+        std::sync::Mutex::new(BTreeSet::new());
+    let path = req.uri().path();
+    let method = path
+        .strip_prefix(&format!("/{}/", SERVICE_NAME))
+        .unwrap_or(path);
+    if !KNOWN_CALLS.contains(&method) {
+        let plugin = req
+            .headers()
+            .get(vpcnet_proto::PLUGIN_VERSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("unknown (older than the version handshake)")
+            .to_string();
+        if SEEN
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((path.to_string(), plugin.clone()))
+        {
+            tracing::warn!(call = %path, plugin = %plugin, agent = vpcnet_proto::VERSION, "unknown gRPC call: answered Unimplemented; the plugin is newer than this agent (install the plugin shipped with this agent)");
+        }
+    }
+    req
+}
+
+/// gRPC service name of the CNI backend.
+pub const SERVICE_NAME: &str = "vpcnet.cni.v1.CniBackend";
+
 /// Serves until `stop` flips.
 pub async fn serve(
     shared: Arc<Shared>,
@@ -333,6 +367,9 @@ pub async fn serve(
         .layer(tower::util::MapResponseLayer::new(
             with_agent_version::<tonic::body::Body>,
         ))
+        .layer(tower::util::MapRequestLayer::new(
+            log_unknown_call::<tonic::body::Body>,
+        ))
         .add_service(svc)
         .serve_with_incoming_shutdown(incoming, async move {
             let _ = stop.changed().await;
@@ -340,5 +377,21 @@ pub async fn serve(
         .await;
     if let Err(e) = res {
         tracing::error!("gRPC server failed: {}", crate::errors::chain(&e));
+    }
+}
+
+#[cfg(test)]
+mod known_calls_tests {
+    #[test]
+    fn known_calls_are_the_protos_rpcs() {
+        let proto = include_str!("../../../proto/vpcnet/cni/v1/backend.proto");
+        let rpcs: Vec<&str> = proto
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("rpc "))
+            .filter_map(|l| l.split('(').next())
+            .map(str::trim)
+            .collect();
+        assert_eq!(rpcs, super::KNOWN_CALLS);
+        assert!(proto.contains("service CniBackend") && proto.contains("package vpcnet.cni.v1;"));
     }
 }

@@ -11,6 +11,7 @@
 mod agent;
 pub mod checkpoint_file;
 pub mod cloud;
+pub mod cni_cache;
 pub mod config;
 pub mod datapath_audit;
 mod docs;
@@ -22,6 +23,7 @@ pub mod metrics;
 pub mod node;
 pub mod options;
 pub mod reconciler;
+pub mod recovery;
 pub mod state;
 pub mod vpc_cni_checkpoint;
 

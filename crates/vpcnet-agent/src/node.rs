@@ -101,6 +101,13 @@ pub trait NodeNetwork: Send + Sync + 'static {
     /// DEL ran while the agent was down, so the agent reclaims the address.
     fn pod_route_ips(&self) -> BoxFuture<'_, anyhow::Result<BTreeSet<Ipv4Addr>>>;
 
+    /// IPv4 addresses with a pod rule (`to <ip> lookup main` at 512): evidence at start that a
+    /// pod holds the address even when its route is gone. `Ok` empty: this node network
+    /// shows no rules (the default; fakes in tests that do not model them).
+    fn pod_rule_ips(&self) -> BoxFuture<'_, anyhow::Result<BTreeSet<Ipv4Addr>>> {
+        Box::pin(async { Ok(BTreeSet::new()) })
+    }
+
     /// Names of the node's network interfaces (host veths among them): a pod whose host veth
     /// still exists is not gone, whatever its route says.
     fn link_names(&self) -> BoxFuture<'_, anyhow::Result<BTreeSet<String>>>;
@@ -204,6 +211,13 @@ impl NodeNetwork for NetlinkNode {
         Box::pin(async move {
             let handle = self.handle()?;
             Ok(vpcnet_datapath::host::pod_route_ips(&handle).await?)
+        })
+    }
+
+    fn pod_rule_ips(&self) -> BoxFuture<'_, anyhow::Result<BTreeSet<Ipv4Addr>>> {
+        Box::pin(async move {
+            let handle = self.handle()?;
+            Ok(vpcnet_datapath::host::pod_rule_ips(&handle).await?)
         })
     }
 

@@ -81,6 +81,10 @@ pub struct AgentOptions {
     /// /var/run/aws-node/ipam.json), imported at start when `checkpoint_path` has none
     /// ([`crate::vpc_cni_checkpoint`]); `None` = never import.
     pub vpc_cni_checkpoint: Option<PathBuf>,
+    /// The container runtime's CNI cache directory (VPCNET_CNI_CACHE_DIR, default
+    /// /var/lib/cni): evidence of running pods at start ([`crate::recovery`]); `None` = not
+    /// consulted.
+    pub cni_cache_dir: Option<PathBuf>,
     /// Introspection bind address (default 127.0.0.1:61679); `None` = DISABLE_INTROSPECTION.
     pub introspection_addr: Option<SocketAddr>,
     /// Metrics bind address (default 0.0.0.0:61678); `None` = DISABLE_METRICS.
@@ -174,6 +178,7 @@ impl std::fmt::Debug for AgentOptions {
             .field("socket_path", &self.socket_path)
             .field("checkpoint_path", &self.checkpoint_path)
             .field("vpc_cni_checkpoint", &self.vpc_cni_checkpoint)
+            .field("cni_cache_dir", &self.cni_cache_dir)
             .field("introspection_addr", &self.introspection_addr)
             .field("metrics_addr", &self.metrics_addr)
             .field("node_network", &self.node_network.is_some())
@@ -196,6 +201,7 @@ impl Default for AgentOptions {
             socket_path: PathBuf::from(vpcnet_proto::DEFAULT_SOCKET),
             checkpoint_path: PathBuf::from(DEFAULT_CHECKPOINT),
             vpc_cni_checkpoint: None,
+            cni_cache_dir: None,
             introspection_addr: Some(SocketAddr::from(([127, 0, 0, 1], 61679))),
             metrics_addr: Some(SocketAddr::from(([0, 0, 0, 0], 61678))),
             introspection_socket: None,
@@ -267,6 +273,7 @@ pub fn options_from_config(c: &Config) -> anyhow::Result<AgentOptions> {
         socket_path: c.agent_socket.clone(),
         checkpoint_path: c.checkpoint_path.clone(),
         vpc_cni_checkpoint: Some(c.vpc_cni_checkpoint.clone()),
+        cni_cache_dir: Some(c.cni_cache_dir.clone()),
         introspection_addr: (!c.disable_introspection)
             .then(|| tcp(&c.introspection_bind_address))
             .flatten(),

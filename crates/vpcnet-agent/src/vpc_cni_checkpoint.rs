@@ -20,7 +20,7 @@ use vpcnet_ec2::NetworkInterface;
 use vpcnet_ipam::vpc_cni::{self, VpcCniCheckpoint, VPC_CNI_NETWORK_NAME};
 use vpcnet_ipam::Checkpoint;
 
-use crate::checkpoint_file::{self, CheckpointStore, Loaded};
+use crate::checkpoint_file::{self, CheckpointStore};
 
 /// The ENI of `enis` holding `ip` as a secondary address or in a prefix.
 fn eni_holding(enis: &[NetworkInterface], ip: Ipv4Addr) -> Option<String> {
@@ -29,37 +29,20 @@ fn eni_holding(enis: &[NetworkInterface], ip: Ipv4Addr) -> Option<String> {
         .map(|e| e.eni_id.clone())
 }
 
-/// What [`import_at_start`] did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Imported {
-    /// Nothing: the agent has a checkpoint of its own, or there is no VPC CNI checkpoint.
-    Nothing,
-    /// The VPC CNI's allocations became the agent's checkpoint.
-    Adopted {
-        /// Assignments written.
-        assignments: usize,
-        /// Allocations left out (IPv6, or on no ENI of the instance).
-        skipped: usize,
-    },
-}
-
-/// When `store` holds no checkpoint and the VPC CNI's checkpoint exists at `vpc_cni_path`,
-/// converts it (addresses onto the ENIs of `enis`, EC2's view at start) and writes it to
-/// `store`. Errors: the VPC CNI's file is unreadable or not of its format, or the write
+/// For a start without a checkpoint of the agent's own (the caller read `store` and found
+/// none): when the VPC CNI's checkpoint exists at `vpc_cni_path`, converts it (addresses onto
+/// the ENIs of `enis`, EC2's view at start), writes it to `store` and returns it; `None` when
+/// there is no VPC CNI checkpoint. Errors: the VPC CNI's file is unreadable or not of its format, or the write
 /// failed: the agent then stops rather than start without the running pods' addresses (fix
 /// or move the file; README).
 pub fn import_at_start(
     store: &dyn CheckpointStore,
     vpc_cni_path: &Path,
     enis: &[NetworkInterface],
-    now_ms: u64,
-) -> Result<Imported> {
-    let Loaded::Missing = store.load(now_ms) else {
-        return Ok(Imported::Nothing);
-    };
+) -> Result<Option<Checkpoint>> {
     let text = match std::fs::read_to_string(vpc_cni_path) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Imported::Nothing),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => {
             return Err(e).with_context(|| {
                 format!(
@@ -90,10 +73,7 @@ pub fn import_at_start(
         skipped = skipped.len(),
         "adopted the VPC CNI's checkpoint"
     );
-    Ok(Imported::Adopted {
-        assignments: ours.assignments.len(),
-        skipped: skipped.len(),
-    })
+    Ok(Some(ours))
 }
 
 /// Writes vpcnet's checkpoint at `from` as the VPC CNI's checkpoint at `to` (atomically),
@@ -155,6 +135,7 @@ pub fn export_command(args: &[String], config: &crate::config::Config) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checkpoint_file::Loaded;
     use vpcnet_ipam::CHECKPOINT_VERSION;
 
     fn eni(id: &str, ips: &[&str]) -> NetworkInterface {
@@ -187,31 +168,18 @@ mod tests {
         let store = checkpoint_file::FileCheckpoint { path: ours.clone() };
         let enis = [eni("eni-1", &["10.0.1.10"]), eni("eni-2", &["10.0.1.30"])];
         // No VPC CNI checkpoint: nothing.
-        assert_eq!(
-            import_at_start(&store, &theirs, &enis, 1).unwrap(),
-            Imported::Nothing
-        );
+        assert_eq!(import_at_start(&store, &theirs, &enis).unwrap(), None);
         std::fs::create_dir_all(theirs.parent().unwrap()).unwrap();
         std::fs::write(&theirs, IPAMD).unwrap();
-        assert_eq!(
-            import_at_start(&store, &theirs, &enis, 1).unwrap(),
-            Imported::Adopted {
-                assignments: 1,
-                skipped: 0
-            }
-        );
+        let imported = import_at_start(&store, &theirs, &enis).unwrap().unwrap();
+        assert_eq!(imported.assignments.len(), 1);
         let Loaded::Valid(cp) = store.load(1) else {
             panic!("no checkpoint written")
         };
+        assert_eq!(cp, imported);
         assert_eq!(cp.version, CHECKPOINT_VERSION);
         assert_eq!(cp.assignments[0].eni_id, "eni-2");
         assert_eq!(cp.assignments[0].container_id, "abc");
-        // Its own checkpoint wins from now on, even if the VPC CNI's changes.
-        std::fs::write(&theirs, IPAMD.replace("abc", "zzz")).unwrap();
-        assert_eq!(
-            import_at_start(&store, &theirs, &enis, 1).unwrap(),
-            Imported::Nothing
-        );
         // Back: the VPC CNI's format, the same allocation.
         let back = dir.path().join("back/ipam.json");
         assert_eq!(export(&ours, &back, "aws-cni").unwrap(), 1);
@@ -233,7 +201,7 @@ mod tests {
         std::fs::write(&theirs, r#"{"version":"vpc-cni-ipam/9","allocations":[]}"#).unwrap();
         let e = format!(
             "{:#}",
-            import_at_start(&store, &theirs, &[], 1).unwrap_err()
+            import_at_start(&store, &theirs, &[]).unwrap_err()
         );
         assert!(
             e.contains("theirs.json") && e.contains("vpc-cni-ipam/9"),

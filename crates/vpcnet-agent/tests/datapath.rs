@@ -172,13 +172,14 @@ async fn datapath_doc(addr: std::net::SocketAddr) -> vpcnet_introspection::Datap
     serde_json::from_str(&body[start..=end]).unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_periodic_pass_repairs_a_pods_datapath_and_the_node_and_reports_it() {
-    let lab = lab("m5.large").await;
-    let (node_ns, pod_ns) = (Netns::new(), Netns::new());
-    // The primary ENI's interface (the firewall's rp_filter and SNAT are set on it).
-    let primary = attached(&lab).into_iter().find(|e| e.0 == 0).unwrap();
-    node_ns.eni_link("eth0", &primary.1);
+/// An agent whose node datapath is `node_ns`, with pod `p1` (in `pod_ns`) added and its
+/// datapath built as the plugin builds it; addresses on the primary ENI only.
+async fn agent_with_a_pod(
+    lab: &Lab,
+    node_ns: &Netns,
+    pod_ns: &Netns,
+    grace: Duration,
+) -> (vpcnet_agent::AgentHandle, Ipv4Addr) {
     let mut opts = lab.options();
     opts.node_network = Some(Arc::new(NetlinkNode {
         wait: Duration::ZERO,
@@ -192,14 +193,13 @@ async fn the_periodic_pass_repairs_a_pods_datapath_and_the_node_and_reports_it()
         ..Targets::default()
     };
     opts.reconcile_interval = Duration::from_millis(300);
-    opts.pod_reclaim_grace = Duration::from_millis(200);
+    opts.pod_reclaim_grace = grace;
     // The reclaim checks once at start only: a pod whose veth goes stays assigned, so what
     // the audit reports about it is seen.
     opts.pod_reclaim_interval = Duration::from_secs(3600);
     opts.introspection_addr = Some("127.0.0.1:0".parse().unwrap());
     opts.metrics_addr = Some("127.0.0.1:0".parse().unwrap());
     let agent = vpcnet_agent::start(opts).await.unwrap();
-    let addr = agent.introspection_addr.unwrap();
     let mut c = client(&lab.socket()).await;
     let r = add_retry(&mut c, "p1", Duration::from_secs(10))
         .await
@@ -225,6 +225,44 @@ async fn the_periodic_pass_repairs_a_pods_datapath_and_the_node_and_reports_it()
             .await
             .unwrap();
     }
+    (agent, ip)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_young_pods_lost_route_and_rule_are_repaired_within_the_grace() {
+    let lab = lab("m5.large").await;
+    let (node_ns, pod_ns) = (Netns::new(), Netns::new());
+    let primary = attached(&lab).into_iter().find(|e| e.0 == 0).unwrap();
+    node_ns.eni_link("eth0", &primary.1);
+    // The pod stays younger than the grace for the whole test.
+    let (agent, ip) = agent_with_a_pod(&lab, &node_ns, &pod_ns, Duration::from_secs(3600)).await;
+    let (dst, ip_s) = (format!("{ip}/32"), ip.to_string());
+    eventually("the route ADD built", Duration::from_secs(5), || {
+        node_ns.ip(&["route", "show", &dst]).contains(&veth_of("p1"))
+    })
+    .await;
+    node_ns.ip(&["route", "del", &dst]);
+    node_ns.ip(&["rule", "del", "priority", "512", "to", &ip_s]);
+    eventually("route and rule repaired", Duration::from_secs(5), || {
+        node_ns.ip(&["route", "show", &dst]).contains(&veth_of("p1"))
+            && node_ns
+                .ip(&["rule", "show"])
+                .contains(&format!("512:\tfrom all to {ip_s} lookup main"))
+    })
+    .await;
+    agent.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_periodic_pass_repairs_a_pods_datapath_and_the_node_and_reports_it() {
+    let lab = lab("m5.large").await;
+    let (node_ns, pod_ns) = (Netns::new(), Netns::new());
+    // The primary ENI's interface (the firewall's rp_filter and SNAT are set on it).
+    let primary = attached(&lab).into_iter().find(|e| e.0 == 0).unwrap();
+    node_ns.eni_link("eth0", &primary.1);
+    let (agent, ip) =
+        agent_with_a_pod(&lab, &node_ns, &pod_ns, Duration::from_millis(200)).await;
+    let addr = agent.introspection_addr.unwrap();
     // A fresh namespace forwards nothing: the first pass turns forwarding on.
     eventually("forwarding enabled", Duration::from_secs(5), || {
         node_ns.sysctl("net.ipv4.ip_forward") == "1"

@@ -8,13 +8,13 @@ mod common;
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::fake_cloud::{fake_options, FakeCloud};
+use common::fake_node::{veth_of, FakeNode};
 use common::*;
 use vpcnet_agent::checkpoint_file::{CheckpointStore, FileCheckpoint, Loaded};
-use vpcnet_agent::node::{BoxFuture, NodeEni, NodeFirewall, NodeNetwork};
 
 /// The checkpoint file, with writes that fail while `fail` is set.
 struct FlakyStore {
@@ -35,36 +35,6 @@ impl CheckpointStore for FlakyStore {
     fn location(&self) -> String {
         self.file.location()
     }
-}
-
-/// A node datapath that only reports what the test says is there.
-#[derive(Default)]
-struct FakeNode {
-    routes: Mutex<BTreeSet<Ipv4Addr>>,
-    links: Mutex<BTreeSet<String>>,
-}
-
-impl NodeNetwork for FakeNode {
-    fn setup_eni<'a>(&'a self, _eni: &'a NodeEni) -> BoxFuture<'a, anyhow::Result<()>> {
-        Box::pin(async { Ok(()) })
-    }
-    fn pod_route_ips(&self) -> BoxFuture<'_, anyhow::Result<BTreeSet<Ipv4Addr>>> {
-        Box::pin(async { Ok(self.routes.lock().unwrap().clone()) })
-    }
-    fn link_names(&self) -> BoxFuture<'_, anyhow::Result<BTreeSet<String>>> {
-        Box::pin(async { Ok(self.links.lock().unwrap().clone()) })
-    }
-    fn setup_node_firewall<'a>(
-        &'a self,
-        _fw: &'a NodeFirewall,
-    ) -> BoxFuture<'a, anyhow::Result<()>> {
-        Box::pin(async { Ok(()) })
-    }
-}
-
-fn veth_of(id: &str) -> String {
-    // add_req names the pod default/pod-<id>.
-    vpcnet_datapath::names::host_veth_name("eni", "default", &format!("pod-{id}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -558,4 +528,36 @@ async fn version_handshake_unknown_call_names_the_agent_version() {
         Some(vpcnet_proto::VERSION)
     );
     agent.shutdown().await;
+}
+
+/// Issue 32 item 3: a listener that cannot be bound fails the start before the conflist
+/// points kubelet at the agent; a start that succeeds writes it, and it stays across a restart
+/// (an upgrade keeps the node Ready).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_port_that_cannot_be_bound_fails_the_start_without_writing_the_conflist() {
+    let fake = FakeCloud::new("m5.large");
+    let dir = tempfile::tempdir().unwrap();
+    let conflist = dir.path().join("net.d/10-vpcnet.conflist");
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    for what in ["introspection", "metrics"] {
+        let mut opts = fake_options(&fake, dir.path());
+        opts.conflist_path = Some(conflist.clone());
+        let addr = Some(busy.local_addr().unwrap());
+        match what {
+            "introspection" => opts.introspection_addr = addr,
+            _ => opts.metrics_addr = addr,
+        }
+        let e = match vpcnet_agent::start(opts).await {
+            Ok(_) => panic!("started with {what} on a port in use"),
+            Err(e) => format!("{e:#}"),
+        };
+        assert!(e.contains(&format!("cannot bind {what}")), "{e}");
+        assert!(!conflist.exists(), "conflist written by a start that failed ({what})");
+    }
+    let mut opts = fake_options(&fake, dir.path());
+    opts.conflist_path = Some(conflist.clone());
+    let agent = vpcnet_agent::start(opts).await.unwrap();
+    assert!(conflist.exists());
+    agent.shutdown().await;
+    assert!(conflist.exists(), "the conflist must outlive a restart");
 }

@@ -117,6 +117,10 @@ pub struct PodExpect {
     /// 0 for a pod on the primary ENI (no 1536 rule), else the ENI's route table
     /// ([`crate::node::eni_route_table`] of its device number).
     pub route_table: u32,
+    /// The pod's ADD may still be building its datapath (its address was handed out moments
+    /// ago): a missing host veth is no finding then (ADD creates it); everything the veth
+    /// exists for is checked and repaired as for any pod.
+    pub building: bool,
 }
 
 /// Checks one pod's node side against `view` and, with `repair`, fixes what differs. Returns
@@ -135,6 +139,9 @@ pub async fn check_pod(
     let mut out = Vec::new();
     let veth = &want.host_veth;
     let Some(link) = view.links.iter().find(|l| &l.name == veth) else {
+        if want.building {
+            return out;
+        }
         out.push(Finding {
             kind: Kind::HostVeth,
             object: veth.clone(),

@@ -109,6 +109,18 @@ pub async fn pod_route_ips(h: &Handle) -> Result<std::collections::BTreeSet<Ipv4
         .collect())
 }
 
+/// Every IPv4 address with a pod rule `to <ip>/32 lookup main` at 512 (as [`add`] creates
+/// them): evidence at the agent's start that a pod holds the address even when its route is
+/// gone.
+pub async fn pod_rule_ips(h: &Handle) -> Result<std::collections::BTreeSet<Ipv4Addr>> {
+    Ok(rules_v4(h)
+        .await?
+        .into_iter()
+        .filter(|r| r.priority == PRIO_TO_POD && r.src.is_none())
+        .filter_map(|r| r.dst.filter(|(_, len)| *len == 32).map(|(ip, _)| ip))
+        .collect())
+}
+
 /// The pod IP a host veth routes to: the destination of a main-table /32 route via it.
 pub async fn ip_of_host_veth(h: &Handle, host_index: u32) -> Result<Option<Ipv4Addr>> {
     Ok(routes_v4(h)

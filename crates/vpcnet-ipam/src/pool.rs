@@ -87,9 +87,14 @@ pub struct ReconcileReport {
 pub enum UnknownIpPolicy {
     /// Adopt as free (normal operation, fresh node, trusted checkpoint).
     Free,
-    /// Adopt as just released, so they cool down first (rebuilding after a lost or corrupt
-    /// checkpoint: a running pod may still use them).
-    Cooling,
+    /// Adopt as released `settle_ms` from now, so they cool down for `settle_ms` plus the
+    /// cooldown before reuse (rebuilding after a lost, corrupt or imported checkpoint: a
+    /// running pod may still use them, and the evidence that would say so — its route, its
+    /// runtime's records — needs up to `settle_ms` to appear).
+    Cooling {
+        /// Extra time before the cooldown starts (ms).
+        settle_ms: u64,
+    },
 }
 
 /// Counts for status, introspection (`/v1/enis` `summary`) and metrics.
@@ -435,13 +440,21 @@ impl Pool {
     /// pod's route is gone. Returns false (nothing held) when the address is already
     /// assigned or not on any ENI of the pool (it can never be handed out then anyway).
     pub fn hold_unknown(&mut self, ip: Ipv4Addr, now_ms: u64) -> bool {
-        if self.by_ip.contains_key(&ip) {
+        self.hold_for(Self::unknown_pod_key(ip), PodRef::default(), ip, now_ms)
+    }
+
+    /// Records `ip` as assigned to `key` (`pod`) from evidence outside the checkpoint (the
+    /// container runtime's own record of the pod's network, a route): the address is in use
+    /// whatever the pool thought, so it leaves the cooldown and is never handed out while
+    /// held. Returns false (nothing recorded) when the address is already assigned, `key`
+    /// already holds an address, or no ENI of the pool holds `ip`.
+    pub fn hold_for(&mut self, key: PodKey, pod: PodRef, ip: Ipv4Addr, now_ms: u64) -> bool {
+        if self.by_ip.contains_key(&ip) || self.assignments.contains_key(&key) {
             return false;
         }
         let Some(eni_id) = self.eni_of(ip).map(|e| e.info.id.clone()) else {
             return false;
         };
-        let key = Self::unknown_pod_key(ip);
         self.by_ip.insert(ip, key.clone());
         self.cooldowns.remove(&ip);
         self.assignments.insert(
@@ -449,7 +462,7 @@ impl Pool {
             Assignment {
                 ip,
                 eni_id,
-                pod: PodRef::default(),
+                pod,
                 assigned_at_ms: now_ms,
             },
         );
@@ -832,11 +845,10 @@ impl Pool {
                 }
             }
             for ip in &fresh {
-                if unknown == UnknownIpPolicy::Cooling
-                    && !self.by_ip.contains_key(ip)
-                    && !self.cooldowns.contains_key(ip)
-                {
-                    self.cooldowns.insert(*ip, now_ms);
+                if let UnknownIpPolicy::Cooling { settle_ms } = unknown {
+                    if !self.by_ip.contains_key(ip) && !self.cooldowns.contains_key(ip) {
+                        self.cooldowns.insert(*ip, now_ms.saturating_add(settle_ms));
+                    }
                 }
             }
             report.added_ips.extend(fresh);

@@ -340,7 +340,7 @@ fn rebuild_policy_cools_unknown_ips() {
     let (mut pool, mut ec2) = start(limits("m5.large"));
     ec2.settle(&mut pool, 0);
     let mut rebuilt = Pool::new(pool.config().clone());
-    rebuilt.reconcile(&ec2.view(), UnknownIpPolicy::Cooling, 100);
+    rebuilt.reconcile(&ec2.view(), UnknownIpPolicy::Cooling { settle_ms: 0 }, 100);
     assert_eq!(rebuilt.summary(100).cooling_ips, 9);
     assert!(matches!(
         rebuilt.assign(key(0), pod(0), 100),
@@ -350,6 +350,27 @@ fn rebuild_policy_cools_unknown_ips() {
         rebuilt.plan(100).iter().any(|a| a.grows()),
         "pool grows around cooling IPs"
     );
+}
+
+#[test]
+fn rebuild_policy_settles_before_the_cooldown_starts() {
+    let (mut pool, mut ec2) = start(limits("m5.large"));
+    ec2.settle(&mut pool, 0);
+    let cooldown = pool.config().cooldown_ms;
+    let mut rebuilt = Pool::new(pool.config().clone());
+    rebuilt.reconcile(
+        &ec2.view(),
+        UnknownIpPolicy::Cooling { settle_ms: 60_000 },
+        100,
+    );
+    // Neither after the cooldown alone nor one millisecond before settle + cooldown.
+    for now in [100 + cooldown, 100 + 60_000 + cooldown - 1] {
+        assert_eq!(rebuilt.summary(now).cooling_ips, 9, "at {now}");
+        assert!(rebuilt.assign(key(0), pod(0), now).is_err(), "at {now}");
+    }
+    let now = 100 + 60_000 + cooldown;
+    assert_eq!(rebuilt.summary(now).cooling_ips, 0);
+    assert!(rebuilt.assign(key(0), pod(0), now).is_ok());
 }
 
 #[test]

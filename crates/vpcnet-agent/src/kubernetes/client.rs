@@ -115,8 +115,11 @@ pub fn endpoint(s: &ApiSettings) -> Result<Option<Endpoint>> {
 }
 
 /// The kube-rs configuration for `ep` with the service account in `sa_dir`: its CA as the only
-/// trust root, its token (re-read by kube-rs as it is rotated), its namespace.
-fn kube_config(ep: &Endpoint, sa_dir: &Path) -> Result<kube::Config> {
+/// trust root, its token (re-read by kube-rs as it is rotated), its namespace. `read_timeout`
+/// bounds the wait for each read of an answer: set for one-shot calls, `None` for watches (a
+/// quiet watch sends nothing for minutes; the server ends it at its own timeout and kube-rs's
+/// watcher has an idle deadline beyond that).
+fn kube_config(ep: &Endpoint, sa_dir: &Path, read_timeout: Option<Duration>) -> Result<kube::Config> {
     let ca_path = sa_dir.join("ca.crt");
     let pem = std::fs::read(&ca_path).with_context(|| {
         format!(
@@ -130,7 +133,7 @@ fn kube_config(ep: &Endpoint, sa_dir: &Path) -> Result<kube::Config> {
     c.root_cert = Some(certs);
     c.auth_info.token_file = Some(sa_dir.join("token").display().to_string());
     c.connect_timeout = Some(CALL_TIMEOUT);
-    c.read_timeout = Some(CALL_TIMEOUT * 2);
+    c.read_timeout = read_timeout;
     if let Ok(ns) = std::fs::read_to_string(sa_dir.join("namespace")) {
         c.default_namespace = ns.trim().to_string();
     }
@@ -238,7 +241,12 @@ pub async fn run(
                     s.server_version = Some(version);
                 });
                 metrics.set_apiserver_connected(1);
-                clients.send_replace(Some(client.clone()));
+                match watch_client(&ep, &settings.service_account_dir) {
+                    Ok(w) => {
+                        clients.send_replace(Some(w));
+                    }
+                    Err(e) => tracing::error!("Kubernetes API: building the watch client: {e:#}"),
+                }
                 let e = connected(&client, &settings, &status, &metrics, &capacity).await;
                 tracing::warn!(endpoint = %ep.url, "Kubernetes API: lost: {e:#}; reconnecting");
                 metrics.set_apiserver_connected(0);
@@ -277,14 +285,24 @@ fn ensure_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
+/// The client for one-shot calls (reads time out after [`CALL_TIMEOUT`] × 2) and the API
+/// server's version.
 async fn connect(ep: &Endpoint, sa_dir: &Path) -> Result<(Client, String)> {
     ensure_crypto_provider();
-    let client = Client::try_from(kube_config(ep, sa_dir)?).context("building the client")?;
+    let client = Client::try_from(kube_config(ep, sa_dir, Some(CALL_TIMEOUT * 2))?)
+        .context("building the client")?;
     let v = tokio::time::timeout(CALL_TIMEOUT, client.apiserver_version())
         .await
         .map_err(|_| anyhow::anyhow!("no answer from {} within {CALL_TIMEOUT:?}", ep.url))?
         .with_context(|| format!("GET {}/version", ep.url))?;
     Ok((client, v.git_version))
+}
+
+/// The client the watchers share: no read timeout (see [`kube_config`]); what else they call
+/// through it is bounded by their own deadlines.
+pub fn watch_client(ep: &Endpoint, sa_dir: &Path) -> Result<Client> {
+    ensure_crypto_provider();
+    Client::try_from(kube_config(ep, sa_dir, None)?).context("building the watch client")
 }
 
 /// While connected: the Node's capacity check (until the Node exists, and again when its

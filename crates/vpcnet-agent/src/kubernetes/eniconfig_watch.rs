@@ -26,6 +26,8 @@ use crate::state::now_ms;
 
 /// The Node condition vpcnet owns for custom networking.
 pub const CONDITION_TYPE: &str = "vpcnet.io/ENIConfigResolved";
+/// `timeoutSeconds` of every watch: the server ends it then and it is resumed (not an error).
+pub const WATCH_TIMEOUT_SECS: u32 = 290;
 /// Deadline of one status patch or Event.
 const REPORT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -263,14 +265,22 @@ async fn watch_node(
     metrics: &Metrics,
 ) {
     let nodes: Api<Node> = Api::all(client.clone());
+    // The server ends each watch after WATCH_TIMEOUT_SECS (kube-apiserver's own default is
+    // longer and random); the watcher resumes it from the last resourceVersion, so a quiet
+    // watch is never an error.
     let node_events = watcher(
         nodes.clone(),
-        watcher::Config::default().fields(&format!("metadata.name={node}")),
+        watcher::Config::default()
+            .fields(&format!("metadata.name={node}"))
+            .timeout(WATCH_TIMEOUT_SECS),
     )
     .default_backoff()
     .map(|e| Seen::Node(Box::new(e)))
     .boxed();
-    let config_events = watcher(Api::<EniConfig>::all(client.clone()), Default::default())
+    let config_events = watcher(
+        Api::<EniConfig>::all(client.clone()),
+        watcher::Config::default().timeout(WATCH_TIMEOUT_SECS),
+    )
         .default_backoff()
         .map(|e| Seen::Config(Box::new(e)))
         .boxed();
@@ -287,6 +297,12 @@ async fn watch_node(
     let mut configs = Mirror::new();
     let mut reporter = Reporting::new(client.clone(), node);
     while let Some(seen) = events.next().await {
+        let arrived = std::time::Instant::now();
+        let resource = match &seen {
+            Seen::Node(_) => "Node",
+            Seen::Config(_) => "ENIConfig",
+            Seen::Tracked => "",
+        };
         let seen = match seen {
             Seen::Node(b) => (*b).map(|ev| node_view.apply(ev, |n| (node.to_string(), n))),
             Seen::Config(r) => (*r).map(|ev| {
@@ -309,7 +325,8 @@ async fn watch_node(
         let changed = match seen {
             Ok(changed) => changed,
             Err(e) => {
-                tracing::warn!("custom networking: watching the Node and ENIConfigs: {e} (retrying with backoff)");
+                metrics.inc_k8s_watch_restart(resource);
+                tracing::warn!(resource, "custom networking: watching the Node and ENIConfigs: {e} (retrying with backoff)");
                 // Before the first complete lists, say why nothing is known; afterwards the
                 // last known state stays in force while the watch recovers.
                 if !(node_view.synced && configs.synced) {
@@ -343,6 +360,7 @@ async fn watch_node(
             Err(u) => EniConfigStatus::Unresolved(u),
         };
         publish(tx, metrics, status, now_ms());
+        metrics.observe_watch_apply(resource, arrived.elapsed());
         if let Some(n) = n {
             let t = tx.borrow().clone();
             reporter.report(n, &t).await;

@@ -18,15 +18,18 @@ use crate::state::{now_ms, wall_now, Shared};
 pub const POD_RECLAIM_MISSES: u32 = 2;
 
 /// The addresses whose pod still has a trace on the node: a main-table /32 route to the
-/// address, or the pod's host veth (named from its namespace and name as the plugin names it,
-/// else from its container ID). Holds of unknown pods have only the route as evidence.
+/// address, a pod rule (512) to it, or the pod's host veth (named from its namespace and name
+/// as the plugin names it, else from its container ID). Holds of unknown pods have only the
+/// route and the rule as evidence.
 pub async fn pods_present(shared: &Shared) -> anyhow::Result<BTreeSet<Ipv4Addr>> {
     let Some(node) = &shared.opts.node_network else {
         return Ok(BTreeSet::new());
     };
-    let (routed, links) = tokio::try_join!(node.pod_route_ips(), node.link_names())?;
+    let (routed, ruled, links) =
+        tokio::try_join!(node.pod_route_ips(), node.pod_rule_ips(), node.link_names())?;
     let prefix = &shared.opts.conflist.veth_prefix;
     let mut present = routed;
+    present.extend(ruled);
     for (k, a) in shared.pool().assignments() {
         if k.container_id.starts_with(UNKNOWN_POD_PREFIX) {
             continue;
@@ -68,12 +71,29 @@ pub async fn reclaim_unrouted(shared: &Shared) {
     if released.is_empty() {
         return;
     }
+    let prefix = &shared.opts.conflist.veth_prefix;
     for (key, a) in &released {
+        // The evidence checked: the route and rule to the address, and for a known pod its
+        // host veth.
+        let veth = if key.container_id.starts_with(UNKNOWN_POD_PREFIX) {
+            "no host veth known (held for an unknown pod)".to_string()
+        } else {
+            format!(
+                "no host veth {}",
+                crate::datapath_audit::host_veth_of(
+                    prefix,
+                    &key.container_id,
+                    &a.pod.namespace,
+                    &a.pod.name
+                )
+            )
+        };
         tracing::warn!(
             ip = %a.ip,
             container = %key.container_id,
             pod = %format!("{}/{}", a.pod.namespace, a.pod.name),
-            "pod datapath is gone (no host route and no host veth at two consecutive checks; DEL ran while the agent was down): address reclaimed into cooldown"
+            "pod datapath is gone: no /32 route to {}, no pod rule to it and {veth}, at {POD_RECLAIM_MISSES} consecutive checks after the grace; the pod's DEL ran while the agent was unreachable or its sandbox is gone: address reclaimed into cooldown",
+            a.ip
         );
         shared.metrics.inc_del_ip_req("PodDatapathGone");
     }

@@ -257,3 +257,4 @@ pub async fn faulty_front_lossy(
     (format!("http://{addr}"), counts)
 }
 pub mod fake_cloud;
+pub mod fake_node;

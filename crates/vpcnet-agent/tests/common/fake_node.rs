@@ -1,0 +1,41 @@
+//! A node datapath that only reports what the test says is there: /32 routes, pod rules and
+//! link names.
+
+use std::collections::BTreeSet;
+use std::net::Ipv4Addr;
+use std::sync::Mutex;
+
+use vpcnet_agent::node::{BoxFuture, NodeEni, NodeFirewall, NodeNetwork};
+
+#[derive(Default)]
+pub struct FakeNode {
+    pub routes: Mutex<BTreeSet<Ipv4Addr>>,
+    pub rules: Mutex<BTreeSet<Ipv4Addr>>,
+    pub links: Mutex<BTreeSet<String>>,
+}
+
+impl NodeNetwork for FakeNode {
+    fn setup_eni<'a>(&'a self, _eni: &'a NodeEni) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn pod_route_ips(&self) -> BoxFuture<'_, anyhow::Result<BTreeSet<Ipv4Addr>>> {
+        Box::pin(async { Ok(self.routes.lock().unwrap().clone()) })
+    }
+    fn pod_rule_ips(&self) -> BoxFuture<'_, anyhow::Result<BTreeSet<Ipv4Addr>>> {
+        Box::pin(async { Ok(self.rules.lock().unwrap().clone()) })
+    }
+    fn link_names(&self) -> BoxFuture<'_, anyhow::Result<BTreeSet<String>>> {
+        Box::pin(async { Ok(self.links.lock().unwrap().clone()) })
+    }
+    fn setup_node_firewall<'a>(
+        &'a self,
+        _fw: &'a NodeFirewall,
+    ) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// The host veth the plugin names for `add_req(id)`'s pod (default/pod-<id>).
+pub fn veth_of(id: &str) -> String {
+    vpcnet_datapath::names::host_veth_name("eni", "default", &format!("pod-{id}"))
+}
