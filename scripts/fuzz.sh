@@ -5,6 +5,8 @@
 # CI runs the kept reproducers through each owning crate's `fuzz_regressions` test.
 #   scripts/fuzz.sh                 # every target, 60 s each
 #   scripts/fuzz.sh 300 emu_query   # one target, 5 minutes
+#   FUZZ_RUNS=10000000 scripts/fuzz.sh   # every target until 10 million executions (no time
+#                                        # limit; the goal of issue 32, run outside CI)
 # Targets (fuzz/fuzz_targets/): cni_netconf, cni_prev_result, cni_args, checkpoint, imds,
 # emu_query. Seeds (fuzz/seeds/<target>/) and dictionaries (fuzz/dicts/<target>.dict) are
 # kept in git; the grown corpus (fuzz/corpus/) and raw crash artifacts (fuzz/artifacts/)
@@ -32,8 +34,10 @@ for t in "${targets[@]}"; do
     # Single process (-jobs not set = one job): the machine is shared.
     dict=()
     [ -f "dicts/$t.dict" ] && dict=(-dict="dicts/$t.dict")
+    limit=(-max_total_time="$secs")
+    [ -n "${FUZZ_RUNS:-}" ] && limit=(-runs="$FUZZ_RUNS" -max_total_time=0)
     if cargo fuzz run --debug-assertions "$t" "corpus/$t" "seeds/$t" "regressions/$t" -- \
-        "${dict[@]}" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+        "${dict[@]}" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
         -artifact_prefix="artifacts/$t/" >"$log" 2>&1; then
         result="ok"
     else
@@ -43,9 +47,12 @@ for t in "${targets[@]}"; do
     fi
     runs="$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | tail -n1)"
     cov="$(grep -o 'cov: [0-9]*' "$log" | tail -n1 | grep -o '[0-9]*')"
-    summary+=("$(printf '%-16s %12s executions  %6s edges  %s' "$t" "${runs:-?}" "${cov:-?}" "$result")")
+    corpus="$(find "corpus/$t" -type f | wc -l)"
+    secs_taken="$(grep -o 'Done [0-9]* runs in [0-9]* second' "$log" | grep -o 'in [0-9]*' | grep -o '[0-9]*' | tail -n1)"
+    summary+=("$(printf '%-16s %12s executions  %6s s  %6s edges  %6s corpus files  %s' "$t" "${runs:-?}" "${secs_taken:-?}" "${cov:-?}" "$corpus" "$result")")
 done
 echo
-echo "fuzz summary (${secs} s per target):"
+if [ -n "${FUZZ_RUNS:-}" ]; then per="$FUZZ_RUNS executions"; else per="$secs s"; fi
+echo "fuzz summary ($per per target):"
 printf '  %s\n' "${summary[@]}"
 exit "$status"

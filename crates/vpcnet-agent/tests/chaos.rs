@@ -6,6 +6,11 @@
 //! results), the agent's checkpoint matches the pods the runtime thinks are running, and after
 //! scale-down nothing is held and every detached ENI is one the sweep will delete.
 //!
+//! Combined faults (issue 32): a quarter of the kills also delete the checkpoint and a quarter
+//! corrupt it, so the restarted agent recovers from evidence only — the runtime's CNI cache,
+//! which the test writes and removes as containerd's libcni does (the node datapath is off, so
+//! there are no routes to go by).
+//!
 //! Kills land while a call is in flight, at `CHAOS_KILLS` random operations and at half of the
 //! operations right after a checkpoint fault window; an agent that exits on its own (start-up
 //! gave up against the faulty EC2) is restarted, as kubelet would.
@@ -23,6 +28,7 @@ use std::process::{Child, Command};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use common::fake_node::{remove_cni_cache, write_cni_cache};
 use common::*;
 use rand::{Rng, SeedableRng};
 use tonic::transport::Channel;
@@ -58,6 +64,14 @@ fn spawn_agent(lab: &Lab, front: &str, n: u32) -> Agent {
         .env("DISABLE_INTROSPECTION", "true")
         .env("DISABLE_METRICS", "true")
         .env("VPCNET_NODE_DATAPATH", "false")
+        // As the chart runs it: the VPC CNI's checkpoint imported when the agent has none
+        // (absent here), the runtime's CNI cache read at start.
+        .env(
+            "VPCNET_VPC_CNI_CHECKPOINT",
+            lab.dir.path().join("aws-node/ipam.json"),
+        )
+        .env("VPCNET_CNI_CACHE_DIR", cni_cache(lab))
+        .env("VPCNET_POD_RECLAIM_GRACE", "5")
         .env("VPCNET_RECONCILE_INTERVAL", "1")
         .env("IP_COOLDOWN_PERIOD", "1")
         .env("WARM_IP_TARGET", "3")
@@ -79,17 +93,39 @@ impl Drop for Agent {
     }
 }
 
+/// The runtime's CNI cache directory (the test writes it as containerd's libcni would).
+fn cni_cache(lab: &Lab) -> PathBuf {
+    lab.dir.path().join("cni")
+}
+
+/// The second fault of a kill: the checkpoint lost or corrupt when the agent restarts.
+#[derive(Clone, Copy, Debug)]
+enum Damage {
+    Lost,
+    Corrupt,
+}
+
+fn damage_checkpoint(lab: &Lab, d: Damage) {
+    match d {
+        Damage::Lost => {
+            let _ = std::fs::remove_file(lab.checkpoint());
+        }
+        Damage::Corrupt => std::fs::write(lab.checkpoint(), "{\"version\":1,\"assign").unwrap(),
+    }
+}
+
 fn kill9(a: &mut Agent) {
     // SIGKILL: no shutdown path runs.
     let _ = a.child.kill();
     let _ = a.child.wait();
 }
 
-/// SIGKILLs `agent` `pause` into the call in flight and starts the next agent (number `n` + 1),
-/// as kubelet would restart the DaemonSet pod.
+/// SIGKILLs `agent` `pause` into the call in flight, applies `damage` to its checkpoint and
+/// starts the next agent (number `n` + 1), as kubelet would restart the DaemonSet pod.
 async fn kill_mid_call(
     mut agent: Agent,
     pause: Duration,
+    damage: Option<Damage>,
     lab: &Lab,
     front: &str,
     n: &mut u32,
@@ -98,6 +134,10 @@ async fn kill_mid_call(
     tokio::time::sleep(pause).await;
     kill9(&mut agent);
     fig.kills += 1;
+    if let Some(d) = damage {
+        damage_checkpoint(lab, d);
+        *fig.damaged_checkpoints.entry(format!("{d:?}")).or_default() += 1;
+    }
     *n += 1;
     spawn_agent(lab, front, *n)
 }
@@ -140,6 +180,8 @@ struct Figures {
     exits: u64,
     invariant_checks: u64,
     checkpoint_fault_windows: u64,
+    /// Kills whose restart found the checkpoint lost or corrupt, by damage.
+    damaged_checkpoints: BTreeMap<String, u64>,
     add_failures: BTreeMap<String, u64>,
 }
 
@@ -217,7 +259,8 @@ async fn chaos_kill9_and_ec2_faults_never_double_assign_or_leak() {
             });
             if kill_now {
                 let pause = Duration::from_millis(rng.random_range(0..30));
-                agent = kill_mid_call(agent, pause, &lab, &front, &mut n, &mut fig).await;
+                let damage = damage_at(&mut rng);
+                agent = kill_mid_call(agent, pause, damage, &lab, &front, &mut n, &mut fig).await;
                 client = None;
             }
             let res = call.await.unwrap();
@@ -228,6 +271,7 @@ async fn chaos_kill9_and_ec2_faults_never_double_assign_or_leak() {
                     if let Some((other, _)) = rt.live.iter().find(|(_, x)| **x == ip) {
                         panic!("{ip} handed to {id} while {other} holds it (seed {seed})");
                     }
+                    write_cni_cache(&cni_cache(&lab), &id, ip);
                     rt.live.insert(id, ip);
                     fig.adds_ok += 1;
                 }
@@ -258,12 +302,14 @@ async fn chaos_kill9_and_ec2_faults_never_double_assign_or_leak() {
             });
             if kill_now {
                 let pause = Duration::from_millis(rng.random_range(0..30));
-                agent = kill_mid_call(agent, pause, &lab, &front, &mut n, &mut fig).await;
+                let damage = damage_at(&mut rng);
+                agent = kill_mid_call(agent, pause, damage, &lab, &front, &mut n, &mut fig).await;
                 client = None;
             }
             let res = call.await.unwrap();
             match res {
                 Ok(Ok(_)) => {
+                    remove_cni_cache(&cni_cache(&lab), &id);
                     rt.live.remove(&id);
                     rt.to_delete.remove(&id);
                     fig.dels_ok += 1;
@@ -298,6 +344,7 @@ async fn chaos_kill9_and_ec2_faults_never_double_assign_or_leak() {
     eventually_async(&mut c).await;
     for id in std::mem::take(&mut rt.to_delete) {
         c.del_network(del_req(&id)).await.unwrap();
+        remove_cni_cache(&cni_cache(&lab), &id);
     }
     // The agent's checkpoint lists exactly the running pods with the addresses they got.
     let cp = checkpoint(&lab);
@@ -318,6 +365,7 @@ async fn chaos_kill9_and_ec2_faults_never_double_assign_or_leak() {
     // Scale down to zero: nothing stays held.
     for id in rt.live.keys().cloned().collect::<Vec<_>>() {
         c.del_network(del_req(&id)).await.unwrap();
+        remove_cni_cache(&cni_cache(&lab), &id);
         rt.live.remove(&id);
     }
     assert!(
@@ -360,6 +408,15 @@ async fn chaos_kill9_and_ec2_faults_never_double_assign_or_leak() {
         detached.len(),
         started.elapsed().as_secs_f64()
     );
+}
+
+/// Half of the kills also lose or corrupt the checkpoint (the combined faults of issue 32).
+fn damage_at(rng: &mut impl Rng) -> Option<Damage> {
+    match rng.random_range(0..4) {
+        0 => Some(Damage::Lost),
+        1 => Some(Damage::Corrupt),
+        _ => None,
+    }
 }
 
 fn log_tail(log: &Path) -> String {

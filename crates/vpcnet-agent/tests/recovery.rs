@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::fake_cloud::{fake_options, FakeCloud};
-use common::fake_node::{veth_of, FakeNode};
+use common::fake_node::{remove_cni_cache, veth_of, write_cni_cache, FakeNode};
 use common::*;
 use vpcnet_agent::state::now_ms;
 use vpcnet_ipam::PodKey;
@@ -46,29 +46,12 @@ fn chart_options(fake: &FakeCloud, dir: &Path, node: &Arc<FakeNode>) -> vpcnet_a
     o
 }
 
-/// What containerd's libcni writes after a successful ADD of `add_req(id)`.
-fn write_cache(dir: &Path, id: &str, ip: Ipv4Addr) {
-    let results = dir.join("cni/results");
-    std::fs::create_dir_all(&results).unwrap();
-    let entry = serde_json::json!({
-        "kind": "cniCacheV1",
-        "containerId": id,
-        "config": "e30=",
-        "ifName": "eth0",
-        "networkName": "aws-cni",
-        "netns": format!("/var/run/netns/{id}"),
-        "cniArgs": [["K8S_POD_NAMESPACE", "default"], ["K8S_POD_NAME", format!("pod-{id}")]],
-        "result": {"cniVersion": "1.0.0", "ips": [{"address": format!("{ip}/32")}]},
-    });
-    std::fs::write(results.join(format!("aws-cni-{id}-eth0")), entry.to_string()).unwrap();
-}
-
 /// Every trace of a running pod on the node, as the plugin and the runtime leave them.
 fn pod_on_node(dir: &Path, node: &FakeNode, id: &str, ip: Ipv4Addr) {
     node.routes.lock().unwrap().insert(ip);
     node.rules.lock().unwrap().insert(ip);
     node.links.lock().unwrap().insert(veth_of(id));
-    write_cache(dir, id, ip);
+    write_cni_cache(&dir.join("cni"), id, ip);
 }
 
 /// A pod deleted as DEL and the runtime remove it.
@@ -76,7 +59,7 @@ fn pod_gone(dir: &Path, node: &FakeNode, id: &str, ip: Ipv4Addr) {
     node.routes.lock().unwrap().remove(&ip);
     node.rules.lock().unwrap().remove(&ip);
     node.links.lock().unwrap().remove(&veth_of(id));
-    let _ = std::fs::remove_file(dir.join(format!("cni/results/aws-cni-{id}-eth0")));
+    remove_cni_cache(&dir.join("cni"), id);
 }
 
 /// First life of the agent: pods `ids` get addresses and run.

@@ -6,6 +6,11 @@
 //! containers, the agent's ENIs and addresses equal EC2's (the emulator's), and after every
 //! container is removed nothing is held and no pod route, rule or host veth is left.
 //!
+//! Combined faults (issue 32): a quarter of the kills also delete the node's checkpoint and a
+//! quarter corrupt it, and every kill deletes a running container's host route, so the
+//! restarted agent recovers from evidence (the runtime's CNI cache, routes, rules) and repairs
+//! the route.
+//!
 //! CI size: 36 container operations, 4 kills, seed 13 (`CHAOS_LAB_OPS`, `CHAOS_LAB_KILLS`,
 //! `CHAOS_LAB_SEED` change it; `scripts/chaos-lab.sh` runs a bigger one). Needs root and the
 //! workspace binaries; skipped when not root. The lab (its namespaces) is created and removed
@@ -37,6 +42,9 @@ struct Figures {
     kills: u32,
     kills_during_add: u32,
     kills_during_del: u32,
+    checkpoints_lost: u32,
+    checkpoints_corrupt: u32,
+    routes_deleted: u32,
     addresses_checked: u32,
     invariant_checks: u32,
 }
@@ -77,6 +85,11 @@ fn chaos(lab: &Lab, ops: u32, kills: u32, seed: u64) {
             running.keys().nth(i).unwrap().clone()
         };
         let delay = Duration::from_millis(rng.random_range(0..600));
+        // The second fault of a kill (issue 32): the checkpoint lost or corrupt at the
+        // restart, and a running container's host route deleted.
+        let damage = if kill { rng.random_range(0..4) } else { 3 };
+        let unrouted = (kill && !running.is_empty())
+            .then(|| *running.values().nth(rng.random_range(0..running.len())).unwrap());
         let result = std::thread::scope(|s| {
             let worker = s.spawn(|| {
                 if start {
@@ -89,8 +102,25 @@ fn chaos(lab: &Lab, ops: u32, kills: u32, seed: u64) {
             if kill {
                 std::thread::sleep(delay);
                 assert!(lab.kill_agent("n1").unwrap(), "no agent to kill");
+                let checkpoint = node.checkpoint_path();
+                let what = match damage {
+                    0 => {
+                        let _ = std::fs::remove_file(&checkpoint);
+                        "checkpoint lost"
+                    }
+                    1 => {
+                        std::fs::write(&checkpoint, "{\"version\":1,\"assign").unwrap();
+                        "checkpoint corrupt"
+                    }
+                    _ => "checkpoint intact",
+                };
+                if let Some(ip) = unrouted {
+                    let _ = std::process::Command::new("ip")
+                        .args(["-n", &node.netns, "route", "del", &format!("{ip}/32")])
+                        .status();
+                }
                 eprintln!(
-                    "op {op}: SIGKILL {delay:?} into the {} of {id}",
+                    "op {op}: SIGKILL {delay:?} into the {} of {id}; {what}; route to {unrouted:?} deleted",
                     if start { "start" } else { "removal" }
                 );
                 lab.start_agent("n1").expect("agent restarts after SIGKILL");
@@ -99,6 +129,12 @@ fn chaos(lab: &Lab, ops: u32, kills: u32, seed: u64) {
         });
         if kill {
             fig.kills += 1;
+            match damage {
+                0 => fig.checkpoints_lost += 1,
+                1 => fig.checkpoints_corrupt += 1,
+                _ => {}
+            }
+            fig.routes_deleted += u32::from(unrouted.is_some());
             if start {
                 fig.kills_during_add += 1;
             } else {
@@ -137,10 +173,12 @@ fn chaos(lab: &Lab, ops: u32, kills: u32, seed: u64) {
     let ips: BTreeSet<Ipv4Addr> = running.values().copied().collect();
     assert_eq!(ips.len(), running.len(), "distinct addresses");
     settle(lab, &node, &running, &mut fig);
+    // Deleted routes of running containers are repaired by the audit (whatever the age).
     for (id, ip) in &running {
-        assert!(
-            host_veth(&node, *ip).is_some(),
-            "{id} ({ip}): no host route"
+        wait_until(
+            &format!("{id} ({ip}): host route repaired"),
+            Duration::from_secs(90),
+            || host_veth(&node, *ip).is_some(),
         );
     }
 
@@ -170,6 +208,10 @@ fn chaos(lab: &Lab, ops: u32, kills: u32, seed: u64) {
             .any(|w| w.starts_with("eni") && w.contains('@'))
     });
     fig.invariant_checks += 3;
+    eprintln!(
+        "chaos lab combined faults: {} checkpoints lost, {} corrupt, {} routes of running containers deleted",
+        fig.checkpoints_lost, fig.checkpoints_corrupt, fig.routes_deleted
+    );
     eprintln!(
         "chaos lab (seed {seed}): {} container operations ({} starts, {} removals), {} SIGKILLs \
          ({} during a start, {} during a removal), {} start addresses checked, {} invariant \

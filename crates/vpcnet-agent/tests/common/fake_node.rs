@@ -39,3 +39,25 @@ impl NodeNetwork for FakeNode {
 pub fn veth_of(id: &str) -> String {
     vpcnet_datapath::names::host_veth_name("eni", "default", &format!("pod-{id}"))
 }
+
+/// What containerd's libcni writes under `cache_dir` after a successful ADD of `add_req(id)`.
+pub fn write_cni_cache(cache_dir: &std::path::Path, id: &str, ip: Ipv4Addr) {
+    let results = cache_dir.join("results");
+    std::fs::create_dir_all(&results).unwrap();
+    let entry = serde_json::json!({
+        "kind": "cniCacheV1",
+        "containerId": id,
+        "config": "e30=",
+        "ifName": "eth0",
+        "networkName": "aws-cni",
+        "netns": format!("/var/run/netns/{id}"),
+        "cniArgs": [["K8S_POD_NAMESPACE", "default"], ["K8S_POD_NAME", format!("pod-{id}")]],
+        "result": {"cniVersion": "1.0.0", "ips": [{"address": format!("{ip}/32")}]},
+    });
+    std::fs::write(results.join(format!("aws-cni-{id}-eth0")), entry.to_string()).unwrap();
+}
+
+/// What libcni removes after a successful DEL.
+pub fn remove_cni_cache(cache_dir: &std::path::Path, id: &str) {
+    let _ = std::fs::remove_file(cache_dir.join(format!("results/aws-cni-{id}-eth0")));
+}
