@@ -120,7 +120,10 @@ mod tests {
         let p = parse(&entry("aws-cni", "abc", "10.0.1.7"), "aws-cni").unwrap();
         assert_eq!(p.container_id, "abc");
         assert_eq!(p.if_name, "eth0");
-        assert_eq!((p.namespace.as_str(), p.name.as_str()), ("default", "web-1"));
+        assert_eq!(
+            (p.namespace.as_str(), p.name.as_str()),
+            ("default", "web-1")
+        );
         assert_eq!(p.ips, vec![Ipv4Addr::new(10, 0, 1, 7)]);
     }
 
@@ -129,7 +132,11 @@ mod tests {
         assert!(parse(&entry("bridge", "abc", "10.0.1.7"), "aws-cni").is_none());
         assert!(parse(&entry("aws-cni", "abc", "fd00::7"), "aws-cni").is_none());
         assert!(parse("{not json", "aws-cni").is_none());
-        assert!(parse(r#"{"containerId":"a","ifName":"eth0","networkName":"aws-cni"}"#, "aws-cni").is_none());
+        assert!(parse(
+            r#"{"containerId":"a","ifName":"eth0","networkName":"aws-cni"}"#,
+            "aws-cni"
+        )
+        .is_none());
     }
 
     #[test]

@@ -850,6 +850,10 @@ mod declaration_tests {
         m.inc_ec2_describe("x");
         m.inc_datapath_repair("x");
         m.set_datapath_unrepaired([("x", 1)]);
+        m.inc_k8s_watch_restart("x");
+        m.observe_watch_apply("x", Duration::ZERO);
+        m.inc_checkpoint_recovery("x");
+        m.inc_evidence_hold("x");
         drop(m.action("x"));
         let e = Ec2Error::api(Action::AttachNetworkInterface, "Boom", "", Some(400));
         let obs: Arc<dyn Ec2Observer> = m.clone();

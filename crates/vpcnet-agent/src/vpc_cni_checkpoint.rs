@@ -199,10 +199,7 @@ mod tests {
         };
         let theirs = dir.path().join("theirs.json");
         std::fs::write(&theirs, r#"{"version":"vpc-cni-ipam/9","allocations":[]}"#).unwrap();
-        let e = format!(
-            "{:#}",
-            import_at_start(&store, &theirs, &[]).unwrap_err()
-        );
+        let e = format!("{:#}", import_at_start(&store, &theirs, &[]).unwrap_err());
         assert!(
             e.contains("theirs.json") && e.contains("vpc-cni-ipam/9"),
             "{e}"

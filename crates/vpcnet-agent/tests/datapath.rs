@@ -238,13 +238,17 @@ async fn a_young_pods_lost_route_and_rule_are_repaired_within_the_grace() {
     let (agent, ip) = agent_with_a_pod(&lab, &node_ns, &pod_ns, Duration::from_secs(3600)).await;
     let (dst, ip_s) = (format!("{ip}/32"), ip.to_string());
     eventually("the route ADD built", Duration::from_secs(5), || {
-        node_ns.ip(&["route", "show", &dst]).contains(&veth_of("p1"))
+        node_ns
+            .ip(&["route", "show", &dst])
+            .contains(&veth_of("p1"))
     })
     .await;
     node_ns.ip(&["route", "del", &dst]);
     node_ns.ip(&["rule", "del", "priority", "512", "to", &ip_s]);
     eventually("route and rule repaired", Duration::from_secs(5), || {
-        node_ns.ip(&["route", "show", &dst]).contains(&veth_of("p1"))
+        node_ns
+            .ip(&["route", "show", &dst])
+            .contains(&veth_of("p1"))
             && node_ns
                 .ip(&["rule", "show"])
                 .contains(&format!("512:\tfrom all to {ip_s} lookup main"))
@@ -260,8 +264,7 @@ async fn the_periodic_pass_repairs_a_pods_datapath_and_the_node_and_reports_it()
     // The primary ENI's interface (the firewall's rp_filter and SNAT are set on it).
     let primary = attached(&lab).into_iter().find(|e| e.0 == 0).unwrap();
     node_ns.eni_link("eth0", &primary.1);
-    let (agent, ip) =
-        agent_with_a_pod(&lab, &node_ns, &pod_ns, Duration::from_millis(200)).await;
+    let (agent, ip) = agent_with_a_pod(&lab, &node_ns, &pod_ns, Duration::from_millis(200)).await;
     let addr = agent.introspection_addr.unwrap();
     // A fresh namespace forwards nothing: the first pass turns forwarding on.
     eventually("forwarding enabled", Duration::from_secs(5), || {

@@ -434,9 +434,11 @@ async fn addresses_routed_to_pods_survive_a_missing_checkpoint() {
     opts.pod_reclaim_interval = Duration::from_secs(5);
     let agent = vpcnet_agent::start(opts).await.unwrap();
     let mut c = client(&socket).await;
+    // Addresses the lost checkpoint cannot vouch for cool down for the grace and the cooldown
+    // first; at the ENI limit the last new pods wait for them.
     for i in 0..20 {
         let id = format!("n{i}");
-        let r = add_retry(&mut c, &id, Duration::from_secs(10))
+        let r = add_retry(&mut c, &id, Duration::from_secs(120))
             .await
             .unwrap();
         let ip: Ipv4Addr = r.ipv4_addr.parse().unwrap();
@@ -552,7 +554,10 @@ async fn a_port_that_cannot_be_bound_fails_the_start_without_writing_the_conflis
             Err(e) => format!("{e:#}"),
         };
         assert!(e.contains(&format!("cannot bind {what}")), "{e}");
-        assert!(!conflist.exists(), "conflist written by a start that failed ({what})");
+        assert!(
+            !conflist.exists(),
+            "conflist written by a start that failed ({what})"
+        );
     }
     let mut opts = fake_options(&fake, dir.path());
     opts.conflist_path = Some(conflist.clone());

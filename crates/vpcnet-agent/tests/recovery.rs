@@ -89,7 +89,9 @@ fn break_checkpoint(dir: &Path, fault: CheckpointFault) {
     let path = dir.join("ipam.json");
     match fault {
         CheckpointFault::Lost => std::fs::remove_file(path).unwrap(),
-        CheckpointFault::Corrupt => std::fs::write(path, "{\"version\":1,\"assignments\":[{").unwrap(),
+        CheckpointFault::Corrupt => {
+            std::fs::write(path, "{\"version\":1,\"assignments\":[{").unwrap()
+        }
     }
 }
 
@@ -151,18 +153,33 @@ async fn combined(cp: CheckpointFault, nf: NodeFault) {
         &agent,
         &format!("vpcnet_checkpoint_recoveries{{reason=\"{reason}\"}}"),
     );
-    assert!(line.is_some_and(|l| l.ends_with(" 1")), "recovery not counted");
+    assert!(
+        line.is_some_and(|l| l.ends_with(" 1")),
+        "recovery not counted"
+    );
     if let CheckpointFault::Corrupt = cp {
         let aside = std::fs::read_dir(dir)
             .unwrap()
             .filter_map(|e| e.ok())
-            .any(|e| e.file_name().to_string_lossy().starts_with("ipam.json.corrupt-"));
+            .any(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("ipam.json.corrupt-")
+            });
         assert!(aside, "the corrupt checkpoint was not moved aside");
     }
     // Every running pod is held under its own key (the runtime's record), so its DEL works.
     for (id, ip) in &running {
-        let a = agent.shared.pool().assignment(&PodKey::new(id.clone(), "eth0")).cloned();
-        assert_eq!(a.map(|a| a.ip), Some(*ip), "{id} not held ({cp:?} × {nf:?})");
+        let a = agent
+            .shared
+            .pool()
+            .assignment(&PodKey::new(id.clone(), "eth0"))
+            .cloned();
+        assert_eq!(
+            a.map(|a| a.ip),
+            Some(*ip),
+            "{id} not held ({cp:?} × {nf:?})"
+        );
     }
     // Pods created right after the restart, and more after the grace, the cooldown and many
     // reclaim checks: never an address of a running pod.
@@ -171,7 +188,11 @@ async fn combined(cp: CheckpointFault, nf: NodeFault) {
     new_pods_avoid(dir, &node, "m", 6, &running).await;
     for (id, ip) in &running {
         assert!(
-            agent.shared.pool().assignment(&PodKey::new(id.clone(), "eth0")).is_some(),
+            agent
+                .shared
+                .pool()
+                .assignment(&PodKey::new(id.clone(), "eth0"))
+                .is_some(),
             "{id} ({ip}) released while running ({cp:?} × {nf:?})"
         );
     }
@@ -228,19 +249,42 @@ async fn restart_during_the_cooldown(cp: CheckpointFault) {
     pod_gone(dir, &node, "p3", ip3);
     agent.shutdown().await;
     break_checkpoint(dir, cp);
+    let before = now_ms();
     let agent = vpcnet_agent::start(chart_options(&fake, dir, &node))
         .await
         .unwrap();
-    let started = now_ms();
+    let after = now_ms();
     let mut cooling = running.clone();
     cooling.retain(|id, _| id != "p3");
     cooling.insert("deleted p3 (cooling)".into(), ip3);
     new_pods_avoid(dir, &node, "n", 8, &cooling).await;
-    let cooldown = agent.shared.pool().config().cooldown_ms;
-    let settled = started + GRACE.as_millis() as u64 + cooldown;
-    assert!(agent.shared.pool().is_cooling(ip3, settled - 1));
-    assert!(!agent.shared.pool().is_cooling(ip3, settled));
+    assert_cools_from_start(&agent, ip3, before, after);
     agent.shutdown().await;
+}
+
+/// `ip` cools until the grace plus the cooldown after the agent's start (which happened
+/// between the times `before` and `after` of the agent's clock), then is free. `now_ms` on a
+/// paused clock rounds wall clock and skew apart: 5 ms of slack.
+fn assert_cools_from_start(
+    agent: &vpcnet_agent::AgentHandle,
+    ip: Ipv4Addr,
+    before: u64,
+    after: u64,
+) {
+    let pool = agent.shared.pool();
+    let hold = GRACE.as_millis() as u64 + pool.config().cooldown_ms;
+    assert!(
+        pool.is_cooling(ip, after + pool.config().cooldown_ms),
+        "cools only for the cooldown"
+    );
+    assert!(
+        pool.is_cooling(ip, before + hold - 5),
+        "free before the grace and the cooldown passed"
+    );
+    assert!(
+        !pool.is_cooling(ip, after + hold + 5),
+        "still cooling after the grace and the cooldown"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -271,8 +315,21 @@ async fn a_pod_created_during_the_restart() {
         loop {
             if let Ok(s) = tokio::net::UnixStream::connect(&socket).await {
                 drop(s);
+                // As kubelet does: a sandbox whose ADD failed is retried.
                 let mut c = client(&socket).await;
-                return add_retry(&mut c, "late", Duration::from_secs(30)).await;
+                loop {
+                    match c.add_network(add_req("late")).await {
+                        Err(s)
+                            if matches!(
+                                s.code(),
+                                tonic::Code::Unavailable | tonic::Code::FailedPrecondition
+                            ) =>
+                        {
+                            tokio::time::sleep(Duration::from_millis(100)).await
+                        }
+                        r => return r.map(|r| r.into_inner()),
+                    }
+                }
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -320,22 +377,23 @@ async fn after_the_swap_addresses_the_vpc_cni_did_not_list_cool_down() {
         serde_json::json!({"version": "vpc-cni-ipam/1", "allocations": allocations}).to_string(),
     )
     .unwrap();
+    let before = now_ms();
     let agent = vpcnet_agent::start(chart_options(&fake, dir, &node))
         .await
         .unwrap();
-    let started = now_ms();
+    let after = now_ms();
     for id in ["p1", "p2"] {
-        let a = agent.shared.pool().assignment(&PodKey::new(id, "eth0")).cloned();
+        let a = agent
+            .shared
+            .pool()
+            .assignment(&PodKey::new(id, "eth0"))
+            .cloned();
         assert_eq!(a.map(|a| a.ip), Some(running[id]), "{id} not imported");
     }
     assert!(
         metrics_line(&agent, "vpcnet_checkpoint_recoveries").is_none(),
         "an import is no recovery"
     );
-    let cooldown = agent.shared.pool().config().cooldown_ms;
-    let settled = started + GRACE.as_millis() as u64 + cooldown;
-    assert!(agent.shared.pool().is_cooling(ip3, started + cooldown));
-    assert!(agent.shared.pool().is_cooling(ip3, settled - 1));
-    assert!(!agent.shared.pool().is_cooling(ip3, settled));
+    assert_cools_from_start(&agent, ip3, before, after);
     agent.shutdown().await;
 }

@@ -51,7 +51,6 @@ fn pod_on_eni(node_ns: &TestNetns, pod_ns: &TestNetns, veth: &str) -> (pod::PodS
         container_ifname: "eth0".into(),
         mtu: 9001,
         route_table: node::eni_route_table(2),
-        building: false,
     };
     rt().block_on(async {
         let node = handle(node_ns);
@@ -63,6 +62,7 @@ fn pod_on_eni(node_ns: &TestNetns, pod_ns: &TestNetns, veth: &str) -> (pod::PodS
         ip: spec.ip,
         host_veth: spec.host_veth.clone(),
         route_table: node::eni_route_table(2),
+        building: false,
     };
     (spec, want)
 }

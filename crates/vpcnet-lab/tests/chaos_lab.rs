@@ -88,8 +88,12 @@ fn chaos(lab: &Lab, ops: u32, kills: u32, seed: u64) {
         // The second fault of a kill (issue 32): the checkpoint lost or corrupt at the
         // restart, and a running container's host route deleted.
         let damage = if kill { rng.random_range(0..4) } else { 3 };
-        let unrouted = (kill && !running.is_empty())
-            .then(|| *running.values().nth(rng.random_range(0..running.len())).unwrap());
+        let unrouted = (kill && !running.is_empty()).then(|| {
+            *running
+                .values()
+                .nth(rng.random_range(0..running.len()))
+                .unwrap()
+        });
         let result = std::thread::scope(|s| {
             let worker = s.spawn(|| {
                 if start {

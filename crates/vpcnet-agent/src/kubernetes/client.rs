@@ -119,7 +119,11 @@ pub fn endpoint(s: &ApiSettings) -> Result<Option<Endpoint>> {
 /// bounds the wait for each read of an answer: set for one-shot calls, `None` for watches (a
 /// quiet watch sends nothing for minutes; the server ends it at its own timeout and kube-rs's
 /// watcher has an idle deadline beyond that).
-fn kube_config(ep: &Endpoint, sa_dir: &Path, read_timeout: Option<Duration>) -> Result<kube::Config> {
+fn kube_config(
+    ep: &Endpoint,
+    sa_dir: &Path,
+    read_timeout: Option<Duration>,
+) -> Result<kube::Config> {
     let ca_path = sa_dir.join("ca.crt");
     let pem = std::fs::read(&ca_path).with_context(|| {
         format!(

@@ -281,9 +281,9 @@ async fn watch_node(
         Api::<EniConfig>::all(client.clone()),
         watcher::Config::default().timeout(WATCH_TIMEOUT_SECS),
     )
-        .default_backoff()
-        .map(|e| Seen::Config(Box::new(e)))
-        .boxed();
+    .default_backoff()
+    .map(|e| Seen::Config(Box::new(e)))
+    .boxed();
     // The channel itself: the reconciler's placement errors change the report too.
     let tracked_events = futures::stream::unfold(tx.subscribe(), |mut rx| async move {
         rx.changed().await.ok().map(|()| (Seen::Tracked, rx))

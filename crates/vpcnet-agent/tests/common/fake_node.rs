@@ -54,7 +54,11 @@ pub fn write_cni_cache(cache_dir: &std::path::Path, id: &str, ip: Ipv4Addr) {
         "cniArgs": [["K8S_POD_NAMESPACE", "default"], ["K8S_POD_NAME", format!("pod-{id}")]],
         "result": {"cniVersion": "1.0.0", "ips": [{"address": format!("{ip}/32")}]},
     });
-    std::fs::write(results.join(format!("aws-cni-{id}-eth0")), entry.to_string()).unwrap();
+    std::fs::write(
+        results.join(format!("aws-cni-{id}-eth0")),
+        entry.to_string(),
+    )
+    .unwrap();
 }
 
 /// What libcni removes after a successful DEL.
