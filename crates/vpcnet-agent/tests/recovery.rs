@@ -26,10 +26,10 @@ enum CheckpointFault {
 }
 
 #[derive(Clone, Copy, Debug)]
-enum NodeFault {
-    MissingRoute,
-    MissingRule,
-    MissingVeth,
+enum MissingTrace {
+    Route,
+    Rule,
+    Veth,
 }
 
 const GRACE: Duration = Duration::from_secs(60);
@@ -127,7 +127,7 @@ fn metrics_line(agent: &vpcnet_agent::AgentHandle, series: &str) -> Option<Strin
         .map(str::to_string)
 }
 
-async fn combined(cp: CheckpointFault, nf: NodeFault) {
+async fn combined(cp: CheckpointFault, nf: MissingTrace) {
     let fake = FakeCloud::new("m5.large");
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
@@ -137,9 +137,9 @@ async fn combined(cp: CheckpointFault, nf: NodeFault) {
     // Two faults meet: the checkpoint is gone or corrupt, and p1 misses one trace.
     let ip1 = running["p1"];
     match nf {
-        NodeFault::MissingRoute => node.routes.lock().unwrap().remove(&ip1),
-        NodeFault::MissingRule => node.rules.lock().unwrap().remove(&ip1),
-        NodeFault::MissingVeth => node.links.lock().unwrap().remove(&veth_of("p1")),
+        MissingTrace::Route => node.routes.lock().unwrap().remove(&ip1),
+        MissingTrace::Rule => node.rules.lock().unwrap().remove(&ip1),
+        MissingTrace::Veth => node.links.lock().unwrap().remove(&veth_of("p1")),
     };
     break_checkpoint(dir, cp);
     let agent = vpcnet_agent::start(chart_options(&fake, dir, &node))
@@ -206,32 +206,32 @@ async fn combined(cp: CheckpointFault, nf: NodeFault) {
 
 #[tokio::test(start_paused = true)]
 async fn lost_checkpoint_and_a_missing_route() {
-    combined(CheckpointFault::Lost, NodeFault::MissingRoute).await;
+    combined(CheckpointFault::Lost, MissingTrace::Route).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn lost_checkpoint_and_a_missing_rule() {
-    combined(CheckpointFault::Lost, NodeFault::MissingRule).await;
+    combined(CheckpointFault::Lost, MissingTrace::Rule).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn lost_checkpoint_and_a_missing_veth() {
-    combined(CheckpointFault::Lost, NodeFault::MissingVeth).await;
+    combined(CheckpointFault::Lost, MissingTrace::Veth).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn corrupt_checkpoint_and_a_missing_route() {
-    combined(CheckpointFault::Corrupt, NodeFault::MissingRoute).await;
+    combined(CheckpointFault::Corrupt, MissingTrace::Route).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn corrupt_checkpoint_and_a_missing_rule() {
-    combined(CheckpointFault::Corrupt, NodeFault::MissingRule).await;
+    combined(CheckpointFault::Corrupt, MissingTrace::Rule).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn corrupt_checkpoint_and_a_missing_veth() {
-    combined(CheckpointFault::Corrupt, NodeFault::MissingVeth).await;
+    combined(CheckpointFault::Corrupt, MissingTrace::Veth).await;
 }
 
 /// A restart during the cooldown with the checkpoint lost: the address a deleted pod left
