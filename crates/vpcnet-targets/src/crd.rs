@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 
 /// The readiness-gate condition type of binding `name`: pods listing it in
 /// `spec.readinessGates` turn Ready only once the controller sets it True, which it does when
-/// the pod's target is `healthy` (aws-load-balancer-controller's name).
+/// the pod's target is `healthy`, or `unused` in a target group no load balancer uses
+/// ([`crate::core::usage`]) (aws-load-balancer-controller's name).
 pub fn gate_condition(binding: &str) -> String {
     format!("target-health.elbv2.k8s.aws/{binding}")
 }
