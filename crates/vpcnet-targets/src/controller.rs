@@ -20,6 +20,7 @@ use anyhow::{Context, Result};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
@@ -269,8 +270,8 @@ impl KubeSink {
             .with_context(|| format!("reading TargetGroupBinding {}/{}", o.namespace, o.name))?;
         let status = if in_use { "True" } else { "False" };
         let mut conditions = b.status.map(|s| s.conditions).unwrap_or_default();
-        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(chrono::Utc::now());
-        let cond = k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let cond = Condition {
             type_: IN_USE_CONDITION.into(),
             status: status.into(),
             reason: in_use_reason(in_use).into(),
