@@ -178,7 +178,9 @@ fn a_gated_rollout_on_a_target_group_no_load_balancer_uses_completes_and_says_wh
                 );
             }
             assert_eq!(
-                h.iter().filter(|t| t.state != HealthState::Draining).count(),
+                h.iter()
+                    .filter(|t| t.state != HealthState::Draining)
+                    .count(),
                 2,
                 "the old pods were deregistered: {h:?}"
             );
@@ -190,18 +192,15 @@ fn a_gated_rollout_on_a_target_group_no_load_balancer_uses_completes_and_says_wh
                 (Some("False"), Some("NoLoadBalancer")),
                 "{c}"
             );
-            assert!(
-                c["message"].as_str().unwrap_or("").contains(&tg.arn),
-                "{c}"
-            );
+            assert!(c["message"].as_str().unwrap_or("").contains(&tg.arn), "{c}");
             let ev = binding_events(lab, "TargetGroupNotInUse");
             assert!(
                 ev.iter()
                     .any(|(t, note)| t == "Warning" && note.contains("Target.NotInUse")),
                 "{ev:?}"
             );
-            let log = std::fs::read_to_string(lab.dir.join("logs").join(format!("{ROLE}.log")))
-                .unwrap();
+            let log =
+                std::fs::read_to_string(lab.dir.join("logs").join(format!("{ROLE}.log"))).unwrap();
             assert!(
                 log.contains("target group used by no load balancer"),
                 "no log line:\n{log}"
@@ -245,10 +244,7 @@ fn a_gated_rollout_on_a_target_group_no_load_balancer_uses_completes_and_says_wh
                 .load(&lb.lb.name, "n1", "/", 2, Duration::from_secs(2))
                 .unwrap();
             assert_eq!(r.errors, 0, "{r:?}");
-            assert!(
-                r.by_responder.keys().all(|k| k.ends_with(" v3")),
-                "{r:?}"
-            );
+            assert!(r.by_responder.keys().all(|k| k.ends_with(" v3")), "{r:?}");
         },
     );
 }

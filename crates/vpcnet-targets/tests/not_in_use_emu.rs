@@ -64,8 +64,9 @@ async fn gates_open_for_a_group_no_load_balancer_uses_with_condition_event_and_m
     assert_eq!(c.calls("DescribeTargetGroups"), 0);
     let h = c.elb.target_health(&arn, &[]).await.unwrap();
     assert!(
-        h.iter().all(|t| t.state == HealthState::Unused
-            && t.reason.as_deref() == Some("Target.NotInUse")),
+        h.iter()
+            .all(|t| t.state == HealthState::Unused
+                && t.reason.as_deref() == Some("Target.NotInUse")),
         "the emulator reports a group no load balancer uses as unused: {h:?}"
     );
 
@@ -137,7 +138,11 @@ async fn gates_open_for_a_group_no_load_balancer_uses_with_condition_event_and_m
         .unwrap();
     assert_eq!((o.gates_opened, o.gates_waiting), (0, 1));
     let conds = sink.conditions.lock().unwrap().clone();
-    assert_eq!(conds.len(), 3, "True written while the cache says False: {conds:?}");
+    assert_eq!(
+        conds.len(),
+        3,
+        "True written while the cache says False: {conds:?}"
+    );
     assert!(conds[1].1 && conds[1].2.contains("again"), "{conds:?}");
     let events = sink.events.lock().unwrap().clone();
     assert_eq!(events[1], "TargetGroupInUse", "{events:?}");

@@ -207,7 +207,10 @@ mod tests {
         let names: Vec<(&str, GateOpen)> = open.iter().map(|(g, w)| (g.0.as_str(), *w)).collect();
         assert_eq!(
             names,
-            vec![("a", GateOpen::GroupNotInUse), ("b", GateOpen::GroupNotInUse)]
+            vec![
+                ("a", GateOpen::GroupNotInUse),
+                ("b", GateOpen::GroupNotInUse)
+            ]
         );
         // In use (a zone not enabled) or unknown: held.
         assert!(gates_to_open(&gated, &current, Some(true)).is_empty());

@@ -155,7 +155,10 @@ mod tests {
     #[test]
     fn the_note_names_the_group_and_what_to_do() {
         let n = note("arn:tg/web", false, 3, 2);
-        assert!(n.contains("arn:tg/web") && n.contains("Target.NotInUse"), "{n}");
+        assert!(
+            n.contains("arn:tg/web") && n.contains("Target.NotInUse"),
+            "{n}"
+        );
         assert!(n.contains("3 target(s)") && n.contains("2 opened"), "{n}");
         assert!(note("arn:tg/web", true, 0, 0).contains("again"));
     }

@@ -194,4 +194,3 @@ pub fn ids(s: &[(String, HealthState)], state: Option<HealthState>) -> Vec<Strin
         .map(|(id, _)| id.clone())
         .collect()
 }
-
