@@ -223,6 +223,22 @@ impl Elbv2 {
         .await
     }
 
+    /// `DescribeTargetGroups` of one target group by ARN (its `LoadBalancerArns` say which
+    /// load balancers use it; empty: none). Errors: `TargetGroupNotFound`.
+    pub async fn target_group(&self, arn: &str) -> Result<TargetGroup, Elbv2Error> {
+        const A: &str = "DescribeTargetGroups";
+        let out = self
+            .send(A, || {
+                self.client
+                    .describe_target_groups()
+                    .target_group_arns(arn)
+                    .send()
+            })
+            .await?;
+        let first = first(A, out.target_groups(), "no target group in the answer")?;
+        model::target_group(A, first)
+    }
+
     /// `ModifyTargetGroup`: change the health check (None fields stay). Errors:
     /// `TargetGroupNotFound`, `ValidationError`.
     pub async fn modify_target_group(

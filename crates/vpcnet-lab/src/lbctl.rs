@@ -131,36 +131,26 @@ impl Lab {
     /// settings); an application load balancer needs two zones, and the lab's nodes have one
     /// subnet.
     pub fn create_lb(&self, s: &LbSettings) -> Result<LabLb> {
+        self.check_zones(s)?;
+        let tg = self.create_target_group(s)?;
+        self.create_lb_for(s, &tg.arn)
+    }
+
+    /// The target group of [`Lab::create_lb`] alone (type `ip`, `s`'s port, health check and
+    /// deregistration delay), used by no load balancer: its targets are `unused` /
+    /// `Target.NotInUse` until [`Lab::create_lb_for`] puts one in front of it.
+    pub fn create_target_group(&self, s: &LbSettings) -> Result<TargetGroup> {
         let ready = self.ready()?;
-        let subnets = self.node_subnets()?;
-        if s.lb_type == LoadBalancerType::Application && subnets.len() < 2 {
-            bail!(
-                "an application load balancer needs subnets in two zones and this lab's nodes have {}: use --type network",
-                subnets.len()
-            );
-        }
         let s = s.clone();
         self.elbv2(move |elb| async move {
-            let lb = elb
-                .create_load_balancer(&NewLoadBalancer {
-                    name: s.name.clone(),
-                    lb_type: s.lb_type,
-                    internal: true,
-                    subnets,
-                    security_groups: vec![],
-                    tags: vec![("created-by".into(), "vpcnet lab lb".into())],
-                })
-                .await?;
-            let (protocol, health_default) = match s.lb_type {
-                LoadBalancerType::Network => ("TCP", "TCP"),
-                LoadBalancerType::Application => ("HTTP", "HTTP"),
-            };
             let mut health = s.health.clone();
-            health.protocol.get_or_insert_with(|| health_default.into());
+            health
+                .protocol
+                .get_or_insert_with(|| protocol_of(s.lb_type).into());
             let tg = elb
                 .create_target_group(&NewTargetGroup {
                     name: s.name.clone(),
-                    protocol: protocol.into(),
+                    protocol: protocol_of(s.lb_type).into(),
                     port: s.target_port,
                     vpc_id: ready.vpc_id.clone(),
                     target_type: TargetType::Ip,
@@ -175,12 +165,46 @@ impl Lab {
                 )
                 .await?;
             }
-            let listener = elb
-                .create_listener(&lb.arn, protocol, s.port, &tg.arn)
+            Ok(tg)
+        })
+    }
+
+    /// An internal load balancer named `s.name` in the nodes' subnet with a listener on
+    /// `s.port` forwarding to the existing target group `tg_arn`.
+    pub fn create_lb_for(&self, s: &LbSettings, tg_arn: &str) -> Result<LabLb> {
+        self.check_zones(s)?;
+        let subnets = self.node_subnets()?;
+        let s = s.clone();
+        let tg_arn = tg_arn.to_string();
+        self.elbv2(move |elb| async move {
+            let lb = elb
+                .create_load_balancer(&NewLoadBalancer {
+                    name: s.name.clone(),
+                    lb_type: s.lb_type,
+                    internal: true,
+                    subnets,
+                    security_groups: vec![],
+                    tags: vec![("created-by".into(), "vpcnet lab lb".into())],
+                })
                 .await?;
+            let listener = elb
+                .create_listener(&lb.arn, protocol_of(s.lb_type), s.port, &tg_arn)
+                .await?;
+            let tg = elb.target_group(&tg_arn).await?;
             let lb = described(&elb, &s.name).await?;
             lab_lb(lb, listener, tg)
         })
+    }
+
+    fn check_zones(&self, s: &LbSettings) -> Result<()> {
+        let subnets = self.node_subnets()?;
+        if s.lb_type == LoadBalancerType::Application && subnets.len() < 2 {
+            bail!(
+                "an application load balancer needs subnets in two zones and this lab's nodes have {}: use --type network",
+                subnets.len()
+            );
+        }
+        Ok(())
     }
 
     /// Every load balancer of the lab with its first listener and that listener's target
@@ -329,6 +353,14 @@ impl Lab {
                 stop,
             },
         )
+    }
+}
+
+/// Listener and health-check protocol of a load balancer type.
+fn protocol_of(t: LoadBalancerType) -> &'static str {
+    match t {
+        LoadBalancerType::Network => "TCP",
+        LoadBalancerType::Application => "HTTP",
     }
 }
 

@@ -20,6 +20,7 @@ use anyhow::{Context, Result};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
@@ -28,7 +29,8 @@ use kube::{Client, Resource};
 use tokio::sync::{watch, Notify};
 use vpcnet_elbv2::Elbv2;
 
-use crate::crd::{gate_condition, TargetGroupBinding};
+use crate::core::usage::GateOpen;
+use crate::crd::{gate_condition, in_use_reason, TargetGroupBinding, IN_USE_CONDITION};
 use crate::group::{self, GroupInput, GroupSettings, Owner, Sink};
 use crate::metrics::Metrics;
 use crate::views;
@@ -129,6 +131,7 @@ fn owner_of(b: &TargetGroupBinding) -> Owner {
         generation: b.metadata.generation,
         observed: b.status.as_ref().and_then(|s| s.observed_generation),
         uid: b.metadata.uid.clone(),
+        in_use: b.status.as_ref().and_then(|s| s.in_use()),
     }
 }
 
@@ -238,7 +241,8 @@ pub struct Settings {
 }
 
 /// [`Sink`] on the Kubernetes API: gates as pod status conditions (strategic merge patch of
-/// `pods/status`), Events through kube-rs's recorder, `status.observedGeneration`.
+/// `pods/status`), Events through kube-rs's recorder, `status.observedGeneration` and the
+/// binding's [`IN_USE_CONDITION`].
 #[derive(Clone)]
 pub struct KubeSink {
     client: Client,
@@ -254,6 +258,52 @@ impl KubeSink {
     }
 }
 
+impl KubeSink {
+    /// Reads the binding and writes its conditions with [`IN_USE_CONDITION`] set (the others
+    /// kept), guarded by the resourceVersion read: a concurrent change fails the write, and
+    /// the next reconcile, still seeing the old condition, writes it again.
+    async fn write_in_use(&self, o: &Owner, in_use: bool, note: String) -> Result<()> {
+        let api: Api<TargetGroupBinding> = Api::namespaced(self.client.clone(), &o.namespace);
+        let b = api
+            .get(&o.name)
+            .await
+            .with_context(|| format!("reading TargetGroupBinding {}/{}", o.namespace, o.name))?;
+        let status = if in_use { "True" } else { "False" };
+        let mut conditions = b.status.map(|s| s.conditions).unwrap_or_default();
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let cond = Condition {
+            type_: IN_USE_CONDITION.into(),
+            status: status.into(),
+            reason: in_use_reason(in_use).into(),
+            message: note,
+            observed_generation: b.metadata.generation,
+            last_transition_time: now,
+        };
+        match conditions.iter_mut().find(|c| c.type_ == IN_USE_CONDITION) {
+            Some(c) if c.status == status => {
+                let since = c.last_transition_time.clone();
+                *c = cond;
+                c.last_transition_time = since;
+            }
+            Some(c) => *c = cond,
+            None => conditions.push(cond),
+        }
+        let patch = serde_json::json!({
+            "metadata": {"resourceVersion": b.metadata.resource_version},
+            "status": {"conditions": conditions},
+        });
+        api.patch_status(&o.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .with_context(|| {
+                format!(
+                    "setting {IN_USE_CONDITION} {status} on TargetGroupBinding {}/{}",
+                    o.namespace, o.name
+                )
+            })?;
+        Ok(())
+    }
+}
+
 fn reference(o: &Owner) -> ObjectReference {
     ObjectReference {
         api_version: Some(TargetGroupBinding::api_version(&()).into_owned()),
@@ -266,12 +316,19 @@ fn reference(o: &Owner) -> ObjectReference {
 }
 
 impl Sink for KubeSink {
-    async fn open_gate(&self, g: &group::Gated) -> Result<()> {
+    async fn open_gate(&self, g: &group::Gated, why: GateOpen) -> Result<()> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &g.namespace);
         let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let message = match why {
+            GateOpen::Healthy => format!("target {}:{} is healthy", g.target.ip, g.target.port),
+            GateOpen::GroupNotInUse => format!(
+                "target {}:{} is unused (Target.NotInUse): no load balancer uses its target group, so no traffic reaches it; opened without a health check",
+                g.target.ip, g.target.port
+            ),
+        };
         let patch = serde_json::json!({"status": {"conditions": [{
             "type": g.condition, "status": "True", "lastTransitionTime": now,
-            "reason": "Healthy", "message": format!("target {}:{} is healthy", g.target.ip, g.target.port),
+            "reason": why.reason(), "message": message,
         }]}});
         api.patch_status(&g.pod, &PatchParams::default(), &Patch::Strategic(&patch))
             .await
@@ -281,8 +338,14 @@ impl Sink for KubeSink {
                     g.condition, g.namespace, g.pod
                 )
             })?;
-        tracing::info!(pod = %g.pod, namespace = %g.namespace, target = %g.target.ip, "readiness gate set True");
+        tracing::info!(pod = %g.pod, namespace = %g.namespace, target = %g.target.ip, reason = why.reason(), "readiness gate set True");
         Ok(())
+    }
+
+    async fn in_use_condition(&self, o: &Owner, in_use: bool, note: String) {
+        if let Err(e) = self.write_in_use(o, in_use, note).await {
+            tracing::warn!(error = format!("{e:#}"), binding = %o.name, "writing the {IN_USE_CONDITION} condition failed");
+        }
     }
 
     async fn event(&self, o: &Owner, warning: bool, reason: &str, note: String) {

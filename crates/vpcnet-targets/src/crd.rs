@@ -4,15 +4,32 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 
 /// The readiness-gate condition type of binding `name`: pods listing it in
 /// `spec.readinessGates` turn Ready only once the controller sets it True, which it does when
-/// the pod's target is `healthy` (aws-load-balancer-controller's name).
+/// the pod's target is `healthy`, or `unused` in a target group no load balancer uses
+/// ([`crate::core::usage`]) (aws-load-balancer-controller's name).
 pub fn gate_condition(binding: &str) -> String {
     format!("target-health.elbv2.k8s.aws/{binding}")
+}
+
+/// The binding's status condition saying whether a load balancer uses its target group:
+/// `False` (reason `NoLoadBalancer`) while none does, so readiness gates of its pods open
+/// without a health check (policy: [`crate::core::usage`]); `True` (reason `InUse`) once one
+/// does again. Absent until the controller has seen the target group unused.
+pub const IN_USE_CONDITION: &str = "TargetGroupInUse";
+
+/// `reason` of [`IN_USE_CONDITION`] for `in_use`.
+pub fn in_use_reason(in_use: bool) -> &'static str {
+    if in_use {
+        "InUse"
+    } else {
+        "NoLoadBalancer"
+    }
 }
 
 /// `spec` of a TargetGroupBinding.
@@ -88,6 +105,28 @@ pub struct TargetGroupBindingStatus {
     /// `metadata.generation` of the spec last applied to the target group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// Conditions (`metav1.Condition`); vpcnet-targets writes [`IN_USE_CONDITION`] and keeps
+    /// the others.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+impl TargetGroupBindingStatus {
+    /// [`IN_USE_CONDITION`]'s status: Some(true) `True`, Some(false) `False`, None absent or
+    /// `Unknown`.
+    pub fn in_use(&self) -> Option<bool> {
+        match self
+            .conditions
+            .iter()
+            .find(|c| c.type_ == IN_USE_CONDITION)?
+            .status
+            .as_str()
+        {
+            "True" => Some(true),
+            "False" => Some(false),
+            _ => None,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -102,7 +141,9 @@ mod tests {
             "metadata": {"name": "web", "namespace": "default", "generation": 3},
             "spec": {"targetGroupARN": "arn:aws:elasticloadbalancing:us-east-1:1:targetgroup/web/1",
                      "targetType": "ip", "serviceRef": {"name": "web", "port": 80}},
-            "status": {"observedGeneration": 2}
+            "status": {"observedGeneration": 2, "conditions": [
+                {"type": "TargetGroupInUse", "status": "False", "reason": "NoLoadBalancer",
+                 "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
         }))
         .unwrap();
         assert_eq!(
@@ -110,7 +151,10 @@ mod tests {
             Some("arn:aws:elasticloadbalancing:us-east-1:1:targetgroup/web/1")
         );
         assert_eq!(b.spec.service_ref.port, IntOrString::Int(80));
-        assert_eq!(b.status.unwrap().observed_generation, Some(2));
+        let status = b.status.unwrap();
+        assert_eq!(status.observed_generation, Some(2));
+        assert_eq!(status.in_use(), Some(false));
+        assert_eq!(TargetGroupBindingStatus::default().in_use(), None);
         let named: TargetGroupBindingSpec = serde_json::from_value(serde_json::json!({
             "serviceRef": {"name": "web", "port": "http"}}))
         .unwrap();
@@ -152,5 +196,11 @@ mod tests {
             s["status"]["properties"]["observedGeneration"]["type"],
             "integer"
         );
+        // The API server prunes status fields the schema does not list.
+        let c = &s["status"]["properties"]["conditions"];
+        assert_eq!(c["type"], "array");
+        for f in ["type", "status", "reason", "message", "lastTransitionTime"] {
+            assert!(c["items"]["properties"][f].is_object(), "conditions[].{f}");
+        }
     }
 }

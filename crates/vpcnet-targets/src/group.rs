@@ -6,13 +6,15 @@
 //! full desired set is computed: warm start), then reconciles: `DescribeTargetHealth`, the
 //! [`crate::core::plan`], `RegisterTargets` then `DeregisterTargets` in batches of at most
 //! 200 (deregistrations are still applied when registrations fail, e.g. on `TooManyTargets`),
-//! then readiness gates of pods whose target is `healthy`. It reconciles again when its input
+//! then readiness gates of pods whose target is `healthy`, or `unused` / `Target.NotInUse` in a
+//! target group no load balancer uses (asked with `DescribeTargetGroups` only when targets are
+//! `Target.NotInUse`; policy, condition and Event: [`crate::core::usage`]). It reconciles again
+//! when its input
 //! changes, every `resync` (repairs drift: targets added or removed by hand), every
 //! `gate_recheck` while a gate waits (fixed interval: bounded re-checks, no exponential
 //! growth), and after a failure with jittered exponential backoff (`Throttling`, 5xx,
 //! transport), during which input changes wait for the backoff to end.
 
-use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,6 +28,7 @@ use vpcnet_elbv2::{Elbv2, Elbv2Error, HealthState, Target};
 
 use crate::core::desired::{Desired, TargetKey};
 use crate::core::plan::{self, Current, Observed};
+use crate::core::usage::{self, GateOpen, HealthSays};
 use crate::metrics::Metrics;
 
 /// A pod whose readiness gate is not True yet, and its target.
@@ -49,6 +52,8 @@ pub struct Owner {
     pub observed: Option<i64>,
     /// `metadata.uid` (Event references).
     pub uid: Option<String>,
+    /// Its [`crate::crd::IN_USE_CONDITION`] as last read (None: absent).
+    pub in_use: Option<bool>,
 }
 
 /// Everything a target group's task reconciles towards.
@@ -87,11 +92,19 @@ impl Default for GroupSettings {
 
 /// What a task reports back to the Kubernetes side.
 pub trait Sink: Send + Sync + 'static {
-    /// Set `gate`'s pod condition True.
+    /// Set `gate`'s pod condition True, because of `why`.
     fn open_gate(
         &self,
         gate: &Gated,
+        why: GateOpen,
     ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send;
+    /// Set `owner`'s [`crate::crd::IN_USE_CONDITION`] to `in_use`, message `note`.
+    fn in_use_condition(
+        &self,
+        owner: &Owner,
+        in_use: bool,
+        note: String,
+    ) -> impl std::future::Future<Output = ()> + Send;
     /// A Warning (or Normal) event on `owner`.
     fn event(
         &self,
@@ -120,6 +133,10 @@ pub struct Outcome {
     pub gates_opened: usize,
     /// Gates still waiting for a healthy target.
     pub gates_waiting: usize,
+    /// Of `gates_opened`, those opened because no load balancer uses the target group.
+    pub gates_opened_not_in_use: usize,
+    /// Whether a load balancer uses the target group (None: no evidence in this reconcile).
+    pub in_use: Option<bool>,
 }
 
 /// Why a reconcile failed.
@@ -131,6 +148,9 @@ pub struct ReconcileError {
     pub source: Elbv2Error,
 }
 
+/// ELBv2's reason for a target no load balancer sends traffic to.
+const NOT_IN_USE: &str = "Target.NotInUse";
+
 fn current_of(h: &[vpcnet_elbv2::TargetHealth], default_port: Option<u16>) -> Vec<Current> {
     h.iter()
         .filter_map(|t| {
@@ -139,6 +159,9 @@ fn current_of(h: &[vpcnet_elbv2::TargetHealth], default_port: Option<u16>) -> Ve
             let state = match t.state {
                 HealthState::Healthy => Observed::Healthy,
                 HealthState::Draining => Observed::Draining,
+                HealthState::Unused if t.reason.as_deref() == Some(NOT_IN_USE) => {
+                    Observed::NotInUse
+                }
                 _ => Observed::Registered,
             };
             Some(Current {
@@ -177,7 +200,9 @@ pub async fn reconcile<S: Sink>(
         health.as_ref().err().map(|e| e.code()),
     );
     let health = health.map_err(fail)?;
-    let mut current = current_of(&health, None);
+    // As described, before this reconcile's registrations: the evidence of the group's use.
+    let described = current_of(&health, None);
+    let mut current = described.clone();
     let p = plan::plan(&input.desired, &current);
     let mut out = Outcome::default();
     let mut first_error: Option<Elbv2Error> = None;
@@ -263,22 +288,52 @@ pub async fn reconcile<S: Sink>(
         );
     }
 
-    // Readiness gates: pods whose target is healthy.
+    out.in_use = match usage::health_says(&described) {
+        HealthSays::InUse => Some(true),
+        HealthSays::Unknown => None,
+        HealthSays::Ask => match load_balancers_of(elb, arn, metrics).await {
+            Ok(lbs) => Some(!lbs.is_empty()),
+            Err(e) => {
+                for o in &input.owners {
+                    sink.event(
+                        o,
+                        true,
+                        "FailedDescribeTargetGroup",
+                        format!(
+                            "its targets are unused (Target.NotInUse) and asking which load balancer uses {arn} failed: {e}; readiness gates stay shut"
+                        ),
+                    )
+                    .await;
+                }
+                tracing::warn!(arn, error = %e, "DescribeTargetGroups failed");
+                first_error.get_or_insert(e);
+                None
+            }
+        },
+    };
+
+    // Readiness gates: pods whose target is healthy, or unused in a group no load balancer
+    // uses.
     let pairs: Vec<(String, TargetKey)> = input
         .gated
         .iter()
         .map(|g| (format!("{}/{}", g.namespace, g.pod), g.target))
         .collect();
-    let open: BTreeSet<String> = plan::gates_to_open(&pairs, &current)
-        .into_iter()
-        .map(|(n, _)| n.clone())
-        .collect();
+    let open: std::collections::BTreeMap<String, GateOpen> =
+        plan::gates_to_open(&pairs, &current, out.in_use)
+            .into_iter()
+            .map(|((n, _), why)| (n.clone(), why))
+            .collect();
     for g in &input.gated {
-        if open.contains(&format!("{}/{}", g.namespace, g.pod)) {
-            match sink.open_gate(g).await {
+        if let Some(why) = open.get(&format!("{}/{}", g.namespace, g.pod)) {
+            match sink.open_gate(g, *why).await {
                 Ok(()) => {
                     out.gates_opened += 1;
                     metrics.gates_opened.inc();
+                    if *why == GateOpen::GroupNotInUse {
+                        out.gates_opened_not_in_use += 1;
+                        metrics.gates_opened_not_in_use.inc();
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(pod = %g.pod, error = format!("{e:#}"), "setting the readiness gate failed");
@@ -289,6 +344,13 @@ pub async fn reconcile<S: Sink>(
             out.gates_waiting += 1;
         }
     }
+    if let Some(in_use) = out.in_use {
+        metrics
+            .not_in_use
+            .get_or_create(&[("target_group", arn.to_string())])
+            .set(i64::from(!in_use));
+        report_use(arn, in_use, &described, &out, &input.owners, sink).await;
+    }
     metrics.reconcile.observe(t0.elapsed().as_secs_f64());
     if let Some(e) = first_error {
         return Err(fail(e));
@@ -297,6 +359,69 @@ pub async fn reconcile<S: Sink>(
         sink.observed(o).await;
     }
     Ok(out)
+}
+
+/// `LoadBalancerArns` of target group `arn` (`DescribeTargetGroups`).
+async fn load_balancers_of(
+    elb: &Elbv2,
+    arn: &str,
+    metrics: &Metrics,
+) -> Result<Vec<String>, Elbv2Error> {
+    let r = elb.target_group(arn).await;
+    metrics.call("DescribeTargetGroups", r.as_ref().err().map(|e| e.code()));
+    Ok(r?.load_balancer_arns)
+}
+
+/// The binding side of the group's use: each owner whose condition differs gets it set, with
+/// a Warning Event `TargetGroupNotInUse` when the group is used by none, a Normal Event
+/// `TargetGroupInUse` when it is used again. An owner that never saw the group unused gets
+/// no condition.
+async fn report_use<S: Sink>(
+    arn: &str,
+    in_use: bool,
+    described: &[Current],
+    out: &Outcome,
+    owners: &[Owner],
+    sink: &S,
+) {
+    let unused = described
+        .iter()
+        .filter(|c| c.state == Observed::NotInUse)
+        .count();
+    let note = usage::note(arn, in_use, unused, out.gates_opened_not_in_use);
+    for o in owners {
+        let changed = if in_use {
+            o.in_use == Some(false)
+        } else {
+            o.in_use != Some(false)
+        };
+        if !changed {
+            continue;
+        }
+        sink.in_use_condition(o, in_use, note.clone()).await;
+        let reason = if in_use {
+            "TargetGroupInUse"
+        } else {
+            "TargetGroupNotInUse"
+        };
+        sink.event(o, !in_use, reason, note.clone()).await;
+    }
+}
+
+/// The log line of a change in the group's use (both modes; with bindings the condition and
+/// Event say it too).
+fn log_use(arn: &str, before: Option<bool>, now: Option<bool>) {
+    match (before, now) {
+        (b, Some(false)) if b != Some(false) => tracing::warn!(
+            arn,
+            "target group used by no load balancer: its targets are unused (Target.NotInUse) and get no traffic; readiness gates open without a health check"
+        ),
+        (Some(false), Some(true)) => tracing::info!(
+            arn,
+            "a load balancer uses the target group again: readiness gates wait for healthy targets"
+        ),
+        _ => {}
+    }
 }
 
 /// The task of target group `arn`: reconciles whenever `input` changes, on resync, while gates
@@ -312,6 +437,7 @@ pub async fn run<S: Sink>(
     let mut due: Option<Instant> = None;
     let mut failures = 0u32;
     let mut previous = Duration::ZERO;
+    let mut in_use: Option<bool> = None;
     if input.borrow().is_some() {
         due = Some(Instant::now());
     }
@@ -340,6 +466,10 @@ pub async fn run<S: Sink>(
         };
         match reconcile(&elb, &arn, &current, &settings, &sink, &metrics).await {
             Ok(o) => {
+                if o.in_use.is_some() {
+                    log_use(&arn, in_use, o.in_use);
+                    in_use = o.in_use;
+                }
                 failures = 0;
                 previous = Duration::ZERO;
                 let next = if o.gates_waiting > 0 {

@@ -2,7 +2,8 @@
 //!
 //! - [`core`]: pure decisions — desired targets from endpoints ([`core::desired`]), the
 //!   per-target-group diff against ELBv2's view with draining understood, batches of 200,
-//!   `AvailabilityZone: all` outside the VPC ([`core::plan`]).
+//!   `AvailabilityZone: all` outside the VPC ([`core::plan`]); readiness gates in a target
+//!   group no load balancer uses ([`core::usage`]).
 //! - [`crd`]: the `TargetGroupBinding` resource (`elbv2.k8s.aws/v1beta1`).
 //! - [`views`]: cached Kubernetes objects → the core's inputs.
 //! - [`group`]: one task per target group doing its ELBv2 calls with backoff.

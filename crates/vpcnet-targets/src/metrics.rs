@@ -7,6 +7,8 @@
 //! | `vpcnet_targets_elbv2_calls_total` | counter | `action` | ELBv2 calls made (after the adapter's retries) |
 //! | `vpcnet_targets_elbv2_errors_total` | counter | `action`, `code` | ELBv2 calls that failed, by ELBv2 error code |
 //! | `vpcnet_targets_gates_opened_total` | counter | | readiness gates set True |
+//! | `vpcnet_targets_gates_opened_not_in_use_total` | counter | | of those, opened without a health check because no load balancer uses the target group |
+//! | `vpcnet_targets_target_group_not_in_use` | gauge | `target_group` | 1 while no load balancer uses the target group (its targets `unused` / `Target.NotInUse`), 0 once one does |
 //! | `vpcnet_targets_reconcile_seconds` | histogram | | one target group's reconcile (describe + changes) |
 //! | `vpcnet_targets_target_groups` | gauge | | target groups the controller manages |
 //! | `vpcnet_targets_leader` | gauge | | 1 while this replica may write |
@@ -34,6 +36,8 @@ pub struct Metrics {
     pub calls: Family<Labels1, Counter>,
     pub errors: Family<Labels2, Counter>,
     pub gates_opened: Counter,
+    pub gates_opened_not_in_use: Counter,
+    pub not_in_use: Family<Labels1, Gauge>,
     pub reconcile: Histogram,
     pub target_groups: Gauge,
     pub leader: Gauge,
@@ -53,6 +57,8 @@ impl Metrics {
         let calls = Family::<Labels1, Counter>::default();
         let errors = Family::<Labels2, Counter>::default();
         let gates_opened = Counter::default();
+        let gates_opened_not_in_use = Counter::default();
+        let not_in_use = Family::<Labels1, Gauge>::default();
         let reconcile = Histogram::new(exponential_buckets(0.005, 2.0, 14));
         let target_groups = Gauge::default();
         let leader = Gauge::default();
@@ -82,6 +88,16 @@ impl Metrics {
             gates_opened.clone(),
         );
         r.register(
+            "vpcnet_targets_gates_opened_not_in_use",
+            "Readiness gates set True without a health check: no load balancer uses the target group",
+            gates_opened_not_in_use.clone(),
+        );
+        r.register(
+            "vpcnet_targets_target_group_not_in_use",
+            "1 while no load balancer uses the target group (targets unused, Target.NotInUse)",
+            not_in_use.clone(),
+        );
+        r.register(
             "vpcnet_targets_reconcile_seconds",
             "Duration of one target group's reconcile",
             reconcile.clone(),
@@ -103,6 +119,8 @@ impl Metrics {
             calls,
             errors,
             gates_opened,
+            gates_opened_not_in_use,
+            not_in_use,
             reconcile,
             target_groups,
             leader,

@@ -4,181 +4,20 @@
 //! readiness gates opened only for healthy targets, and two groups converging under 50 %
 //! `Throttling`.
 
+mod common;
+
 use std::net::Ipv4Addr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use common::{cloud, ids, input, key, Recorded};
 use tokio::sync::watch;
-use vpcnet_elbv2::{
-    CallSettings, Elbv2, Elbv2Options, HealthCheck, HealthState, LoadBalancerType, NewLoadBalancer,
-    NewTargetGroup, StaticCredentials, TargetType,
-};
-use vpcnet_emu::elbv2::{fault_key, Limits};
-use vpcnet_emu::{ActionFaults, EmuServer, Emulator, Faults};
-use vpcnet_targets::core::desired::{Desired, TargetKey};
-use vpcnet_targets::group::{self, Gated, GroupInput, GroupSettings, Owner, Sink};
+use vpcnet_elbv2::HealthState;
+use vpcnet_emu::elbv2::Limits;
+use vpcnet_emu::{ActionFaults, Faults};
+use vpcnet_targets::core::desired::TargetKey;
+use vpcnet_targets::group::{self, Gated, GroupSettings};
 use vpcnet_targets::metrics::Metrics;
-
-struct Cloud {
-    emu: Emulator,
-    _server: EmuServer,
-    elb: Elbv2,
-    vpc: String,
-    subnet: String,
-}
-
-async fn cloud(seed: u64) -> Cloud {
-    let emu = Emulator::new(seed);
-    let vpc = emu.create_vpc("10.0.0.0/16".parse().unwrap(), &[]).unwrap();
-    let subnet = emu
-        .create_subnet(&vpc.vpc_id, "10.0.1.0/24".parse().unwrap(), "us-east-1a")
-        .unwrap();
-    let server = emu.spawn().await.unwrap();
-    let mut calls = CallSettings::default();
-    calls.retry.base_delay = Duration::from_millis(5);
-    calls.retry.throttle_base_delay = Duration::from_millis(10);
-    calls.retry.max_delay = Duration::from_millis(50);
-    calls.retry.max_attempts = 2;
-    let elb = Elbv2::connect(Elbv2Options {
-        region: Some("us-east-1".into()),
-        endpoint_url: Some(server.endpoint.clone()),
-        credentials: Some(StaticCredentials {
-            access_key_id: "AKIDEMU".into(),
-            secret_access_key: "secret".into(),
-            session_token: None,
-        }),
-        calls,
-    })
-    .await
-    .unwrap();
-    Cloud {
-        emu,
-        _server: server,
-        elb,
-        vpc: vpc.vpc_id,
-        subnet,
-    }
-}
-
-impl Cloud {
-    /// A target group (type ip, port 80); with `in_use`, behind a network load balancer so
-    /// deregistered targets drain.
-    async fn group(&self, name: &str, in_use: bool) -> String {
-        let tg = self
-            .elb
-            .create_target_group(&NewTargetGroup {
-                name: name.into(),
-                protocol: "TCP".into(),
-                port: 80,
-                vpc_id: self.vpc.clone(),
-                target_type: TargetType::Ip,
-                health: HealthCheck::default(),
-                tags: vec![],
-            })
-            .await
-            .unwrap();
-        if in_use {
-            let lb = self
-                .elb
-                .create_load_balancer(&NewLoadBalancer {
-                    name: format!("lb-{name}"),
-                    lb_type: LoadBalancerType::Network,
-                    internal: true,
-                    subnets: vec![self.subnet.clone()],
-                    security_groups: vec![],
-                    tags: vec![],
-                })
-                .await
-                .unwrap();
-            self.elb
-                .create_listener(&lb.arn, "TCP", 80, &tg.arn)
-                .await
-                .unwrap();
-        }
-        tg.arn
-    }
-
-    async fn registered(&self, arn: &str) -> Vec<(String, HealthState)> {
-        let mut v: Vec<(String, HealthState)> = self
-            .elb
-            .target_health(arn, &[])
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|h| (h.target.id, h.state))
-            .collect();
-        v.sort_by(|x, y| x.0.cmp(&y.0));
-        v
-    }
-
-    fn calls(&self, action: &str) -> u64 {
-        self.emu
-            .calls()
-            .per_action
-            .get(&fault_key(action))
-            .copied()
-            .unwrap_or(0)
-    }
-}
-
-/// The Kubernetes side, recorded.
-#[derive(Clone, Default)]
-struct Recorded {
-    gates: Arc<Mutex<Vec<String>>>,
-    events: Arc<Mutex<Vec<String>>>,
-    observed: Arc<Mutex<u32>>,
-}
-
-impl Sink for Recorded {
-    async fn open_gate(&self, g: &Gated) -> anyhow::Result<()> {
-        self.gates.lock().unwrap().push(g.pod.clone());
-        Ok(())
-    }
-    async fn event(&self, _: &Owner, _: bool, reason: &str, _: String) {
-        self.events.lock().unwrap().push(reason.to_string());
-    }
-    async fn pod_event(&self, _: &str, pod: &str, reason: &str, _: String) {
-        self.events.lock().unwrap().push(format!("{reason} {pod}"));
-    }
-    async fn observed(&self, _: &Owner) {
-        *self.observed.lock().unwrap() += 1;
-    }
-}
-
-fn key(i: u8) -> TargetKey {
-    TargetKey {
-        ip: Ipv4Addr::new(10, 0, 1, i),
-        port: 80,
-    }
-}
-
-fn input(wanted: &[u8]) -> GroupInput {
-    GroupInput {
-        desired: Desired {
-            wanted: wanted.iter().map(|i| key(*i)).collect(),
-            keep: Default::default(),
-        },
-        gated: vec![],
-        pods: wanted
-            .iter()
-            .map(|i| (key(*i), "default".to_string(), format!("p{i}")))
-            .collect(),
-        owners: vec![Owner {
-            namespace: "default".into(),
-            name: "web".into(),
-            generation: Some(1),
-            observed: None,
-            uid: None,
-        }],
-    }
-}
-
-fn ids(s: &[(String, HealthState)], state: Option<HealthState>) -> Vec<String> {
-    s.iter()
-        .filter(|(_, st)| state.as_ref().is_none_or(|x| x == st))
-        .map(|(id, _)| id.clone())
-        .collect()
-}
 
 #[tokio::test]
 async fn reconcile_registers_deregisters_and_then_writes_nothing() {

@@ -1,13 +1,14 @@
 //! The changes one target group needs: desired targets ([`super::desired`]) against what
 //! `DescribeTargetHealth` reports, in batches ELBv2 accepts; which readiness gates can turn
-//! True; the `AvailabilityZone` of a target. Pure.
+//! True (policy for a target group no load balancer uses: [`super::usage`]); the
+//! `AvailabilityZone` of a target. Pure.
 //!
 //! Rules:
 //! - a target ELBv2 reports `draining` is **not** registered: wanted again, it is registered
 //!   again (ELBv2 then cancels the drain); unwanted, it is left to finish draining (never
 //!   deregistered twice);
-//! - every other reported state (`initial`, `healthy`, `unhealthy`, `unused`, `unavailable`)
-//!   counts as registered;
+//! - every other reported state (`initial`, `healthy`, `unhealthy`, `unused` with
+//!   `Target.NotInUse`, `unavailable`) counts as registered;
 //! - registered and neither wanted nor kept → deregister; wanted and not registered → register.
 
 use std::collections::BTreeSet;
@@ -16,6 +17,7 @@ use std::net::Ipv4Addr;
 use ipnet::Ipv4Net;
 
 use super::desired::{Desired, TargetKey};
+use super::usage::{self, GateOpen};
 
 /// The most targets one RegisterTargets / DeregisterTargets call carries.
 pub const MAX_BATCH: usize = 200;
@@ -27,7 +29,10 @@ pub enum Observed {
     Healthy,
     /// Deregistered, draining for the deregistration delay.
     Draining,
-    /// Registered in any other state (initial, unhealthy, unused, unavailable).
+    /// Registered, `unused` with reason `Target.NotInUse`: no load balancer sends it traffic
+    /// (none uses its target group, or its zone is not enabled on the one that does).
+    NotInUse,
+    /// Registered in any other state (initial, unhealthy, unavailable).
     Registered,
 }
 
@@ -86,18 +91,19 @@ pub fn availability_zone(ip: Ipv4Addr, vpc_cidrs: &[Ipv4Net]) -> Option<&'static
     (!vpc_cidrs.is_empty() && !vpc_cidrs.iter().any(|c| c.contains(&ip))).then_some("all")
 }
 
-/// Of `gated` (pods waiting for their gate: name and target), those whose target is healthy
-/// in `current`: their gate can turn True.
+/// Of `gated` (pods waiting for their gate: name and target), those whose gate can turn True
+/// and why: target `healthy` in `current`, or `unused` / `Target.NotInUse` while no load
+/// balancer uses the target group (`in_use` Some(false); [`usage::gate_opens`]).
 pub fn gates_to_open<'a>(
     gated: &'a [(String, TargetKey)],
     current: &[Current],
-) -> Vec<&'a (String, TargetKey)> {
+    in_use: Option<bool>,
+) -> Vec<(&'a (String, TargetKey), GateOpen)> {
     gated
         .iter()
-        .filter(|(_, k)| {
-            current
-                .iter()
-                .any(|c| c.key == *k && c.state == Observed::Healthy)
+        .filter_map(|g| {
+            let c = current.iter().find(|c| c.key == g.1)?;
+            Some((g, usage::gate_opens(c.state, in_use)?))
         })
         .collect()
 }
@@ -176,9 +182,39 @@ mod tests {
         let open = gates_to_open(
             &gated,
             &[cur(1, Observed::Healthy), cur(2, Observed::Registered)],
+            Some(true),
         );
         assert_eq!(open.len(), 1);
-        assert_eq!(open[0].0, "a");
+        assert_eq!(open[0].0 .0, "a");
+        assert_eq!(open[0].1, GateOpen::Healthy);
+    }
+
+    /// Target group used by no load balancer: NotInUse targets open their gates (once the use
+    /// is known to be none), a target not yet described waits.
+    #[test]
+    fn gates_open_for_not_in_use_targets_of_a_group_no_load_balancer_uses() {
+        let gated = vec![
+            ("a".to_string(), k(1)),
+            ("b".to_string(), k(2)),
+            ("c".to_string(), k(3)),
+        ];
+        let current = [
+            cur(1, Observed::NotInUse),
+            cur(2, Observed::NotInUse),
+            cur(3, Observed::Registered),
+        ];
+        let open = gates_to_open(&gated, &current, Some(false));
+        let names: Vec<(&str, GateOpen)> = open.iter().map(|(g, w)| (g.0.as_str(), *w)).collect();
+        assert_eq!(
+            names,
+            vec![
+                ("a", GateOpen::GroupNotInUse),
+                ("b", GateOpen::GroupNotInUse)
+            ]
+        );
+        // In use (a zone not enabled) or unknown: held.
+        assert!(gates_to_open(&gated, &current, Some(true)).is_empty());
+        assert!(gates_to_open(&gated, &current, None).is_empty());
     }
 
     #[test]
@@ -192,6 +228,7 @@ mod tests {
         prop_oneof![
             Just(Observed::Healthy),
             Just(Observed::Draining),
+            Just(Observed::NotInUse),
             Just(Observed::Registered)
         ]
     }
