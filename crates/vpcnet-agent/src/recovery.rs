@@ -154,7 +154,7 @@ fn report(origin: &Origin, location: String, metrics: &Metrics) {
         }
         _ => tracing::error!(
             path = %location,
-            "checkpoint is missing although the node's ENIs hold addresses (lost with the agent's state directory?); {AFTER}"
+            "checkpoint is missing although the node's ENIs hold addresses (the node rebooted, which empties /run, or the agent's state directory was lost); {AFTER}"
         ),
     }
 }
