@@ -75,6 +75,7 @@ fn pods_to_audit(shared: &Shared, now: u64) -> Vec<PodRow> {
                         vpcnet_datapath::node::eni_route_table(eni.info.device_number)
                     },
                     building: now.saturating_sub(a.assigned_at_ms) < grace,
+                    check_mac: !a.foreign_datapath,
                 },
             })
         })

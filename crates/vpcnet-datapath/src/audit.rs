@@ -121,6 +121,10 @@ pub struct PodExpect {
     /// ago): a missing host veth is no finding then (ADD creates it); everything the veth
     /// exists for is checked and repaired as for any pod.
     pub building: bool,
+    /// Check the host veth's MAC against vpcnet's derived one: only for a pod whose datapath
+    /// vpcnet's plugin built (another CNI's veths have their own MACs, which the pod's
+    /// gateway neighbour already points to).
+    pub check_mac: bool,
 }
 
 /// Checks one pod's node side against `view` and, with `repair`, fixes what differs. Returns
@@ -153,7 +157,7 @@ pub async fn check_pod(
         return out;
     };
     let (want_mac, _) = veth_macs(veth);
-    if link.mac != want_mac {
+    if want.check_mac && link.mac != want_mac {
         let problem = format!(
             "host veth {veth} has MAC {}, the pod's gateway neighbour {} expects {}",
             format_mac(&link.mac),

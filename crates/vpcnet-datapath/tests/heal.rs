@@ -63,6 +63,7 @@ fn pod_on_eni(node_ns: &TestNetns, pod_ns: &TestNetns, veth: &str) -> (pod::PodS
         host_veth: spec.host_veth.clone(),
         route_table: node::eni_route_table(2),
         building: false,
+        check_mac: true,
     };
     (spec, want)
 }
@@ -214,6 +215,23 @@ fn a_rewritten_host_veth_mac_is_restored_and_a_missing_veth_reported() {
             .await
             .unwrap()
             .is_empty());
+
+        // Another CNI's veth (its own MAC, which its pod's neighbour points to) is left alone.
+        node_ns.ip(&[
+            "link",
+            "set",
+            "enihealmac0001",
+            "address",
+            "02:de:ad:be:ef:02",
+        ]);
+        let foreign = PodExpect {
+            check_mac: false,
+            ..want.clone()
+        };
+        assert!(audit_pod(&node, &foreign, true).await.is_empty());
+        assert!(node_ns
+            .ip(&["link", "show", "enihealmac0001"])
+            .contains("02:de:ad:be:ef:02"));
 
         // A veth that is gone cannot be repaired here: reported, nothing else attempted.
         node_ns.ip(&["link", "del", "enihealmac0001"]);

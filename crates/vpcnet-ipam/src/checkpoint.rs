@@ -31,6 +31,9 @@ pub struct CheckpointAssignment {
     pub name: String,
     /// ms since the Unix epoch.
     pub assigned_at_ms: u64,
+    /// See [`crate::Assignment::foreign_datapath`]; absent when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub foreign_datapath: bool,
 }
 
 /// One released address.

@@ -39,6 +39,11 @@ pub struct Assignment {
     pub pod: PodRef,
     /// When it was assigned, ms since the Unix epoch.
     pub assigned_at_ms: u64,
+    /// The pod's datapath was not built by vpcnet's plugin: imported from the VPC CNI, or
+    /// held on evidence after a lost checkpoint (built by whichever CNI ran then). Its host
+    /// veth MAC is then not vpcnet's derived one, so the datapath audit does not check it.
+    #[serde(default)]
+    pub foreign_datapath: bool,
 }
 
 /// Static facts of an attached ENI (EC2 `NetworkInterface` + its attachment).

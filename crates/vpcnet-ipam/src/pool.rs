@@ -315,6 +315,7 @@ impl Pool {
             eni_id: info.id.clone(),
             pod,
             assigned_at_ms: now_ms,
+            foreign_datapath: false,
         };
         self.by_ip.insert(ip, key.clone());
         self.assignments.insert(key, a);
@@ -446,7 +447,7 @@ impl Pool {
     /// Records `ip` as assigned to `key` (`pod`) from evidence outside the checkpoint (the
     /// container runtime's own record of the pod's network, a route): the address is in use
     /// whatever the pool thought, so it leaves the cooldown and is never handed out while
-    /// held. Returns false (nothing recorded) when the address is already assigned, `key`
+    /// held. Which CNI built its datapath is not known ([`Assignment::foreign_datapath`]). Returns false (nothing recorded) when the address is already assigned, `key`
     /// already holds an address, or no ENI of the pool holds `ip`.
     pub fn hold_for(&mut self, key: PodKey, pod: PodRef, ip: Ipv4Addr, now_ms: u64) -> bool {
         if self.by_ip.contains_key(&ip) || self.assignments.contains_key(&key) {
@@ -464,6 +465,7 @@ impl Pool {
                 eni_id,
                 pod,
                 assigned_at_ms: now_ms,
+                foreign_datapath: true,
             },
         );
         true
@@ -940,6 +942,7 @@ impl Pool {
                     namespace: a.pod.namespace.clone(),
                     name: a.pod.name.clone(),
                     assigned_at_ms: a.assigned_at_ms,
+                    foreign_datapath: a.foreign_datapath,
                 })
                 .collect(),
             cooldowns: self
@@ -971,6 +974,7 @@ impl Pool {
                         name: a.name.clone(),
                     },
                     assigned_at_ms: a.assigned_at_ms,
+                    foreign_datapath: a.foreign_datapath,
                 },
             );
         }

@@ -174,6 +174,8 @@ pub fn import(
             namespace: a.metadata.pod_namespace.clone(),
             name: a.metadata.pod_name.clone(),
             assigned_at_ms: (a.allocation_timestamp.max(0) / 1_000_000) as u64,
+            // The VPC CNI built these pods' datapath (random host veth MACs).
+            foreign_datapath: true,
         });
     }
     let out = Checkpoint {
@@ -245,6 +247,7 @@ mod tests {
                     namespace: "default".into(),
                     name: "web-1".into(),
                     assigned_at_ms: 1_764_586_000_123,
+                    foreign_datapath: true,
                 },
                 CheckpointAssignment {
                     container_id: "c2".into(),
@@ -254,6 +257,7 @@ mod tests {
                     namespace: "kube-system".into(),
                     name: "dns".into(),
                     assigned_at_ms: 1_764_586_001_000,
+                    foreign_datapath: true,
                 },
             ]
         );
