@@ -38,9 +38,11 @@ pub mod cloud;
 pub mod cluster;
 pub mod cluster_dns;
 pub mod containerd;
+pub mod credential_provider;
 pub mod error;
 pub mod facts;
 pub mod hosts;
+pub mod kubelet_unit;
 pub mod max_pods;
 pub mod max_pods_expr;
 pub mod node_config;
@@ -138,7 +140,7 @@ fn load_node_config_file(path: &str) -> Result<NodeConfig, BootstrapError> {
             "cannot read: {e}. Fix: pass --config with a readable NodeConfig YAML file (or imds for the user data)"
         ),
     })?;
-    NodeConfig::parse(path, &text)
+    user_data::node_config_from(path, &text)
 }
 
 /// Reads `--containerd-config-file`, if given (checked by [`Settings::new`]).
@@ -284,8 +286,10 @@ pub async fn run<I: Imds, E: Ec2, K: Eks, H: Host, S: System>(
     }
     let opts = startup::StartupOptions {
         mount_bpffs: plan.mount_bpffs,
+        sandbox_image: plan.sandbox_image_service,
     };
     if args.dry_run {
+        writeln!(out, "### kubelet unit: {}", plan.kubelet_unit)?;
         output::print_dry_run(&plan.files, out)?;
         if !args.files_only {
             let changes = output::preview(&args.root, &plan.files)?;
@@ -312,8 +316,8 @@ pub async fn run<I: Imds, E: Ec2, K: Eks, H: Host, S: System>(
     }
     writeln!(
         warn,
-        "vpcnet-bootstrap: max pods {} ({}), cloud provider {}",
-        plan.max_pods, plan.max_pods_origin, plan.cloud_provider
+        "vpcnet-bootstrap: max pods {} ({}), cloud provider {}\nvpcnet-bootstrap: kubelet unit: {}",
+        plan.max_pods, plan.max_pods_origin, plan.cloud_provider, plan.kubelet_unit
     )?;
     Ok(plan)
 }

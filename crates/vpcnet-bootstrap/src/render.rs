@@ -5,8 +5,10 @@ use serde_json::{json, Map, Value};
 use crate::cluster::Cluster;
 use crate::cluster_dns::cluster_dns;
 use crate::containerd;
+use crate::credential_provider::{self, Provider};
 use crate::facts::InstanceFacts;
 use crate::hosts::with_apiserver_entries;
+use crate::kubelet_unit::{self, Layout, UnitChoice, VpcnetUnitOptions};
 use crate::max_pods::LimitsSource;
 use crate::max_pods_expr::Vars;
 use crate::reserved;
@@ -21,7 +23,7 @@ pub const KUBECONFIG_PATH: &str = "/var/lib/kubelet/kubeconfig";
 pub const BOOTSTRAP_KUBECONFIG_PATH: &str = "/var/lib/kubelet/bootstrap-kubeconfig";
 pub const DROPIN_DIR: &str = "/etc/systemd/system/kubelet.service.d";
 pub const HOSTS_PATH: &str = "/etc/hosts";
-const CONTAINERD_SOCKET: &str = "unix:///run/containerd/containerd.sock";
+pub const CONTAINERD_SOCKET: &str = "unix:///run/containerd/containerd.sock";
 /// Kubelet's own default when nobody sets max pods.
 const KUBELET_DEFAULT_MAX_PODS: u32 = 110;
 
@@ -80,6 +82,12 @@ pub struct Plan {
     pub sandbox_image: String,
     /// The bpffs mount unit is part of the plan (start it after writing).
     pub mount_bpffs: bool,
+    /// The kubelet unit installed or kept, and why (its `Display` says).
+    pub kubelet_unit: UnitChoice,
+    /// What is done about the ECR credential provider.
+    pub credential_provider: Provider,
+    /// A `sandbox-image.service` runs on the node (restarted with containerd).
+    pub sandbox_image_service: bool,
 }
 
 /// Whether kubelet runs with `--cloud-provider=external`: always on local clusters on
@@ -107,33 +115,52 @@ pub fn render(s: &Settings, c: &Cluster, f: &InstanceFacts, warnings: Vec<String
         f.max_pods.max_pods,
         MaxPodsOrigin::InstanceType(f.max_pods.source),
     );
+    // NodeConfig maxPodsExpression, evaluated as nodeadm does whatever overrides it: nodeadm
+    // computes kube-reserved memory from it. `(value, evaluated)`; a failure falls back to the
+    // instance type's value, with a warning.
+    let expression = s.max_pods.expression.as_ref().map(|expr| {
+        let evaluated = match &f.max_pods.limits {
+            Some(l) => expr.eval(Vars {
+                default_enis: i64::from(l.eni_limit),
+                ips_per_eni: i64::from(l.ipv4_per_eni),
+                max_pods: i64::from(f.max_pods.max_pods),
+            }),
+            None => Err("the instance type's limits are unknown".to_string()),
+        };
+        evaluated.map(|n| (n, true)).unwrap_or_else(|e| {
+            warnings.push(format!(
+                "NodeConfig kubelet.maxPodsExpression {:?}: {e}; using {} max pods from the instance type instead (as nodeadm does)",
+                expr.text(),
+                instance_type.0
+            ));
+            (instance_type.0, false)
+        })
+    });
     let (max_pods, max_pods_origin) = if let Some(n) = s.max_pods_flag {
         (n, MaxPodsOrigin::ExtraArgs)
     } else if let Some(n) = s.max_pods_config {
         (n, MaxPodsOrigin::NodeConfig)
     } else if !s.use_max_pods {
         (KUBELET_DEFAULT_MAX_PODS, MaxPodsOrigin::KubeletDefault)
-    } else if let Some(expr) = &s.max_pods.expression {
-        let evaluated = match &f.max_pods.limits {
-            Some(l) => expr
-                .eval(Vars {
-                    default_enis: i64::from(l.eni_limit),
-                    ips_per_eni: i64::from(l.ipv4_per_eni),
-                    max_pods: i64::from(f.max_pods.max_pods),
-                })
-                .map(|n| (n, MaxPodsOrigin::Expression)),
-            None => Err("the instance type's limits are unknown".to_string()),
-        };
-        evaluated.unwrap_or_else(|e| {
-            warnings.push(format!(
-                "NodeConfig kubelet.maxPodsExpression {:?}: {e}; using {} max pods from the instance type instead (as nodeadm does)",
-                expr.text(),
-                instance_type.0
-            ));
-            instance_type
-        })
     } else {
-        instance_type
+        match expression {
+            Some((n, true)) => (n, MaxPodsOrigin::Expression),
+            _ => instance_type,
+        }
+    };
+    // kube-reserved memory: for the max pods in effect, except under maxPodsExpression,
+    // where nodeadm takes the expression's value even when kubelet.config.maxPods (or a flag)
+    // overrides it; vpcnet does the same, and says so when the two differ.
+    let reserved_for = match expression {
+        Some((n, _)) => {
+            if n != max_pods {
+                warnings.push(format!(
+                    "kube-reserved memory is computed for {n} pods from NodeConfig kubelet.maxPodsExpression (as nodeadm does), while kubelet runs with max pods {max_pods} from {max_pods_origin}"
+                ));
+            }
+            n
+        }
+        None => max_pods,
     };
     if let (MaxPodsOrigin::InstanceType(LimitsSource::Fallback), Some(w)) =
         (max_pods_origin, &f.max_pods.warning)
@@ -162,7 +189,7 @@ pub fn render(s: &Settings, c: &Cluster, f: &InstanceFacts, warnings: Vec<String
         json!({
             "cpu": format!("{}m", reserved::cpu_millicores_to_reserve(f.vcpus)),
             "ephemeral-storage": reserved::EPHEMERAL_STORAGE_TO_RESERVE,
-            "memory": format!("{}Mi", reserved::memory_mebibytes_to_reserve(max_pods)),
+            "memory": format!("{}Mi", reserved::memory_mebibytes_to_reserve(reserved_for)),
         }),
     );
     cfg.insert(
@@ -211,13 +238,72 @@ pub fn render(s: &Settings, c: &Cluster, f: &InstanceFacts, warnings: Vec<String
         mode: 0o644,
     });
 
-    // The kubelet unit and its drop-ins.
-    files.push(NodeFile {
-        path: systemd::KUBELET_UNIT_PATH.into(),
-        content: Some(systemd::VPCNET_KUBELET_UNIT.into()),
-        mode: 0o644,
-    });
-    let mut args = vec![format!("--node-ip={}", f.node_ip)];
+    // The kubelet unit and how vpcnet's settings reach kubelet through it.
+    let provider = Provider::new(
+        f.credential_provider_binary,
+        f.credential_provider_config.as_deref(),
+        v,
+    );
+    if provider == Provider::Absent && v >= KubeletVersion::new(1, 27, 0) {
+        warnings.push(format!(
+            "no ecr-credential-provider at {}: kubelet (>= 1.27 has no built-in ECR credentials) cannot pull images from private ECR repositories. Fix: install ecr-credential-provider (kubernetes/cloud-provider-aws) there and rerun",
+            credential_provider::BIN_PATH
+        ));
+    }
+    if let Provider::WriteConfig(text) = &provider {
+        files.push(NodeFile {
+            path: credential_provider::CONFIG_PATH.into(),
+            content: Some(text.clone()),
+            mode: 0o644,
+        });
+    }
+    let unit = &f.kubelet_unit;
+    match unit {
+        UnitChoice::AmiCopied {
+            text,
+            sandbox_image,
+            ..
+        } => {
+            files.push(NodeFile {
+                path: systemd::KUBELET_UNIT_PATH.into(),
+                content: Some(text.clone()),
+                mode: 0o644,
+            });
+            if let Some(t) = sandbox_image {
+                files.push(NodeFile {
+                    path: kubelet_unit::SANDBOX_IMAGE_UNIT_PATH.into(),
+                    content: Some(t.clone()),
+                    mode: 0o644,
+                });
+            }
+        }
+        UnitChoice::AmiKept { .. } => {}
+        UnitChoice::Vpcnet { .. } => files.push(NodeFile {
+            path: systemd::KUBELET_UNIT_PATH.into(),
+            content: Some(kubelet_unit::vpcnet_unit(VpcnetUnitOptions {
+                credential_provider: provider != Provider::Absent,
+                sandbox_image: f.sandbox_image_service,
+            })),
+            mode: 0o644,
+        }),
+    }
+    // Flags an AMI unit does not pass itself (vpcnet's unit passes all of them).
+    let mut args: Vec<String> = Vec::new();
+    if !matches!(unit, UnitChoice::Vpcnet { .. }) {
+        let mut fixed = vec![
+            format!("--config={KUBELET_CONFIG_PATH}"),
+            format!("--kubeconfig={KUBECONFIG_PATH}"),
+            format!("--container-runtime-endpoint={CONTAINERD_SOCKET}"),
+        ];
+        fixed.extend(provider.flags());
+        for flag in fixed {
+            let name = flag.split('=').next().unwrap_or_default();
+            if !unit.unit_passes(name) {
+                args.push(flag);
+            }
+        }
+    }
+    args.push(format!("--node-ip={}", f.node_ip));
     if v < KubeletVersion::new(1, 35, 0) {
         // Kubelet 1.35 removed the flag (the runtime's sandbox image is what counts).
         args.push(format!("--pod-infra-container-image={sandbox_image}"));
@@ -235,18 +321,7 @@ pub fn render(s: &Settings, c: &Cluster, f: &InstanceFacts, warnings: Vec<String
     args.push(format!("--cloud-provider={cloud_provider}"));
     if v < KubeletVersion::new(1, 27, 0) {
         args.push("--container-runtime=remote".into());
-        args.push(format!("--container-runtime-endpoint={CONTAINERD_SOCKET}"));
     }
-    files.push(dropin(
-        "10-kubelet-args.conf",
-        "KUBELET_ARGS",
-        &args.join(" "),
-    ));
-    files.push(dropin(
-        "20-kubelet-cloud-provider.conf",
-        "KUBELET_CLOUD_PROVIDER",
-        cloud_provider,
-    ));
     let mut extra = Vec::new();
     if c.outpost_cluster_id.is_some() {
         extra.push(format!(
@@ -256,18 +331,50 @@ pub fn render(s: &Settings, c: &Cluster, f: &InstanceFacts, warnings: Vec<String
     if !s.kubelet_extra_args.is_empty() {
         extra.push(s.kubelet_extra_args.clone());
     }
-    if extra.is_empty() {
-        files.push(NodeFile {
-            path: format!("{DROPIN_DIR}/30-kubelet-extra-args.conf"),
-            content: None,
-            mode: 0o644,
-        });
-    } else {
-        files.push(dropin(
-            "30-kubelet-extra-args.conf",
-            "KUBELET_EXTRA_ARGS",
-            &extra.join(" "),
-        ));
+    let absent = |name: &str| NodeFile {
+        path: format!("{DROPIN_DIR}/{name}"),
+        content: None,
+        mode: 0o644,
+    };
+    match unit.layout() {
+        Layout::KubeletArgs => {
+            files.push(dropin(
+                "10-kubelet-args.conf",
+                "KUBELET_ARGS",
+                &args.join(" "),
+            ));
+            files.push(dropin(
+                "20-kubelet-cloud-provider.conf",
+                "KUBELET_CLOUD_PROVIDER",
+                cloud_provider,
+            ));
+            files.push(if extra.is_empty() {
+                absent("30-kubelet-extra-args.conf")
+            } else {
+                dropin(
+                    "30-kubelet-extra-args.conf",
+                    "KUBELET_EXTRA_ARGS",
+                    &extra.join(" "),
+                )
+            });
+        }
+        Layout::NodeadmEnvironment => {
+            // The unit reads no drop-in variable: everything goes to its environment file,
+            // the extra flags last so that they win (as nodeadm orders them).
+            args.extend(extra);
+            files.push(NodeFile {
+                path: kubelet_unit::NODEADM_ENVIRONMENT_PATH.into(),
+                content: Some(kubelet_unit::nodeadm_environment(&args.join(" "))),
+                mode: 0o644,
+            });
+            for name in [
+                "10-kubelet-args.conf",
+                "20-kubelet-cloud-provider.conf",
+                "30-kubelet-extra-args.conf",
+            ] {
+                files.push(absent(name));
+            }
+        }
     }
 
     // containerd.
@@ -316,6 +423,9 @@ pub fn render(s: &Settings, c: &Cluster, f: &InstanceFacts, warnings: Vec<String
         cloud_provider,
         sandbox_image,
         mount_bpffs,
+        kubelet_unit: f.kubelet_unit.clone(),
+        credential_provider: provider,
+        sandbox_image_service: f.sandbox_image_service,
     }
 }
 
