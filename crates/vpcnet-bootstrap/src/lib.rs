@@ -7,11 +7,17 @@
 //!   evictionHard, providerID, logging verbosity, TLS cipher suites, feature gates;
 //! - `/etc/kubernetes/pki/ca.crt` and `/var/lib/kubelet/kubeconfig` (on a local cluster on
 //!   Outposts `/var/lib/kubelet/bootstrap-kubeconfig` with the cluster ID instead);
-//! - vpcnet's kubelet unit `/etc/systemd/system/kubelet.service`
-//!   ([`systemd::VPCNET_KUBELET_UNIT`]) and its drop-ins in `kubelet.service.d/`:
-//!   `10-kubelet-args.conf` (`KUBELET_ARGS`: node IP, pause image, node name, cloud provider),
-//!   `20-kubelet-cloud-provider.conf` (`KUBELET_CLOUD_PROVIDER`, for units that read it),
-//!   `30-kubelet-extra-args.conf` (`KUBELET_EXTRA_ARGS`);
+//! - the kubelet unit ([`kubelet_unit`]): the EKS AMI's where the node has one (AL2: its
+//!   `/etc/eks/containerd/kubelet-containerd.service` and `sandbox-image.service` copied to
+//!   `/etc/systemd/system/` as bootstrap.sh does; AL2023: kept as installed), else vpcnet's own
+//!   ([`kubelet_unit::vpcnet_unit`]); the report and `--dry-run` say which and why;
+//! - vpcnet's settings where that unit reads them: drop-ins in `kubelet.service.d/`
+//!   (`10-kubelet-args.conf`: `KUBELET_ARGS` with node IP, pause image, node name, cloud
+//!   provider; `20-kubelet-cloud-provider.conf`: `KUBELET_CLOUD_PROVIDER`, for units that read
+//!   it; `30-kubelet-extra-args.conf`: `KUBELET_EXTRA_ARGS`), or on AL2023 nodeadm's
+//!   `/etc/eks/kubelet/environment` (`NODEADM_KUBELET_ARGS`);
+//! - `/etc/eks/image-credential-provider/config.json` when `ecr-credential-provider` is on the
+//!   node and no config is ([`credential_provider`]);
 //! - `/etc/containerd/config.toml` (vpcnet's, or `--containerd-config-file`);
 //! - `/etc/systemd/system/sys-fs-bpf.mount` when bpffs is not mounted;
 //! - on Outposts, `/etc/hosts` entries for the API server;
