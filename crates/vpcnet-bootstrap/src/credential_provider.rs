@@ -79,7 +79,10 @@ pub fn config_json(kubelet: KubeletVersion) -> String {
         images.push("public.ecr.aws");
     }
     let (config_api, provider_api) = if v1 {
-        ("kubelet.config.k8s.io/v1", "credentialprovider.kubelet.k8s.io/v1")
+        (
+            "kubelet.config.k8s.io/v1",
+            "credentialprovider.kubelet.k8s.io/v1",
+        )
     } else {
         (
             "kubelet.config.k8s.io/v1alpha1",

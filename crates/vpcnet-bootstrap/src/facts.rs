@@ -8,8 +8,8 @@ use std::time::Duration;
 use crate::cloud::{CloudError, Ec2, Imds};
 use crate::cluster::{Cluster, IpFamily};
 use crate::credential_provider;
-use crate::kubelet_unit::{self, NodeUnits, UnitChoice};
 use crate::error::BootstrapError;
+use crate::kubelet_unit::{self, NodeUnits, UnitChoice};
 use crate::max_pods::{self, ResolvedMaxPods};
 use crate::retry::{retry, Attempt, Budget, GaveUp};
 use crate::settings::Settings;
@@ -301,7 +301,13 @@ pub async fn gather(
     let units = node_units(host)?;
     let kubelet_unit = kubelet_unit::choose(&units)?;
     let sandbox_image_service = units.sandbox_image_installed
-        || matches!(&kubelet_unit, UnitChoice::AmiCopied { sandbox_image: Some(_), .. });
+        || matches!(
+            &kubelet_unit,
+            UnitChoice::AmiCopied {
+                sandbox_image: Some(_),
+                ..
+            }
+        );
 
     Ok(InstanceFacts {
         instance_type,

@@ -289,14 +289,19 @@ mod tests {
     use super::*;
 
     const AL2023_SHAPE: &str = "[Service]\nEnvironmentFile=/etc/eks/kubelet/environment\nExecStart=/usr/bin/kubelet $NODEADM_KUBELET_ARGS\n";
-    const AL2_SHAPE: &str = "[Service]\nExecStart=/usr/bin/kubelet --config /c $KUBELET_ARGS $KUBELET_EXTRA_ARGS\n";
+    const AL2_SHAPE: &str =
+        "[Service]\nExecStart=/usr/bin/kubelet --config /c $KUBELET_ARGS $KUBELET_EXTRA_ARGS\n";
 
     #[test]
     fn template_beats_an_installed_unit() {
         // The AL2 AMI installs a docker-era kubelet.service and ships the containerd one aside.
         let units = NodeUnits {
             ami_containerd_unit: Some(AL2_SHAPE.into()),
-            installed: Some(("/etc/systemd/system/kubelet.service".into(), "[Service]\nExecStart=/usr/bin/kubelet --container-runtime docker $KUBELET_ARGS\n".into())),
+            installed: Some((
+                "/etc/systemd/system/kubelet.service".into(),
+                "[Service]\nExecStart=/usr/bin/kubelet --container-runtime docker $KUBELET_ARGS\n"
+                    .into(),
+            )),
             ..Default::default()
         };
         let c = choose(&units).unwrap();
@@ -308,11 +313,17 @@ mod tests {
     fn layouts_and_vpcnet_fallback() {
         let kept = |text: &str| {
             choose(&NodeUnits {
-                installed: Some(("/usr/lib/systemd/system/kubelet.service".into(), text.into())),
+                installed: Some((
+                    "/usr/lib/systemd/system/kubelet.service".into(),
+                    text.into(),
+                )),
                 ..Default::default()
             })
         };
-        assert_eq!(kept(AL2023_SHAPE).unwrap().layout(), Layout::NodeadmEnvironment);
+        assert_eq!(
+            kept(AL2023_SHAPE).unwrap().layout(),
+            Layout::NodeadmEnvironment
+        );
         assert_eq!(kept(AL2_SHAPE).unwrap().layout(), Layout::KubeletArgs);
         let ours = vpcnet_unit(VpcnetUnitOptions::default());
         assert_eq!(
@@ -328,7 +339,10 @@ mod tests {
         // NODEADM_KUBELET_ARGS from some other file is not the AL2023 contract.
         let other = AL2023_SHAPE.replace("/etc/eks/kubelet/environment", "/etc/other");
         let e = kept(&other).unwrap_err().to_string();
-        assert!(e.contains("/usr/lib/systemd/system/kubelet.service") && e.contains("Fix:"), "{e}");
+        assert!(
+            e.contains("/usr/lib/systemd/system/kubelet.service") && e.contains("Fix:"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -340,7 +354,9 @@ mod tests {
             sandbox_image: true,
         });
         assert!(full.contains("Requires=containerd.service sandbox-image.service\n"));
-        assert!(full.contains("--image-credential-provider-bin-dir=/etc/eks/image-credential-provider \\\n"));
+        assert!(full.contains(
+            "--image-credential-provider-bin-dir=/etc/eks/image-credential-provider \\\n"
+        ));
     }
 
     #[test]

@@ -360,7 +360,9 @@ pub fn render(s: &Settings, c: &Cluster, f: &InstanceFacts, warnings: Vec<String
         }
         Layout::NodeadmEnvironment => {
             // The unit reads no drop-in variable: everything goes to its environment file,
-            // the extra flags last so that they win (as nodeadm orders them).
+            // the extra flags last so that they win (as nodeadm orders them). nodeadm also
+            // points cAdvisor at containerd, which the AL2023 AMI runs in runtime.slice.
+            args.push("--runtime-cgroups=/runtime.slice/containerd.service".into());
             args.extend(extra);
             files.push(NodeFile {
                 path: kubelet_unit::NODEADM_ENVIRONMENT_PATH.into(),

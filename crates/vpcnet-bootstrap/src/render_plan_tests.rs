@@ -126,9 +126,7 @@ fn max_pods_in_effect() {
 #[test]
 fn max_pods_expression_like_nodeadm_but_kube_reserved_follows_the_value_in_effect() {
     let nc = |body: &str| {
-        format!(
-            "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  kubelet:\n{body}"
-        )
+        format!("apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  kubelet:\n{body}")
     };
     // m5.large: 3 ENIs × (10 − 1) + 2 = 29; with one ENI reserved 20.
     let (p, cfg) = plan(
@@ -175,7 +173,10 @@ fn max_pods_expression_like_nodeadm_but_kube_reserved_follows_the_value_in_effec
         Some(&nc("    maxPodsExpression: max_pods + 2\n")),
     );
     assert_eq!(
-        (cfg["maxPods"].as_u64(), cfg["kubeReserved"]["memory"].as_str()),
+        (
+            cfg["maxPods"].as_u64(),
+            cfg["kubeReserved"]["memory"].as_str()
+        ),
         (Some(31), Some("596Mi"))
     );
     // An expression that does not evaluate falls back to the instance type, with a warning.
@@ -193,9 +194,7 @@ fn max_pods_expression_like_nodeadm_but_kube_reserved_follows_the_value_in_effec
 #[test]
 fn reserved_cpus_flag_drops_reserved_cgroups() {
     let (_, cfg) = plan(&["--kubelet-extra-args", "--reserved-cpus=0-1"], None);
-    assert!(
-        cfg.get("kubeReservedCgroup").is_none() && cfg.get("systemReservedCgroup").is_none()
-    );
+    assert!(cfg.get("kubeReservedCgroup").is_none() && cfg.get("systemReservedCgroup").is_none());
     let (_, cfg) = plan(&[], None);
     assert_eq!(cfg["kubeReservedCgroup"], "/runtime");
 }
@@ -276,8 +275,8 @@ fn cloud_provider_reaches_kubelet_on_every_unit_layout() {
         }
     }
     // The installed unit is vpcnet's (no AMI unit on this node).
-    let unit = std::fs::read_to_string(root.path().join("etc/systemd/system/kubelet.service"))
-        .unwrap();
+    let unit =
+        std::fs::read_to_string(root.path().join("etc/systemd/system/kubelet.service")).unwrap();
     assert!(unit.starts_with(kubelet_unit::VPCNET_MARKER), "{unit}");
     // A unit of late-2022 AMIs reads KUBELET_CLOUD_PROVIDER: both mentions agree.
     let old = "[Service]\nExecStart=/usr/bin/kubelet --cloud-provider $KUBELET_CLOUD_PROVIDER --config /etc/kubernetes/kubelet/kubelet-config.json $KUBELET_ARGS $KUBELET_EXTRA_ARGS\n";

@@ -212,13 +212,16 @@ mod tests {
             ch("/etc/systemd/system/kubelet.service", Change::Created),
             ch("/etc/containerd/config.toml", Change::Created),
         ];
-        let got: Vec<String> = steps(&changes, StartupOptions {
+        let got: Vec<String> = steps(
+            &changes,
+            StartupOptions {
                 mount_bpffs: true,
                 sandbox_image: false,
-            })
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+            },
+        )
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
         assert_eq!(
             got,
             [
@@ -247,10 +250,13 @@ mod tests {
             ch("/etc/containerd/config.toml", Change::Unchanged),
         ];
         assert_eq!(
-            steps(&changes, StartupOptions {
-                mount_bpffs: false,
-                sandbox_image: false,
-            }),
+            steps(
+                &changes,
+                StartupOptions {
+                    mount_bpffs: false,
+                    sandbox_image: false,
+                }
+            ),
             vec![
                 Step::Enable("kubelet.service".into()),
                 Step::Start("kubelet.service".into())
@@ -261,10 +267,13 @@ mod tests {
             "/etc/systemd/system/kubelet.service.d/30-kubelet-extra-args.conf",
             Change::Removed,
         )];
-        let s = steps(&changes, StartupOptions {
+        let s = steps(
+            &changes,
+            StartupOptions {
                 mount_bpffs: false,
                 sandbox_image: false,
-            });
+            },
+        );
         assert_eq!(s.first(), Some(&Step::DaemonReload));
         assert_eq!(s.last(), Some(&Step::Restart("kubelet.service".into())));
     }
@@ -291,7 +300,13 @@ mod tests {
             ]
         );
         // Nothing changed: sandbox-image is left alone (kubelet's Requires= starts it).
-        let s = steps(&[ch("/etc/containerd/config.toml", Change::Unchanged)], opts);
-        assert!(!s.contains(&Step::Restart(SANDBOX_IMAGE_UNIT.into())), "{s:?}");
+        let s = steps(
+            &[ch("/etc/containerd/config.toml", Change::Unchanged)],
+            opts,
+        );
+        assert!(
+            !s.contains(&Step::Restart(SANDBOX_IMAGE_UNIT.into())),
+            "{s:?}"
+        );
     }
 }

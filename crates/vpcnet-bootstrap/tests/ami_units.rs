@@ -157,17 +157,27 @@ async fn al2_ami_unit_is_installed_as_bootstrap_sh_does_and_keeps_everything() {
     let bare = kubelet_command_line(r, Unit::Text(AL2_UNIT.into())).unwrap();
     assert!(values(&bare, "--cloud-provider").is_empty() && values(&bare, "--node-ip").is_empty());
 
-    let err = bootstrap(r, "Kubernetes v1.31.2", &["--kubelet-extra-args", "--node-labels=team=a"])
-        .await
-        .unwrap();
+    let err = bootstrap(
+        r,
+        "Kubernetes v1.31.2",
+        &["--kubelet-extra-args", "--node-labels=team=a"],
+    )
+    .await
+    .unwrap();
     assert!(
         err.contains("kubelet unit: the EKS AMI's (/etc/eks/containerd/kubelet-containerd.service installed as /etc/systemd/system/kubelet.service"),
         "{err}"
     );
     assert!(!err.contains("ecr-credential-provider"), "{err}");
     // The AMI's units, byte for byte; its credential provider config untouched.
-    assert_eq!(read(r, "/etc/systemd/system/kubelet.service").unwrap(), AL2_UNIT);
-    assert_eq!(read(r, "/etc/systemd/system/sandbox-image.service").unwrap(), AL2_SANDBOX);
+    assert_eq!(
+        read(r, "/etc/systemd/system/kubelet.service").unwrap(),
+        AL2_UNIT
+    );
+    assert_eq!(
+        read(r, "/etc/systemd/system/sandbox-image.service").unwrap(),
+        AL2_SANDBOX
+    );
     assert_eq!(read(r, PROVIDER_CONFIG).unwrap(), AL2_PROVIDER_CONFIG);
 
     let argv = kubelet_command_line(r, Unit::Installed).unwrap();
@@ -192,11 +202,16 @@ async fn al2_ami_unit_is_installed_as_bootstrap_sh_does_and_keeps_everything() {
         setting(r, "Service", "ExecStartPre"),
         ["/sbin/iptables -P FORWARD ACCEPT -w 5"]
     );
-    for (file, section, key, _) in unit_directives(&unit_files(r, Unit::Installed).unwrap())[1..]
+    let directives = unit_directives(&unit_files(r, Unit::Installed).unwrap());
+    for (file, section, key, _) in directives
         .iter()
         .filter(|(f, ..)| f.contains(".service.d/"))
     {
-        assert_eq!((section.as_str(), key.as_str()), ("Service", "Environment"), "{file}");
+        assert_eq!(
+            (section.as_str(), key.as_str()),
+            ("Service", "Environment"),
+            "{file}"
+        );
     }
 }
 
@@ -213,7 +228,9 @@ async fn al2023_ami_unit_is_kept_and_gets_nodeadms_environment_file() {
     );
     // Negative control: without the environment file nodeadm (or vpcnet) writes, systemd
     // would not start the AMI's unit at all.
-    let e = kubelet_command_line(r, Unit::Installed).unwrap_err().to_string();
+    let e = kubelet_command_line(r, Unit::Installed)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("/etc/eks/kubelet/environment"), "{e}");
 
     let err = bootstrap(
@@ -227,9 +244,15 @@ async fn al2023_ami_unit_is_kept_and_gets_nodeadms_environment_file() {
         err.contains("kubelet unit: the AMI's /etc/systemd/system/kubelet.service, kept"),
         "{err}"
     );
-    assert_eq!(read(r, "/etc/systemd/system/kubelet.service").unwrap(), AL2023_UNIT);
+    assert_eq!(
+        read(r, "/etc/systemd/system/kubelet.service").unwrap(),
+        AL2023_UNIT
+    );
     // No drop-in: the unit reads none of their variables.
-    assert!(!r.join("etc/systemd/system/kubelet.service.d").join("10-kubelet-args.conf").exists());
+    assert!(!r
+        .join("etc/systemd/system/kubelet.service.d")
+        .join("10-kubelet-args.conf")
+        .exists());
     // The provider config nodeadm would write (API v1 on kubelet 1.33).
     let cfg: serde_json::Value = serde_json::from_str(&read(r, PROVIDER_CONFIG).unwrap()).unwrap();
     assert_eq!(cfg["apiVersion"], "kubelet.config.k8s.io/v1");
@@ -238,10 +261,7 @@ async fn al2023_ami_unit_is_kept_and_gets_nodeadms_environment_file() {
     let fixed = fixed_words(AL2023_UNIT);
     assert_eq!(fixed, ["/usr/bin/kubelet"]);
     assert_kubelet_gets_everything(&argv, "team=a b");
-    assert_eq!(
-        setting(r, "Unit", "After"),
-        ["containerd.service"]
-    );
+    assert_eq!(setting(r, "Unit", "After"), ["containerd.service"]);
     assert_eq!(setting(r, "Unit", "Wants"), ["containerd.service"]);
     assert_eq!(
         setting(r, "Service", "ExecStartPre"),
@@ -285,13 +305,19 @@ async fn without_an_ami_unit_vpcnets_own_does_what_the_amis_do() {
             ("/usr/lib/systemd/system/sandbox-image.service", AL2_SANDBOX),
         ],
     );
-    let err = bootstrap(r, "Kubernetes v1.31.2", &["--kubelet-extra-args", "--node-labels=x=y"])
-        .await
-        .unwrap();
+    let err = bootstrap(
+        r,
+        "Kubernetes v1.31.2",
+        &["--kubelet-extra-args", "--node-labels=x=y"],
+    )
+    .await
+    .unwrap();
     assert!(!err.contains("no ecr-credential-provider"), "{err}");
     let argv = kubelet_command_line(r, Unit::Installed).unwrap();
     assert_kubelet_gets_everything(&argv, "x=y");
-    assert!(read(r, PROVIDER_CONFIG).unwrap().contains("ecr-credential-provider"));
+    assert!(read(r, PROVIDER_CONFIG)
+        .unwrap()
+        .contains("ecr-credential-provider"));
     assert_eq!(
         setting(r, "Unit", "Requires"),
         ["containerd.service sandbox-image.service"]
@@ -302,9 +328,13 @@ async fn without_an_ami_unit_vpcnets_own_does_what_the_amis_do() {
     );
     // A rerun finds vpcnet's own unit and config, and keeps both.
     let before = tree(r);
-    let err = bootstrap(r, "Kubernetes v1.31.2", &["--kubelet-extra-args", "--node-labels=x=y"])
-        .await
-        .unwrap();
+    let err = bootstrap(
+        r,
+        "Kubernetes v1.31.2",
+        &["--kubelet-extra-args", "--node-labels=x=y"],
+    )
+    .await
+    .unwrap();
     assert!(err.contains("was written by vpcnet-bootstrap"), "{err}");
     assert_eq!(before, tree(r));
 }

@@ -23,7 +23,10 @@ apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  kubelet:\n    flag
 }
 
 /// Runs bootstrap with `--config FILE` (`file://` form too) holding `text`; stderr or error.
-async fn run_with_config(text: &str, file_url: bool) -> (Result<String, String>, tempfile::TempDir) {
+async fn run_with_config(
+    text: &str,
+    file_url: bool,
+) -> (Result<String, String>, tempfile::TempDir) {
     let cloud = Cloud::launch(&CloudSpec::new("m5.large", vec!["10.0.0.0/16"])).await;
     let root = tempfile::tempdir().unwrap();
     let cfg = root.path().join("nodeconfig");
@@ -45,10 +48,15 @@ async fn run_with_config(text: &str, file_url: bool) -> (Result<String, String>,
     let host = FakeHost::new(root.path());
     let system = RecordingSystem::default();
     let mut err = Vec::new();
-    let r = vpcnet_bootstrap::run(&args, &cloud.adapters(&host, &system), &mut Vec::new(), &mut err)
-        .await
-        .map(|_| String::from_utf8(err).unwrap())
-        .map_err(|e| e.to_string());
+    let r = vpcnet_bootstrap::run(
+        &args,
+        &cloud.adapters(&host, &system),
+        &mut Vec::new(),
+        &mut err,
+    )
+    .await
+    .map(|_| String::from_utf8(err).unwrap())
+    .map_err(|e| e.to_string());
     (r, root)
 }
 
@@ -73,7 +81,9 @@ async fn mime_multipart_config_file_merges_like_user_data() {
         );
         // The plain-http endpoint came from the NodeConfig: the warning names its field.
         assert!(
-            err.contains("warning: spec.cluster.apiServerEndpoint \"http://api.example.com\" is plain http"),
+            err.contains(
+                "warning: spec.cluster.apiServerEndpoint \"http://api.example.com\" is plain http"
+            ),
             "{err}"
         );
         assert!(!err.contains("--apiserver-endpoint"), "{err}");
@@ -99,5 +109,8 @@ async fn config_file_errors_name_the_file_and_the_field() {
     );
     let (r, _root) = run_with_config(&nc, false).await;
     let e = r.unwrap_err();
-    assert!(e.contains("spec.cluster.enableOutpost") && e.contains("spec.cluster.id"), "{e}");
+    assert!(
+        e.contains("spec.cluster.enableOutpost") && e.contains("spec.cluster.id"),
+        "{e}"
+    );
 }
