@@ -124,7 +124,7 @@ fn max_pods_in_effect() {
 }
 
 #[test]
-fn max_pods_expression_like_nodeadm_but_kube_reserved_follows_the_value_in_effect() {
+fn max_pods_expression_like_nodeadm_and_kube_reserved_from_the_expression() {
     let nc = |body: &str| {
         format!("apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  kubelet:\n{body}")
     };
@@ -167,7 +167,7 @@ fn max_pods_expression_like_nodeadm_but_kube_reserved_follows_the_value_in_effec
         "{:?}",
         p.warnings
     );
-    // The same under a --max-pods flag.
+    // The same under a --max-pods flag (which the config file follows, as kubelet would).
     let (_, cfg) = plan(
         &["--kubelet-extra-args", "--max-pods=7"],
         Some(&nc("    maxPodsExpression: max_pods + 2\n")),
@@ -177,7 +177,7 @@ fn max_pods_expression_like_nodeadm_but_kube_reserved_follows_the_value_in_effec
             cfg["maxPods"].as_u64(),
             cfg["kubeReserved"]["memory"].as_str()
         ),
-        (Some(31), Some("596Mi"))
+        (Some(7), Some("596Mi"))
     );
     // An expression that does not evaluate falls back to the instance type, with a warning.
     let (p, cfg) = plan(&[], Some(&nc("    maxPodsExpression: max_pods - 1000\n")));
