@@ -75,7 +75,10 @@ pub fn provider_config(ecr_endpoint: &str) -> String {
     for (k, v) in crate::lab::aws_env(ecr_endpoint) {
         if matches!(
             k.as_str(),
-            "AWS_REGION" | "AWS_ACCESS_KEY_ID" | "AWS_SECRET_ACCESS_KEY" | "AWS_CONFIG_FILE"
+            "AWS_REGION"
+                | "AWS_ACCESS_KEY_ID"
+                | "AWS_SECRET_ACCESS_KEY"
+                | "AWS_CONFIG_FILE"
                 | "AWS_SHARED_CREDENTIALS_FILE"
         ) {
             env.push(json!({"name": k, "value": v}));
@@ -171,7 +174,17 @@ impl Lab {
                 );
             }
             let ok = Command::new("ip")
-                .args(["netns", "exec", &vpc_ns, "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}"])
+                .args([
+                    "netns",
+                    "exec",
+                    &vpc_ns,
+                    "curl",
+                    "-s",
+                    "-o",
+                    "/dev/null",
+                    "-w",
+                    "%{http_code}",
+                ])
                 .arg(format!("http://{addr}/v2/"))
                 .output()
                 .map(|o| o.stdout == b"401")
@@ -204,7 +217,11 @@ impl Lab {
         let target = format!("{ip}/{REPO}:{TAG}");
         let ns = crate::containerd::CRI_NAMESPACE;
         let _ = crate::containerd::ctr_ns(node, ns, &["images", "rm", &target]);
-        crate::containerd::ctr_ns(node, ns, &["images", "tag", crate::image::IMAGE_REF, &target])?;
+        crate::containerd::ctr_ns(
+            node,
+            ns,
+            &["images", "tag", crate::image::IMAGE_REF, &target],
+        )?;
         let user = format!("{}:{}", creds.username, creds.password);
         let r = crate::containerd::ctr_ns(
             node,

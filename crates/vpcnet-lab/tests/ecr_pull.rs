@@ -89,7 +89,9 @@ fn a_private_ecr_image_is_pulled_through_ecr_credential_provider_and_not_without
             let (mut with_ok, mut without_failed) = (false, None::<String>);
             while t0.elapsed() < Duration::from_secs(180) && !(with_ok && without_failed.is_some())
             {
-                let p = k.json(&["get", "pod", "ecr-with", "-n", "default"]).unwrap();
+                let p = k
+                    .json(&["get", "pod", "ecr-with", "-n", "default"])
+                    .unwrap();
                 with_ok = p["status"]["phase"] == "Running";
                 let q = k
                     .json(&["get", "pod", "ecr-without", "-n", "default"])
@@ -98,10 +100,15 @@ fn a_private_ecr_image_is_pulled_through_ecr_credential_provider_and_not_without
                 if w["reason"] == "ErrImagePull" || w["reason"] == "ImagePullBackOff" {
                     without_failed = Some(w["message"].as_str().unwrap_or_default().to_string());
                 }
-                assert_ne!(q["status"]["phase"], "Running", "pulled without credentials: {q}");
+                assert_ne!(
+                    q["status"]["phase"], "Running",
+                    "pulled without credentials: {q}"
+                );
                 std::thread::sleep(Duration::from_secs(2));
             }
-            let p = k.json(&["get", "pod", "ecr-with", "-n", "default"]).unwrap();
+            let p = k
+                .json(&["get", "pod", "ecr-with", "-n", "default"])
+                .unwrap();
             assert!(with_ok, "pod with the credential provider not Running: {p}");
             let reason =
                 without_failed.expect("pod without the credential provider did not fail to pull");
@@ -123,8 +130,23 @@ fn a_private_ecr_image_is_pulled_through_ecr_credential_provider_and_not_without
                 msg.contains("401") || msg.to_lowercase().contains("unauthorized"),
                 "the pull without credentials failed for another reason: {msg}"
             );
-            let q = k.json(&["get", "pod", "ecr-without", "-n", "default"]).unwrap();
+            let q = k
+                .json(&["get", "pod", "ecr-without", "-n", "default"])
+                .unwrap();
             assert_ne!(q["status"]["phase"], "Running", "{q}");
+            eprintln!("pull without the credential provider: {msg}");
+            // The credentials came from the real provider asking the emulator's ECR.
+            let calls: serde_json::Value =
+                vpcnet_lab::api::control_get(&vpcnet_lab::daemon::api_socket(&lab.dir), "calls")
+                    .unwrap();
+            let n = calls["per_action"]["GetAuthorizationToken"]
+                .as_u64()
+                .unwrap_or(0);
+            assert!(
+                n >= 1,
+                "ecr-credential-provider never called GetAuthorizationToken: {calls}"
+            );
+            eprintln!("GetAuthorizationToken calls: {n}");
         },
     );
 }
