@@ -172,9 +172,10 @@ mod tests {
         assert!(
             s.contains("mount --bind '/t/vm.overcommit_memory' '/proc/sys/vm/overcommit_memory'")
         );
+        assert!(s.contains("mount --bind '/r/etc/hosts' /etc/hosts"));
         assert_eq!(
             s.lines().count(),
-            1 + NODE_DIRS.len() + KUBELET_TUNABLES.len()
+            2 + NODE_DIRS.len() + KUBELET_TUNABLES.len()
         );
     }
 }
