@@ -15,6 +15,11 @@ export VPCNET_K8S_BIN_DIR
 echo "==> aws-load-balancer-controller for the lab's peer test (scripts/build-aws-lbc.sh; cached per pins)" >&2
 VPCNET_AWS_LBC_BIN_DIR=$(./scripts/build-aws-lbc.sh | tail -n 1)
 export VPCNET_AWS_LBC_BIN_DIR
+echo "==> ecr-credential-provider and the lab's private registry for the private ECR pull test (cached per pins)" >&2
+VPCNET_ECR_CREDENTIAL_PROVIDER=$(./scripts/build-ecr-credential-provider.sh | tail -n 1)/ecr-credential-provider
+export VPCNET_ECR_CREDENTIAL_PROVIDER
+VPCNET_REGISTRY_BIN_DIR=$(./scripts/build-registry.sh | tail -n 1)
+export VPCNET_REGISTRY_BIN_DIR
 echo "==> cargo build (binaries used by end-to-end tests)" >&2
 cargo build --workspace --bins
 echo "==> tests" >&2

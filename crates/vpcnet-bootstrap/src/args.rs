@@ -68,7 +68,7 @@ pub struct BootstrapArgs {
     #[arg(long)]
     pub cluster_id: Option<String>,
 
-    /// Container runtime; only `containerd` is supported (as for kubelet ≥ 1.24).
+    /// Container runtime; only `containerd` is supported (kubelet lost dockershim in 1.24).
     #[arg(long)]
     pub container_runtime: Option<String>,
 

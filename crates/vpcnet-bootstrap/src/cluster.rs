@@ -81,6 +81,30 @@ pub struct ClusterInput {
     pub cluster_id: Option<String>,
     /// `--dns-cluster-ip` was given (an IPv6 cluster needs it or its service CIDR).
     pub dns_ip_given: bool,
+    /// Which values came from NodeConfig `spec.cluster` (messages name them by their field).
+    pub from_config: FromConfig,
+}
+
+/// Values of [`ClusterInput`] taken from NodeConfig `spec.cluster` rather than from flags.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FromConfig {
+    pub endpoint: bool,
+    pub ca: bool,
+    pub outpost: bool,
+    pub cluster_id: bool,
+}
+
+impl FromConfig {
+    /// `flag`, or the NodeConfig field it stands for when the value came from there.
+    pub fn label(&self, flag: &'static str) -> &'static str {
+        match flag {
+            "--apiserver-endpoint" if self.endpoint => "spec.cluster.apiServerEndpoint",
+            "--b64-cluster-ca" if self.ca => "spec.cluster.certificateAuthority",
+            "--enable-local-outpost" if self.outpost => "spec.cluster.enableOutpost",
+            "--cluster-id" if self.cluster_id => "spec.cluster.id",
+            other => other,
+        }
+    }
 }
 
 impl ClusterInput {
@@ -93,11 +117,12 @@ impl ClusterInput {
     /// warnings come with [`ClusterInput::resolve`]).
     pub fn check(&self) -> Result<(), BootstrapError> {
         let mut w = Vec::new();
+        let l = |flag| self.from_config.label(flag);
         if let Some(e) = &self.endpoint {
-            parse_endpoint("--apiserver-endpoint", e, &mut w)?;
+            parse_endpoint(l("--apiserver-endpoint"), e, &mut w)?;
         }
         if let Some(c) = &self.ca_b64 {
-            decode_ca("--b64-cluster-ca", c, &mut w)?;
+            decode_ca(l("--b64-cluster-ca"), c, &mut w)?;
         }
         self.cidrs(&mut w)?;
         if !self.needs_lookup() {
@@ -164,8 +189,9 @@ impl ClusterInput {
                     "pass the cluster endpoint (aws eks describe-cluster --query cluster.endpoint) or set spec.cluster.apiServerEndpoint",
                 )
             })?;
+        let l = |flag| self.from_config.label(flag);
         let endpoint_label = if self.endpoint.is_some() {
-            "--apiserver-endpoint".to_string()
+            l("--apiserver-endpoint").to_string()
         } else {
             from_eks("cluster.endpoint")
         };
@@ -181,7 +207,7 @@ impl ClusterInput {
                 )
             })?;
         let ca_label = if self.ca_b64.is_some() {
-            "--b64-cluster-ca".to_string()
+            l("--b64-cluster-ca").to_string()
         } else {
             from_eks("cluster.certificateAuthority.data")
         };
@@ -228,13 +254,13 @@ impl ClusterInput {
                 .or_else(|| d.and_then(|d| d.id.clone()))
                 .ok_or_else(|| {
                     BootstrapError::invalid(
-                        "--enable-local-outpost",
+                        l("--enable-local-outpost"),
                         "true",
-                        "a local cluster's bootstrap kubeconfig authenticates with the cluster ID, and --cluster-id was not given",
+                        "a local cluster's bootstrap kubeconfig authenticates with the cluster ID, and neither --cluster-id nor spec.cluster.id was given",
                         "pass --cluster-id (aws eks describe-cluster --query cluster.id) or set spec.cluster.id",
                     )
                 })?;
-            check_name("--cluster-id", &id)?;
+            check_name(l("--cluster-id"), &id)?;
             Some(id)
         } else {
             None

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use crate::cloud::{CloudError, Ec2, Imds};
 use crate::cluster::{Cluster, IpFamily};
+use crate::credential_provider;
 use crate::error::BootstrapError;
+use crate::kubelet_unit::{self, NodeUnits, UnitChoice};
 use crate::max_pods::{self, ResolvedMaxPods};
 use crate::retry::{retry, Attempt, Budget, GaveUp};
 use crate::settings::Settings;
@@ -45,6 +47,15 @@ pub struct InstanceFacts {
     pub apiserver_ips: Vec<IpAddr>,
     /// Current contents of /etc/hosts under the root (local clusters on Outposts only).
     pub existing_hosts: Option<String>,
+    /// The kubelet unit to install or keep ([`crate::kubelet_unit::choose`] over the node's
+    /// unit files).
+    pub kubelet_unit: UnitChoice,
+    /// A `sandbox-image.service` is installed (or comes with the AMI's unit).
+    pub sandbox_image_service: bool,
+    /// `ecr-credential-provider` at [`credential_provider::BIN_PATH`].
+    pub credential_provider_binary: bool,
+    /// The text of [`credential_provider::CONFIG_PATH`], if present.
+    pub credential_provider_config: Option<String>,
 }
 
 /// The node itself: CPU count, kubelet binary, name resolution, files under the root.
@@ -60,6 +71,8 @@ pub trait Host {
     fn read_file(&self, path: &str) -> Result<Option<String>, BootstrapError>;
     /// Whether a BPF file system is mounted at the root's /sys/fs/bpf.
     fn bpffs_mounted(&self) -> Result<bool, BootstrapError>;
+    /// Whether a file (of any content, binaries included) is at `path` under the root.
+    fn is_file(&self, path: &str) -> Result<bool, BootstrapError>;
 }
 
 /// The real node, with files under `root`.
@@ -118,6 +131,18 @@ impl Host for RealHost {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(BootstrapError::Host(format!(
                 "cannot read {}: {e}",
+                p.display()
+            ))),
+        }
+    }
+
+    fn is_file(&self, path: &str) -> Result<bool, BootstrapError> {
+        let p = under_root(&self.root, path);
+        match std::fs::metadata(&p) {
+            Ok(m) => Ok(m.is_file()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(BootstrapError::Host(format!(
+                "cannot look at {}: {e}",
                 p.display()
             ))),
         }
@@ -273,6 +298,16 @@ pub async fn gather(
         (Vec::new(), None)
     };
     let bpffs_mounted = settings.mount_bpf_fs && host.bpffs_mounted()?;
+    let units = node_units(host)?;
+    let kubelet_unit = kubelet_unit::choose(&units)?;
+    let sandbox_image_service = units.sandbox_image_installed
+        || matches!(
+            &kubelet_unit,
+            UnitChoice::AmiCopied {
+                sandbox_image: Some(_),
+                ..
+            }
+        );
 
     Ok(InstanceFacts {
         instance_type,
@@ -290,6 +325,32 @@ pub async fn gather(
         kubelet_version,
         apiserver_ips,
         existing_hosts,
+        kubelet_unit,
+        sandbox_image_service,
+        credential_provider_binary: host.is_file(credential_provider::BIN_PATH)?,
+        credential_provider_config: host.read_file(credential_provider::CONFIG_PATH)?,
+    })
+}
+
+/// The kubelet unit files on the node: the AL2 AMI's copies-to-be, the installed
+/// `kubelet.service` systemd would load, and whether a `sandbox-image.service` is installed.
+pub fn node_units(host: &impl Host) -> Result<NodeUnits, BootstrapError> {
+    let mut installed = None;
+    let mut sandbox_image_installed = false;
+    for dir in crate::systemd::UNIT_DIRS {
+        let p = format!("{dir}/kubelet.service");
+        if installed.is_none() {
+            if let Some(t) = host.read_file(&p)? {
+                installed = Some((p, t));
+            }
+        }
+        sandbox_image_installed |= host.is_file(&format!("{dir}/sandbox-image.service"))?;
+    }
+    Ok(NodeUnits {
+        ami_containerd_unit: host.read_file(kubelet_unit::AMI_CONTAINERD_UNIT)?,
+        ami_sandbox_image_unit: host.read_file(kubelet_unit::AMI_SANDBOX_IMAGE_UNIT)?,
+        installed,
+        sandbox_image_installed,
     })
 }
 

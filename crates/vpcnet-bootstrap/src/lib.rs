@@ -7,11 +7,17 @@
 //!   evictionHard, providerID, logging verbosity, TLS cipher suites, feature gates;
 //! - `/etc/kubernetes/pki/ca.crt` and `/var/lib/kubelet/kubeconfig` (on a local cluster on
 //!   Outposts `/var/lib/kubelet/bootstrap-kubeconfig` with the cluster ID instead);
-//! - vpcnet's kubelet unit `/etc/systemd/system/kubelet.service`
-//!   ([`systemd::VPCNET_KUBELET_UNIT`]) and its drop-ins in `kubelet.service.d/`:
-//!   `10-kubelet-args.conf` (`KUBELET_ARGS`: node IP, pause image, node name, cloud provider),
-//!   `20-kubelet-cloud-provider.conf` (`KUBELET_CLOUD_PROVIDER`, for units that read it),
-//!   `30-kubelet-extra-args.conf` (`KUBELET_EXTRA_ARGS`);
+//! - the kubelet unit ([`kubelet_unit`]): the EKS AMI's where the node has one (AL2: its
+//!   `/etc/eks/containerd/kubelet-containerd.service` and `sandbox-image.service` copied to
+//!   `/etc/systemd/system/` as bootstrap.sh does; AL2023: kept as installed), else vpcnet's own
+//!   ([`kubelet_unit::vpcnet_unit`]); the report and `--dry-run` say which and why;
+//! - vpcnet's settings where that unit reads them: drop-ins in `kubelet.service.d/`
+//!   (`10-kubelet-args.conf`: `KUBELET_ARGS` with node IP, pause image, node name, cloud
+//!   provider; `20-kubelet-cloud-provider.conf`: `KUBELET_CLOUD_PROVIDER`, for units that read
+//!   it; `30-kubelet-extra-args.conf`: `KUBELET_EXTRA_ARGS`), or on AL2023 nodeadm's
+//!   `/etc/eks/kubelet/environment` (`NODEADM_KUBELET_ARGS`);
+//! - `/etc/eks/image-credential-provider/config.json` when `ecr-credential-provider` is on the
+//!   node and no config is ([`credential_provider`]);
 //! - `/etc/containerd/config.toml` (vpcnet's, or `--containerd-config-file`);
 //! - `/etc/systemd/system/sys-fs-bpf.mount` when bpffs is not mounted;
 //! - on Outposts, `/etc/hosts` entries for the API server;
@@ -38,9 +44,11 @@ pub mod cloud;
 pub mod cluster;
 pub mod cluster_dns;
 pub mod containerd;
+pub mod credential_provider;
 pub mod error;
 pub mod facts;
 pub mod hosts;
+pub mod kubelet_unit;
 pub mod max_pods;
 pub mod max_pods_expr;
 pub mod node_config;
@@ -138,7 +146,7 @@ fn load_node_config_file(path: &str) -> Result<NodeConfig, BootstrapError> {
             "cannot read: {e}. Fix: pass --config with a readable NodeConfig YAML file (or imds for the user data)"
         ),
     })?;
-    NodeConfig::parse(path, &text)
+    user_data::node_config_from(path, &text)
 }
 
 /// Reads `--containerd-config-file`, if given (checked by [`Settings::new`]).
@@ -284,8 +292,10 @@ pub async fn run<I: Imds, E: Ec2, K: Eks, H: Host, S: System>(
     }
     let opts = startup::StartupOptions {
         mount_bpffs: plan.mount_bpffs,
+        sandbox_image: plan.sandbox_image_service,
     };
     if args.dry_run {
+        writeln!(out, "### kubelet unit: {}", plan.kubelet_unit)?;
         output::print_dry_run(&plan.files, out)?;
         if !args.files_only {
             let changes = output::preview(&args.root, &plan.files)?;
@@ -312,8 +322,8 @@ pub async fn run<I: Imds, E: Ec2, K: Eks, H: Host, S: System>(
     }
     writeln!(
         warn,
-        "vpcnet-bootstrap: max pods {} ({}), cloud provider {}",
-        plan.max_pods, plan.max_pods_origin, plan.cloud_provider
+        "vpcnet-bootstrap: max pods {} ({}), cloud provider {}\nvpcnet-bootstrap: kubelet unit: {}",
+        plan.max_pods, plan.max_pods_origin, plan.cloud_provider, plan.kubelet_unit
     )?;
     Ok(plan)
 }

@@ -5,8 +5,10 @@ use serde_json::{json, Map, Value};
 use crate::cluster::Cluster;
 use crate::cluster_dns::cluster_dns;
 use crate::containerd;
+use crate::credential_provider::{self, Provider};
 use crate::facts::InstanceFacts;
 use crate::hosts::with_apiserver_entries;
+use crate::kubelet_unit::{self, Layout, UnitChoice, VpcnetUnitOptions};
 use crate::max_pods::LimitsSource;
 use crate::max_pods_expr::Vars;
 use crate::reserved;
@@ -21,7 +23,7 @@ pub const KUBECONFIG_PATH: &str = "/var/lib/kubelet/kubeconfig";
 pub const BOOTSTRAP_KUBECONFIG_PATH: &str = "/var/lib/kubelet/bootstrap-kubeconfig";
 pub const DROPIN_DIR: &str = "/etc/systemd/system/kubelet.service.d";
 pub const HOSTS_PATH: &str = "/etc/hosts";
-const CONTAINERD_SOCKET: &str = "unix:///run/containerd/containerd.sock";
+pub const CONTAINERD_SOCKET: &str = "unix:///run/containerd/containerd.sock";
 /// Kubelet's own default when nobody sets max pods.
 const KUBELET_DEFAULT_MAX_PODS: u32 = 110;
 
@@ -80,6 +82,12 @@ pub struct Plan {
     pub sandbox_image: String,
     /// The bpffs mount unit is part of the plan (start it after writing).
     pub mount_bpffs: bool,
+    /// The kubelet unit installed or kept, and why (its `Display` says).
+    pub kubelet_unit: UnitChoice,
+    /// What is done about the ECR credential provider.
+    pub credential_provider: Provider,
+    /// A `sandbox-image.service` runs on the node (restarted with containerd).
+    pub sandbox_image_service: bool,
 }
 
 /// Whether kubelet runs with `--cloud-provider=external`: always on local clusters on
@@ -107,33 +115,52 @@ pub fn render(s: &Settings, c: &Cluster, f: &InstanceFacts, warnings: Vec<String
         f.max_pods.max_pods,
         MaxPodsOrigin::InstanceType(f.max_pods.source),
     );
+    // NodeConfig maxPodsExpression, evaluated as nodeadm does whatever overrides it: nodeadm
+    // computes kube-reserved memory from it. `(value, evaluated)`; a failure falls back to the
+    // instance type's value, with a warning.
+    let expression = s.max_pods.expression.as_ref().map(|expr| {
+        let evaluated = match &f.max_pods.limits {
+            Some(l) => expr.eval(Vars {
+                default_enis: i64::from(l.eni_limit),
+                ips_per_eni: i64::from(l.ipv4_per_eni),
+                max_pods: i64::from(f.max_pods.max_pods),
+            }),
+            None => Err("the instance type's limits are unknown".to_string()),
+        };
+        evaluated.map(|n| (n, true)).unwrap_or_else(|e| {
+            warnings.push(format!(
+                "NodeConfig kubelet.maxPodsExpression {:?}: {e}; using {} max pods from the instance type instead (as nodeadm does)",
+                expr.text(),
+                instance_type.0
+            ));
+            (instance_type.0, false)
+        })
+    });
     let (max_pods, max_pods_origin) = if let Some(n) = s.max_pods_flag {
         (n, MaxPodsOrigin::ExtraArgs)
     } else if let Some(n) = s.max_pods_config {
         (n, MaxPodsOrigin::NodeConfig)
     } else if !s.use_max_pods {
         (KUBELET_DEFAULT_MAX_PODS, MaxPodsOrigin::KubeletDefault)
-    } else if let Some(expr) = &s.max_pods.expression {
-        let evaluated = match &f.max_pods.limits {
-            Some(l) => expr
-                .eval(Vars {
-                    default_enis: i64::from(l.eni_limit),
-                    ips_per_eni: i64::from(l.ipv4_per_eni),
-                    max_pods: i64::from(f.max_pods.max_pods),
-                })
-                .map(|n| (n, MaxPodsOrigin::Expression)),
-            None => Err("the instance type's limits are unknown".to_string()),
-        };
-        evaluated.unwrap_or_else(|e| {
-            warnings.push(format!(
-                "NodeConfig kubelet.maxPodsExpression {:?}: {e}; using {} max pods from the instance type instead (as nodeadm does)",
-                expr.text(),
-                instance_type.0
-            ));
-            instance_type
-        })
     } else {
-        instance_type
+        match expression {
+            Some((n, true)) => (n, MaxPodsOrigin::Expression),
+            _ => instance_type,
+        }
+    };
+    // kube-reserved memory: for the max pods in effect, except under maxPodsExpression,
+    // where nodeadm takes the expression's value even when kubelet.config.maxPods (or a flag)
+    // overrides it; vpcnet does the same, and says so when the two differ.
+    let reserved_for = match expression {
+        Some((n, _)) => {
+            if n != max_pods {
+                warnings.push(format!(
+                    "kube-reserved memory is computed for {n} pods from NodeConfig kubelet.maxPodsExpression (as nodeadm does), while kubelet runs with max pods {max_pods} from {max_pods_origin}"
+                ));
+            }
+            n
+        }
+        None => max_pods,
     };
     if let (MaxPodsOrigin::InstanceType(LimitsSource::Fallback), Some(w)) =
         (max_pods_origin, &f.max_pods.warning)
@@ -162,7 +189,7 @@ pub fn render(s: &Settings, c: &Cluster, f: &InstanceFacts, warnings: Vec<String
         json!({
             "cpu": format!("{}m", reserved::cpu_millicores_to_reserve(f.vcpus)),
             "ephemeral-storage": reserved::EPHEMERAL_STORAGE_TO_RESERVE,
-            "memory": format!("{}Mi", reserved::memory_mebibytes_to_reserve(max_pods)),
+            "memory": format!("{}Mi", reserved::memory_mebibytes_to_reserve(reserved_for)),
         }),
     );
     cfg.insert(
@@ -211,13 +238,72 @@ pub fn render(s: &Settings, c: &Cluster, f: &InstanceFacts, warnings: Vec<String
         mode: 0o644,
     });
 
-    // The kubelet unit and its drop-ins.
-    files.push(NodeFile {
-        path: systemd::KUBELET_UNIT_PATH.into(),
-        content: Some(systemd::VPCNET_KUBELET_UNIT.into()),
-        mode: 0o644,
-    });
-    let mut args = vec![format!("--node-ip={}", f.node_ip)];
+    // The kubelet unit and how vpcnet's settings reach kubelet through it.
+    let provider = Provider::new(
+        f.credential_provider_binary,
+        f.credential_provider_config.as_deref(),
+        v,
+    );
+    if provider == Provider::Absent && v >= KubeletVersion::new(1, 27, 0) {
+        warnings.push(format!(
+            "no ecr-credential-provider at {}: kubelet (>= 1.27 has no built-in ECR credentials) cannot pull images from private ECR repositories. Fix: install ecr-credential-provider (kubernetes/cloud-provider-aws) there and rerun",
+            credential_provider::BIN_PATH
+        ));
+    }
+    if let Provider::WriteConfig(text) = &provider {
+        files.push(NodeFile {
+            path: credential_provider::CONFIG_PATH.into(),
+            content: Some(text.clone()),
+            mode: 0o644,
+        });
+    }
+    let unit = &f.kubelet_unit;
+    match unit {
+        UnitChoice::AmiCopied {
+            text,
+            sandbox_image,
+            ..
+        } => {
+            files.push(NodeFile {
+                path: systemd::KUBELET_UNIT_PATH.into(),
+                content: Some(text.clone()),
+                mode: 0o644,
+            });
+            if let Some(t) = sandbox_image {
+                files.push(NodeFile {
+                    path: kubelet_unit::SANDBOX_IMAGE_UNIT_PATH.into(),
+                    content: Some(t.clone()),
+                    mode: 0o644,
+                });
+            }
+        }
+        UnitChoice::AmiKept { .. } => {}
+        UnitChoice::Vpcnet { .. } => files.push(NodeFile {
+            path: systemd::KUBELET_UNIT_PATH.into(),
+            content: Some(kubelet_unit::vpcnet_unit(VpcnetUnitOptions {
+                credential_provider: provider != Provider::Absent,
+                sandbox_image: f.sandbox_image_service,
+            })),
+            mode: 0o644,
+        }),
+    }
+    // Flags an AMI unit does not pass itself (vpcnet's unit passes all of them).
+    let mut args: Vec<String> = Vec::new();
+    if !matches!(unit, UnitChoice::Vpcnet { .. }) {
+        let mut fixed = vec![
+            format!("--config={KUBELET_CONFIG_PATH}"),
+            format!("--kubeconfig={KUBECONFIG_PATH}"),
+            format!("--container-runtime-endpoint={CONTAINERD_SOCKET}"),
+        ];
+        fixed.extend(provider.flags());
+        for flag in fixed {
+            let name = flag.split('=').next().unwrap_or_default();
+            if !unit.unit_passes(name) {
+                args.push(flag);
+            }
+        }
+    }
+    args.push(format!("--node-ip={}", f.node_ip));
     if v < KubeletVersion::new(1, 35, 0) {
         // Kubelet 1.35 removed the flag (the runtime's sandbox image is what counts).
         args.push(format!("--pod-infra-container-image={sandbox_image}"));
@@ -235,18 +321,7 @@ pub fn render(s: &Settings, c: &Cluster, f: &InstanceFacts, warnings: Vec<String
     args.push(format!("--cloud-provider={cloud_provider}"));
     if v < KubeletVersion::new(1, 27, 0) {
         args.push("--container-runtime=remote".into());
-        args.push(format!("--container-runtime-endpoint={CONTAINERD_SOCKET}"));
     }
-    files.push(dropin(
-        "10-kubelet-args.conf",
-        "KUBELET_ARGS",
-        &args.join(" "),
-    ));
-    files.push(dropin(
-        "20-kubelet-cloud-provider.conf",
-        "KUBELET_CLOUD_PROVIDER",
-        cloud_provider,
-    ));
     let mut extra = Vec::new();
     if c.outpost_cluster_id.is_some() {
         extra.push(format!(
@@ -256,18 +331,52 @@ pub fn render(s: &Settings, c: &Cluster, f: &InstanceFacts, warnings: Vec<String
     if !s.kubelet_extra_args.is_empty() {
         extra.push(s.kubelet_extra_args.clone());
     }
-    if extra.is_empty() {
-        files.push(NodeFile {
-            path: format!("{DROPIN_DIR}/30-kubelet-extra-args.conf"),
-            content: None,
-            mode: 0o644,
-        });
-    } else {
-        files.push(dropin(
-            "30-kubelet-extra-args.conf",
-            "KUBELET_EXTRA_ARGS",
-            &extra.join(" "),
-        ));
+    let absent = |name: &str| NodeFile {
+        path: format!("{DROPIN_DIR}/{name}"),
+        content: None,
+        mode: 0o644,
+    };
+    match unit.layout() {
+        Layout::KubeletArgs => {
+            files.push(dropin(
+                "10-kubelet-args.conf",
+                "KUBELET_ARGS",
+                &args.join(" "),
+            ));
+            files.push(dropin(
+                "20-kubelet-cloud-provider.conf",
+                "KUBELET_CLOUD_PROVIDER",
+                cloud_provider,
+            ));
+            files.push(if extra.is_empty() {
+                absent("30-kubelet-extra-args.conf")
+            } else {
+                dropin(
+                    "30-kubelet-extra-args.conf",
+                    "KUBELET_EXTRA_ARGS",
+                    &extra.join(" "),
+                )
+            });
+        }
+        Layout::NodeadmEnvironment => {
+            // The unit reads no drop-in variable: everything goes to its environment file,
+            // the extra flags last so that they win (as nodeadm orders them). nodeadm also
+            // points cAdvisor at containerd, which the AL2023 AMI runs in runtime.slice.
+            args.push("--runtime-cgroups=/runtime.slice/containerd.service".into());
+            args.extend(extra);
+            files.push(NodeFile {
+                path: kubelet_unit::NODEADM_ENVIRONMENT_PATH.into(),
+                content: Some(kubelet_unit::nodeadm_environment(&args.join(" "))),
+                mode: 0o644,
+            });
+            for name in [
+                "10-kubelet-args.conf",
+                "20-kubelet-cloud-provider.conf",
+                "30-kubelet-extra-args.conf",
+            ] {
+                files.push(absent(name));
+            }
+        }
     }
 
     // containerd.
@@ -316,6 +425,9 @@ pub fn render(s: &Settings, c: &Cluster, f: &InstanceFacts, warnings: Vec<String
         cloud_provider,
         sandbox_image,
         mount_bpffs,
+        kubelet_unit: f.kubelet_unit.clone(),
+        credential_provider: provider,
+        sandbox_image_service: f.sandbox_image_service,
     }
 }
 
@@ -495,285 +607,5 @@ mod tests {
 }
 
 #[cfg(test)]
-mod plan_tests {
-    use super::*;
-    use crate::args::BootstrapArgs;
-    use crate::facts::InstanceFacts;
-    use crate::max_pods::ResolvedMaxPods;
-    use crate::node_config::NodeConfig;
-    use crate::systemd::{kubelet_command_line, Unit};
-    use clap::Parser;
-
-    fn facts(computed: u32, kubelet: KubeletVersion) -> InstanceFacts {
-        InstanceFacts {
-            instance_type: "m5.large".into(),
-            instance_id: "i-1".into(),
-            availability_zone: "us-east-1a".into(),
-            region: "us-east-1".into(),
-            mac: "0a:00:00:00:00:01".into(),
-            node_ip: "10.0.0.5".parse().unwrap(),
-            vpc_ipv4_cidrs: vec!["10.0.0.0/16".into()],
-            private_dns_name: Some("ip-10-0-0-5.ec2.internal".into()),
-            services_domain: "amazonaws.com".into(),
-            bpffs_mounted: false,
-            max_pods: ResolvedMaxPods {
-                instance_type: "m5.large".into(),
-                max_pods: computed,
-                source: LimitsSource::Table,
-                limits: vpcnet_limits::lookup("m5.large").cloned(),
-                report: None,
-                warning: None,
-            },
-            vcpus: 2,
-            kubelet_version: kubelet,
-            apiserver_ips: vec![],
-            existing_hosts: None,
-        }
-    }
-
-    fn plan_for(extra: &[&str], config: Option<&str>, kubelet: KubeletVersion) -> (Plan, Value) {
-        let mut argv = vec![
-            "b",
-            "c",
-            "--apiserver-endpoint",
-            "https://x.example",
-            "--b64-cluster-ca",
-        ];
-        let ca = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg==";
-        argv.push(ca);
-        argv.extend_from_slice(extra);
-        let args = BootstrapArgs::try_parse_from(argv).unwrap();
-        let nc = config.map(|c| NodeConfig::parse("t", c).unwrap());
-        let s = Settings::new(&args, nc.as_ref(), None).unwrap();
-        let (cluster, w) = s.cluster.resolve(None).unwrap();
-        let p = render(&s, &cluster, &facts(29, kubelet), w);
-        let cfg = serde_json::from_str(p.files[0].content.as_ref().unwrap()).unwrap();
-        (p, cfg)
-    }
-
-    fn plan(extra: &[&str], config: Option<&str>) -> (Plan, Value) {
-        plan_for(extra, config, KubeletVersion::new(1, 31, 0))
-    }
-
-    /// Writes the plan's files under a fresh root.
-    fn written(p: &Plan) -> tempfile::TempDir {
-        let root = tempfile::tempdir().unwrap();
-        crate::output::apply(root.path(), &p.files).unwrap();
-        root
-    }
-
-    const NC_MAX_PODS_40: &str =
-        "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  kubelet:\n    config:\n      maxPods: 40\n";
-
-    #[test]
-    fn max_pods_in_effect() {
-        let (p, cfg) = plan(&[], None);
-        assert_eq!(
-            (
-                p.max_pods,
-                cfg["maxPods"].as_u64(),
-                cfg["kubeReserved"]["memory"].as_str()
-            ),
-            (29, Some(29), Some("574Mi"))
-        );
-
-        // NodeConfig kubelet.config beats the computed value.
-        let (p, cfg) = plan(&[], Some(NC_MAX_PODS_40));
-        assert_eq!(
-            (
-                p.max_pods_origin,
-                cfg["maxPods"].as_u64(),
-                cfg["kubeReserved"]["memory"].as_str()
-            ),
-            (MaxPodsOrigin::NodeConfig, Some(40), Some("695Mi"))
-        );
-
-        // A kubelet flag beats both (kubelet flags override its config file).
-        let (p, cfg) = plan(
-            &["--kubelet-extra-args", "--max-pods 50"],
-            Some(NC_MAX_PODS_40),
-        );
-        assert_eq!(
-            (
-                p.max_pods_origin,
-                p.max_pods,
-                cfg["kubeReserved"]["memory"].as_str()
-            ),
-            (MaxPodsOrigin::ExtraArgs, 50, Some("805Mi"))
-        );
-
-        // --use-max-pods false and nothing set: kubelet's default 110, no maxPods written.
-        let (p, cfg) = plan(&["--use-max-pods", "false"], None);
-        assert_eq!(
-            (
-                p.max_pods_origin,
-                cfg.get("maxPods"),
-                cfg["kubeReserved"]["memory"].as_str()
-            ),
-            (MaxPodsOrigin::KubeletDefault, None, Some("1465Mi"))
-        );
-    }
-
-    #[test]
-    fn max_pods_expression_like_nodeadm_but_kube_reserved_follows_the_value_in_effect() {
-        let nc = |body: &str| {
-            format!(
-                "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  kubelet:\n{body}"
-            )
-        };
-        // m5.large: 3 ENIs × (10 − 1) + 2 = 29; with one ENI reserved 20.
-        let (p, cfg) = plan(
-            &[],
-            Some(&nc(
-                "    maxPodsExpression: ((default_enis - 1) * (ips_per_eni - 1)) + 2\n",
-            )),
-        );
-        assert_eq!(
-            (
-                p.max_pods_origin,
-                cfg["maxPods"].as_u64(),
-                cfg["kubeReserved"]["memory"].as_str()
-            ),
-            (MaxPodsOrigin::Expression, Some(20), Some("475Mi"))
-        );
-        // kubelet.config.maxPods wins over the expression; kube-reserved follows it (nodeadm
-        // would keep the expression's 915Mi-style value).
-        let (p, cfg) = plan(
-            &[],
-            Some(&nc(
-                "    maxPodsExpression: max_pods + 2\n    config:\n      maxPods: 1\n",
-            )),
-        );
-        assert_eq!(
-            (
-                p.max_pods_origin,
-                cfg["maxPods"].as_u64(),
-                cfg["kubeReserved"]["memory"].as_str()
-            ),
-            (MaxPodsOrigin::NodeConfig, Some(1), Some("266Mi"))
-        );
-        // An expression that does not evaluate falls back to the instance type, with a warning.
-        let (p, cfg) = plan(&[], Some(&nc("    maxPodsExpression: max_pods - 1000\n")));
-        assert_eq!(cfg["maxPods"].as_u64(), Some(29));
-        assert!(
-            p.warnings
-                .iter()
-                .any(|w| w.contains("not a positive number")),
-            "{:?}",
-            p.warnings
-        );
-    }
-
-    #[test]
-    fn reserved_cpus_flag_drops_reserved_cgroups() {
-        let (_, cfg) = plan(&["--kubelet-extra-args", "--reserved-cpus=0-1"], None);
-        assert!(
-            cfg.get("kubeReservedCgroup").is_none() && cfg.get("systemReservedCgroup").is_none()
-        );
-        let (_, cfg) = plan(&[], None);
-        assert_eq!(cfg["kubeReservedCgroup"], "/runtime");
-    }
-
-    #[test]
-    fn ami_cipher_suites_verbosity_and_version_defaults() {
-        let (_, cfg) = plan(&[], None);
-        assert_eq!(cfg["tlsCipherSuites"].as_array().unwrap().len(), 8);
-        assert!(cfg["tlsCipherSuites"]
-            .as_array()
-            .unwrap()
-            .contains(&json!("TLS_RSA_WITH_AES_256_GCM_SHA384")));
-        assert_eq!(cfg["logging"]["verbosity"], 2);
-        assert!(cfg.get("shutdownGracePeriod").is_none());
-        assert!(cfg["featureGates"]
-            .get("DynamicResourceAllocation")
-            .is_none());
-
-        let (_, cfg) = plan_for(&[], None, KubeletVersion::new(1, 33, 1));
-        assert_eq!(cfg["featureGates"]["DynamicResourceAllocation"], true);
-        assert!(cfg["featureGates"]
-            .get("MutableCSINodeAllocatableCount")
-            .is_none());
-
-        let (_, cfg) = plan_for(&[], None, KubeletVersion::new(1, 34, 0));
-        assert_eq!(cfg["featureGates"]["MutableCSINodeAllocatableCount"], true);
-        assert_eq!(
-            (
-                cfg["shutdownGracePeriod"].as_str(),
-                cfg["shutdownGracePeriodCriticalPods"].as_str()
-            ),
-            (Some("2m30s"), Some("30s"))
-        );
-
-        // NodeConfig's verbosity wins, and no --v flag overrides it on the command line.
-        let nc = "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  kubelet:\n    config:\n      logging: {verbosity: 5}\n";
-        let (p, cfg) = plan(&[], Some(nc));
-        assert_eq!(cfg["logging"]["verbosity"], 5);
-        let root = written(&p);
-        let argv = kubelet_command_line(root.path(), Unit::Installed).unwrap();
-        assert!(
-            !argv.iter().any(|a| a.starts_with("--v=") || a == "-v"),
-            "{argv:?}"
-        );
-    }
-
-    /// Item 1: the cloud provider reaches kubelet exactly once whichever unit runs it: the EKS
-    /// AMI's (reads only `$KUBELET_ARGS $KUBELET_EXTRA_ARGS`) or vpcnet's, and every flag of
-    /// the drop-ins arrives as the intended argument (quotes in extra args included).
-    #[test]
-    fn cloud_provider_reaches_kubelet_on_every_unit_layout() {
-        let (p, _) = plan(
-            &[
-                "--kubelet-extra-args",
-                "--node-labels='team=a b' --register-with-taints=x=y:NoSchedule",
-            ],
-            None,
-        );
-        let root = written(&p);
-        for unit in [Unit::EksAmi, Unit::Vpcnet, Unit::Installed] {
-            let argv = kubelet_command_line(root.path(), unit.clone()).unwrap();
-            let cp: Vec<&String> = argv
-                .iter()
-                .filter(|a| a.starts_with("--cloud-provider"))
-                .collect();
-            assert_eq!(cp, ["--cloud-provider=external"], "{unit:?}: {argv:?}");
-            for want in [
-                "--node-ip=10.0.0.5",
-                "--hostname-override=ip-10-0-0-5.ec2.internal",
-                "--pod-infra-container-image=602401143452.dkr.ecr.us-east-1.amazonaws.com/eks/pause:3.5",
-                "--node-labels=team=a b",
-                "--register-with-taints=x=y:NoSchedule",
-            ] {
-                assert!(argv.iter().any(|a| a == want), "{unit:?} lacks {want}: {argv:?}");
-            }
-        }
-        // The installed unit is vpcnet's.
-        assert_eq!(
-            kubelet_command_line(root.path(), Unit::Installed).unwrap(),
-            kubelet_command_line(root.path(), Unit::Vpcnet).unwrap()
-        );
-        // A unit of late-2022 AMIs reads KUBELET_CLOUD_PROVIDER: both mentions agree.
-        let old = "[Service]\nExecStart=/usr/bin/kubelet --cloud-provider $KUBELET_CLOUD_PROVIDER --config /etc/kubernetes/kubelet/kubelet-config.json $KUBELET_ARGS $KUBELET_EXTRA_ARGS\n";
-        let argv = kubelet_command_line(root.path(), Unit::Text(old.into())).unwrap();
-        let i = argv.iter().position(|a| a == "--cloud-provider").unwrap();
-        assert_eq!(argv[i + 1], "external");
-        assert!(argv.contains(&"--cloud-provider=external".to_string()));
-    }
-
-    #[test]
-    fn pod_infra_flag_stops_at_kubelet_1_35_and_instance_id_names_the_node() {
-        let nc = "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  featureGates:\n    InstanceIdNodeName: true\n";
-        let (p, _) = plan_for(&[], Some(nc), KubeletVersion::new(1, 35, 0));
-        let root = written(&p);
-        let argv = kubelet_command_line(root.path(), Unit::Vpcnet).unwrap();
-        assert!(
-            !argv
-                .iter()
-                .any(|a| a.starts_with("--pod-infra-container-image")),
-            "{argv:?}"
-        );
-        assert!(
-            argv.contains(&"--hostname-override=i-1".to_string()),
-            "{argv:?}"
-        );
-    }
-}
+#[path = "render_plan_tests.rs"]
+mod plan_tests;

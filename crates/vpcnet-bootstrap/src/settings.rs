@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use vpcnet_limits::MaxPodsOptions;
 
 use crate::args::{BootstrapArgs, MaxPodsCap};
-use crate::cluster::{check_name, ClusterInput, IpFamily};
+use crate::cluster::{check_name, ClusterInput, FromConfig, IpFamily};
 use crate::error::BootstrapError;
 use crate::max_pods_expr::MaxPodsExpression;
 use crate::node_config::NodeConfig;
@@ -174,9 +174,15 @@ impl Settings {
             outpost,
             cluster_id: args.cluster_id.clone().or_else(|| cl.id.clone()),
             dns_ip_given: dns_cluster_ips.is_some(),
+            from_config: FromConfig {
+                endpoint: args.apiserver_endpoint.is_none() && cl.api_server_endpoint.is_some(),
+                ca: args.b64_cluster_ca.is_none() && cl.certificate_authority.is_some(),
+                outpost: args.enable_local_outpost.is_none() && cl.enable_outpost.is_some(),
+                cluster_id: args.cluster_id.is_none() && cl.id.is_some(),
+            },
         };
         if let Some(id) = &cluster.cluster_id {
-            check_name("--cluster-id", id)?;
+            check_name(cluster.from_config.label("--cluster-id"), id)?;
         }
         cluster.check()?;
 
@@ -295,7 +301,11 @@ impl Settings {
                 return Err(BootstrapError::invalid(
                     "--container-runtime",
                     other,
-                    "containerd is the only runtime kubelet ≥ 1.24 supports",
+                    if other == "dockerd" {
+                        "kubelet's Docker support (dockershim) was removed in Kubernetes 1.24, and vpcnet-bootstrap configures containerd only, whatever the kubelet version"
+                    } else {
+                        "vpcnet-bootstrap configures containerd only (bootstrap.sh's other value, dockerd, needs dockershim, removed in Kubernetes 1.24)"
+                    },
                     "drop the flag or pass --container-runtime containerd",
                 ))
             }

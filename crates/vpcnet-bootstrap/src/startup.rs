@@ -12,6 +12,8 @@ use crate::output::Change;
 
 /// systemd unit that mounts the BPF file system (written when none is mounted).
 pub const BPF_MOUNT_UNIT: &str = "sys-fs-bpf.mount";
+/// The AL2 AMI's unit that pulls the pause image (kubelet's AMI unit requires it).
+pub const SANDBOX_IMAGE_UNIT: &str = "sandbox-image.service";
 /// Where [`BPF_MOUNT_UNIT`] is written.
 pub const BPF_MOUNT_UNIT_PATH: &str = "/etc/systemd/system/sys-fs-bpf.mount";
 
@@ -140,12 +142,17 @@ impl System for RecordingSystem {
 pub struct StartupOptions {
     /// bpffs is to be mounted through [`BPF_MOUNT_UNIT`] (`--mount-bpf-fs` and none mounted).
     pub mount_bpffs: bool,
+    /// The node has `sandbox-image.service` (the AL2 AMI's pause image pull): enabled and
+    /// restarted with containerd, as bootstrap.sh does.
+    pub sandbox_image: bool,
 }
 
 /// The steps after writing, from each file's [`Change`] (paths absolute on the node):
 /// 1. `daemon-reload` if a unit file or drop-in under /etc/systemd/system changed;
 /// 2. `enable` + `start` the bpffs mount unit when asked to mount it;
-/// 3. `enable` + `restart` containerd if its configuration changed;
+/// 3. `enable` + `restart` containerd if its configuration changed, then (on nodes with
+///    `sandbox-image.service`) `enable` + `restart` that, so the pause image of the new
+///    configuration is pulled;
 /// 4. `enable` kubelet, then `restart` it if one of its files changed, else `start` it
 ///    (a no-op when it runs), so a rerun that changed nothing disturbs nothing.
 pub fn steps(changes: &[(String, Change)], opts: StartupOptions) -> Vec<Step> {
@@ -160,13 +167,21 @@ pub fn steps(changes: &[(String, Change)], opts: StartupOptions) -> Vec<Step> {
         out.push(Step::Enable(BPF_MOUNT_UNIT.into()));
         out.push(Step::Start(BPF_MOUNT_UNIT.into()));
     }
-    if any(&|p: &str| p == crate::containerd::CONFIG_PATH) {
+    let containerd_changed = any(&|p: &str| p == crate::containerd::CONFIG_PATH);
+    if containerd_changed {
         out.push(Step::Enable("containerd.service".into()));
         out.push(Step::Restart("containerd.service".into()));
+    }
+    let sandbox_unit = crate::kubelet_unit::SANDBOX_IMAGE_UNIT_PATH;
+    if opts.sandbox_image && (containerd_changed || any(&|p: &str| p == sandbox_unit)) {
+        out.push(Step::Enable(SANDBOX_IMAGE_UNIT.into()));
+        out.push(Step::Restart(SANDBOX_IMAGE_UNIT.into()));
     }
     let kubelet_files = |p: &str| -> bool {
         p.starts_with("/etc/kubernetes/")
             || p.starts_with("/var/lib/kubelet/")
+            || p.starts_with("/etc/eks/kubelet/")
+            || p.starts_with(crate::credential_provider::BIN_DIR)
             || p.starts_with("/etc/systemd/system/kubelet.service")
             || p == crate::containerd::CONFIG_PATH
     };
@@ -197,10 +212,16 @@ mod tests {
             ch("/etc/systemd/system/kubelet.service", Change::Created),
             ch("/etc/containerd/config.toml", Change::Created),
         ];
-        let got: Vec<String> = steps(&changes, StartupOptions { mount_bpffs: true })
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let got: Vec<String> = steps(
+            &changes,
+            StartupOptions {
+                mount_bpffs: true,
+                sandbox_image: false,
+            },
+        )
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
         assert_eq!(
             got,
             [
@@ -229,7 +250,13 @@ mod tests {
             ch("/etc/containerd/config.toml", Change::Unchanged),
         ];
         assert_eq!(
-            steps(&changes, StartupOptions { mount_bpffs: false }),
+            steps(
+                &changes,
+                StartupOptions {
+                    mount_bpffs: false,
+                    sandbox_image: false,
+                }
+            ),
             vec![
                 Step::Enable("kubelet.service".into()),
                 Step::Start("kubelet.service".into())
@@ -240,8 +267,46 @@ mod tests {
             "/etc/systemd/system/kubelet.service.d/30-kubelet-extra-args.conf",
             Change::Removed,
         )];
-        let s = steps(&changes, StartupOptions { mount_bpffs: false });
+        let s = steps(
+            &changes,
+            StartupOptions {
+                mount_bpffs: false,
+                sandbox_image: false,
+            },
+        );
         assert_eq!(s.first(), Some(&Step::DaemonReload));
         assert_eq!(s.last(), Some(&Step::Restart("kubelet.service".into())));
+    }
+
+    #[test]
+    fn sandbox_image_follows_containerd_like_bootstrap_sh() {
+        let opts = StartupOptions {
+            mount_bpffs: false,
+            sandbox_image: true,
+        };
+        let got: Vec<String> = steps(&[ch("/etc/containerd/config.toml", Change::Updated)], opts)
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "systemctl enable containerd.service",
+                "systemctl restart containerd.service",
+                "systemctl enable sandbox-image.service",
+                "systemctl restart sandbox-image.service",
+                "systemctl enable kubelet.service",
+                "systemctl restart kubelet.service",
+            ]
+        );
+        // Nothing changed: sandbox-image is left alone (kubelet's Requires= starts it).
+        let s = steps(
+            &[ch("/etc/containerd/config.toml", Change::Unchanged)],
+            opts,
+        );
+        assert!(
+            !s.contains(&Step::Restart(SANDBOX_IMAGE_UNIT.into())),
+            "{s:?}"
+        );
     }
 }

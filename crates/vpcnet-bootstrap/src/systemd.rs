@@ -28,67 +28,11 @@ use crate::facts::under_root;
 pub const KUBELET_UNIT_PATH: &str = "/etc/systemd/system/kubelet.service";
 
 /// Unit directories in systemd's priority order, highest first.
-const UNIT_DIRS: [&str; 3] = [
+pub const UNIT_DIRS: [&str; 3] = [
     "/etc/systemd/system",
     "/run/systemd/system",
     "/usr/lib/systemd/system",
 ];
-
-/// vpcnet's kubelet unit for containerd nodes. Kubelet reads its configuration file and
-/// kubeconfig; everything node-specific, the cloud provider included, comes from the drop-ins
-/// (`KUBELET_ARGS`, `KUBELET_EXTRA_ARGS`), so the flag is passed exactly once.
-pub const VPCNET_KUBELET_UNIT: &str = "\
-# Written by vpcnet-bootstrap; rerunning it rewrites this file.
-[Unit]
-Description=Kubernetes kubelet (configured by vpcnet-bootstrap)
-Documentation=https://kubernetes.io/docs/reference/command-line-tools-reference/kubelet/
-Wants=network-online.target
-After=network-online.target containerd.service
-Requires=containerd.service
-
-[Service]
-Slice=runtime.slice
-ExecStart=/usr/bin/kubelet \\
-    --config=/etc/kubernetes/kubelet/kubelet-config.json \\
-    --kubeconfig=/var/lib/kubelet/kubeconfig \\
-    $KUBELET_ARGS \\
-    $KUBELET_EXTRA_ARGS
-Restart=on-failure
-RestartSec=5
-KillMode=process
-CPUAccounting=true
-MemoryAccounting=true
-
-[Install]
-WantedBy=multi-user.target
-";
-
-/// The layout of the EKS AMI's containerd kubelet unit since March 2023: fixed flags, then
-/// `$KUBELET_ARGS $KUBELET_EXTRA_ARGS` (no `KUBELET_CLOUD_PROVIDER`: the cloud provider must
-/// be inside `KUBELET_ARGS`, as bootstrap.sh puts it).
-pub const EKS_AMI_KUBELET_UNIT: &str = "\
-[Unit]
-Description=Kubernetes Kubelet
-After=containerd.service sandbox-image.service
-Requires=containerd.service sandbox-image.service
-
-[Service]
-Slice=runtime.slice
-ExecStart=/usr/bin/kubelet \\
-    --config /etc/kubernetes/kubelet/kubelet-config.json \\
-    --kubeconfig /var/lib/kubelet/kubeconfig \\
-    --container-runtime-endpoint unix:///run/containerd/containerd.sock \\
-    --image-credential-provider-config /etc/eks/image-credential-provider/config.json \\
-    --image-credential-provider-bin-dir /etc/eks/image-credential-provider \\
-    $KUBELET_ARGS \\
-    $KUBELET_EXTRA_ARGS
-Restart=on-failure
-RestartSec=5
-KillMode=process
-
-[Install]
-WantedBy=multi-user.target
-";
 
 /// Which kubelet unit file [`kubelet_command_line`] expands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,11 +40,7 @@ pub enum Unit {
     /// The `kubelet.service` installed under the root (the first found in `/etc`, `/run`,
     /// `/usr/lib` `systemd/system`): what systemd on that node would run.
     Installed,
-    /// [`VPCNET_KUBELET_UNIT`].
-    Vpcnet,
-    /// [`EKS_AMI_KUBELET_UNIT`].
-    EksAmi,
-    /// Any unit file text.
+    /// Any unit file text (e.g. an AMI's unit, to expand the drop-ins under it).
     Text(String),
 }
 
@@ -112,58 +52,9 @@ pub enum Unit {
 /// [`Unit::Installed`]), an unreadable drop-in or required environment file, no `ExecStart=`,
 /// two `ExecStart=` without a reset, an unknown specifier.
 pub fn kubelet_command_line(root: &Path, unit: Unit) -> Result<Vec<String>, BootstrapError> {
-    let read = |path: &str| -> Result<Option<String>, BootstrapError> {
-        match std::fs::read_to_string(under_root(root, path)) {
-            Ok(s) => Ok(Some(s)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(unit_error(path, 0, format!("cannot read: {e}"))),
-        }
-    };
-    let (unit_path, unit_text) = match unit {
-        Unit::Installed => {
-            let mut found = None;
-            for dir in UNIT_DIRS {
-                let p = format!("{dir}/kubelet.service");
-                if let Some(t) = read(&p)? {
-                    found = Some((p, t));
-                    break;
-                }
-            }
-            found.ok_or_else(|| {
-                unit_error(
-                    KUBELET_UNIT_PATH,
-                    0,
-                    format!("no kubelet.service under {}: run vpcnet-bootstrap (it installs vpcnet's unit) or pass another unit", root.display()),
-                )
-            })?
-        }
-        Unit::Vpcnet => ("(vpcnet unit)".to_string(), VPCNET_KUBELET_UNIT.to_string()),
-        Unit::EksAmi => (
-            "(EKS AMI unit)".to_string(),
-            EKS_AMI_KUBELET_UNIT.to_string(),
-        ),
-        Unit::Text(t) => ("(unit text)".to_string(), t),
-    };
-    let mut dropins: BTreeMap<String, String> = BTreeMap::new();
-    for dir in UNIT_DIRS.iter().rev() {
-        let d = format!("{dir}/kubelet.service.d");
-        let Ok(entries) = std::fs::read_dir(under_root(root, &d)) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name.ends_with(".conf") {
-                // Higher-priority directories come later and replace the same name.
-                dropins.insert(name.clone(), format!("{d}/{name}"));
-            }
-        }
-    }
-    let mut files = vec![(unit_path, unit_text)];
-    for path in dropins.into_values() {
-        let text = read(&path)?.unwrap_or_default();
-        files.push((path, text));
-    }
+    let files = unit_files(root, unit)?;
     let service = Service::parse(&files, "kubelet.service")?;
+    let read = |path: &str| read_node_file(root, path);
     let mut env = BTreeMap::new();
     for (k, v) in &service.environment {
         env.insert(k.clone(), v.clone());
@@ -186,6 +77,74 @@ pub fn kubelet_command_line(root: &Path, unit: Unit) -> Result<Vec<String>, Boot
         }
     }
     Ok(expand_command(&service.exec_start, &env))
+}
+
+/// The kubelet unit (`unit`) and its drop-ins under `root`, as (node path, text) in the order
+/// systemd applies them (module docs). Errors as [`kubelet_command_line`].
+pub fn unit_files(root: &Path, unit: Unit) -> Result<Vec<(String, String)>, BootstrapError> {
+    let read = |path: &str| read_node_file(root, path);
+    let (unit_path, unit_text) = match unit {
+        Unit::Installed => {
+            let mut found = None;
+            for dir in UNIT_DIRS {
+                let p = format!("{dir}/kubelet.service");
+                if let Some(t) = read(&p)? {
+                    found = Some((p, t));
+                    break;
+                }
+            }
+            found.ok_or_else(|| {
+                unit_error(
+                    KUBELET_UNIT_PATH,
+                    0,
+                    format!("no kubelet.service under {}: run vpcnet-bootstrap (it installs or keeps one) or pass another unit", root.display()),
+                )
+            })?
+        }
+        Unit::Text(t) => ("(unit text)".to_string(), t),
+    };
+    let mut dropins: BTreeMap<String, String> = BTreeMap::new();
+    for dir in UNIT_DIRS.iter().rev() {
+        let d = format!("{dir}/kubelet.service.d");
+        let Ok(entries) = std::fs::read_dir(under_root(root, &d)) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".conf") {
+                // Higher-priority directories come later and replace the same name.
+                dropins.insert(name.clone(), format!("{d}/{name}"));
+            }
+        }
+    }
+    let mut files = vec![(unit_path, unit_text)];
+    for path in dropins.into_values() {
+        let text = read(&path)?.unwrap_or_default();
+        files.push((path, text));
+    }
+    Ok(files)
+}
+
+/// A file under `root` (`None` when absent); errors name it.
+fn read_node_file(root: &Path, path: &str) -> Result<Option<String>, BootstrapError> {
+    match std::fs::read_to_string(under_root(root, path)) {
+        Ok(s) => Ok(Some(s)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(unit_error(path, 0, format!("cannot read: {e}"))),
+    }
+}
+
+/// Every directive of `files` (as [`unit_files`] gives them): (file, section, key, value), in
+/// order, `\` continuations joined, specifiers not resolved.
+pub fn unit_directives(files: &[(String, String)]) -> Vec<(String, String, String, String)> {
+    files
+        .iter()
+        .flat_map(|(path, text)| {
+            directives(text)
+                .into_iter()
+                .map(move |(_, section, k, v)| (path.clone(), section, k, v))
+        })
+        .collect()
 }
 
 /// The `[Service]` settings that make up a command line, after the unit and its drop-ins.

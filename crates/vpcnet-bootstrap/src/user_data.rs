@@ -1,7 +1,7 @@
-//! NodeConfig from EC2 user data (`--config imds`), as nodeadm reads it: user data that is a
-//! MIME multi-part document (RFC 2046) contributes every part of media type
+//! NodeConfig from EC2 user data (`--config imds`) or a config file, as nodeadm reads every
+//! config source: a MIME multi-part document (RFC 2046) contributes every part of media type
 //! `application/node.eks.aws` (base64 transfer encoding decoded), merged in order; other
-//! user data is one NodeConfig document. User data that is itself base64 is decoded first.
+//! text is one NodeConfig document. Text that is itself base64 is decoded first.
 //! Gzip-compressed user data is not supported (the error says so).
 
 use base64::Engine;
@@ -19,27 +19,40 @@ const LABEL: &str = "EC2 user data";
 /// Errors ([`BootstrapError::NodeConfig`]): a multi-part document without a NodeConfig part,
 /// a part that does not parse (named by its number), a malformed MIME document.
 pub fn node_config(user_data: &str) -> Result<NodeConfig, BootstrapError> {
+    node_config_from(LABEL, user_data)
+}
+
+/// The NodeConfig in `text` read from the source `label` names (a file's path, or
+/// "EC2 user data"), as [`node_config`] reads user data.
+pub fn node_config_from(label: &str, text: &str) -> Result<NodeConfig, BootstrapError> {
     let decoded;
-    let text = match decode_base64(user_data) {
+    let text = match decode_base64(text) {
         Some(d) => {
             decoded = d;
             decoded.as_str()
         }
-        None => user_data,
+        None => text,
     };
-    match multipart_parts(text)? {
-        None => NodeConfig::parse(LABEL, text),
+    let parts = multipart_parts(text).map_err(|e| match e {
+        BootstrapError::NodeConfig { problem, .. } => BootstrapError::NodeConfig {
+            path: label.into(),
+            problem,
+        },
+        other => other,
+    })?;
+    match parts {
+        None => NodeConfig::parse(label, text),
         Some(parts) => {
             let docs: Vec<(String, String)> = parts
                 .into_iter()
                 .enumerate()
                 .filter(|(_, p)| p.media_type == NODE_CONFIG_MEDIA_TYPE)
-                .map(|(i, p)| (format!("{LABEL} part {}", i + 1), p.body))
+                .map(|(i, p)| (format!("{label} part {}", i + 1), p.body))
                 .collect();
             if docs.is_empty() {
                 return Err(BootstrapError::NodeConfig {
-                    path: LABEL.into(),
-                    problem: format!("the MIME multi-part user data has no part of type {NODE_CONFIG_MEDIA_TYPE}. Fix: add the NodeConfig as such a part, or drop --config imds"),
+                    path: label.into(),
+                    problem: format!("the MIME multi-part document has no part of type {NODE_CONFIG_MEDIA_TYPE}. Fix: add the NodeConfig as such a part, or pass --config a source that holds one"),
                 });
             }
             NodeConfig::merge(&docs)

@@ -165,7 +165,12 @@ fn other_bad_values() {
     );
     rejects(
         &["my-cluster", "--container-runtime", "dockerd"],
-        &["--container-runtime", "containerd"],
+        &[
+            "--container-runtime",
+            "dockershim",
+            "removed in Kubernetes 1.24",
+            "containerd",
+        ],
     );
     rejects(
         &["my-cluster", "--kubelet-version", "latest"],

@@ -2,8 +2,9 @@
 //! (IMDSv2, EC2 and EKS through the real adapters), a fake host and a recording system, into a
 //! temporary root, and compares every file with tests/golden/<case>/, together with the
 //! command line, stderr, the systemctl steps of a first and a second run, and the kubelet
-//! command line systemd builds from those files with the EKS AMI's unit and with vpcnet's
-//! (`kubelet-argv.*.txt`, one argument per line). Regenerate with `UPDATE_GOLDEN=1 cargo test
+//! command line systemd builds from those files with the unit installed (`kubelet-argv.txt`)
+//! and, for the drop-ins, under the AL2 AMI's unit (`kubelet-argv.eks-ami.txt`), one argument
+//! per line. Regenerate with `UPDATE_GOLDEN=1 cargo test
 //! -p vpcnet-bootstrap --test golden` and review the diff by eye.
 
 mod common;
@@ -19,6 +20,9 @@ use vpcnet_bootstrap::BootstrapArgs;
 use vpcnet_emu::EksClusterSpec;
 use vpcnet_limits::{Hypervisor, InstanceLimits, NetworkCard};
 
+/// The AL2 AMI's containerd kubelet unit (tests/ami/README.md).
+const AL2_UNIT: &str = include_str!("ami/al2/kubelet-containerd.service");
+
 const ENDPOINT: &str = "https://0123456789ABCDEF0123456789ABCDEF.gr7.us-west-2.eks.amazonaws.com";
 
 struct Case {
@@ -29,6 +33,8 @@ struct Case {
     kubelet: &'static str,
     apiserver_ips: Vec<IpAddr>,
     preseed: Vec<(&'static str, &'static str)>,
+    /// The node is an EKS AMI: its files (tests/ami/<family>) are preseeded.
+    ami: Option<&'static str>,
     config: Option<&'static str>,
     /// A file given to the case's flags as `{containerd}` (a containerd config.toml).
     containerd: Option<&'static str>,
@@ -53,6 +59,7 @@ impl Case {
             kubelet: "Kubernetes v1.31.2-eks-7f9249a",
             apiserver_ips: vec![],
             preseed: vec![],
+            ami: None,
             config: None,
             containerd: None,
             bpffs_mounted: false,
@@ -107,26 +114,33 @@ impl Case {
         vpcnet_bootstrap::run(&args, &cloud.adapters(&host, &system), &mut out, &mut err)
             .await
             .unwrap();
+        let err_text = String::from_utf8(err.clone()).unwrap();
+        assert!(
+            err_text.contains("kubelet unit: "),
+            "{}: no kubelet unit report in {err_text}",
+            self.name
+        );
         let first = tree(root.path());
+        let argv_of = |unit: Unit| kubelet_command_line(root.path(), unit).unwrap();
+        let (installed, ami) = (
+            argv_of(Unit::Installed),
+            argv_of(Unit::Text(AL2_UNIT.into())),
+        );
         if self.cloud.ipv6s.is_empty() {
             // The node IP is the primary ENI's address as EC2 reports it.
-            let args10 = &first["etc/systemd/system/kubelet.service.d/10-kubelet-args.conf"];
-            let want = format!("--node-ip={} ", cloud.instance.private_ip);
+            let want = format!("--node-ip={}", cloud.instance.private_ip);
             assert!(
-                args10.contains(&want),
-                "{}: {args10} lacks {want}",
+                installed.contains(&want),
+                "{}: {installed:?} lacks {want}",
                 self.name
             );
         }
-        let argv_of = |unit: Unit| kubelet_command_line(root.path(), unit).unwrap();
-        let (ami, vpcnet) = (argv_of(Unit::EksAmi), argv_of(Unit::Vpcnet));
-        assert_eq!(
-            vpcnet,
-            argv_of(Unit::Installed),
-            "{}: vpcnet's unit is installed",
-            self.name
-        );
-        for argv in [&ami, &vpcnet] {
+        let checked: Vec<&Vec<String>> = if self.ami.is_none() {
+            vec![&ami, &installed]
+        } else {
+            vec![&installed]
+        };
+        for argv in checked {
             let cp = argv
                 .iter()
                 .filter(|a| a.starts_with("--cloud-provider"))
@@ -191,7 +205,20 @@ impl Case {
         .await
         .unwrap();
         let dry = String::from_utf8(dry).unwrap();
+        assert!(
+            dry.starts_with("### kubelet unit: "),
+            "{}: dry run does not say which unit:\n{dry}",
+            self.name
+        );
+        let preseeded = |rel: &str, content: &str| {
+            self.preseed
+                .iter()
+                .any(|(p, c)| p.trim_start_matches('/') == rel && *c == content)
+        };
         for (rel, content) in &first {
+            if preseeded(rel, content) {
+                continue; // on the node before, not written
+            }
             assert!(
                 dry.contains(&format!("### /{rel} (mode 0644)\n{content}")),
                 "{}: dry run lacks {rel}:\n{dry}",
@@ -213,6 +240,7 @@ impl Case {
 
         let mut golden: BTreeMap<String, String> = first
             .into_iter()
+            .filter(|(k, v)| !preseeded(k, v))
             .map(|(k, v)| (format!("root/{k}"), v))
             .collect();
         let ca = test_ca_b64();
@@ -236,7 +264,11 @@ impl Case {
         golden.insert(
             "cmdline.txt".into(),
             format!(
-                "{cmdline}\n# kubelet: {}; CPUs: {}{}\n# cloud (vpcnet-emu): {} in VPC {}{}{}{}{}{}{}\n",
+                "{cmdline}\n{}# kubelet: {}; CPUs: {}{}\n# cloud (vpcnet-emu): {} in VPC {}{}{}{}{}{}{}\n",
+                match self.ami {
+                    Some(family) => format!("# node: EKS {family} AMI files (tests/ami/{family}, unchanged files not shown)\n"),
+                    None => String::new(),
+                },
                 self.kubelet,
                 self.vcpus,
                 if self.bpffs_mounted { "; bpffs mounted" } else { "" },
@@ -275,8 +307,11 @@ impl Case {
         );
         golden.insert("stderr.txt".into(), String::from_utf8(err).unwrap());
         let lines = |v: &[String]| v.iter().map(|a| format!("{a}\n")).collect::<String>();
-        golden.insert("kubelet-argv.eks-ami.txt".into(), lines(&ami));
-        golden.insert("kubelet-argv.vpcnet.txt".into(), lines(&vpcnet));
+        golden.insert("kubelet-argv.txt".into(), lines(&installed));
+        if self.ami.is_none() {
+            // The drop-ins also carry everything under the AL2 AMI's unit layout.
+            golden.insert("kubelet-argv.eks-ami.txt".into(), lines(&ami));
+        }
         let steps = |s: &RecordingSystem| {
             lines(&s.steps().iter().map(|s| s.to_string()).collect::<Vec<_>>())
         };
@@ -605,5 +640,81 @@ async fn containerd_config_file_and_pause_image() {
         "version = 2\n\n[plugins.\"io.containerd.grpc.v1.cri\"]\nsandbox_image = \"SANDBOX_IMAGE\"\n\n[plugins.\"io.containerd.grpc.v1.cri\".containerd.runtimes.runc.options]\nSystemdCgroup = true\n",
     );
     c.bpffs_mounted = true;
+    c.run().await;
+}
+
+/// A fake `ecr-credential-provider` (only its presence matters to bootstrap).
+const FAKE_PROVIDER: &str = "#!/bin/sh\n# stands in for ecr-credential-provider\nexit 1\n";
+
+/// An EKS AL2 AMI node: bootstrap copies the AMI's containerd kubelet unit and its
+/// sandbox-image unit as bootstrap.sh does, keeps the AMI's credential provider config, and
+/// carries its settings in the drop-ins.
+#[tokio::test]
+async fn eks_al2_ami_keeps_the_amis_unit() {
+    let mut c = Case::new("ami-al2", &["--kubelet-extra-args", "--node-labels=team=a"]);
+    c.ami = Some("al2");
+    c.preseed = vec![
+        (
+            "/etc/eks/containerd/kubelet-containerd.service",
+            include_str!("ami/al2/kubelet-containerd.service"),
+        ),
+        (
+            "/etc/eks/containerd/sandbox-image.service",
+            include_str!("ami/al2/sandbox-image.service"),
+        ),
+        (
+            "/etc/systemd/system/kubelet.service",
+            include_str!("ami/al2/kubelet.service"),
+        ),
+        (
+            "/etc/eks/image-credential-provider/config.json",
+            include_str!("ami/al2/ecr-credential-provider-config.json"),
+        ),
+        (
+            "/etc/eks/image-credential-provider/ecr-credential-provider",
+            FAKE_PROVIDER,
+        ),
+    ];
+    c.run().await;
+}
+
+/// An EKS AL2023 AMI node: bootstrap keeps the AMI's kubelet unit and writes what nodeadm
+/// would: the environment file the unit reads and the credential provider config.
+#[tokio::test]
+async fn eks_al2023_ami_keeps_the_amis_unit() {
+    let mut c = Case::new(
+        "ami-al2023",
+        &["--kubelet-extra-args", "--node-labels='team=a b'"],
+    );
+    c.ami = Some("al2023");
+    c.kubelet = "Kubernetes v1.33.5-eks-1234567";
+    c.preseed = vec![
+        (
+            "/etc/systemd/system/kubelet.service",
+            include_str!("ami/al2023/kubelet.service"),
+        ),
+        (
+            "/etc/eks/image-credential-provider/ecr-credential-provider",
+            FAKE_PROVIDER,
+        ),
+    ];
+    c.run().await;
+}
+
+/// No AMI unit, but the credential provider and a sandbox-image.service are on the node:
+/// vpcnet's unit passes the provider flags and depends on the pause image pull.
+#[tokio::test]
+async fn vpcnet_unit_with_credential_provider_and_sandbox_image() {
+    let mut c = Case::new("vpcnet-unit-provider", &[]);
+    c.preseed = vec![
+        (
+            "/usr/lib/systemd/system/sandbox-image.service",
+            include_str!("ami/al2/sandbox-image.service"),
+        ),
+        (
+            "/etc/eks/image-credential-provider/ecr-credential-provider",
+            FAKE_PROVIDER,
+        ),
+    ];
     c.run().await;
 }

@@ -184,6 +184,7 @@ pub(crate) fn router() -> Router<Emulator> {
         .route("/calls", get(calls).delete(reset_calls))
         .route("/requests", get(requests).delete(clear_requests))
         .merge(crate::eks::control_routes())
+        .merge(crate::ecr::control_routes())
         .nest("/elbv2", crate::elbv2::control::router())
         .fallback(|| async {
             ApiError(Ec2Error::new(

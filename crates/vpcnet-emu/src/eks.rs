@@ -86,11 +86,12 @@ fn describe_body(c: &EksCluster) -> serde_json::Value {
 
 /// The SigV4 credential scope of a request, `(region, service)`, if it is signed.
 fn signing_scope(req: &Request) -> Option<(String, String)> {
-    let auth = req
-        .headers()
-        .get(http::header::AUTHORIZATION)?
-        .to_str()
-        .ok()?;
+    signing_scope_of(req.headers())
+}
+
+/// The SigV4 credential scope in `headers`' `Authorization`, `(region, service)`.
+pub(crate) fn signing_scope_of(headers: &http::HeaderMap) -> Option<(String, String)> {
+    let auth = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
     let cred = auth.split("Credential=").nth(1)?;
     let scope: Vec<&str> = cred.split([',', ' ']).next()?.split('/').collect();
     // AKID/DATE/REGION/SERVICE/aws4_request

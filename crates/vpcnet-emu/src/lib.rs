@@ -36,6 +36,7 @@
 
 pub mod config;
 pub mod control;
+pub mod ecr;
 pub mod eks;
 pub mod elbv2;
 mod emulator;

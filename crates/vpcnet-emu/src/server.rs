@@ -1,6 +1,7 @@
 //! The HTTP server: the EC2 Query API (`POST /`, form body; `GET /?Action=...` too), ELBv2's
 //! Query API on the same path (by `Version` or signing service, [`crate::elbv2::is_elbv2`]),
-//! EKS DescribeCluster (`GET /clusters/{name}`, REST-JSON) and the JSON control API under
+//! EKS DescribeCluster (`GET /clusters/{name}`, REST-JSON), ECR GetAuthorizationToken (`POST /`
+//! with an ECR `X-Amz-Target`, [`crate::ecr`]) and the JSON control API under
 //! `/_emu/` on the same listener.
 
 use std::net::SocketAddr;
@@ -21,6 +22,9 @@ use crate::request_log::{self, Api, RequestRecord};
 const MAX_BODY: usize = 1 << 20;
 
 async fn ec2(State(emu): State<Emulator>, req: Request) -> Response {
+    if crate::ecr::is_ecr(req.headers()) {
+        return crate::ecr::call(emu, req.headers()).await;
+    }
     let peer = req
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()

@@ -66,6 +66,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     bin_dir = "/opt/cni/bin"
     conf_dir = "/etc/cni/net.d"
     max_conf_num = 1
+  # Registry host configuration (hosts.toml per registry name): the lab's private registry
+  # under an ECR-shaped name (see crate::registry).
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "/etc/containerd/certs.d"
 "#,
         pause = sandbox_image,
     )

@@ -23,6 +23,7 @@ pub mod load;
 pub mod machine;
 pub mod netns;
 pub mod procs;
+pub mod registry;
 pub mod security_groups;
 pub mod spawn;
 pub mod state;

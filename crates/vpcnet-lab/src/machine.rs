@@ -31,6 +31,7 @@ pub const NODE_DIRS: &[&str] = &[
     "/etc/kubernetes",
     "/etc/systemd/system",
     "/etc/containerd",
+    "/etc/eks",
     "/etc/cni/net.d",
     "/opt/cni/bin",
     "/var/lib/kubelet",
@@ -46,6 +47,9 @@ pub const NODE_DIRS: &[&str] = &[
     "/run/netns",
     "/run/secrets",
 ];
+
+/// The node's `/etc/hosts`: a file of the node's root bound over the host's.
+pub const HOSTS: &str = "/etc/hosts";
 
 /// Kernel tunables kubelet sets unless they already hold these values (kubelet's
 /// `setupKernelTunables`): path under `/proc/sys`, value.
@@ -91,6 +95,10 @@ fn setup_script(root: &Path, tunables_dir: &Path) -> String {
         let src = host_path(root, p);
         s.push_str(&format!("mount --bind '{}' '{p}'\n", src.display()));
     }
+    s.push_str(&format!(
+        "mount --bind '{}' /etc/hosts\n",
+        host_path(root, HOSTS).display()
+    ));
     for (p, _) in KUBELET_TUNABLES {
         s.push_str(&format!(
             "mount --bind '{}' '/proc/sys/{p}'\n",
@@ -112,6 +120,13 @@ pub fn create(lab_dir: &Path, node: &str, root: &Path) -> Result<PathBuf> {
             fs::create_dir_all(target)
                 .with_context(|| format!("creating the empty mount target {}", target.display()))?;
         }
+    }
+    // The node's own /etc/hosts (a copy of the host's at creation), so the lab can name its
+    // services (the private registry under an ECR-shaped name) for the node alone.
+    let hosts = host_path(root, HOSTS);
+    if !hosts.exists() {
+        fs::create_dir_all(hosts.parent().expect("under the root"))?;
+        fs::write(&hosts, fs::read("/etc/hosts").unwrap_or_default())?;
     }
     let tunables = root.join(".tunables");
     fs::create_dir_all(&tunables)?;
@@ -157,9 +172,10 @@ mod tests {
         assert!(
             s.contains("mount --bind '/t/vm.overcommit_memory' '/proc/sys/vm/overcommit_memory'")
         );
+        assert!(s.contains("mount --bind '/r/etc/hosts' /etc/hosts"));
         assert_eq!(
             s.lines().count(),
-            1 + NODE_DIRS.len() + KUBELET_TUNABLES.len()
+            2 + NODE_DIRS.len() + KUBELET_TUNABLES.len()
         );
     }
 }

@@ -278,6 +278,9 @@ impl Host for FakeHost {
     fn bpffs_mounted(&self) -> Result<bool, BootstrapError> {
         Ok(self.bpffs_mounted)
     }
+    fn is_file(&self, path: &str) -> Result<bool, BootstrapError> {
+        Ok(under_root(&self.root, path).is_file())
+    }
 }
 
 /// Runs the vpcnet-bootstrap binary for `my-cluster` with IMDS at `imds` and EC2 at `ec2`,

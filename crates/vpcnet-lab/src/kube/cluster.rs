@@ -95,6 +95,9 @@ impl Lab {
         node::create_cgroup_root(node)?;
         let bin_dir = self.bin_dir();
         let ep = self.ec2_endpoint()?;
+        // The AMI ships ecr-credential-provider and its config; the lab installs them when
+        // VPCNET_ECR_CREDENTIAL_PROVIDER names the binary, and vpcnet-bootstrap adds the flags.
+        crate::registry::install_provider(&node.root(), &ep)?;
         let mut c = Command::new(bin_dir.join("vpcnet-bootstrap"));
         c.args([
             "--config",
@@ -144,6 +147,25 @@ impl Lab {
         let mut c = node::command(&argv)?;
         c.env("PATH", node_path(&node, &cp));
         self.start_process(&format!("kubelet {node_name}"), c, &node.place())
+    }
+
+    /// Restarts kubelet on `node_name` with the unit's command line minus every argument that
+    /// starts with one of `drop` (e.g. the credential provider flags, for a negative control).
+    /// Returns the arguments dropped.
+    pub fn restart_kubelet_without(&self, node_name: &str, drop: &[&str]) -> Result<Vec<String>> {
+        let s = self.state()?;
+        let node = s.node(node_name)?.clone();
+        let cp = self.control_plane()?;
+        let argv = node::kubelet_argv(&node.root(), &cp.bin_dir.join("kubelet"))?;
+        let (dropped, kept): (Vec<String>, Vec<String>) = argv
+            .into_iter()
+            .partition(|a| drop.iter().any(|d| a.starts_with(d)));
+        let role = format!("kubelet {node_name}");
+        self.stop_role(&role)?;
+        let mut c = node::command(&kept)?;
+        c.env("PATH", node_path(&node, &cp));
+        self.start_process(&role, c, &node.place())?;
+        Ok(dropped)
     }
 
     /// Starts kube-proxy (iptables mode) on `node_name`.
