@@ -13,8 +13,6 @@
 //! (`ServerException` → 500, `AccessDeniedException` → 403, others 400). Other targets answer
 //! `UnknownOperationException`.
 
-use std::time::Instant;
-
 use axum::body::Body;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -97,39 +95,8 @@ pub(crate) async fn call(emu: Emulator, headers: &HeaderMap) -> Response {
         );
         return error(&e, &request_id);
     }
-    emu.inner
-        .counts
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .per_action
-        .entry(GET_AUTHORIZATION_TOKEN.to_string())
-        .and_modify(|n| *n += 1)
-        .or_insert(1);
-    if let Some((region, service)) = crate::eks::signing_scope_of(headers) {
-        let want = emu.region();
-        if service != "ecr" || region != want {
-            let e = Ec2Error::new(
-                "InvalidSignatureException",
-                format!("Credential should be scoped to a valid region and to service 'ecr' (got '{region}', '{service}'; this endpoint is '{want}', 'ecr')."),
-            );
-            return error(&e, &request_id);
-        }
-    }
-    let admission = emu
-        .inner
-        .faults
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .admit(GET_AUTHORIZATION_TOKEN, Instant::now());
-    if !admission.latency.is_zero() {
-        tokio::time::sleep(admission.latency).await;
-    }
-    if let Some(e) = admission.error {
-        let e = if admission.throttled {
-            Ec2Error::new("ThrottlingException", "Rate exceeded")
-        } else {
-            e
-        };
+    if let Err(e) = crate::eks::admit_json_call(&emu, GET_AUTHORIZATION_TOKEN, "ecr", headers).await
+    {
         return error(&e, &request_id);
     }
     let token =

@@ -84,11 +84,6 @@ fn describe_body(c: &EksCluster) -> serde_json::Value {
     json!({ "cluster": cluster })
 }
 
-/// The SigV4 credential scope of a request, `(region, service)`, if it is signed.
-fn signing_scope(req: &Request) -> Option<(String, String)> {
-    signing_scope_of(req.headers())
-}
-
 /// The SigV4 credential scope in `headers`' `Authorization`, `(region, service)`.
 pub(crate) fn signing_scope_of(headers: &http::HeaderMap) -> Option<(String, String)> {
     let auth = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
@@ -98,29 +93,31 @@ pub(crate) fn signing_scope_of(headers: &http::HeaderMap) -> Option<(String, Str
     (scope.len() == 5).then(|| (scope[2].to_string(), scope[3].to_string()))
 }
 
-/// `GET /clusters/{name}`.
-pub(crate) async fn describe_cluster(
-    State(emu): State<Emulator>,
-    Path(name): Path<String>,
-    req: Request,
-) -> Response {
-    let request_id = emu.next_request_id();
+/// The front every JSON-protocol call (EKS, ECR) passes: counted under `action`, its SigV4
+/// scope checked against `service` and the emulator's region (`InvalidSignatureException`),
+/// then its fault admission (latency, injected errors, `ThrottlingException`). `Err` is the
+/// error to answer in the service's own error shape.
+pub(crate) async fn admit_json_call(
+    emu: &Emulator,
+    action: &str,
+    service: &str,
+    headers: &http::HeaderMap,
+) -> Result<(), Ec2Error> {
     emu.inner
         .counts
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .per_action
-        .entry(DESCRIBE_CLUSTER.to_string())
+        .entry(action.to_string())
         .and_modify(|n| *n += 1)
         .or_insert(1);
-    if let Some((region, service)) = signing_scope(&req) {
+    if let Some((region, got)) = signing_scope_of(headers) {
         let want = emu.region();
-        if service != "eks" || region != want {
-            let e = Ec2Error::new(
+        if got != service || region != want {
+            return Err(Ec2Error::new(
                 "InvalidSignatureException",
-                format!("Credential should be scoped to a valid region and to service 'eks' (got '{region}', '{service}'; this endpoint is '{want}', 'eks')."),
-            );
-            return error(&e, &request_id);
+                format!("Credential should be scoped to a valid region and to service '{service}' (got '{region}', '{got}'; this endpoint is '{want}', '{service}')."),
+            ));
         }
     }
     let admission = emu
@@ -128,16 +125,27 @@ pub(crate) async fn describe_cluster(
         .faults
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .admit(DESCRIBE_CLUSTER, Instant::now());
+        .admit(action, Instant::now());
     if !admission.latency.is_zero() {
         tokio::time::sleep(admission.latency).await;
     }
-    if let Some(e) = admission.error {
-        let e = if admission.throttled {
-            Ec2Error::new("ThrottlingException", "Rate exceeded")
-        } else {
-            e
-        };
+    match admission.error {
+        Some(_) if admission.throttled => {
+            Err(Ec2Error::new("ThrottlingException", "Rate exceeded"))
+        }
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// `GET /clusters/{name}`.
+pub(crate) async fn describe_cluster(
+    State(emu): State<Emulator>,
+    Path(name): Path<String>,
+    req: Request,
+) -> Response {
+    let request_id = emu.next_request_id();
+    if let Err(e) = admit_json_call(&emu, DESCRIBE_CLUSTER, "eks", req.headers()).await {
         return error(&e, &request_id);
     }
     match emu.with_cloud(|c| c.eks_cluster(&name).cloned()) {
