@@ -235,11 +235,18 @@ async fn two_groups_converge_under_half_throttling_and_a_failing_group_blocks_no
         "both groups converged under 50 % Throttling in {:?}",
         t0.elapsed()
     );
+    // The SDK's own retries absorb most Throttling answers, so the controller's error metric
+    // may never see one: the emulator's request log is what proves the faults were answered.
+    let throttled = c
+        .emu
+        .requests(0)
+        .records
+        .iter()
+        .filter(|r| r.error_code.as_deref() == Some("Throttling"))
+        .count();
+    assert!(throttled > 0, "the emulator answered no Throttling");
+    eprintln!("{throttled} calls answered Throttling on the way");
     let text = m.encode();
-    assert!(
-        text.contains("code=\"Throttling\""),
-        "throttling was seen: {text}"
-    );
     assert!(
         text.contains("code=\"TargetGroupNotFound\""),
         "the missing group failed: {text}"
