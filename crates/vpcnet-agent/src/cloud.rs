@@ -175,7 +175,9 @@ impl Ec2Api for Ec2 {
         vpc_id: &'a str,
         tag_key: &'a str,
     ) -> Ec2Result<'a, Vec<Subnet>> {
-        Box::pin(Ec2::describe_vpc_subnets_with_tag_key(self, vpc_id, tag_key))
+        Box::pin(Ec2::describe_vpc_subnets_with_tag_key(
+            self, vpc_id, tag_key,
+        ))
     }
     fn describe_instance_types<'a>(
         &'a self,

@@ -53,11 +53,15 @@ pub struct InvalidSetting {
 
 impl fmt::Display for InvalidSetting {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (var, value, problem, accepted) = (self.var, &self.value, &self.problem, &self.accepted);
+        let (var, value, problem, accepted) =
+            (self.var, &self.value, &self.problem, &self.accepted);
         if self.refused {
             write!(f, "refused {var}={value:?}: {problem}; instead: {accepted}")
         } else {
-            write!(f, "invalid {var}={value:?}: {problem}; accepted: {accepted}")
+            write!(
+                f,
+                "invalid {var}={value:?}: {problem}; accepted: {accepted}"
+            )
         }
     }
 }
@@ -378,7 +382,9 @@ impl Config {
         .into_iter()
         .chain(refused);
         Err(ConfigError {
-            first: bad.next().expect("one invalid or refused variable at least"),
+            first: bad
+                .next()
+                .expect("one invalid or refused variable at least"),
             rest: bad.collect(),
         })
     }
@@ -853,6 +859,111 @@ mod declaration_tests {
             assert!(!i.accepted.is_empty() && !i.problem.is_empty(), "{i}");
         }
         assert_eq!(e.var, "WARM_IP_TARGET");
+    }
+
+    #[test]
+    fn refused_vpc_cni_settings_are_reported_with_the_invalid_ones() {
+        let m: HashMap<String, String> = [
+            ("WARM_IP_TARGET", "five"),
+            ("ENABLE_IPv6", "true"),
+            ("ENABLE_POD_ENI", "false"),
+            ("ENABLE_BANDWIDTH_PLUGIN", "true"),
+            ("POD_MTU", "10000"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let e = Config::from_map(&m).unwrap_err();
+        let got: Vec<(&str, bool)> = e.all().map(|i| (i.var, i.refused)).collect();
+        assert_eq!(
+            got,
+            [
+                ("WARM_IP_TARGET", false),
+                ("POD_MTU", false),
+                ("ENABLE_BANDWIDTH_PLUGIN", true),
+                ("ENABLE_IPv6", true),
+            ]
+        );
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with("4 invalid or refused variables:\n"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("\n  refused ENABLE_IPv6=\"true\": vpcnet has no IPv6 mode yet"),
+            "{msg}"
+        );
+        // A refusal alone reads as its one line.
+        let only: HashMap<String, String> =
+            [("ENABLE_IPv6".to_string(), "true".to_string())].into();
+        let e = Config::from_map(&only).unwrap_err();
+        assert!(
+            e.to_string().starts_with("refused ENABLE_IPv6=\"true\": "),
+            "{e}"
+        );
+        // The value that is vpcnet's behaviour starts.
+        let ok: HashMap<String, String> = [("ENABLE_IPv6".to_string(), "false".to_string())].into();
+        assert_eq!(Config::from_map(&ok).unwrap(), Config::default());
+    }
+
+    #[test]
+    fn pod_mtu_and_http_timeout_as_the_vpc_cni_reads_them() {
+        let c = Config::default();
+        assert_eq!((c.pod_mtu, c.ec2.http_timeout_secs), (None, 10));
+        assert_eq!(
+            c.ec2_call_settings().attempt_timeout,
+            Duration::from_secs(10)
+        );
+        assert!(c.enable_subnet_discovery);
+        let m: HashMap<String, String> = [
+            ("POD_MTU", "1500"),
+            ("HTTP_TIMEOUT", "60"),
+            ("VPCNET_EC2_CALL_TIMEOUT", "20"),
+            ("ENABLE_SUBNET_DISCOVERY", "false"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let c = Config::from_map(&m).unwrap();
+        assert_eq!(c.pod_mtu, Some(1500));
+        assert!(!c.enable_subnet_discovery);
+        // An attempt never outlasts the call.
+        assert_eq!(
+            c.ec2_call_settings().attempt_timeout,
+            Duration::from_secs(20)
+        );
+        for (var, value, accepted) in [
+            ("POD_MTU", "575", "576 to 9001, or unset"),
+            ("HTTP_TIMEOUT", "5", "10 to 3600"),
+        ] {
+            let m: HashMap<String, String> = [(var.to_string(), value.to_string())].into();
+            let e = Config::from_map(&m).unwrap_err();
+            assert_eq!((e.var, e.refused), (var, false));
+            assert!(e.accepted.contains(accepted), "{e}");
+        }
+    }
+
+    #[test]
+    fn unknown_variables_exclude_vpcnet_and_vpc_cni_names() {
+        let env = [
+            "WARM_IP_TARGET",
+            "VPCNET_CNI_CONFLIST",
+            "ENABLE_SUBNET_DISCOVERY",
+            "ENABLE_IPv6",
+            "MY_POD_NAME",
+            "WARM_IP_TARGTE",
+            "AWS_VPC_K8S_CNI_EXTERNAL_SNAT",
+            "ENABLE_WINDOWS_IPAM",
+            "AWS_REGION",
+        ];
+        assert_eq!(
+            Config::unknown_variables(env),
+            [
+                "AWS_VPC_K8S_CNI_EXTERNAL_SNAT",
+                "ENABLE_WINDOWS_IPAM",
+                "WARM_IP_TARGTE"
+            ]
+        );
     }
 
     #[test]

@@ -59,7 +59,9 @@ async fn main() -> std::process::ExitCode {
         // Already said in the one error line of the task's supervisor.
         Err(e) if e.is::<vpcnet_agent::EssentialTaskFailed>() => std::process::ExitCode::FAILURE,
         // A setting refused once the cloud was asked (ENABLE_SUBNET_DISCOVERY).
-        Err(e) if e.is::<ConfigError>() => refuse_to_start(e.downcast_ref::<ConfigError>().unwrap()),
+        Err(e) if e.is::<ConfigError>() => {
+            refuse_to_start(e.downcast_ref::<ConfigError>().unwrap())
+        }
         Err(e) => {
             tracing::error!("vpcnet-agent failed: {e:#}");
             eprintln!("vpcnet-agent: {e:#}");

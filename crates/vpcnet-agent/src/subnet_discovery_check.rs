@@ -98,7 +98,10 @@ pub async fn check(
     node_subnet: &str,
     cluster_name: &str,
 ) -> Result<(), ConfigError> {
-    let tagged = match ec2.describe_vpc_subnets_with_tag_key(vpc_id, CNI_ROLE_TAG).await {
+    let tagged = match ec2
+        .describe_vpc_subnets_with_tag_key(vpc_id, CNI_ROLE_TAG)
+        .await
+    {
         Ok(t) => t,
         Err(e) => {
             tracing::warn!(
@@ -162,7 +165,10 @@ mod tests {
             vec![subnet(
                 "subnet-b",
                 A,
-                &[(CNI_ROLE_TAG, "1"), ("kubernetes.io/cluster/other", "shared")],
+                &[
+                    (CNI_ROLE_TAG, "1"),
+                    ("kubernetes.io/cluster/other", "shared"),
+                ],
             )],
         ];
         for tagged in cases {
@@ -183,14 +189,22 @@ mod tests {
             "",
         )
         .unwrap();
-        assert!(why.contains("subnet-b") && why.contains("subnet-node"), "{why}");
+        assert!(
+            why.contains("subnet-b") && why.contains("subnet-node"),
+            "{why}"
+        );
         for tags in [
             vec![(CNI_ROLE_TAG, "1"), ("kubernetes.io/cluster/prod", "owned")],
             vec![(CNI_ROLE_TAG, "yes")],
         ] {
             assert!(
-                conflict("subnet-node", Some(A), &[subnet("subnet-b", A, &tags)], "prod")
-                    .is_some(),
+                conflict(
+                    "subnet-node",
+                    Some(A),
+                    &[subnet("subnet-b", A, &tags)],
+                    "prod"
+                )
+                .is_some(),
                 "{tags:?}"
             );
         }
@@ -198,7 +212,10 @@ mod tests {
         let other = subnet(
             "subnet-b",
             A,
-            &[(CNI_ROLE_TAG, "1"), ("kubernetes.io/cluster/other", "shared")],
+            &[
+                (CNI_ROLE_TAG, "1"),
+                ("kubernetes.io/cluster/other", "shared"),
+            ],
         );
         assert!(conflict("subnet-node", Some(A), &[other], "").is_some());
         let why = conflict(

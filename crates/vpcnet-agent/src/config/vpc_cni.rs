@@ -521,7 +521,10 @@ mod list_tests {
         }
         for (var, _) in CHECKED_AT_START {
             assert!(names.contains(var), "{var} is not a VPC CNI setting");
-            assert!(declared.iter().any(|d| d.var == *var), "{var} is not declared");
+            assert!(
+                declared.iter().any(|d| d.var == *var),
+                "{var} is not declared"
+            );
         }
         for d in &declared {
             assert!(
@@ -531,11 +534,18 @@ mod list_tests {
             );
         }
         assert_eq!(implemented + SETTINGS.len(), names.len());
-        assert!(implemented > 25 && SETTINGS.len() > 20, "{implemented} {}", SETTINGS.len());
+        assert!(
+            implemented > 25 && SETTINGS.len() > 20,
+            "{implemented} {}",
+            SETTINGS.len()
+        );
         let table = status_table(&declared);
         assert!(!table.contains("no status"), "{table}");
         for name in &names {
-            assert!(table.contains(&format!("| `{name}` |")), "{name} missing:\n{table}");
+            assert!(
+                table.contains(&format!("| `{name}` |")),
+                "{name} missing:\n{table}"
+            );
         }
     }
 
@@ -552,7 +562,10 @@ mod list_tests {
             ("AWS_VPC_K8S_CNI_LOGLEVEL", "DEBUG"),
             ("AWS_VPC_K8S_CNI_RANDOMIZESNAT", "prng"),
             ("AWS_VPC_K8S_CNI_VETHPREFIX", "eni"),
-            ("AWS_VPC_K8S_PLUGIN_LOG_FILE", "/var/log/aws-routed-eni/plugin.log"),
+            (
+                "AWS_VPC_K8S_PLUGIN_LOG_FILE",
+                "/var/log/aws-routed-eni/plugin.log",
+            ),
             ("AWS_VPC_K8S_PLUGIN_LOG_LEVEL", "DEBUG"),
             ("DISABLE_INTROSPECTION", "false"),
             ("DISABLE_METRICS", "false"),
@@ -651,13 +664,43 @@ mod tests {
             ("ENABLE_IPv4", "false", "IPv4 addresses only", "true"),
             ("ENABLE_POD_ENI", "True", "trunk ENI", "false"),
             ("ANNOTATE_POD_IP", "t", "vpc.amazonaws.com/pod-ips", "false"),
-            ("NETWORK_POLICY_ENFORCING_MODE", "strict", "NetworkPolicy", "standard"),
-            ("AWS_VPC_K8S_CNI_LOG_FILE", "/host/var/log/x.log", "stderr", "stdout"),
-            ("HOST_CNI_CONFDIR_PATH", "/host/etc/cni/conf", "conflist", "VPCNET_CNI_CONFLIST"),
+            (
+                "NETWORK_POLICY_ENFORCING_MODE",
+                "strict",
+                "NetworkPolicy",
+                "standard",
+            ),
+            (
+                "AWS_VPC_K8S_CNI_LOG_FILE",
+                "/host/var/log/x.log",
+                "stderr",
+                "stdout",
+            ),
+            (
+                "HOST_CNI_CONFDIR_PATH",
+                "/host/etc/cni/conf",
+                "conflist",
+                "VPCNET_CNI_CONFLIST",
+            ),
             ("AWS_VPC_K8S_CNI_CONNMARK", "0x40", "0x80", "0x80"),
-            ("AWS_EXTERNAL_SERVICE_CIDRS", "10.0.0.0/8", "main route table", "remove it"),
-            ("AWS_MANAGE_ENIS_NON_SCHEDULABLE", "false", "unschedulable", "true"),
-            ("MANAGE_UNTAGGED_ENI", "false", "no_manage", "no_manage=true"),
+            (
+                "AWS_EXTERNAL_SERVICE_CIDRS",
+                "10.0.0.0/8",
+                "main route table",
+                "remove it",
+            ),
+            (
+                "AWS_MANAGE_ENIS_NON_SCHEDULABLE",
+                "false",
+                "unschedulable",
+                "true",
+            ),
+            (
+                "MANAGE_UNTAGGED_ENI",
+                "false",
+                "no_manage",
+                "no_manage=true",
+            ),
         ] {
             let e = one(var, value).unwrap_err();
             let msg = e.to_string();
@@ -698,8 +741,16 @@ mod tests {
         for (var, value, accepted) in [
             ("ENABLE_IPv6", "yes", "true, false"),
             ("ENABLE_V4_EGRESS", "on", "true, false"),
-            ("NETWORK_POLICY_ENFORCING_MODE", "Strict", "none, strict, standard"),
-            ("POD_SECURITY_GROUP_ENFORCING_MODE", "loose", "`strict`, `standard`"),
+            (
+                "NETWORK_POLICY_ENFORCING_MODE",
+                "Strict",
+                "none, strict, standard",
+            ),
+            (
+                "POD_SECURITY_GROUP_ENFORCING_MODE",
+                "loose",
+                "`strict`, `standard`",
+            ),
         ] {
             let e = one(var, value).unwrap_err();
             assert!(!e.refused, "{e}");
@@ -717,7 +768,11 @@ mod tests {
             ("ENABLE_BANDWIDTH_PLUGIN", "false"),
             ("DISABLE_POD_V6", " true "),
         ];
-        let get = |k: &str| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string());
+        let get = |k: &str| {
+            env.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        };
         let got: Vec<(&str, String, bool)> = check_all(&get)
             .into_iter()
             .map(|e| (e.var, e.value, e.refused))

@@ -108,9 +108,38 @@ mod extract {
         }
     }
 
+    /// The functions of the VPC CNI that read a variable named by their first argument.
+    const READERS: [&str; 8] = [
+        "os.Getenv(",
+        "os.LookupEnv(",
+        "GetBoolAsStringEnvVar(",
+        "GetIntFromStringEnvVar(",
+        "GetEnv(",
+        "parseBoolEnvVar(",
+        "getBoolEnvVar(",
+        "parseCIDRString(",
+    ];
+
+    /// Identifiers passed as the variable name to one of [`READERS`] (`utils.` dropped).
+    pub fn reader_args(text: &str, out: &mut BTreeSet<String>) {
+        for r in READERS {
+            for (i, _) in text.match_indices(r) {
+                let arg: String = text[i + r.len()..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '.')
+                    .collect();
+                let arg = arg.rsplit('.').next().unwrap_or("");
+                if !arg.is_empty() {
+                    out.insert(arg.to_string());
+                }
+            }
+        }
+    }
+
     /// Environment variable names in Go source: string constants named `env…`/`Env…`/`…Env`/
-    /// `…EnvVar`, and literals passed to `os.Getenv` / `os.LookupEnv`.
-    pub fn go(text: &str, found: &mut Found) {
+    /// `…EnvVar` or passed to a reader (`readers`, from [`reader_args`]), and literals passed
+    /// to `os.Getenv` / `os.LookupEnv`.
+    pub fn go(text: &str, readers: &BTreeSet<String>, found: &mut Found) {
         for line in text.lines() {
             let l = line.trim();
             let l = l
@@ -123,7 +152,8 @@ mod extract {
                 let named = ident.starts_with("env")
                     || ident.starts_with("Env")
                     || ident.ends_with("Env")
-                    || ident.ends_with("EnvVar");
+                    || ident.ends_with("EnvVar")
+                    || readers.contains(ident);
                 let value = value.trim();
                 if named
                     && ident.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
@@ -179,9 +209,21 @@ mod extract {
         ] {
             go_files(&root.join(dir), &mut files);
         }
-        assert!(files.len() > 50, "too few Go files under {}", root.display());
-        for f in files {
-            go(&std::fs::read_to_string(&f).unwrap(), &mut found);
+        assert!(
+            files.len() > 50,
+            "too few Go files under {}",
+            root.display()
+        );
+        let texts: Vec<String> = files
+            .iter()
+            .map(|f| std::fs::read_to_string(f).unwrap())
+            .collect();
+        let mut readers = BTreeSet::new();
+        for t in &texts {
+            reader_args(t, &mut readers);
+        }
+        for t in &texts {
+            go(t, &readers, &mut found);
         }
         found
     }
@@ -240,6 +282,8 @@ mod extract {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use super::extract::*;
     use super::*;
 
@@ -291,12 +335,13 @@ mod tests {
             "  - name: {{ $key }}\n    value: x\n  - name: MY_POD_NAME\n    valueFrom:\n  - name: cni-bin-dir\n    hostPath:\n",
             &mut f,
         );
-        go(
-            "const (\n\tenvFoo = \"FOO_BAR\"\n\tenvVethPrefixDefault = \"eni\"\n)\n\
+        let go_src = "const (\n\tenvFoo = \"FOO_BAR\"\n\tenvVethPrefixDefault = \"eni\"\n\
+             \tbindAddress = \"BIND_ADDR\"\n\tother = \"NOT_READ\"\n)\n\
              const envOne = \"ONE_VAR\" // a comment\nvar x = os.Getenv(\"LIT_VAR\")\nclusterNameEnvVar = \"CLUSTER_NAME\"\n\
-             notAnEnv := \"NOT_THIS_ONE\"\n",
-            &mut f,
-        );
+             notAnEnv := \"NOT_THIS_ONE\"\ny, ok := os.LookupEnv(bindAddress)\n";
+        let mut readers = BTreeSet::new();
+        reader_args(go_src, &mut readers);
+        go(go_src, &readers, &mut f);
         let got: Vec<(&str, Vec<&str>)> = f
             .iter()
             .map(|(k, v)| (k.as_str(), v.iter().copied().collect()))
@@ -304,6 +349,7 @@ mod tests {
         assert_eq!(
             got,
             [
+                ("BIND_ADDR", vec!["code"]),
                 ("CHART_VAR", vec!["chart"]),
                 ("CLUSTER_NAME", vec!["code"]),
                 ("ENABLE_IPv6", vec!["readme"]),
@@ -323,9 +369,17 @@ mod tests {
     fn the_checked_in_list_is_sorted_unique_and_versioned() {
         let all: Vec<&str> = names().collect();
         assert!(all.len() > 40, "{} names", all.len());
-        assert!(all.windows(2).all(|w| w[0] < w[1]), "not sorted or not unique");
+        assert!(
+            all.windows(2).all(|w| w[0] < w[1]),
+            "not sorted or not unique"
+        );
         assert_eq!(version(), Some(pinned_version().as_str()));
-        for must in ["ENABLE_IPv6", "WARM_ENI_TARGET", "DISABLE_TCP_EARLY_DEMUX", "HOST_CNI_BIN_PATH"] {
+        for must in [
+            "ENABLE_IPv6",
+            "WARM_ENI_TARGET",
+            "DISABLE_TCP_EARLY_DEMUX",
+            "HOST_CNI_BIN_PATH",
+        ] {
             assert!(all.contains(&must), "{must}");
         }
     }
