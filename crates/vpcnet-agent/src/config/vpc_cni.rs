@@ -485,14 +485,14 @@ pub fn status_table(declared: &[super::Declaration]) -> String {
                 d.default,
                 match CHECKED_AT_START.iter().find(|(v, _)| *v == name) {
                     Some((_, how)) => format!("**checked at start**: {how}."),
-                    None => format!("implemented (table {})", d.section),
+                    None => format!("implemented (table `{}` above)", d.section),
                 },
             ),
             (None, None) => ("", "**no status**".to_string()),
         };
         vec![format!("`{name}`"), code(default), status]
     });
-    crate::docs::table(&["variable", "VPC CNI default", "in vpcnet"], rows)
+    crate::docs::table(&["variable", "default", "in vpcnet"], rows)
 }
 
 #[cfg(test)]
@@ -639,7 +639,11 @@ mod tests {
                 Status::NoOp { why } => assert!(!why.is_empty(), "{}", s.var),
             }
             // The VPC CNI's default is never refused: carrying it over means what unset means.
-            if !s.default.is_empty() {
+            // The one exception is a default vpcnet does not share, which its reason says.
+            if s.var == "AWS_MANAGE_ENIS_NON_SCHEDULABLE" {
+                assert!(s.check(s.default).is_err());
+                assert!(matches!(s.status, Status::Refused { why, .. } if why.contains("default")));
+            } else if !s.default.is_empty() {
                 assert_eq!(s.check(s.default), Ok(()), "{} refuses its default", s.var);
             }
         }
