@@ -148,7 +148,7 @@ pub const SETTINGS: &[VpcCniSetting] = &[
         "/host/var/log/aws-routed-eni/ipamd.log",
         Accepts::Only(&["stdout", "stderr"]),
         "vpcnet-agent writes its log to stderr only (the pod's log, kubectl logs), no log file \
-         yet",
+         yet (so, unset, vpcnet differs from the VPC CNI's default, a file)",
         "set it to stdout or stderr, or remove it",
     ),
     no_op(
@@ -319,6 +319,14 @@ pub const SETTINGS: &[VpcCniSetting] = &[
         "the VPC CNI image's version, sent in its EC2 user agent; vpcnet's calls carry \
          vpcnet's own",
     ),
+];
+
+/// Settings whose VPC CNI default vpcnet does not share: unset, vpcnet does what it does
+/// (said in the reason), and the default set explicitly is refused like any other value
+/// asking for what vpcnet lacks.
+pub const DEFAULT_NOT_SHARED: &[&str] = &[
+    "AWS_MANAGE_ENIS_NON_SCHEDULABLE",
+    "AWS_VPC_K8S_CNI_LOG_FILE",
 ];
 
 /// Settings `config.rs` declares whose VPC CNI meaning vpcnet keeps only while a condition
@@ -638,11 +646,15 @@ mod tests {
                 }
                 Status::NoOp { why } => assert!(!why.is_empty(), "{}", s.var),
             }
-            // The VPC CNI's default is never refused: carrying it over means what unset means.
-            // The one exception is a default vpcnet does not share, which its reason says.
-            if s.var == "AWS_MANAGE_ENIS_NON_SCHEDULABLE" {
-                assert!(s.check(s.default).is_err());
-                assert!(matches!(s.status, Status::Refused { why, .. } if why.contains("default")));
+            // The VPC CNI's default is never refused: carrying it over means what unset means,
+            // save the defaults vpcnet does not share, which their reasons say.
+            if DEFAULT_NOT_SHARED.contains(&s.var) {
+                assert!(s.check(s.default).is_err(), "{}", s.var);
+                assert!(
+                    matches!(s.status, Status::Refused { why, .. } if why.contains("default")),
+                    "{}: say that vpcnet differs from the default",
+                    s.var
+                );
             } else if !s.default.is_empty() {
                 assert_eq!(s.check(s.default), Ok(()), "{} refuses its default", s.var);
             }
@@ -753,7 +765,7 @@ mod tests {
             (
                 "POD_SECURITY_GROUP_ENFORCING_MODE",
                 "loose",
-                "`strict`, `standard`",
+                "strict, standard",
             ),
         ] {
             let e = one(var, value).unwrap_err();
