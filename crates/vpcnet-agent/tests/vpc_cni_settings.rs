@@ -58,12 +58,20 @@ async fn refused_run(lab: &Lab, extra: &[(&str, &str)]) -> (Option<i32>, String)
     )
 }
 
-/// Starts the agent and waits for its conflist (the pool can serve), then stops it. Returns
-/// the EC2 mutating calls it made.
-async fn accepted_run(lab: &Lab, extra: &[(&str, &str)]) -> u64 {
+/// What an accepted run did.
+struct Accepted {
+    /// EC2 mutating calls.
+    mutating: u64,
+    conflist: String,
+    /// Its log (stdout) and stderr.
+    output: String,
+}
+
+/// Starts the agent and waits for its conflist (the pool can serve), then stops it.
+async fn accepted_run(lab: &Lab, extra: &[(&str, &str)]) -> Accepted {
     lab.emu.reset_calls();
     let mut child = agent(lab, extra)
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -83,8 +91,18 @@ async fn accepted_run(lab: &Lab, extra: &[(&str, &str)]) -> u64 {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     child.kill().await.unwrap();
+    let out = child.wait_with_output().await.unwrap();
+    let text = std::fs::read_to_string(conflist(lab)).unwrap();
     std::fs::remove_file(conflist(lab)).unwrap();
-    lab.emu.calls().mutating
+    Accepted {
+        mutating: lab.emu.calls().mutating,
+        conflist: text,
+        output: format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -107,9 +125,30 @@ async fn enable_ipv6_true_is_refused_before_anything_happens() {
     assert!(calls.per_action.is_empty(), "no EC2 call at all: {calls:?}");
     assert_eq!(lab.ec2_ips().len(), 0, "no secondary address was assigned");
 
-    // The same environment with the VPC CNI's default value: serves, through EC2.
-    let mutating = accepted_run(&lab, &[("ENABLE_IPv6", "false")]).await;
-    assert!(mutating > 0, "the accepted run made no mutating call");
+    // The same environment with the VPC CNI's default value: serves, through EC2. (With a
+    // pod MTU, and a misspelt variable, which is only warned about.)
+    let run = accepted_run(
+        &lab,
+        &[
+            ("ENABLE_IPv6", "false"),
+            ("POD_MTU", "1500"),
+            ("WARM_IP_TARGETS", "3"),
+        ],
+    )
+    .await;
+    assert!(run.mutating > 0, "the accepted run made no mutating call");
+    let conf: serde_json::Value = serde_json::from_str(&run.conflist).unwrap();
+    assert_eq!(conf["plugins"][0]["mtu"], "1500", "{}", run.conflist);
+    let warning = run
+        .output
+        .lines()
+        .find(|l| l.contains("WARN") && l.contains("WARM_IP_TARGETS"))
+        .unwrap_or_else(|| panic!("no warning about WARM_IP_TARGETS:\n{}", run.output));
+    assert!(
+        warning.contains("neither a vpcnet setting nor one of the VPC CNI"),
+        "{warning}"
+    );
+    assert!(!warning.contains("POD_MTU"), "{warning}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -180,8 +219,8 @@ async fn subnet_discovery_is_refused_when_the_vpc_cni_would_use_another_subnet()
     );
 
     // With discovery off, vpcnet's placement is the VPC CNI's: it starts, in the node's subnet.
-    let mutating = accepted_run(&lab, &[("ENABLE_SUBNET_DISCOVERY", "false")]).await;
-    assert!(mutating > 0);
+    let run = accepted_run(&lab, &[("ENABLE_SUBNET_DISCOVERY", "false")]).await;
+    assert!(run.mutating > 0);
     // Tagged for another cluster, the subnet is not the VPC CNI's either: it starts too.
     lab.emu
         .create_tags(

@@ -147,8 +147,8 @@ pub const SETTINGS: &[VpcCniSetting] = &[
         "AWS_VPC_K8S_CNI_LOG_FILE",
         "/host/var/log/aws-routed-eni/ipamd.log",
         Accepts::Only(&["stdout", "stderr"]),
-        "vpcnet-agent writes its log to stderr only (the pod's log, kubectl logs), no log file \
-         yet (so, unset, vpcnet differs from the VPC CNI's default, a file)",
+        "vpcnet-agent writes its log to stdout, the pod's log (kubectl logs; stderr goes there \
+         too), and to no file yet (so, unset, vpcnet differs from the VPC CNI's default, a file)",
         "set it to stdout or stderr, or remove it",
     ),
     no_op(
@@ -689,7 +689,7 @@ mod tests {
             (
                 "AWS_VPC_K8S_CNI_LOG_FILE",
                 "/host/var/log/x.log",
-                "stderr",
+                "log to stdout",
                 "stdout",
             ),
             (
