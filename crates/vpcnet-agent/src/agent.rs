@@ -178,8 +178,10 @@ impl Tasks {
 /// Starts the agent and returns once the pool can serve (or startup failed).
 ///
 /// Errors: IMDS unreachable, EC2 client configuration, unknown instance type, the socket
-/// or a listener cannot be bound, the VPC CNI's checkpoint cannot be imported. A lost or
-/// corrupt checkpoint is not an error ([`crate::recovery`]).
+/// or a listener cannot be bound, the VPC CNI's checkpoint cannot be imported,
+/// `ENABLE_SUBNET_DISCOVERY` refused by its check (a [`crate::config::ConfigError`], before
+/// any EC2 mutating call; [`crate::subnet_discovery_check`]). A lost or corrupt checkpoint is
+/// not an error ([`crate::recovery`]).
 pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
     let started = Instant::now();
     let (stop, stop_rx) = watch::channel(false);
