@@ -178,14 +178,25 @@ impl Tasks {
 /// Starts the agent and returns once the pool can serve (or startup failed).
 ///
 /// Errors: IMDS unreachable, EC2 client configuration, unknown instance type, the socket
-/// or a listener cannot be bound, the VPC CNI's checkpoint cannot be imported. A lost or
-/// corrupt checkpoint is not an error ([`crate::recovery`]).
+/// or a listener cannot be bound, the VPC CNI's checkpoint cannot be imported,
+/// `ENABLE_SUBNET_DISCOVERY` refused by its check (a [`crate::config::ConfigError`], before
+/// any EC2 mutating call; [`crate::subnet_discovery_check`]). A lost or corrupt checkpoint is
+/// not an error ([`crate::recovery`]).
 pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
     let started = Instant::now();
     let (stop, stop_rx) = watch::channel(false);
     let listener = crate::grpc::bind(&opts.socket_path)?;
     let metrics = Arc::new(Metrics::new());
     let found = discover(&opts, metrics.clone(), started).await?;
+    if opts.subnet_discovery_check {
+        crate::subnet_discovery_check::check(
+            found.ec2.as_ref(),
+            &found.vpc_id,
+            &found.facts.subnet_id,
+            &opts.cluster_name,
+        )
+        .await?;
+    }
     let limits = instance_limits(found.ec2.as_ref(), &found.facts).await?;
     let store: Arc<dyn checkpoint_file::CheckpointStore> =
         opts.checkpoint_store.clone().unwrap_or_else(|| {
@@ -306,6 +317,8 @@ struct Discovered {
     /// The instance's ENIs from the one batched describe.
     enis: Vec<NetworkInterface>,
     facts: NodeFacts,
+    /// The primary ENI's VPC (IMDS).
+    vpc_id: String,
 }
 
 /// IMDS identity, then the EC2 client and the one batched describe while IMDS answers the
@@ -351,7 +364,7 @@ async fn discover(
         tracing::debug!(elapsed = ?started.elapsed(), "described ENIs");
         anyhow::Ok((ec2, enis))
     };
-    let ((ec2, enis), facts) =
+    let ((ec2, enis), (facts, vpc_id)) =
         tokio::try_join!(ec2_and_enis, read_facts(imds.as_ref(), &id, opts))?;
     tracing::info!(instance = %facts.instance_id, r#type = %facts.instance_type, subnet = %facts.subnet_id, "instance facts from IMDS");
     Ok(Discovered {
@@ -359,6 +372,7 @@ async fn discover(
         imds,
         enis,
         facts,
+        vpc_id,
     })
 }
 
@@ -392,15 +406,16 @@ async fn read_identity(imds: &dyn MetadataApi, opts: &AgentOptions) -> anyhow::R
 }
 
 /// IMDS second round: the primary ENI's subnet, VPC CIDRs and security groups (static facts;
-/// hints only, never used to hand out or release an address).
+/// hints only, never used to hand out or release an address), and its VPC.
 async fn read_facts(
     imds: &dyn MetadataApi,
     id: &Identity,
     opts: &AgentOptions,
-) -> anyhow::Result<NodeFacts> {
+) -> anyhow::Result<(NodeFacts, String)> {
     let (iface, primary_ip) = tokio::try_join!(imds.interface(&id.mac), imds.local_ipv4())
         .context("reading the primary ENI from IMDS")?;
-    Ok(NodeFacts {
+    let vpc_id = iface.vpc_id.clone();
+    let facts = NodeFacts {
         instance_id: id.instance_id.clone(),
         instance_type: id.instance_type.clone(),
         region: id.region.clone(),
@@ -414,7 +429,8 @@ async fn read_facts(
         } else {
             opts.security_groups.clone()
         },
-    })
+    };
+    Ok((facts, vpc_id))
 }
 
 /// The instance type's ENI and IP limits: the built-in table, else EC2
@@ -491,7 +507,7 @@ async fn bring_up(
 fn write_conflist(path: &Path, opts: &AgentOptions) -> std::io::Result<()> {
     let mut settings = opts.conflist.clone();
     settings.agent_socket = opts.socket_path.display().to_string();
-    settings.mtu = opts.mtu;
+    settings.mtu = opts.pod_mtu.unwrap_or(opts.mtu);
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     let tmp = dir.join(format!(

@@ -49,6 +49,13 @@ pub trait Ec2Api: Send + Sync + 'static {
     /// `DescribeSubnets`.
     fn describe_subnets<'a>(&'a self, subnet_ids: &'a [String]) -> Ec2Result<'a, Vec<Subnet>>;
 
+    /// `DescribeSubnets` of the subnets of `vpc_id` carrying the tag `tag_key` (any value).
+    fn describe_vpc_subnets_with_tag_key<'a>(
+        &'a self,
+        vpc_id: &'a str,
+        tag_key: &'a str,
+    ) -> Ec2Result<'a, Vec<Subnet>>;
+
     /// `DescribeInstanceTypes`, as [`InstanceLimits`].
     fn describe_instance_types<'a>(
         &'a self,
@@ -162,6 +169,15 @@ impl Ec2Api for Ec2 {
     }
     fn describe_subnets<'a>(&'a self, subnet_ids: &'a [String]) -> Ec2Result<'a, Vec<Subnet>> {
         Box::pin(Ec2::describe_subnets(self, subnet_ids))
+    }
+    fn describe_vpc_subnets_with_tag_key<'a>(
+        &'a self,
+        vpc_id: &'a str,
+        tag_key: &'a str,
+    ) -> Ec2Result<'a, Vec<Subnet>> {
+        Box::pin(Ec2::describe_vpc_subnets_with_tag_key(
+            self, vpc_id, tag_key,
+        ))
     }
     fn describe_instance_types<'a>(
         &'a self,

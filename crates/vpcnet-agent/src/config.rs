@@ -16,6 +16,8 @@
 
 mod declare;
 pub mod kinds;
+pub mod vpc_cni;
+pub mod vpc_cni_names;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -29,23 +31,42 @@ use serde::Serialize;
 use declare::settings;
 pub use declare::Declaration;
 use kinds::{
-    AbsPath, Bind, Cidrs, Flag, Int, Rate, Tags, Target, Url, LOG_FILE, LOG_LEVEL,
+    AbsPath, Bind, Cidrs, Flag, Int, Optional, Rate, Tags, Target, Url, LOG_FILE, LOG_LEVEL,
     PLUGIN_LOG_LEVEL, RANDOMIZE_SNAT, TEXT, VETH_PREFIX,
 };
 
-/// A configuration variable with an invalid value.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid {var}={value:?}: {problem}; accepted: {accepted}")]
+/// A configuration variable with an invalid value, or a value vpcnet refuses: a VPC CNI
+/// setting asking for behaviour vpcnet lacks ([`vpc_cni`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InvalidSetting {
     /// The environment variable, e.g. `AWS_VPC_ENI_MTU`.
     pub var: &'static str,
     /// The value found.
     pub value: String,
-    /// What is wrong with it.
+    /// What is wrong with it; refused: why vpcnet does not do what it asks.
     pub problem: String,
-    /// What the variable accepts.
+    /// What the variable accepts; refused: what to use instead.
     pub accepted: String,
+    /// A valid VPC CNI value that vpcnet refuses (rather than an invalid value).
+    pub refused: bool,
 }
+
+impl fmt::Display for InvalidSetting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (var, value, problem, accepted) =
+            (self.var, &self.value, &self.problem, &self.accepted);
+        if self.refused {
+            write!(f, "refused {var}={value:?}: {problem}; instead: {accepted}")
+        } else {
+            write!(
+                f,
+                "invalid {var}={value:?}: {problem}; accepted: {accepted}"
+            )
+        }
+    }
+}
+
+impl std::error::Error for InvalidSetting {}
 
 /// Every invalid variable of an environment, in declaration order (at least one). Derefs to
 /// the first, so the usual single mistake reads as `e.var`, `e.value`; [`ConfigError::all`]
@@ -57,9 +78,19 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
-    /// Every invalid variable, in declaration order.
+    /// Every invalid or refused variable: the invalid ones of `config.rs` in declaration
+    /// order, then those of [`vpc_cni::SETTINGS`].
     pub fn all(&self) -> impl Iterator<Item = &InvalidSetting> {
         std::iter::once(&self.first).chain(&self.rest)
+    }
+}
+
+impl From<InvalidSetting> for ConfigError {
+    fn from(first: InvalidSetting) -> Self {
+        ConfigError {
+            first,
+            rest: Vec::new(),
+        }
     }
 }
 
@@ -76,7 +107,12 @@ impl fmt::Display for ConfigError {
         if self.rest.is_empty() {
             return self.first.fmt(f);
         }
-        write!(f, "{} invalid variables:", self.rest.len() + 1)?;
+        let n = self.rest.len() + 1;
+        if self.all().any(|e| e.refused) {
+            write!(f, "{n} invalid or refused variables:")?;
+        } else {
+            write!(f, "{n} invalid variables:")?;
+        }
         for e in self.all() {
             write!(f, "\n  {e}")?;
         }
@@ -154,6 +190,10 @@ settings! {
         mutating_refill_per_sec: f64 = "VPCNET_EC2_MUTATING_REFILL_RATE", "5", Rate;
         /// Deadline of one EC2 call in seconds, token-bucket wait, retries and backoff included.
         call_timeout_secs: u64 = "VPCNET_EC2_CALL_TIMEOUT", "30", Int::range(1, 3_600);
+        /// Deadline of one HTTP attempt of an EC2 call in seconds (VPC CNI: its AWS SDK HTTP
+        /// client timeout), capped by `VPCNET_EC2_CALL_TIMEOUT`. The VPC CNI silently uses 10
+        /// for values below 10; the agent refuses them.
+        http_timeout_secs: u64 = "HTTP_TIMEOUT", "10", Int::range(10, 3_600);
     }
 }
 
@@ -196,6 +236,14 @@ settings! {
             "ENI_CONFIG_ANNOTATION_DEF", "k8s.amazonaws.com/eniConfig", TEXT;
         /// Node label naming the ENIConfig, e.g. `topology.kubernetes.io/zone`.
         eni_config_label_def: String = "ENI_CONFIG_LABEL_DEF", "k8s.amazonaws.com/eniConfig", TEXT;
+        /// Without custom networking, the VPC CNI places new ENIs in the subnet of the node's
+        /// VPC and zone with the most free addresses among the node's own subnet and those
+        /// tagged `kubernetes.io/role/cni`; vpcnet always uses the node's subnet, which is the
+        /// same while no other subnet is tagged. With `true` the agent checks that at start,
+        /// with one `DescribeSubnets` (tag key `kubernetes.io/role/cni` in the node's VPC),
+        /// and refuses to start when the VPC CNI would place ENIs elsewhere (see "VPC CNI
+        /// settings" below). `false`: the node's subnet, no check.
+        enable_subnet_discovery: bool = "ENABLE_SUBNET_DISCOVERY", "true", Flag;
 
         ["datapath"]
         /// An external NAT device does SNAT; no SNAT rule (and no outbound connmark) on the
@@ -208,6 +256,8 @@ settings! {
         randomize_snat: RandomizeSnat = "AWS_VPC_K8S_CNI_RANDOMIZESNAT", "prng", RANDOMIZE_SNAT;
         /// MTU of ENIs and pod interfaces.
         eni_mtu: u32 = "AWS_VPC_ENI_MTU", "9001", Int::range(576, 9001);
+        /// MTU of pod interfaces (written into the conflist); unset: `AWS_VPC_ENI_MTU`.
+        pod_mtu: Option<u32> = "POD_MTU", "", Optional(Int::range(576, 9001));
         /// Host-side veth name prefix (written into the conflist).
         veth_prefix: String = "AWS_VPC_K8S_CNI_VETHPREFIX", "eni", VETH_PREFIX;
         /// Where the CNI plugin logs (written into the conflist).
@@ -319,16 +369,31 @@ impl Config {
     ///
     /// Errors: every invalid variable, as a [`ConfigError`] naming each, its value and the
     /// accepted values.
+    /// VPC CNI settings that vpcnet does not implement are checked too ([`vpc_cni`]): a value
+    /// asking for behaviour vpcnet lacks is refused, reported with the invalid ones.
     pub fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
-        Config::read(get).map_err(|invalid| {
-            let mut invalid = invalid.into_iter();
-            ConfigError {
-                first: invalid
-                    .next()
-                    .expect("reading fails only with an invalid variable"),
-                rest: invalid.collect(),
-            }
+        let read = Config::read(get);
+        let refused = vpc_cni::check_all(get);
+        let mut bad = match read {
+            Ok(c) if refused.is_empty() => return Ok(c),
+            Ok(_) => Vec::new(),
+            Err(invalid) => invalid,
+        }
+        .into_iter()
+        .chain(refused);
+        Err(ConfigError {
+            first: bad
+                .next()
+                .expect("one invalid or refused variable at least"),
+            rest: bad.collect(),
         })
+    }
+
+    /// The names among `names` (the process environment's) that look like settings of the
+    /// VPC CNI or vpcnet but are neither ([`vpc_cni::unknown_variables`]), for a warning.
+    pub fn unknown_variables<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+        let declared: Vec<&str> = Config::declarations().iter().map(|d| d.var).collect();
+        vpc_cni::unknown_variables(names, &declared)
     }
 
     /// `IP_COOLDOWN_PERIOD` as a duration.
@@ -360,7 +425,7 @@ impl Config {
         let operation_timeout = Duration::from_secs(self.ec2.call_timeout_secs);
         vpcnet_ec2::CallSettings {
             operation_timeout,
-            attempt_timeout: defaults.attempt_timeout.min(operation_timeout),
+            attempt_timeout: Duration::from_secs(self.ec2.http_timeout_secs).min(operation_timeout),
             retry: defaults.retry,
             describe_page_size: defaults.describe_page_size,
             describe_bucket: vpcnet_ec2::BucketConfig {
@@ -399,8 +464,15 @@ impl Config {
             ];
             (d.section, cells)
         });
-        crate::docs::tables(&["variable", "default", "accepts", "meaning"], rows)
+        let mut tables = crate::docs::tables(&["variable", "default", "accepts", "meaning"], rows);
+        tables.insert("vpc-cni", vpc_cni_status_table());
+        tables
     }
+}
+
+/// The CONFIG.md table of every VPC CNI setting and its status in vpcnet.
+fn vpc_cni_status_table() -> String {
+    vpc_cni::status_table(&Config::declarations())
 }
 
 impl Default for Config {
@@ -787,6 +859,111 @@ mod declaration_tests {
             assert!(!i.accepted.is_empty() && !i.problem.is_empty(), "{i}");
         }
         assert_eq!(e.var, "WARM_IP_TARGET");
+    }
+
+    #[test]
+    fn refused_vpc_cni_settings_are_reported_with_the_invalid_ones() {
+        let m: HashMap<String, String> = [
+            ("WARM_IP_TARGET", "five"),
+            ("ENABLE_IPv6", "true"),
+            ("ENABLE_POD_ENI", "false"),
+            ("ENABLE_BANDWIDTH_PLUGIN", "true"),
+            ("POD_MTU", "10000"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let e = Config::from_map(&m).unwrap_err();
+        let got: Vec<(&str, bool)> = e.all().map(|i| (i.var, i.refused)).collect();
+        assert_eq!(
+            got,
+            [
+                ("WARM_IP_TARGET", false),
+                ("POD_MTU", false),
+                ("ENABLE_BANDWIDTH_PLUGIN", true),
+                ("ENABLE_IPv6", true),
+            ]
+        );
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with("4 invalid or refused variables:\n"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("\n  refused ENABLE_IPv6=\"true\": vpcnet has no IPv6 mode yet"),
+            "{msg}"
+        );
+        // A refusal alone reads as its one line.
+        let only: HashMap<String, String> =
+            [("ENABLE_IPv6".to_string(), "true".to_string())].into();
+        let e = Config::from_map(&only).unwrap_err();
+        assert!(
+            e.to_string().starts_with("refused ENABLE_IPv6=\"true\": "),
+            "{e}"
+        );
+        // The value that is vpcnet's behaviour starts.
+        let ok: HashMap<String, String> = [("ENABLE_IPv6".to_string(), "false".to_string())].into();
+        assert_eq!(Config::from_map(&ok).unwrap(), Config::default());
+    }
+
+    #[test]
+    fn pod_mtu_and_http_timeout_as_the_vpc_cni_reads_them() {
+        let c = Config::default();
+        assert_eq!((c.pod_mtu, c.ec2.http_timeout_secs), (None, 10));
+        assert_eq!(
+            c.ec2_call_settings().attempt_timeout,
+            Duration::from_secs(10)
+        );
+        assert!(c.enable_subnet_discovery);
+        let m: HashMap<String, String> = [
+            ("POD_MTU", "1500"),
+            ("HTTP_TIMEOUT", "60"),
+            ("VPCNET_EC2_CALL_TIMEOUT", "20"),
+            ("ENABLE_SUBNET_DISCOVERY", "false"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let c = Config::from_map(&m).unwrap();
+        assert_eq!(c.pod_mtu, Some(1500));
+        assert!(!c.enable_subnet_discovery);
+        // An attempt never outlasts the call.
+        assert_eq!(
+            c.ec2_call_settings().attempt_timeout,
+            Duration::from_secs(20)
+        );
+        for (var, value, accepted) in [
+            ("POD_MTU", "575", "576 to 9001, or unset"),
+            ("HTTP_TIMEOUT", "5", "10 to 3600"),
+        ] {
+            let m: HashMap<String, String> = [(var.to_string(), value.to_string())].into();
+            let e = Config::from_map(&m).unwrap_err();
+            assert_eq!((e.var, e.refused), (var, false));
+            assert!(e.accepted.contains(accepted), "{e}");
+        }
+    }
+
+    #[test]
+    fn unknown_variables_exclude_vpcnet_and_vpc_cni_names() {
+        let env = [
+            "WARM_IP_TARGET",
+            "VPCNET_CNI_CONFLIST",
+            "ENABLE_SUBNET_DISCOVERY",
+            "ENABLE_IPv6",
+            "MY_POD_NAME",
+            "WARM_IP_TARGTE",
+            "AWS_VPC_K8S_CNI_EXTERNAL_SNAT",
+            "ENABLE_WINDOWS_IPAM",
+            "AWS_REGION",
+        ];
+        assert_eq!(
+            Config::unknown_variables(env),
+            [
+                "AWS_VPC_K8S_CNI_EXTERNAL_SNAT",
+                "ENABLE_WINDOWS_IPAM",
+                "WARM_IP_TARGTE"
+            ]
+        );
     }
 
     #[test]

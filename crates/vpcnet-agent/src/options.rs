@@ -110,6 +110,13 @@ pub struct AgentOptions {
     pub node_port_support: bool,
     /// AWS_VPC_ENI_MTU (default 9001).
     pub mtu: u32,
+    /// POD_MTU: the pod interfaces' MTU in the conflist; `None` = `mtu`.
+    pub pod_mtu: Option<u32>,
+    /// ENABLE_SUBNET_DISCOVERY (without custom networking): check at start that the VPC CNI
+    /// would place ENIs in the node's subnet too, and refuse to start otherwise
+    /// ([`crate::subnet_discovery_check`]). Off by default here (tests); on by default from
+    /// the environment, as in the VPC CNI.
+    pub subnet_discovery_check: bool,
     /// Security groups for new ENIs; empty = the primary ENI's (from IMDS).
     pub security_groups: Vec<String>,
     /// Subnet for new ENIs; `None` = the primary ENI's.
@@ -214,6 +221,8 @@ impl Default for AgentOptions {
             randomize_snat: vpcnet_datapath::firewall::RandomizeSnat::Prng,
             node_port_support: true,
             mtu: 9001,
+            pod_mtu: None,
+            subnet_discovery_check: false,
             security_groups: Vec::new(),
             subnet_id: None,
             imds_endpoint: None,
@@ -298,6 +307,8 @@ pub fn options_from_config(c: &Config) -> anyhow::Result<AgentOptions> {
         },
         node_port_support: c.node_port_support,
         mtu: c.eni_mtu,
+        pod_mtu: c.pod_mtu,
+        subnet_discovery_check: c.enable_subnet_discovery && !c.custom_network_cfg,
         ec2_endpoint: c.ec2.endpoint.clone(),
         imds_endpoint: std::env::var("AWS_EC2_METADATA_SERVICE_ENDPOINT")
             .ok()

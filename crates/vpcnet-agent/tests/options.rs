@@ -120,3 +120,25 @@ fn custom_networking_takes_the_selection_keys() {
     let o = options_from_config(&cfg(&[("AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", "false")])).unwrap();
     assert!(o.custom_networking.is_none());
 }
+
+#[test]
+fn subnet_discovery_is_checked_unless_off_or_custom_networking() {
+    let on = |pairs: &[(&str, &str)]| {
+        options_from_config(&cfg(pairs))
+            .unwrap()
+            .subnet_discovery_check
+    };
+    assert!(on(&[]), "the VPC CNI's default: true");
+    assert!(on(&[("ENABLE_SUBNET_DISCOVERY", "true")]));
+    assert!(!on(&[("ENABLE_SUBNET_DISCOVERY", "false")]));
+    // Custom networking places ENIs by ENIConfig; the VPC CNI discovers no subnet then.
+    assert!(!on(&[("AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", "true")]));
+}
+
+#[test]
+fn pod_mtu_defaults_to_the_eni_mtu() {
+    let o = options_from_config(&cfg(&[("AWS_VPC_ENI_MTU", "1500")])).unwrap();
+    assert_eq!((o.mtu, o.pod_mtu), (1500, None));
+    let o = options_from_config(&cfg(&[("POD_MTU", "1400")])).unwrap();
+    assert_eq!((o.mtu, o.pod_mtu), (9001, Some(1400)));
+}

@@ -194,6 +194,42 @@ impl Ec2 {
             .collect()
     }
 
+    /// `DescribeSubnets` of the subnets of `vpc_id` carrying a tag `tag_key` (any value).
+    pub async fn describe_vpc_subnets_with_tag_key(
+        &self,
+        vpc_id: &str,
+        tag_key: &str,
+    ) -> Result<Vec<Subnet>, Ec2Error> {
+        let action = Action::DescribeSubnets;
+        let filters = sdk_filters(&[Filter::new("vpc-id", [vpc_id]), Filter::tag_key(tag_key)]);
+        let mut all = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let out = self
+                .caller
+                .run(action, || async {
+                    self.client
+                        .describe_subnets()
+                        .set_filters(Some(filters.clone()))
+                        .set_next_token(token.clone())
+                        .send()
+                        .await
+                        .map_err(|e| sdk_error(action, e))
+                })
+                .await?;
+            for s in out.subnets() {
+                all.push(convert::subnet(action, s)?);
+            }
+            token = out
+                .next_token()
+                .filter(|t| !t.is_empty())
+                .map(str::to_string);
+            if token.is_none() {
+                return Ok(all);
+            }
+        }
+    }
+
     /// `DescribeSubnets` for one subnet (CIDR, zone, VPC, free addresses).
     ///
     /// Errors: `InvalidSubnetID.NotFound` ([`Ec2Error::is_not_found`]).

@@ -44,6 +44,7 @@ pub fn read<K: Kind>(
         value: text.to_string(),
         problem,
         accepted: kind.accepted(),
+        refused: false,
     })
 }
 

@@ -124,6 +124,25 @@ impl Kind for Target {
     }
 }
 
+/// `K`'s value, or `None` when the text is empty (unset).
+pub struct Optional<K>(pub K);
+
+impl<K: Kind> Kind for Optional<K> {
+    type Value = Option<K::Value>;
+    fn parse(&self, text: &str) -> Result<Option<K::Value>, String> {
+        if text.is_empty() {
+            return Ok(None);
+        }
+        self.0.parse(text).map(Some)
+    }
+    fn show(&self, value: &Option<K::Value>) -> String {
+        value.as_ref().map(|v| self.0.show(v)).unwrap_or_default()
+    }
+    fn accepted(&self) -> String {
+        format!("{}, or unset", self.0.accepted())
+    }
+}
+
 /// A number of requests per second, > 0.
 pub struct Rate;
 

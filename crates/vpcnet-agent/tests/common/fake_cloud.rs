@@ -424,6 +424,19 @@ impl Ec2Api for FakeCloud {
         }))
     }
 
+    fn describe_vpc_subnets_with_tag_key<'a>(
+        &'a self,
+        vpc_id: &'a str,
+        tag_key: &'a str,
+    ) -> Ec2Result<'a, Vec<Subnet>> {
+        Box::pin(self.call(Action::DescribeSubnets, move |m, _| {
+            Ok(m.subnets()
+                .filter(|s| s.vpc_id == vpc_id && s.tags.get(tag_key).is_some())
+                .map(subnet)
+                .collect())
+        }))
+    }
+
     fn describe_instance_types<'a>(
         &'a self,
         types: &'a [String],

@@ -1,0 +1,232 @@
+//! The `vpcnet-agent` binary against the emulator with VPC CNI settings it does not implement:
+//! a refused one stops it at start (exit status 2, the refusal's line), before it writes a
+//! conflist or makes any EC2 mutating call. Each refusal is paired with the same environment
+//! carrying the accepted value, which starts, writes the conflist and grows the pool through
+//! EC2, so the absence of those effects is the refusal's doing.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::*;
+
+/// The agent's environment on `lab`'s instance, with `extra` on top.
+fn agent(lab: &Lab, extra: &[(&str, &str)]) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_vpcnet-agent"));
+    cmd.env_clear()
+        .env("AWS_EC2_ENDPOINT", &lab.endpoint)
+        .env("AWS_EC2_METADATA_SERVICE_ENDPOINT", &lab.imds)
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("VPCNET_AGENT_SOCKET", lab.socket())
+        .env("VPCNET_CHECKPOINT_PATH", lab.checkpoint())
+        .env(
+            "VPCNET_VPC_CNI_CHECKPOINT",
+            lab.dir.path().join("aws-node.json"),
+        )
+        .env("VPCNET_CNI_CACHE_DIR", lab.dir.path().join("cni-cache"))
+        .env("VPCNET_CNI_CONFLIST", conflist(lab))
+        .env("DISABLE_INTROSPECTION", "true")
+        .env("DISABLE_METRICS", "true")
+        .env("VPCNET_NODE_DATAPATH", "false")
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    for (k, v) in extra {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+fn conflist(lab: &Lab) -> PathBuf {
+    lab.dir.path().join("net.d/10-vpcnet.conflist")
+}
+
+/// Runs the agent to its exit (it must exit on its own within 30 s): (status, stderr).
+async fn refused_run(lab: &Lab, extra: &[(&str, &str)]) -> (Option<i32>, String) {
+    let out = tokio::time::timeout(Duration::from_secs(30), agent(lab, extra).output())
+        .await
+        .expect("a refused agent exits on its own")
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// What an accepted run did.
+struct Accepted {
+    /// EC2 mutating calls.
+    mutating: u64,
+    conflist: String,
+    /// Its log (stdout) and stderr.
+    output: String,
+}
+
+/// Starts the agent and waits for its conflist (the pool can serve), then stops it.
+async fn accepted_run(lab: &Lab, extra: &[(&str, &str)]) -> Accepted {
+    lab.emu.reset_calls();
+    let mut child = agent(lab, extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while !conflist(lab).exists() {
+        if let Ok(Some(status)) = child.try_wait() {
+            let out = child.wait_with_output().await.unwrap();
+            panic!(
+                "the agent exited ({status}) with {extra:?}:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "no conflist after 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    child.kill().await.unwrap();
+    let out = child.wait_with_output().await.unwrap();
+    let text = std::fs::read_to_string(conflist(lab)).unwrap();
+    std::fs::remove_file(conflist(lab)).unwrap();
+    Accepted {
+        mutating: lab.emu.calls().mutating,
+        conflist: text,
+        output: format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enable_ipv6_true_is_refused_before_anything_happens() {
+    let lab = lab("m5.large").await;
+    lab.emu.reset_calls();
+    let (code, err) = refused_run(&lab, &[("ENABLE_IPv6", "true")]).await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(
+            "refused ENABLE_IPv6=\"true\": vpcnet has no IPv6 mode yet: pods would get IPv4 \
+             addresses only; instead: remove it or set it to false"
+        ),
+        "{err}"
+    );
+    assert_eq!(err.matches("refused ").count(), 1, "{err}");
+    assert!(!conflist(&lab).exists(), "a conflist was written");
+    let calls = lab.emu.calls();
+    assert_eq!(calls.mutating, 0, "{calls:?}");
+    assert!(calls.per_action.is_empty(), "no EC2 call at all: {calls:?}");
+    assert_eq!(lab.ec2_ips().len(), 0, "no secondary address was assigned");
+
+    // The same environment with the VPC CNI's default value: serves, through EC2. (With a
+    // pod MTU, and a misspelt variable, which is only warned about.)
+    let run = accepted_run(
+        &lab,
+        &[
+            ("ENABLE_IPv6", "false"),
+            ("POD_MTU", "1500"),
+            ("WARM_IP_TARGETS", "3"),
+        ],
+    )
+    .await;
+    assert!(run.mutating > 0, "the accepted run made no mutating call");
+    let conf: serde_json::Value = serde_json::from_str(&run.conflist).unwrap();
+    assert_eq!(conf["plugins"][0]["mtu"], "1500", "{}", run.conflist);
+    let warning = run
+        .output
+        .lines()
+        .find(|l| l.contains("WARN") && l.contains("WARM_IP_TARGETS"))
+        .unwrap_or_else(|| panic!("no warning about WARM_IP_TARGETS:\n{}", run.output));
+    assert!(
+        warning.contains("neither a vpcnet setting nor one of the VPC CNI"),
+        "{warning}"
+    );
+    assert!(!warning.contains("POD_MTU"), "{warning}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_refusal_is_reported_in_one_run_with_the_invalid_values() {
+    let lab = lab("m5.large").await;
+    lab.emu.reset_calls();
+    let (code, err) = refused_run(
+        &lab,
+        &[
+            ("ENABLE_IPv6", "true"),
+            ("ENABLE_POD_ENI", "true"),
+            ("NETWORK_POLICY_ENFORCING_MODE", "strict"),
+            ("AWS_VPC_ENI_MTU", "100000"),
+            // Accepted: vpcnet's behaviour, or no effect.
+            ("ENABLE_IPv4", "true"),
+            ("ENABLE_NFTABLES", "true"),
+        ],
+    )
+    .await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("4 invalid or refused variables"), "{err}");
+    for line in [
+        "invalid AWS_VPC_ENI_MTU=\"100000\"",
+        "refused ENABLE_IPv6=\"true\"",
+        "refused ENABLE_POD_ENI=\"true\": vpcnet does not label its Node for a trunk ENI",
+        "refused NETWORK_POLICY_ENFORCING_MODE=\"strict\"",
+    ] {
+        assert!(err.contains(line), "{line} missing:\n{err}");
+    }
+    assert!(
+        !err.contains("ENABLE_IPv4") && !err.contains("ENABLE_NFTABLES"),
+        "{err}"
+    );
+    assert!(!conflist(&lab).exists());
+    assert_eq!(lab.emu.calls().mutating, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subnet_discovery_is_refused_when_the_vpc_cni_would_use_another_subnet() {
+    let lab = lab("m5.large").await;
+    let (vpc, zone) = (&lab.instance.vpc_id, &lab.instance.availability_zone);
+    let other = lab
+        .emu
+        .create_subnet(vpc, "10.0.32.0/20".parse().unwrap(), zone)
+        .unwrap();
+    lab.emu
+        .create_tags(
+            std::slice::from_ref(&other),
+            &[("kubernetes.io/role/cni".into(), "1".into())],
+        )
+        .unwrap();
+    lab.emu.reset_calls();
+    // ENABLE_SUBNET_DISCOVERY unset means true, as in the VPC CNI (and its manifest).
+    let (code, err) = refused_run(&lab, &[]).await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("refused ENABLE_SUBNET_DISCOVERY=\"true\": subnet ")
+            && err.contains(&other)
+            && err.contains("instead: set ENABLE_SUBNET_DISCOVERY=false"),
+        "{err}"
+    );
+    assert!(!conflist(&lab).exists());
+    let calls = lab.emu.calls();
+    assert_eq!(calls.mutating, 0, "{calls:?}");
+    assert!(
+        calls.per_action.contains_key("DescribeSubnets"),
+        "{calls:?}"
+    );
+
+    // With discovery off, vpcnet's placement is the VPC CNI's: it starts, in the node's subnet.
+    let run = accepted_run(&lab, &[("ENABLE_SUBNET_DISCOVERY", "false")]).await;
+    assert!(run.mutating > 0);
+    // Tagged for another cluster, the subnet is not the VPC CNI's either: it starts too.
+    lab.emu
+        .create_tags(
+            std::slice::from_ref(&other),
+            &[("kubernetes.io/cluster/other".into(), "shared".into())],
+        )
+        .unwrap();
+    accepted_run(&lab, &[("CLUSTER_NAME", "lab")]).await;
+}
