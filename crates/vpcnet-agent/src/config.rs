@@ -4,8 +4,8 @@
 //!
 //! Each variable is declared once below (field, variable, default, kind, meaning) with
 //! `settings!` (`config/declare.rs`): parsing, `/v1/env-settings` ([`Config::env_settings`])
-//! and the tables of `CONFIG.md` come from that declaration. A new setting is one more line in its
-//! section, then `UPDATE_DOCS=1 cargo test -p vpcnet-agent docs_are_current`.
+//! and the tables of `docs/configuration.md` come from that declaration. A new setting is one more
+//! line in its section, then `UPDATE_DOCS=1 cargo test -p vpcnet-agent docs_are_current`.
 //!
 //! Parsing is a pure function of a key → value lookup ([`Config::from_lookup`]), so tests never
 //! touch the process environment. An empty value counts as unset (Kubernetes manifests often
@@ -256,7 +256,7 @@ settings! {
         /// Turn off the metrics server (VPC CNI).
         disable_metrics: bool = "DISABLE_METRICS", "false", Flag;
         /// Metrics address (the VPC CNI's fixed port, all interfaces). See
-        /// [METRICS.md](METRICS.md).
+        /// [metrics](metrics.md).
         metrics_bind_address: BindAddress = "VPCNET_METRICS_BIND_ADDRESS", ":61678", Bind;
         /// gRPC Unix socket for the CNI plugin (mode 0660).
         agent_socket: PathBuf = "VPCNET_AGENT_SOCKET", "/var/run/vpcnet/agent.sock", AbsPath;
@@ -264,8 +264,8 @@ settings! {
         checkpoint_path: PathBuf = "VPCNET_CHECKPOINT_PATH", "/var/run/vpcnet/ipam.json", AbsPath;
         /// The VPC CNI's checkpoint: imported when the agent starts without a checkpoint of
         /// its own (the in-place swap from the VPC CNI), written by `vpcnet-agent
-        /// export-vpc-cni-checkpoint` (the rollback). See the README, "Migrating from the VPC
-        /// CNI (and back)".
+        /// export-vpc-cni-checkpoint` (the rollback). See
+        /// [migration](migration.md).
         vpc_cni_checkpoint: PathBuf =
             "VPCNET_VPC_CNI_CHECKPOINT", "/var/run/aws-node/ipam.json", AbsPath;
         /// The container runtime's CNI cache (libcni's, used by containerd and CRI-O): at
@@ -383,7 +383,7 @@ impl Config {
         out
     }
 
-    /// The tables of `CONFIG.md`, by section id.
+    /// The tables of `docs/configuration.md`, by section id.
     pub fn doc_tables() -> BTreeMap<&'static str, String> {
         let rows = Config::declarations().into_iter().map(|d| {
             let default = if d.default.is_empty() {
@@ -811,7 +811,7 @@ mod declaration_tests {
 
     #[test]
     fn docs_are_current() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/CONFIG.md");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/configuration.md");
         let page = std::fs::read_to_string(path).unwrap();
         let want = crate::docs::splice(&page, "settings", &Config::doc_tables())
             .unwrap_or_else(|e| panic!("{path}: {e}"));
