@@ -403,6 +403,43 @@ impl Config {
     }
 }
 
+impl Config {
+    /// The variables and their defaults, grouped as in docs/configuration.md: the list
+    /// `vpcnet-agent --help` prints.
+    pub fn variables_help() -> String {
+        let decls = Config::declarations();
+        let mut sections: Vec<&'static str> = Vec::new();
+        for d in &decls {
+            if !sections.contains(&d.section) {
+                sections.push(d.section);
+            }
+        }
+        let width = decls.iter().map(|d| d.var.len()).max().unwrap_or(0);
+        let mut out = String::new();
+        for section in sections {
+            let title = match section {
+                "warm-pool" => "Warm pool",
+                "custom-networking" => "Custom networking",
+                "datapath" => "Datapath",
+                "cluster" => "Cluster and ENIs",
+                "endpoints" => "Endpoints and files",
+                "ec2" => "EC2",
+                other => other,
+            };
+            out.push_str(&format!("  {title}:\n"));
+            for d in decls.iter().filter(|d| d.section == section) {
+                let default = if d.default.is_empty() {
+                    "(unset)"
+                } else {
+                    d.default
+                };
+                out.push_str(&format!("    {:width$}  {default}\n", d.var));
+            }
+        }
+        out
+    }
+}
+
 impl Default for Config {
     /// The configuration with no variable set.
     fn default() -> Self {
@@ -807,6 +844,20 @@ mod declaration_tests {
             assert!(!d.doc.trim().is_empty(), "{} has no meaning", d.var);
             assert!(!d.accepted.is_empty(), "{} accepts nothing", d.var);
         }
+    }
+
+    #[test]
+    fn help_lists_every_variable_with_its_default() {
+        let help = Config::variables_help();
+        for d in Config::declarations() {
+            let line = help
+                .lines()
+                .find(|l| l.split_whitespace().next() == Some(d.var))
+                .unwrap_or_else(|| panic!("{} missing from:\n{help}", d.var));
+            let default = if d.default.is_empty() { "(unset)" } else { d.default };
+            assert!(line.trim_end().ends_with(default), "{line}");
+        }
+        assert!(help.contains("  Warm pool:\n"), "{help}");
     }
 
     #[test]
