@@ -79,8 +79,8 @@ fn heading_text(md: &str) -> String {
 }
 
 /// A Markdown file's text with fenced code blocks blanked (their lines kept empty, so line
-/// numbers stay) and inline code spans replaced by spaces.
-fn prose(md: &str) -> String {
+/// numbers stay).
+fn without_code_blocks(md: &str) -> String {
     let mut out = String::with_capacity(md.len());
     let mut fence: Option<(char, usize)> = None;
     for line in md.split_inclusive('\n') {
@@ -108,7 +108,12 @@ fn prose(md: &str) -> String {
             }
         }
     }
-    blank_code_spans(&out)
+    out
+}
+
+/// [`without_code_blocks`], and inline code spans replaced by spaces: where links can be.
+fn prose(md: &str) -> String {
+    blank_code_spans(&without_code_blocks(md))
 }
 
 /// `text` with every inline code span (a backtick run up to the next run of the same length)
@@ -218,7 +223,8 @@ pub fn links(md: &str) -> Vec<Link> {
 /// The anchors a Markdown file defines: its headings' slugs (a repeated slug gets `-1`,
 /// `-2`, ... as on GitHub) and HTML `id`/`name` attributes.
 pub fn anchors(md: &str) -> BTreeSet<String> {
-    let text = prose(md);
+    // Code spans stay: a heading such as "## `vpcnet inspect`" is anchored by its code text.
+    let text = without_code_blocks(md);
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     let mut out = BTreeSet::new();
     let mut add = |s: String, out: &mut BTreeSet<String>| {
@@ -556,9 +562,16 @@ mod tests {
     #[test]
     fn anchors_of_headings_and_ids() {
         let md = "# Title\n\n## Part\n\n## Part\n\nSetext\n---\n\n```\n# not a heading\n```\n\
-                  <a id=\"custom\"></a>\n| a |\n|---|\n";
+                  <a id=\"custom\"></a>\n| a |\n|---|\n### `vpcnet inspect`\n";
         let got = anchors(md);
-        let want: BTreeSet<String> = ["title", "part", "part-1", "setext", "custom"]
+        let want: BTreeSet<String> = [
+            "title",
+            "part",
+            "part-1",
+            "setext",
+            "custom",
+            "vpcnet-inspect",
+        ]
             .into_iter()
             .map(String::from)
             .collect();
