@@ -854,7 +854,11 @@ mod declaration_tests {
                 .lines()
                 .find(|l| l.split_whitespace().next() == Some(d.var))
                 .unwrap_or_else(|| panic!("{} missing from:\n{help}", d.var));
-            let default = if d.default.is_empty() { "(unset)" } else { d.default };
+            let default = if d.default.is_empty() {
+                "(unset)"
+            } else {
+                d.default
+            };
             assert!(line.trim_end().ends_with(default), "{line}");
         }
         assert!(help.contains("  Warm pool:\n"), "{help}");

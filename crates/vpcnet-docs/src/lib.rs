@@ -96,9 +96,7 @@ fn without_code_blocks(md: &str) -> String {
                 out.push_str(newline);
             }
             None => {
-                let opener = ['`', '~']
-                    .into_iter()
-                    .find(|&c| indent < 4 && run(c) >= 3);
+                let opener = ['`', '~'].into_iter().find(|&c| indent < 4 && run(c) >= 3);
                 if let Some(c) = opener {
                     fence = Some((c, run(c)));
                     out.push_str(newline);
@@ -543,10 +541,7 @@ mod tests {
                   ```sh\n[not](a link)\n```\n\
                   `[nor](this)` but [wrapped\ntext](b.md)\n\
                   [ref]: c.md\n<a href=\"d.md\">d</a>\n";
-        let got: Vec<(usize, String)> = links(md)
-            .into_iter()
-            .map(|l| (l.line, l.target))
-            .collect();
+        let got: Vec<(usize, String)> = links(md).into_iter().map(|l| (l.line, l.target)).collect();
         assert_eq!(
             got,
             vec![
@@ -572,9 +567,9 @@ mod tests {
             "custom",
             "vpcnet-inspect",
         ]
-            .into_iter()
-            .map(String::from)
-            .collect();
+        .into_iter()
+        .map(String::from)
+        .collect();
         assert_eq!(got, want);
     }
 
@@ -583,7 +578,10 @@ mod tests {
         let md = "read `../shared/DESIGN.md` or ../../x, not .../kubelet.service.d or a..b/c\n";
         let refs: Vec<String> = parent_references(md).into_iter().map(|r| r.1).collect();
         assert_eq!(refs, vec!["../shared/DESIGN.md", "../../x"]);
-        assert_eq!(resolve(Path::new("docs"), "../README.md"), Some("README.md".into()));
+        assert_eq!(
+            resolve(Path::new("docs"), "../README.md"),
+            Some("README.md".into())
+        );
         assert_eq!(resolve(Path::new("docs"), "../../x"), None);
         assert_eq!(resolve(Path::new(""), "../x"), None);
         assert_eq!(resolve(Path::new("a"), ".../b"), Some("a/.../b".into()));
@@ -614,8 +612,11 @@ mod tests {
              See `../shared/DESIGN.md`.\n",
         )
         .unwrap();
-        std::fs::write(root.join("docs/a.md"), "# A heading\n\n[back](../README.md#top)\n")
-            .unwrap();
+        std::fs::write(
+            root.join("docs/a.md"),
+            "# A heading\n\n[back](../README.md#top)\n",
+        )
+        .unwrap();
         let files = vec![PathBuf::from("README.md"), PathBuf::from("docs/a.md")];
         let r = check(&root, &files);
         let _ = std::fs::remove_dir_all(&root);

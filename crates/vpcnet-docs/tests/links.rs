@@ -25,7 +25,12 @@ fn links_and_anchors_resolve_inside_the_repository() {
         report.external_links
     );
     // Not vacuous: the pages are there and carry links.
-    for must in ["README.md", "docs/README.md", "docs/configuration.md", "docs/metrics.md"] {
+    for must in [
+        "README.md",
+        "docs/README.md",
+        "docs/configuration.md",
+        "docs/metrics.md",
+    ] {
         assert!(
             report.files.iter().any(|f| f == Path::new(must)),
             "{must} not among the Markdown files found: {:?}",
@@ -38,7 +43,11 @@ fn links_and_anchors_resolve_inside_the_repository() {
         "only {} relative links checked",
         report.relative_links
     );
-    assert!(report.anchors >= 30, "only {} anchors checked", report.anchors);
+    assert!(
+        report.anchors >= 30,
+        "only {} anchors checked",
+        report.anchors
+    );
     assert!(
         report.problems.is_empty(),
         "{} problem(s) in the Markdown files:\n{}",
