@@ -499,10 +499,8 @@ fn walk(root: &Path, rel: &Path, out: &mut Vec<PathBuf>) {
         let name = name.to_string_lossy();
         let path = rel.join(&*name);
         match e.file_type() {
-            Ok(t) if t.is_dir() => {
-                if !name.starts_with('.') && name != "target" {
-                    walk(root, &path, out);
-                }
+            Ok(t) if t.is_dir() && !name.starts_with('.') && name != "target" => {
+                walk(root, &path, out);
             }
             Ok(t) if t.is_file() && name.ends_with(".md") => out.push(path),
             _ => {}

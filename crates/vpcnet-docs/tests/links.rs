@@ -72,7 +72,7 @@ fn every_docs_page_is_linked_from_the_index() {
         }
         pages += 1;
         assert!(
-            linked.iter().any(|t| *t == name),
+            linked.contains(&name),
             "docs/{name} is not linked from docs/README.md"
         );
     }
