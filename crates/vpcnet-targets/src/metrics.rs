@@ -172,7 +172,13 @@ mod tests {
             .split_once("\n## vpcnet-targets\n")
             .map(|(_, s)| s)
             .unwrap_or_else(|| panic!("{path} has no \"## vpcnet-targets\" section"));
-        let text = Metrics::new().encode();
+        // A labelled family is exposed once it has a series.
+        let m = Metrics::new();
+        m.call("RegisterTargets", Some("Throttling"));
+        m.not_in_use
+            .get_or_create(&[("target_group", "tg".into())])
+            .set(0);
+        let text = m.encode();
         let names: Vec<&str> = text
             .lines()
             .filter_map(|l| l.strip_prefix("# TYPE "))
