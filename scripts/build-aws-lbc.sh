@@ -17,13 +17,13 @@
 #   scripts/build-aws-lbc.sh --print    # print the bin directory, build nothing (exit 1 if missing)
 #
 # A cold build (Go caches already warm from scripts/build-k8s.sh) takes a few CPU-minutes; see
-# the README's vpcnet-targets section for the figure.
+# docs/benchmarks.md, "Build times", for the figure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 mod=lab/aws-load-balancer-controller
 
-command -v go >/dev/null || { echo "build-aws-lbc: Go is not installed (need go >= 1.26.2; see README)" >&2; exit 1; }
+command -v go >/dev/null || { echo "build-aws-lbc: Go is not installed (need go >= 1.26.2; see docs/lab.md)" >&2; exit 1; }
 
 key=$(cat scripts/build-aws-lbc.sh $mod/go.mod $mod/go.sum | sha256sum | cut -c1-16)
 cache=${VPCNET_CACHE:-/var/cache/vpcnet}/aws-lbc/$key

@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-command -v go >/dev/null || { echo "build-ecr-credential-provider: Go is not installed (see README)" >&2; exit 1; }
+command -v go >/dev/null || { echo "build-ecr-credential-provider: Go is not installed (see docs/lab.md)" >&2; exit 1; }
 
 want=$(awk '$1=="k8s.io/cloud-provider-aws" {print $2}' lab/cloud-provider-aws/go.mod)
 have=$(awk '$1=="k8s.io/cloud-provider-aws" {print $2}' lab/ecr-credential-provider/go.mod)

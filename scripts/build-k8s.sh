@@ -18,12 +18,12 @@
 #   scripts/build-k8s.sh            # build if missing, print the bin directory
 #   scripts/build-k8s.sh --print    # print the bin directory, build nothing (exit 1 if missing)
 #
-# A cold build takes many CPU-minutes (see the README's lab section for the figure).
+# A cold build takes many CPU-minutes (see docs/benchmarks.md, "Build times", for the figure).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
-command -v go >/dev/null || { echo "build-k8s: Go is not installed (need go >= 1.26.6 (amazon-vpc-cni-k8s v1.23.2 asks for it); see README)" >&2; exit 1; }
+command -v go >/dev/null || { echo "build-k8s: Go is not installed (need go >= 1.26.6 (amazon-vpc-cni-k8s v1.23.2 asks for it); see docs/lab.md)" >&2; exit 1; }
 
 key=$(cat scripts/build-k8s.sh lab/k8s/go.mod lab/k8s/go.sum lab/etcd/go.mod lab/etcd/go.sum lab/etcd/main.go \
   lab/cloud-provider-aws/go.mod lab/cloud-provider-aws/go.sum lab/vpc-cni/go.mod lab/vpc-cni/go.sum | sha256sum | cut -c1-16)

@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-command -v go >/dev/null || { echo "build-registry: Go is not installed (see README)" >&2; exit 1; }
+command -v go >/dev/null || { echo "build-registry: Go is not installed (see docs/lab.md)" >&2; exit 1; }
 
 key=$(cat scripts/build-registry.sh lab/registry/go.mod lab/registry/go.sum lab/registry/htpasswd/main.go \
   | sha256sum | cut -c1-16)

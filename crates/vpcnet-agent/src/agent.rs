@@ -623,7 +623,7 @@ fn spawn_api_client(
             }
         });
     }
-    // Not essential: IPAM never depends on the Kubernetes API (DESIGN principle 3).
+    // Not essential: IPAM never depends on the Kubernetes API (docs/architecture.md, principle 3).
     let mut stop = stop.clone();
     let status = shared.api.clone();
     tasks.other(async move {

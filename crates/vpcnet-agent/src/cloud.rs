@@ -1,5 +1,5 @@
-//! The agent's cloud seams (DESIGN principle 1): exactly the EC2 actions and IMDS facts the
-//! agent uses, as two small object-safe traits, with the real adapters
+//! The agent's cloud seams (docs/architecture.md, principle 1): exactly the EC2 actions and IMDS
+//! facts the agent uses, as two small object-safe traits, with the real adapters
 //! ([`vpcnet_ec2::Ec2`], [`vpcnet_ec2::Imds`]) implementing them. Tests give the agent an
 //! in-process fake cloud instead ([`AgentOptions::cloud`](crate::AgentOptions::cloud)).
 //!
@@ -117,7 +117,8 @@ pub trait Ec2Api: Send + Sync + 'static {
 pub type ImdsResult<'a, T> = BoxFuture<'a, Result<T, ImdsError>>;
 
 /// The IMDS facts the agent reads (hints: never used alone to hand out or release an address,
-/// DESIGN principle 2): identity at start, the attached ENIs for the periodic drift check.
+/// docs/architecture.md, principle 2): identity at start, the attached ENIs for the periodic
+/// drift check.
 pub trait MetadataApi: Send + Sync + 'static {
     /// `instance-id`.
     fn instance_id(&self) -> ImdsResult<'_, String>;

@@ -4,8 +4,8 @@
 //!
 //! Each variable is declared once below (field, variable, default, kind, meaning) with
 //! `settings!` (`config/declare.rs`): parsing, `/v1/env-settings` ([`Config::env_settings`])
-//! and the tables of `CONFIG.md` come from that declaration. A new setting is one more line in its
-//! section, then `UPDATE_DOCS=1 cargo test -p vpcnet-agent docs_are_current`.
+//! and the tables of `docs/configuration.md` come from that declaration. A new setting is one more
+//! line in its section, then `UPDATE_DOCS=1 cargo test -p vpcnet-agent docs_are_current`.
 //!
 //! Parsing is a pure function of a key → value lookup ([`Config::from_lookup`]), so tests never
 //! touch the process environment. An empty value counts as unset (Kubernetes manifests often
@@ -306,7 +306,7 @@ settings! {
         /// Turn off the metrics server (VPC CNI).
         disable_metrics: bool = "DISABLE_METRICS", "false", Flag;
         /// Metrics address (the VPC CNI's fixed port, all interfaces). See
-        /// [METRICS.md](METRICS.md).
+        /// [metrics](metrics.md).
         metrics_bind_address: BindAddress = "VPCNET_METRICS_BIND_ADDRESS", ":61678", Bind;
         /// gRPC Unix socket for the CNI plugin (mode 0660).
         agent_socket: PathBuf = "VPCNET_AGENT_SOCKET", "/var/run/vpcnet/agent.sock", AbsPath;
@@ -314,8 +314,8 @@ settings! {
         checkpoint_path: PathBuf = "VPCNET_CHECKPOINT_PATH", "/var/run/vpcnet/ipam.json", AbsPath;
         /// The VPC CNI's checkpoint: imported when the agent starts without a checkpoint of
         /// its own (the in-place swap from the VPC CNI), written by `vpcnet-agent
-        /// export-vpc-cni-checkpoint` (the rollback). See the README, "Migrating from the VPC
-        /// CNI (and back)".
+        /// export-vpc-cni-checkpoint` (the rollback). See
+        /// [migration](migration.md).
         vpc_cni_checkpoint: PathBuf =
             "VPCNET_VPC_CNI_CHECKPOINT", "/var/run/aws-node/ipam.json", AbsPath;
         /// The container runtime's CNI cache (libcni's, used by containerd and CRI-O): at
@@ -448,7 +448,7 @@ impl Config {
         out
     }
 
-    /// The tables of `CONFIG.md`, by section id.
+    /// The tables of `docs/configuration.md`, by section id.
     pub fn doc_tables() -> BTreeMap<&'static str, String> {
         let rows = Config::declarations().into_iter().map(|d| {
             let default = if d.default.is_empty() {
@@ -470,9 +470,46 @@ impl Config {
     }
 }
 
-/// The CONFIG.md table of every VPC CNI setting and its status in vpcnet.
+/// The docs/configuration.md table of every VPC CNI setting and its status in vpcnet.
 fn vpc_cni_status_table() -> String {
     vpc_cni::status_table(&Config::declarations())
+}
+
+impl Config {
+    /// The variables and their defaults, grouped as in docs/configuration.md: the list
+    /// `vpcnet-agent --help` prints.
+    pub fn variables_help() -> String {
+        let decls = Config::declarations();
+        let mut sections: Vec<&'static str> = Vec::new();
+        for d in &decls {
+            if !sections.contains(&d.section) {
+                sections.push(d.section);
+            }
+        }
+        let width = decls.iter().map(|d| d.var.len()).max().unwrap_or(0);
+        let mut out = String::new();
+        for section in sections {
+            let title = match section {
+                "warm-pool" => "Warm pool",
+                "custom-networking" => "Custom networking",
+                "datapath" => "Datapath",
+                "cluster" => "Cluster and ENIs",
+                "endpoints" => "Endpoints and files",
+                "ec2" => "EC2",
+                other => other,
+            };
+            out.push_str(&format!("  {title}:\n"));
+            for d in decls.iter().filter(|d| d.section == section) {
+                let default = if d.default.is_empty() {
+                    "(unset)"
+                } else {
+                    d.default
+                };
+                out.push_str(&format!("    {:width$}  {default}\n", d.var));
+            }
+        }
+        out
+    }
 }
 
 impl Default for Config {
@@ -987,8 +1024,26 @@ mod declaration_tests {
     }
 
     #[test]
+    fn help_lists_every_variable_with_its_default() {
+        let help = Config::variables_help();
+        for d in Config::declarations() {
+            let line = help
+                .lines()
+                .find(|l| l.split_whitespace().next() == Some(d.var))
+                .unwrap_or_else(|| panic!("{} missing from:\n{help}", d.var));
+            let default = if d.default.is_empty() {
+                "(unset)"
+            } else {
+                d.default
+            };
+            assert!(line.trim_end().ends_with(default), "{line}");
+        }
+        assert!(help.contains("  Warm pool:\n"), "{help}");
+    }
+
+    #[test]
     fn docs_are_current() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/CONFIG.md");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/configuration.md");
         let page = std::fs::read_to_string(path).unwrap();
         let want = crate::docs::splice(&page, "settings", &Config::doc_tables())
             .unwrap_or_else(|e| panic!("{path}: {e}"));

@@ -1,5 +1,6 @@
-//! The tables of `CONFIG.md` and `METRICS.md`, generated from the declarations in
-//! `config.rs` and `metrics.rs`. Each table sits between markers in the hand-written page:
+//! The tables of `docs/configuration.md` and `docs/metrics.md` (at the repository's root),
+//! generated from the declarations in `config.rs` and `metrics.rs`. Each table sits between
+//! markers in the hand-written page:
 //!
 //! ```text
 //! <!-- settings:warm-pool -->

@@ -1,19 +1,82 @@
 //! `vpcnet-agent` binary: configuration from the environment (the VPC CNI's variable
 //! names), then run until SIGTERM. `vpcnet-agent export-vpc-cni-checkpoint` writes the
 //! checkpoint in the VPC CNI's format instead (the rollback; [`vpcnet_agent::vpc_cni_checkpoint`]).
+//! `--help` lists the variables (reference: docs/configuration.md), `--version` the version;
+//! any other argument is an error (exit status 2).
 
+use std::path::PathBuf;
+
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
+
+/// Node agent of vpcnet (the VPC CNI's ipamd role)
+///
+/// Keeps a warm pool of VPC addresses on the node's ENIs through EC2, hands them to the
+/// vpcnet-cni plugin over a Unix socket, checkpoints its state and serves introspection and
+/// metrics. Without a command it runs until SIGTERM.
+#[derive(Parser)]
+#[command(name = "vpcnet-agent", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Write vpcnet's checkpoint in the VPC CNI's format, for a rollback to the VPC CNI
+    /// (docs/migration.md). Stop vpcnet-agent first; uses the agent's environment.
+    ExportVpcCniCheckpoint {
+        /// vpcnet's checkpoint to read [default: $VPCNET_CHECKPOINT_PATH]
+        #[arg(long, value_name = "PATH")]
+        from: Option<PathBuf>,
+        /// The VPC CNI's checkpoint to write [default: $VPCNET_VPC_CNI_CHECKPOINT]
+        #[arg(long, value_name = "PATH")]
+        to: Option<PathBuf>,
+        /// Network name the VPC CNI's DEL looks pods up by [default: aws-cni]
+        #[arg(long, value_name = "NAME")]
+        network_name: Option<String>,
+    },
+}
+
+/// Printed after the options by `--help`.
+fn configuration_help() -> String {
+    format!(
+        "Configuration: environment variables only, read once at start. An invalid value, or\n\
+         a VPC CNI setting vpcnet refuses, stops the agent with exit status 2, naming each.\n\
+         Meaning and accepted values: docs/configuration.md in the vpcnet repository.\n\
+         A running agent's values: `vpcnet inspect env`.\n\n\
+         Environment variables and defaults:\n{}",
+        vpcnet_agent::config::Config::variables_help()
+    )
+}
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     use vpcnet_agent::config::{Config, ConfigError};
+    // The command line first: --help and --version work whatever the environment holds.
+    let matches = Cli::command()
+        .after_help(configuration_help())
+        .get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
     let config = match Config::from_process_env() {
         Ok(c) => c,
         Err(e) => return refuse_to_start(&e),
     };
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("export-vpc-cni-checkpoint") {
-        return match vpcnet_agent::vpc_cni_checkpoint::export_command(&args[1..], &config) {
+    if let Some(Command::ExportVpcCniCheckpoint {
+        from,
+        to,
+        network_name,
+    }) = cli.command
+    {
+        return match vpcnet_agent::vpc_cni_checkpoint::export_command(
+            from,
+            to,
+            network_name,
+            &config,
+        ) {
             Ok(line) => {
                 println!("{line}");
                 std::process::ExitCode::SUCCESS

@@ -5,7 +5,7 @@
 //! Each metric is declared once in the `metrics!` block below: field, type and labels,
 //! exposed name, help text, meaning (its doc comment) and, for the metrics the rest of the
 //! agent sets, the name and shape of its setter. Registration, the setters and the tables of
-//! `METRICS.md` come from that declaration; a test checks the page against the registry. A new
+//! `docs/metrics.md` come from that declaration; a test checks the page against the registry. A new
 //! metric is one more entry, then `UPDATE_DOCS=1 cargo test -p vpcnet-agent docs_are_current`.
 //!
 //! Encoding is OpenMetrics text ([`CONTENT_TYPE`]). Two deliberate deviations keep the VPC
@@ -103,9 +103,9 @@ impl<M, const N: usize> Labelled<M, N> {
     }
 }
 
-/// How a kind of metric registers itself and how METRICS.md describes it.
+/// How a kind of metric registers itself and how docs/metrics.md describes it.
 pub trait Declared {
-    /// The type column of METRICS.md.
+    /// The type column of docs/metrics.md.
     fn doc_type(&self) -> &'static str;
     /// Label names, in exposition order.
     fn label_names(&self) -> &[&'static str] {
@@ -114,7 +114,7 @@ pub trait Declared {
     fn register(&self, registry: &mut Registry, name: &'static str, help: &'static str);
 }
 
-/// The type column of METRICS.md for a metric type.
+/// The type column of docs/metrics.md for a metric type.
 fn doc_type(t: MetricType) -> &'static str {
     match t {
         MetricType::Gauge => "gauge",
@@ -170,11 +170,11 @@ pub struct MetricDeclaration {
     pub name: &'static str,
     /// HELP text.
     pub help: &'static str,
-    /// Its table in METRICS.md (`<!-- metrics:SECTION -->`).
+    /// Its table in docs/metrics.md (`<!-- metrics:SECTION -->`).
     pub section: &'static str,
     /// Meaning, from the doc comment.
     pub doc: &'static str,
-    /// Type as METRICS.md names it.
+    /// Type as docs/metrics.md names it.
     pub doc_type: &'static str,
     pub labels: Vec<&'static str>,
 }
@@ -219,7 +219,7 @@ macro_rules! setter {
     };
 }
 
-/// Declares the registry struct: `["section"]` headers (the id of a METRICS.md table; they
+/// Declares the registry struct: `["section"]` headers (the id of a docs/metrics.md table; they
 /// may repeat, entries keep registration order), then per metric
 /// `/// meaning` + `field: Type = initial value, "exposed_name", "help" [=> op setter];`.
 macro_rules! metrics {
@@ -473,7 +473,7 @@ metrics! {
         /// Starts that found the checkpoint unusable, by reason: `lost` (no file while the
         /// node's ENIs hold addresses), `corrupt` (unreadable; moved aside), `inconsistent`
         /// (valid JSON that contradicts itself). Addresses are then held on evidence or cool
-        /// down (see the README, "Checkpoint recovery").
+        /// down (see [checkpoint recovery](agent.md#checkpoint-recovery)).
         checkpoint_recoveries: Labelled<PlainCounter, 1> = Labelled::new(["reason"]),
             "vpcnet_checkpoint_recoveries",
             "The number of starts that rebuilt the pool without a usable checkpoint, by reason"
@@ -538,7 +538,7 @@ impl Metrics {
         }
     }
 
-    /// The tables of `METRICS.md`, by section id.
+    /// The tables of `docs/metrics.md`, by section id.
     pub fn doc_tables(&self) -> BTreeMap<&'static str, String> {
         let rows = self.declarations().into_iter().map(|d| {
             let labels = if d.labels.is_empty() {
@@ -915,7 +915,7 @@ mod declaration_tests {
 
     #[test]
     fn docs_are_current() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/METRICS.md");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/metrics.md");
         let page = std::fs::read_to_string(path).unwrap();
         let want = crate::docs::splice(&page, "metrics", &Metrics::new().doc_tables())
             .unwrap_or_else(|e| panic!("{path}: {e}"));

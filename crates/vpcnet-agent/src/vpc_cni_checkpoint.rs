@@ -1,4 +1,4 @@
-//! The in-place swap with the VPC CNI (README, "Migrating from the VPC CNI (and back)"):
+//! The in-place swap with the VPC CNI (docs/migration.md):
 //!
 //! - **Import** ([`import_at_start`]): an agent that starts without a checkpoint of its own
 //!   and finds the VPC CNI's (`VPCNET_VPC_CNI_CHECKPOINT`, default
@@ -34,7 +34,7 @@ fn eni_holding(enis: &[NetworkInterface], ip: Ipv4Addr) -> Option<String> {
 /// the ENIs of `enis`, EC2's view at start), writes it to `store` and returns it; `None` when
 /// there is no VPC CNI checkpoint. Errors: the VPC CNI's file is unreadable or not of its format, or the write
 /// failed: the agent then stops rather than start without the running pods' addresses (fix
-/// or move the file; README).
+/// or move the file; docs/migration.md).
 pub fn import_at_start(
     store: &dyn CheckpointStore,
     vpc_cni_path: &Path,
@@ -90,34 +90,20 @@ pub fn export(from: &Path, to: &Path, network_name: &str) -> Result<usize> {
     Ok(theirs.allocations.len())
 }
 
-/// Usage of the subcommand.
-pub const EXPORT_USAGE: &str =
-    "usage: vpcnet-agent export-vpc-cni-checkpoint [--from PATH] [--to PATH] [--network-name NAME]
-  Writes vpcnet's checkpoint (--from, default $VPCNET_CHECKPOINT_PATH) in the VPC CNI's format
-  (--to, default $VPCNET_VPC_CNI_CHECKPOINT) under the network name NAME (default aws-cni, the
-  VPC CNI's conflist name), for a rollback to the VPC CNI. Stop vpcnet-agent first.";
-
 /// `vpcnet-agent export-vpc-cni-checkpoint [--from PATH] [--to PATH] [--network-name NAME]`
-/// with the defaults from `config`. Refuses while the agent's socket answers (a running agent
-/// would keep changing its checkpoint after the export). Returns the line to print.
-pub fn export_command(args: &[String], config: &crate::config::Config) -> Result<String> {
-    let mut from = config.checkpoint_path.clone();
-    let mut to = config.vpc_cni_checkpoint.clone();
-    let mut network = VPC_CNI_NETWORK_NAME.to_string();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = || {
-            it.next()
-                .cloned()
-                .with_context(|| format!("{a} needs a value\n{EXPORT_USAGE}"))
-        };
-        match a.as_str() {
-            "--from" => from = PathBuf::from(value()?),
-            "--to" => to = PathBuf::from(value()?),
-            "--network-name" => network = value()?,
-            _ => bail!("unknown argument {a:?}\n{EXPORT_USAGE}"),
-        }
-    }
+/// (the binary parses the arguments): `from` defaults to `VPCNET_CHECKPOINT_PATH`, `to` to
+/// `VPCNET_VPC_CNI_CHECKPOINT`, `network` to the VPC CNI's network name. Refuses while the
+/// agent's socket answers (a running agent would keep changing its checkpoint after the
+/// export). Returns the line to print.
+pub fn export_command(
+    from: Option<PathBuf>,
+    to: Option<PathBuf>,
+    network: Option<String>,
+    config: &crate::config::Config,
+) -> Result<String> {
+    let from = from.unwrap_or_else(|| config.checkpoint_path.clone());
+    let to = to.unwrap_or_else(|| config.vpc_cni_checkpoint.clone());
+    let network = network.unwrap_or_else(|| VPC_CNI_NETWORK_NAME.to_string());
     if std::os::unix::net::UnixStream::connect(&config.agent_socket).is_ok() {
         bail!(
             "vpcnet-agent is running (its socket {} answers): stop it first, so the checkpoint no longer changes",

@@ -1,5 +1,5 @@
-//! The one retry/backoff type of vpcnet (DESIGN principle 4: every external call has a
-//! deadline, a retry policy and a budget).
+//! The one retry/backoff type of vpcnet (docs/architecture.md, principle 4: every external call
+//! has a deadline, a retry policy and a budget).
 //!
 //! - [`Backoff`]: the policy. Exponential growth from `initial` (doubling) capped at `max`,
 //!   spread by a [`Jitter`], bounded by `max_attempts` and/or a deadline (`max_elapsed`).

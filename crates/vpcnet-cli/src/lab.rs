@@ -60,7 +60,7 @@ struct UpArgs {
     cni: Vec<String>,
     /// The two-zone VPC for custom networking: secondary CIDR 100.64.0.0/16, node and pod
     /// subnets in us-east-1a and us-east-1b (odd nodes in a, even in b), and a host outside
-    /// the VPC (10.200.0.10) routed through the VPC router. See the README's lab section.
+    /// the VPC (10.200.0.10) routed through the VPC router. See docs/lab.md, "VPC layouts".
     #[arg(long)]
     two_zones: bool,
 }

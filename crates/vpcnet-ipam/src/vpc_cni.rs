@@ -1,7 +1,6 @@
 //! The VPC CNI's checkpoint (`/var/run/aws-node/ipam.json`, written by its ipamd's datastore,
 //! format `vpc-cni-ipam/1`) and its conversion to and from vpcnet's [`Checkpoint`], for the
-//! in-place swap between the two agents on a running node (README, "Migrating from the VPC CNI
-//! (and back)").
+//! in-place swap between the two agents on a running node (docs/migration.md).
 //!
 //! The format, as ipamd v1.23 reads and writes it: `{"version":"vpc-cni-ipam/1",
 //! "allocations":[...]}`, one allocation per pod address with the CNI key (`networkName`,

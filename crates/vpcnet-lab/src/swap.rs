@@ -1,5 +1,5 @@
 //! The in-place swap of a lab node's CNI with running pods, as an operator does it on a node
-//! (README, "Migrating from the VPC CNI (and back)"):
+//! (docs/migration.md):
 //!
 //! - VPC CNI → vpcnet: stop ipamd, remove the VPC CNI's conflist, start vpcnet-agent (which
 //!   imports `/var/run/aws-node/ipam.json`, having no checkpoint of its own, and writes its

@@ -327,8 +327,8 @@ fn check_no_outage(p: &Phase) {
 }
 
 /// Both agents number a secondary ENI's route table device number + 1, so every pod's
-/// `from <ip> lookup <table>` rule keeps pointing at its own ENI across both swaps (README,
-/// "Migrating from the VPC CNI (and back)").
+/// `from <ip> lookup <table>` rule keeps pointing at its own ENI across both swaps
+/// (docs/migration.md, "Route table numbers").
 #[test]
 fn a_vpc_cni_node_with_running_pods_swaps_to_vpcnet_and_back_in_place() {
     with_kube_lab(

@@ -1,17 +1,7 @@
-//! The controller's Prometheus metrics (OpenMetrics text on `/metrics`):
-//!
-//! | name | type | labels | meaning |
-//! |---|---|---|---|
-//! | `vpcnet_targets_registrations_total` | counter | | targets registered |
-//! | `vpcnet_targets_deregistrations_total` | counter | | targets deregistered |
-//! | `vpcnet_targets_elbv2_calls_total` | counter | `action` | ELBv2 calls made (after the adapter's retries) |
-//! | `vpcnet_targets_elbv2_errors_total` | counter | `action`, `code` | ELBv2 calls that failed, by ELBv2 error code |
-//! | `vpcnet_targets_gates_opened_total` | counter | | readiness gates set True |
-//! | `vpcnet_targets_gates_opened_not_in_use_total` | counter | | of those, opened without a health check because no load balancer uses the target group |
-//! | `vpcnet_targets_target_group_not_in_use` | gauge | `target_group` | 1 while no load balancer uses the target group (its targets `unused` / `Target.NotInUse`), 0 once one does |
-//! | `vpcnet_targets_reconcile_seconds` | histogram | | one target group's reconcile (describe + changes) |
-//! | `vpcnet_targets_target_groups` | gauge | | target groups the controller manages |
-//! | `vpcnet_targets_leader` | gauge | | 1 while this replica may write |
+//! The controller's Prometheus metrics (OpenMetrics text on `/metrics`). Their table, with
+//! types, labels and meaning, is in `docs/metrics.md` at the repository's root, section
+//! "vpcnet-targets"; the test `docs_list_every_metric` fails when a metric registered here is
+//! missing from it.
 
 use std::sync::Arc;
 
@@ -171,5 +161,36 @@ mod tests {
             text.contains("vpcnet_targets_registrations_total 3"),
             "{text}"
         );
+    }
+
+    /// docs/metrics.md lists every metric registered here (its "vpcnet-targets" section).
+    #[test]
+    fn docs_list_every_metric() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/metrics.md");
+        let page = std::fs::read_to_string(path).unwrap();
+        let section = page
+            .split_once("\n## vpcnet-targets\n")
+            .map(|(_, s)| s)
+            .unwrap_or_else(|| panic!("{path} has no \"## vpcnet-targets\" section"));
+        // A labelled family is exposed once it has a series.
+        let m = Metrics::new();
+        m.call("RegisterTargets", Some("Throttling"));
+        m.not_in_use
+            .get_or_create(&[("target_group", "tg".into())])
+            .set(0);
+        let text = m.encode();
+        let names: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split(' ').next())
+            .collect();
+        assert_eq!(names.len(), 10, "{text}");
+        for name in names {
+            assert!(
+                section.contains(&format!("| `{name}` |"))
+                    || section.contains(&format!("| `{name}_total` |")),
+                "{path}: the vpcnet-targets table has no row for {name}"
+            );
+        }
     }
 }

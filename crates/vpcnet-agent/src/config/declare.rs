@@ -2,13 +2,13 @@
 //! variable, written once as
 //!
 //! ```text
-//! /// Meaning (rustdoc of the field and the "meaning" column of CONFIG.md).
+//! /// Meaning (rustdoc of the field and the "meaning" column of docs/configuration.md).
 //! field: Type = "VARIABLE", "default text", kind;
 //! ```
 //!
-//! under a `["section"]` header (the id of its table in CONFIG.md). From that one line come
-//! the struct field, its parsing (`read`, every invalid variable reported), its value in
-//! `/v1/env-settings` (`show`) and its CONFIG.md row (`declarations`). `kind` is a
+//! under a `["section"]` header (the id of its table in docs/configuration.md). From that one
+//! line come the struct field, its parsing (`read`, every invalid variable reported), its value
+//! in `/v1/env-settings` (`show`) and its docs/configuration.md row (`declarations`). `kind` is a
 //! [`Kind`](super::kinds::Kind); the default text is what an unset or empty variable means
 //! (empty: unset). `@group field: Type;` lines at the end nest another `settings!` struct.
 
@@ -22,7 +22,7 @@ pub struct Declaration {
     pub var: &'static str,
     /// The text an unset or empty variable means; empty: unset.
     pub default: &'static str,
-    /// Its table in CONFIG.md (`<!-- settings:SECTION -->`).
+    /// Its table in docs/configuration.md (`<!-- settings:SECTION -->`).
     pub section: &'static str,
     /// Meaning, from the field's doc comment.
     pub doc: &'static str,
@@ -48,7 +48,8 @@ pub fn read<K: Kind>(
     })
 }
 
-/// What a setting of type `V` accepts, for CONFIG.md (naming `V` picks the kind's type).
+/// What a setting of type `V` accepts, for docs/configuration.md (naming `V` picks the kind's
+/// type).
 pub fn summary<V, K: Kind<Value = V>>(kind: &K) -> String {
     kind.summary()
 }

@@ -23,7 +23,8 @@ pub trait Kind {
     fn show(&self, value: &Self::Value) -> String;
     /// What the setting accepts, for error messages.
     fn accepted(&self) -> String;
-    /// What the setting accepts, for the CONFIG.md table (defaults to [`Kind::accepted`]).
+    /// What the setting accepts, for the docs/configuration.md table (defaults to
+    /// [`Kind::accepted`]).
     fn summary(&self) -> String {
         self.accepted()
     }

@@ -464,7 +464,7 @@ pub fn unknown_variables<'a>(
     out
 }
 
-/// The table of every VPC CNI setting and what vpcnet does with it, for CONFIG.md: the
+/// The table of every VPC CNI setting and what vpcnet does with it, for docs/configuration.md: the
 /// names of [`super::vpc_cni_names`], each with its status from [`SETTINGS`],
 /// [`CHECKED_AT_START`] or, implemented, its declaration in `config.rs` (`declared`).
 pub fn status_table(declared: &[super::Declaration]) -> String {

@@ -1,9 +1,9 @@
-//! The agent's Kubernetes API client. IPAM never waits for it (DESIGN principle 3): the pool
-//! fills, the plugin is served and the conflist is written whether the API server is reachable
-//! or not; this client connects in the background with backoff, logs which endpoint it uses,
-//! and, once connected, reads the agent's Node to warn when kubelet's pod capacity exceeds the
-//! addresses the node can ever get. Its state is shown in introspection and metrics; health and
-//! readiness never depend on it.
+//! The agent's Kubernetes API client. IPAM never waits for it (docs/architecture.md, principle
+//! 3): the pool fills, the plugin is served and the conflist is written whether the API server
+//! is reachable or not; this client connects in the background with backoff, logs which
+//! endpoint it uses, and, once connected, reads the agent's Node to warn when kubelet's pod
+//! capacity exceeds the addresses the node can ever get. Its state is shown in introspection
+//! and metrics; health and readiness never depend on it.
 //!
 //! Endpoint, as the VPC CNI chooses it: `CLUSTER_ENDPOINT` when set (the API server's own
 //! address, reachable before kube-proxy has programmed anything), else the in-cluster

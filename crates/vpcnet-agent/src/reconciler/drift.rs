@@ -2,7 +2,7 @@
 //! lists them (local to the instance, not throttled, no EC2 call), compared with the pool by
 //! the core ([`vpcnet_ipam::Pool::drift`]). Only a difference, an unreadable IMDS, an EC2
 //! outcome left unknown, or the safety interval leads to a `DescribeNetworkInterfaces`; EC2's
-//! answer, never IMDS's, is what the pool adopts (DESIGN principle 2).
+//! answer, never IMDS's, is what the pool adopts (docs/architecture.md, principle 2).
 
 use vpcnet_ec2::{ImdsError, ImdsInterface};
 use vpcnet_ipam::{Drift, EniInfo, EniObservation};

@@ -1,7 +1,7 @@
 //! Drift between the pool and a cheap local view of the instance's ENIs (IMDS): whether the
-//! agent needs an EC2 describe. IMDS is only a hint (DESIGN principle 2): a difference found
-//! here never changes the pool; it asks for a `DescribeNetworkInterfaces`, whose answer
-//! [`Pool::reconcile`] adopts.
+//! agent needs an EC2 describe. IMDS is only a hint (docs/architecture.md, principle 2): a
+//! difference found here never changes the pool; it asks for a `DescribeNetworkInterfaces`,
+//! whose answer [`Pool::reconcile`] adopts.
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
