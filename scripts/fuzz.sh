@@ -7,6 +7,10 @@
 #   scripts/fuzz.sh 300 emu_query   # one target, 5 minutes
 #   FUZZ_RUNS=10000000 scripts/fuzz.sh   # every target until 10 million executions (no time
 #                                        # limit; the goal of issue 32, run outside CI)
+#   FUZZ_SANITIZER=none ...              # without AddressSanitizer (default: address): the
+#                                        # fuzzed crates have no `unsafe`, and the long runs go
+#                                        # about twice as fast; panics, debug assertions and
+#                                        # overflow checks still count as findings
 # Targets (fuzz/fuzz_targets/): cni_netconf, cni_prev_result, cni_args, checkpoint, imds,
 # emu_query. Seeds (fuzz/seeds/<target>/) and dictionaries (fuzz/dicts/<target>.dict) are
 # kept in git; the grown corpus (fuzz/corpus/) and raw crash artifacts (fuzz/artifacts/)
@@ -24,19 +28,24 @@ if [ ${#targets[@]} -eq 0 ]; then
 fi
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 export RUSTC_BOOTSTRAP=1
+sanitizer="${FUZZ_SANITIZER:-address}"
+case "$sanitizer" in
+    address | none) ;;
+    *) echo "fuzz.sh: FUZZ_SANITIZER=$sanitizer: use address (default) or none" >&2; exit 2 ;;
+esac
 cd fuzz
 summary=()
 status=0
 for t in "${targets[@]}"; do
     mkdir -p "corpus/$t" "artifacts/$t" "regressions/$t" logs
     log="logs/$t.log"
-    echo "== $t: ${secs} s"
+    if [ -n "${FUZZ_RUNS:-}" ]; then echo "== $t: $FUZZ_RUNS executions"; else echo "== $t: ${secs} s"; fi
     # Single process (-jobs not set = one job): the machine is shared.
     dict=()
     [ -f "dicts/$t.dict" ] && dict=(-dict="dicts/$t.dict")
     limit=(-max_total_time="$secs")
     [ -n "${FUZZ_RUNS:-}" ] && limit=(-runs="$FUZZ_RUNS" -max_total_time=0)
-    if cargo fuzz run --debug-assertions "$t" "corpus/$t" "seeds/$t" "regressions/$t" -- \
+    if cargo fuzz run --debug-assertions --sanitizer "$sanitizer" "$t" "corpus/$t" "seeds/$t" "regressions/$t" -- \
         "${dict[@]}" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
         -artifact_prefix="artifacts/$t/" >"$log" 2>&1; then
         result="ok"
@@ -53,6 +62,6 @@ for t in "${targets[@]}"; do
 done
 echo
 if [ -n "${FUZZ_RUNS:-}" ]; then per="$FUZZ_RUNS executions"; else per="$secs s"; fi
-echo "fuzz summary ($per per target):"
+echo "fuzz summary ($per per target, sanitizer $sanitizer, commit $(git rev-parse --short HEAD), $(date -u +%F)):"
 printf '  %s\n' "${summary[@]}"
 exit "$status"

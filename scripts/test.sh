@@ -12,6 +12,8 @@ cargo clippy --workspace --all-targets -- -D warnings
 echo "==> Kubernetes binaries for the lab (scripts/build-k8s.sh; cached per pins)" >&2
 VPCNET_K8S_BIN_DIR=$(./scripts/build-k8s.sh | tail -n 1)
 export VPCNET_K8S_BIN_DIR
+echo "==> the pinned VPC CNI's source in the Go module cache (vpcnet-agent's test of the VPC CNI settings list reads it)" >&2
+(cd lab/vpc-cni && go mod download github.com/aws/amazon-vpc-cni-k8s)
 echo "==> aws-load-balancer-controller for the lab's peer test (scripts/build-aws-lbc.sh; cached per pins)" >&2
 VPCNET_AWS_LBC_BIN_DIR=$(./scripts/build-aws-lbc.sh | tail -n 1)
 export VPCNET_AWS_LBC_BIN_DIR
