@@ -9,6 +9,8 @@ echo "==> cargo fmt --check" >&2
 cargo fmt --all -- --check
 echo "==> cargo clippy (deny warnings)" >&2
 cargo clippy --workspace --all-targets -- -D warnings
+echo "==> cargo clippy of the node build of the operator CLI (no lab feature; deny warnings)" >&2
+cargo clippy -p vpcnet-cli --no-default-features -- -D warnings
 echo "==> Kubernetes binaries for the lab (scripts/build-k8s.sh; cached per pins)" >&2
 VPCNET_K8S_BIN_DIR=$(./scripts/build-k8s.sh | tail -n 1)
 export VPCNET_K8S_BIN_DIR

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 mod inspect;
 #[cfg(feature = "lab")]
 mod lab;
+#[cfg(feature = "lab")]
 mod lab_lb;
 mod max_pods;
 
