@@ -12,6 +12,7 @@
 # Needs root. Honours CARGO_TARGET_DIR.
 #   scripts/bench-peer.sh [--singles N] [--rolls N] [--idle-secs S] [--instance-type T]
 #                         [--kernel-state DIR]   (the kernel state one pod leaves, per node)
+#                         [--timings DIR]   (every CNI plugin call of the single pods, per node)
 # Release build by default; BENCH_PROFILE=dev uses the debug build the tests already made.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -8,6 +8,7 @@
 # from the lab cloud's request log, by the access key each controller signs with), controller
 # RSS (peak and at the end). Needs root. Honours CARGO_TARGET_DIR.
 #   scripts/bench-targets.sh [--replicas N] [--scale-to N] [--connections N] [--max-load-secs S]
+#                            [--logs DIR]   (both controllers' logs, copied before teardown)
 # Release build by default; BENCH_PROFILE=dev uses the debug build the tests already made.
 set -euo pipefail
 cd "$(dirname "$0")/.."
