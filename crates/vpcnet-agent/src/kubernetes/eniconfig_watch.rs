@@ -359,8 +359,9 @@ async fn watch_node(
             Ok(c) => EniConfigStatus::Resolved(c),
             Err(u) => EniConfigStatus::Unresolved(u),
         };
-        publish(tx, metrics, status, now_ms());
+        // Recorded before the change is published, so whoever sees the change sees its time.
         metrics.observe_watch_apply(resource, arrived.elapsed());
+        publish(tx, metrics, status, now_ms());
         if let Some(n) = n {
             let t = tx.borrow().clone();
             reporter.report(n, &t).await;
