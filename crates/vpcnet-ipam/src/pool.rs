@@ -371,8 +371,11 @@ impl Pool {
     fn empty_error(&self, now_ms: u64) -> AssignError {
         let s = self.summary(now_ms);
         let growth = s.max_ips.saturating_sub(s.total_ips);
+        // An ENI being deleted (or whose delete waits for a describe to settle) frees its
+        // attachment slot for a new ENI: the limit is not reached while one is.
+        let deleting = self.enis.values().filter(|e| e.deleting).count() as u32;
         let can_grow = growth > 0
-            && (s.enis < s.max_enis
+            && (s.enis.saturating_sub(deleting) < s.max_enis
                 || self.enis.values().any(|e| {
                     !e.deleting
                         && self.cfg.eni_for_pods(e.info.primary)
