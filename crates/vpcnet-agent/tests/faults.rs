@@ -240,15 +240,8 @@ async fn a_stopped_essential_task_makes_health_fail_within_5s() {
 async fn an_ended_essential_task_exits_the_process_non_zero_with_one_error_line() {
     for task in ["reconciler", "grpc"] {
         let lab = lab("m5.large").await;
-        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_vpcnet-agent"))
-            .env_clear()
-            .env("AWS_EC2_ENDPOINT", &lab.endpoint)
-            .env("AWS_EC2_METADATA_SERVICE_ENDPOINT", &lab.imds)
-            .env("AWS_REGION", "us-east-1")
-            .env("AWS_ACCESS_KEY_ID", "test")
-            .env("AWS_SECRET_ACCESS_KEY", "test")
-            .env("VPCNET_AGENT_SOCKET", lab.socket())
-            .env("VPCNET_CHECKPOINT_PATH", lab.checkpoint())
+        let out = lab
+            .agent_command()
             .env(
                 "VPCNET_CNI_CONFLIST",
                 lab.dir.path().join("10-vpcnet.conflist"),

@@ -14,28 +14,20 @@ use common::*;
 
 /// The agent's environment on `lab`'s instance, with `extra` on top.
 fn agent(lab: &Lab, extra: &[(&str, &str)]) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_vpcnet-agent"));
-    cmd.env_clear()
-        .env("AWS_EC2_ENDPOINT", &lab.endpoint)
-        .env("AWS_EC2_METADATA_SERVICE_ENDPOINT", &lab.imds)
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .env("VPCNET_AGENT_SOCKET", lab.socket())
-        .env("VPCNET_CHECKPOINT_PATH", lab.checkpoint())
-        .env(
-            "VPCNET_VPC_CNI_CHECKPOINT",
-            lab.dir.path().join("aws-node.json"),
-        )
-        .env("VPCNET_CNI_CACHE_DIR", lab.dir.path().join("cni-cache"))
-        .env("VPCNET_CNI_CONFLIST", conflist(lab))
-        .env("DISABLE_INTROSPECTION", "true")
-        .env("DISABLE_METRICS", "true")
-        .env("VPCNET_NODE_DATAPATH", "false")
-        .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
+    let mut cmd = lab.agent_command();
+    cmd.env(
+        "VPCNET_VPC_CNI_CHECKPOINT",
+        lab.dir.path().join("aws-node.json"),
+    )
+    .env("VPCNET_CNI_CACHE_DIR", lab.dir.path().join("cni-cache"))
+    .env("VPCNET_CNI_CONFLIST", conflist(lab))
+    .env("DISABLE_INTROSPECTION", "true")
+    .env("DISABLE_METRICS", "true")
+    .env("VPCNET_NODE_DATAPATH", "false")
+    .env("RUST_LOG", "info")
+    .env("NO_COLOR", "1")
+    .stdin(Stdio::null())
+    .kill_on_drop(true);
     for (k, v) in extra {
         cmd.env(k, v);
     }

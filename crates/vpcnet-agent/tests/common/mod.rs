@@ -63,6 +63,21 @@ impl Lab {
         self.dir.path().join("ipam.json")
     }
 
+    /// The real `vpcnet-agent` binary with a cleared environment pointed at this lab's
+    /// EC2 and IMDS, its socket and checkpoint in the temp dir; callers add the rest.
+    pub fn agent_command(&self) -> tokio::process::Command {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_vpcnet-agent"));
+        cmd.env_clear()
+            .env("AWS_EC2_ENDPOINT", &self.endpoint)
+            .env("AWS_EC2_METADATA_SERVICE_ENDPOINT", &self.imds)
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env("VPCNET_AGENT_SOCKET", self.socket())
+            .env("VPCNET_CHECKPOINT_PATH", self.checkpoint());
+        cmd
+    }
+
     /// Options for an agent on this lab's instance: no TCP listeners, files in the temp dir.
     pub fn options(&self) -> AgentOptions {
         AgentOptions {
