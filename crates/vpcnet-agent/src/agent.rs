@@ -178,26 +178,23 @@ impl Tasks {
 /// Starts the agent and returns once the pool can serve (or startup failed).
 ///
 /// Errors: IMDS unreachable, EC2 client configuration, unknown instance type, the socket
-/// or a listener cannot be bound, the VPC CNI's checkpoint cannot be imported,
-/// `ENABLE_SUBNET_DISCOVERY` refused by its check (a [`crate::config::ConfigError`], before
-/// any EC2 mutating call; [`crate::subnet_discovery_check`]). A lost or corrupt checkpoint is
-/// not an error ([`crate::recovery`]).
+/// or a listener cannot be bound, the VPC CNI's checkpoint cannot be imported. A lost or
+/// corrupt checkpoint is not an error ([`crate::recovery`]).
 pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
     let started = Instant::now();
     let (stop, stop_rx) = watch::channel(false);
     let listener = crate::grpc::bind(&opts.socket_path)?;
     let metrics = Arc::new(Metrics::new());
     let found = discover(&opts, metrics.clone(), started).await?;
-    if opts.subnet_discovery_check {
-        crate::subnet_discovery_check::check(
+    let (limits, primary_excluded) = tokio::join!(
+        instance_limits(found.ec2.as_ref(), &found.facts),
+        crate::reconciler::subnet_discovery::primary_eni_excluded(
             found.ec2.as_ref(),
-            &found.vpc_id,
-            &found.facts.subnet_id,
-            &opts.cluster_name,
+            &opts,
+            &found.facts.subnet_id
         )
-        .await?;
-    }
-    let limits = instance_limits(found.ec2.as_ref(), &found.facts).await?;
+    );
+    let limits = limits?;
     let store: Arc<dyn checkpoint_file::CheckpointStore> =
         opts.checkpoint_store.clone().unwrap_or_else(|| {
             Arc::new(checkpoint_file::FileCheckpoint {
@@ -208,7 +205,7 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
         &opts,
         store.as_ref(),
         &found.enis,
-        warm_config(&opts, &limits)?,
+        warm_config(&opts, &limits, primary_excluded)?,
         &metrics,
     )?;
     let settle_ms = opts.pod_reclaim_grace.as_millis() as u64;
@@ -317,8 +314,6 @@ struct Discovered {
     /// The instance's ENIs from the one batched describe.
     enis: Vec<NetworkInterface>,
     facts: NodeFacts,
-    /// The primary ENI's VPC (IMDS).
-    vpc_id: String,
 }
 
 /// IMDS identity, then the EC2 client and the one batched describe while IMDS answers the
@@ -364,7 +359,7 @@ async fn discover(
         tracing::debug!(elapsed = ?started.elapsed(), "described ENIs");
         anyhow::Ok((ec2, enis))
     };
-    let ((ec2, enis), (facts, vpc_id)) =
+    let ((ec2, enis), facts) =
         tokio::try_join!(ec2_and_enis, read_facts(imds.as_ref(), &id, opts))?;
     tracing::info!(instance = %facts.instance_id, r#type = %facts.instance_type, subnet = %facts.subnet_id, "instance facts from IMDS");
     Ok(Discovered {
@@ -372,7 +367,6 @@ async fn discover(
         imds,
         enis,
         facts,
-        vpc_id,
     })
 }
 
@@ -405,32 +399,37 @@ async fn read_identity(imds: &dyn MetadataApi, opts: &AgentOptions) -> anyhow::R
     })
 }
 
-/// IMDS second round: the primary ENI's subnet, VPC CIDRs and security groups (static facts;
-/// hints only, never used to hand out or release an address), and its VPC.
+/// IMDS second round: the primary ENI's subnet, VPC and VPC CIDRs, its security groups and
+/// the instance's availability zone (static facts; hints only, never used to hand out or
+/// release an address).
 async fn read_facts(
     imds: &dyn MetadataApi,
     id: &Identity,
     opts: &AgentOptions,
-) -> anyhow::Result<(NodeFacts, String)> {
-    let (iface, primary_ip) = tokio::try_join!(imds.interface(&id.mac), imds.local_ipv4())
-        .context("reading the primary ENI from IMDS")?;
-    let vpc_id = iface.vpc_id.clone();
-    let facts = NodeFacts {
+) -> anyhow::Result<NodeFacts> {
+    let (iface, primary_ip, availability_zone) = tokio::try_join!(
+        imds.interface(&id.mac),
+        imds.local_ipv4(),
+        imds.availability_zone()
+    )
+    .context("reading the primary ENI from IMDS")?;
+    Ok(NodeFacts {
         instance_id: id.instance_id.clone(),
         instance_type: id.instance_type.clone(),
         region: id.region.clone(),
+        availability_zone,
         primary_mac: id.mac.clone(),
         primary_ip,
         subnet_id: opts.subnet_id.clone().unwrap_or(iface.subnet_id),
         subnet_cidr: iface.subnet_cidr,
+        vpc_id: iface.vpc_id,
         vpc_cidrs: iface.vpc_cidrs,
         security_groups: if opts.security_groups.is_empty() {
             iface.security_group_ids
         } else {
             opts.security_groups.clone()
         },
-    };
-    Ok((facts, vpc_id))
+    })
 }
 
 /// The instance type's ENI and IP limits: the built-in table, else EC2
@@ -452,7 +451,13 @@ async fn instance_limits(ec2: &dyn Ec2Api, facts: &NodeFacts) -> anyhow::Result<
         .ok_or_else(|| anyhow!("EC2 does not know instance type {}", facts.instance_type))
 }
 
-fn warm_config(opts: &AgentOptions, limits: &InstanceLimits) -> anyhow::Result<WarmConfig> {
+/// `primary_excluded`: the node's subnet is tagged `kubernetes.io/role/cni=0` with subnet
+/// discovery on ([`crate::reconciler::subnet_discovery::primary_eni_excluded`]).
+fn warm_config(
+    opts: &AgentOptions,
+    limits: &InstanceLimits,
+    primary_excluded: bool,
+) -> anyhow::Result<WarmConfig> {
     let t = &opts.targets;
     let mut c = WarmConfig::for_limits(limits);
     c.warm_eni_target = t.warm_eni_target;
@@ -463,8 +468,9 @@ fn warm_config(opts: &AgentOptions, limits: &InstanceLimits) -> anyhow::Result<W
     c.max_eni = t.max_eni;
     c.cooldown_ms = opts.cooldown.as_millis() as u64;
     c.surplus_hold_ms = opts.surplus_hold.as_millis() as u64;
-    // Custom networking: pods use secondary ENIs (the ENIConfig's subnet) only.
-    c.primary_eni_for_pods = opts.custom_networking.is_none();
+    // Custom networking, or the node's subnet excluded from subnet discovery: pods use
+    // secondary ENIs (the ENIConfig's or discovered subnets) only.
+    c.primary_eni_for_pods = opts.custom_networking.is_none() && !primary_excluded;
     c.validate().context("warm-pool settings")?;
     if c.prefix_delegation && !limits.supports_prefix_delegation() {
         anyhow::bail!("ENABLE_PREFIX_DELEGATION=true needs a Nitro instance type; {} is not (unset ENABLE_PREFIX_DELEGATION)", limits.instance_type);

@@ -49,11 +49,11 @@ pub trait Ec2Api: Send + Sync + 'static {
     /// `DescribeSubnets`.
     fn describe_subnets<'a>(&'a self, subnet_ids: &'a [String]) -> Ec2Result<'a, Vec<Subnet>>;
 
-    /// `DescribeSubnets` of the subnets of `vpc_id` carrying the tag `tag_key` (any value).
-    fn describe_vpc_subnets_with_tag_key<'a>(
+    /// `DescribeSubnets` of the subnets of `vpc_id` in availability zone `zone`.
+    fn describe_zone_subnets<'a>(
         &'a self,
         vpc_id: &'a str,
-        tag_key: &'a str,
+        zone: &'a str,
     ) -> Ec2Result<'a, Vec<Subnet>>;
 
     /// `DescribeInstanceTypes`, as [`InstanceLimits`].
@@ -128,6 +128,8 @@ pub trait MetadataApi: Send + Sync + 'static {
     fn mac(&self) -> ImdsResult<'_, String>;
     /// `placement/region`.
     fn region(&self) -> ImdsResult<'_, String>;
+    /// `placement/availability-zone`.
+    fn availability_zone(&self) -> ImdsResult<'_, String>;
     /// `local-ipv4`: the primary address.
     fn local_ipv4(&self) -> ImdsResult<'_, Ipv4Addr>;
     /// `network/interfaces/macs/<mac>/`.
@@ -171,14 +173,12 @@ impl Ec2Api for Ec2 {
     fn describe_subnets<'a>(&'a self, subnet_ids: &'a [String]) -> Ec2Result<'a, Vec<Subnet>> {
         Box::pin(Ec2::describe_subnets(self, subnet_ids))
     }
-    fn describe_vpc_subnets_with_tag_key<'a>(
+    fn describe_zone_subnets<'a>(
         &'a self,
         vpc_id: &'a str,
-        tag_key: &'a str,
+        zone: &'a str,
     ) -> Ec2Result<'a, Vec<Subnet>> {
-        Box::pin(Ec2::describe_vpc_subnets_with_tag_key(
-            self, vpc_id, tag_key,
-        ))
+        Box::pin(Ec2::describe_zone_subnets(self, vpc_id, zone))
     }
     fn describe_instance_types<'a>(
         &'a self,
@@ -261,6 +261,9 @@ impl MetadataApi for Imds {
     }
     fn region(&self) -> ImdsResult<'_, String> {
         Box::pin(Imds::region(self))
+    }
+    fn availability_zone(&self) -> ImdsResult<'_, String> {
+        Box::pin(Imds::availability_zone(self))
     }
     fn local_ipv4(&self) -> ImdsResult<'_, Ipv4Addr> {
         Box::pin(Imds::local_ipv4(self))

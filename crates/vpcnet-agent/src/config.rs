@@ -236,13 +236,16 @@ settings! {
             "ENI_CONFIG_ANNOTATION_DEF", "k8s.amazonaws.com/eniConfig", TEXT;
         /// Node label naming the ENIConfig, e.g. `topology.kubernetes.io/zone`.
         eni_config_label_def: String = "ENI_CONFIG_LABEL_DEF", "k8s.amazonaws.com/eniConfig", TEXT;
-        /// Without custom networking, the VPC CNI places new ENIs in the subnet of the node's
-        /// VPC and zone with the most free addresses among the node's own subnet and those
-        /// tagged `kubernetes.io/role/cni`; vpcnet always uses the node's subnet, which is the
-        /// same while no other subnet is tagged. With `true` the agent checks that at start,
-        /// with one `DescribeSubnets` (tag key `kubernetes.io/role/cni` in the node's VPC),
-        /// and refuses to start when the VPC CNI would place ENIs elsewhere (see "VPC CNI
-        /// settings" below). `false`: the node's subnet, no check.
+        /// Without custom networking, each new ENI goes to the subnet of the node's VPC and
+        /// zone with the most free addresses among the node's own subnet (unless tagged
+        /// `kubernetes.io/role/cni=0`) and the subnets tagged `kubernetes.io/role/cni` with
+        /// another value (and, with `CLUSTER_NAME`, no `kubernetes.io/cluster/*` tag of
+        /// another cluster); a full subnet moves on to the next, and an ENI whose subnet is
+        /// full is not grown for 2 minutes. One `DescribeSubnets` per new ENI, and one at
+        /// start: with the node's subnet tagged `kubernetes.io/role/cni=0`, pods get no
+        /// addresses of the primary ENI. `false`: the node's subnet, and no ENI while it is
+        /// tagged `kubernetes.io/role/cni=0`. Custom networking ignores it (the ENIConfig's
+        /// subnet).
         enable_subnet_discovery: bool = "ENABLE_SUBNET_DISCOVERY", "true", Flag;
 
         ["datapath"]

@@ -25,7 +25,6 @@ pub mod options;
 pub mod reconciler;
 pub mod recovery;
 pub mod state;
-pub mod subnet_discovery_check;
 pub mod vpc_cni_checkpoint;
 
 pub use agent::{run, start, AgentHandle, EssentialTaskFailed};

@@ -112,11 +112,11 @@ pub struct AgentOptions {
     pub mtu: u32,
     /// POD_MTU: the pod interfaces' MTU in the conflist; `None` = `mtu`.
     pub pod_mtu: Option<u32>,
-    /// ENABLE_SUBNET_DISCOVERY (without custom networking): check at start that the VPC CNI
-    /// would place ENIs in the node's subnet too, and refuse to start otherwise
-    /// ([`crate::subnet_discovery_check`]). Off by default here (tests); on by default from
-    /// the environment, as in the VPC CNI.
-    pub subnet_discovery_check: bool,
+    /// ENABLE_SUBNET_DISCOVERY (without custom networking): new ENIs go to the subnet of the
+    /// node's VPC and zone with the most free addresses among the node's and those tagged
+    /// `kubernetes.io/role/cni` ([`crate::reconciler::subnet_discovery`]). Off by default
+    /// here (tests); on by default from the environment, as in the VPC CNI.
+    pub subnet_discovery: bool,
     /// Security groups for new ENIs; empty = the primary ENI's (from IMDS).
     pub security_groups: Vec<String>,
     /// Subnet for new ENIs; `None` = the primary ENI's.
@@ -222,7 +222,7 @@ impl Default for AgentOptions {
             node_port_support: true,
             mtu: 9001,
             pod_mtu: None,
-            subnet_discovery_check: false,
+            subnet_discovery: false,
             security_groups: Vec::new(),
             subnet_id: None,
             imds_endpoint: None,
@@ -308,7 +308,7 @@ pub fn options_from_config(c: &Config) -> anyhow::Result<AgentOptions> {
         node_port_support: c.node_port_support,
         mtu: c.eni_mtu,
         pod_mtu: c.pod_mtu,
-        subnet_discovery_check: c.enable_subnet_discovery && !c.custom_network_cfg,
+        subnet_discovery: c.enable_subnet_discovery,
         ec2_endpoint: c.ec2.endpoint.clone(),
         imds_endpoint: std::env::var("AWS_EC2_METADATA_SERVICE_ENDPOINT")
             .ok()

@@ -4,6 +4,7 @@
 //!
 //! By concern: [`mod@adopt`] (EC2's view into the pool), [`drift`] (whether to describe), [`execute`] (plans → EC2 calls),
 //! [`eni`] (ENI lifecycle), [`placement`] (subnet and security groups of new ENIs, custom
+//! networking), [`subnet_discovery`] (the subnets a new ENI may go to without custom
 //! networking), [`node_setup`] (node ENIs and firewall), [`sweep`] (leaked ENIs,
 //! unrouted pod addresses), `run_loop` (the task).
 
@@ -14,6 +15,7 @@ pub mod execute;
 pub mod node_setup;
 pub mod placement;
 mod run_loop;
+pub mod subnet_discovery;
 pub mod sweep;
 
 pub use adopt::{adopt, manageable, observation, sync_from_ec2};

@@ -19,11 +19,16 @@ pub struct NodeFacts {
     pub instance_id: String,
     pub instance_type: String,
     pub region: String,
+    /// `placement/availability-zone`: subnet discovery lists the subnets of this zone.
+    pub availability_zone: String,
     pub primary_mac: String,
     pub primary_ip: Ipv4Addr,
-    /// Subnet for new ENIs.
+    /// The primary ENI's subnet (or the agent's override): new ENIs go here unless custom
+    /// networking or subnet discovery places them elsewhere.
     pub subnet_id: String,
     pub subnet_cidr: Ipv4Net,
+    /// The primary ENI's VPC.
+    pub vpc_id: String,
     pub vpc_cidrs: Vec<Ipv4Net>,
     /// Security groups for new ENIs.
     pub security_groups: Vec<String>,

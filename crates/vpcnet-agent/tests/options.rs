@@ -122,17 +122,13 @@ fn custom_networking_takes_the_selection_keys() {
 }
 
 #[test]
-fn subnet_discovery_is_checked_unless_off_or_custom_networking() {
-    let on = |pairs: &[(&str, &str)]| {
-        options_from_config(&cfg(pairs))
-            .unwrap()
-            .subnet_discovery_check
-    };
+fn subnet_discovery_is_on_unless_set_to_false() {
+    let on = |pairs: &[(&str, &str)]| options_from_config(&cfg(pairs)).unwrap().subnet_discovery;
     assert!(on(&[]), "the VPC CNI's default: true");
     assert!(on(&[("ENABLE_SUBNET_DISCOVERY", "true")]));
     assert!(!on(&[("ENABLE_SUBNET_DISCOVERY", "false")]));
-    // Custom networking places ENIs by ENIConfig; the VPC CNI discovers no subnet then.
-    assert!(!on(&[("AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", "true")]));
+    // With custom networking the ENIConfig places ENIs (the setting is kept but unused).
+    assert!(on(&[("AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", "true")]));
 }
 
 #[test]

@@ -126,10 +126,12 @@ fn known_shared() -> Shared {
         instance_id: "i-0123456789abcdef0".into(),
         instance_type: "m5.large".into(),
         region: "us-east-1".into(),
+        availability_zone: "us-east-1a".into(),
         primary_mac: "02:00:00:00:00:0a".into(),
         primary_ip: "10.0.0.10".parse().unwrap(),
         subnet_id: "subnet-1".into(),
         subnet_cidr: "10.0.0.0/24".parse().unwrap(),
+        vpc_id: "vpc-1".into(),
         vpc_cidrs: vec!["10.0.0.0/16".parse().unwrap()],
         security_groups: vec!["sg-1".into()],
     };

@@ -194,14 +194,19 @@ impl Ec2 {
             .collect()
     }
 
-    /// `DescribeSubnets` of the subnets of `vpc_id` carrying a tag `tag_key` (any value).
-    pub async fn describe_vpc_subnets_with_tag_key(
+    /// `DescribeSubnets` of the subnets of `vpc_id` in availability zone `zone`, every page
+    /// (subnet discovery, as the VPC CNI lists them: filters `vpc-id` and
+    /// `availability-zone`).
+    pub async fn describe_zone_subnets(
         &self,
         vpc_id: &str,
-        tag_key: &str,
+        zone: &str,
     ) -> Result<Vec<Subnet>, Ec2Error> {
         let action = Action::DescribeSubnets;
-        let filters = sdk_filters(&[Filter::new("vpc-id", [vpc_id]), Filter::tag_key(tag_key)]);
+        let filters = sdk_filters(&[
+            Filter::new("vpc-id", [vpc_id]),
+            Filter::new("availability-zone", [zone]),
+        ]);
         let mut all = Vec::new();
         let mut token: Option<String> = None;
         loop {

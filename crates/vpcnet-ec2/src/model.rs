@@ -116,11 +116,6 @@ impl Filter {
         Filter::new(format!("tag:{key}"), [value.into()])
     }
 
-    /// `tag-key` = `key` (any value).
-    pub fn tag_key(key: impl Into<String>) -> Self {
-        Filter::new("tag-key", [key.into()])
-    }
-
     /// `attachment.instance-id` = `instance_id`.
     pub fn attached_to(instance_id: impl Into<String>) -> Self {
         Filter::new("attachment.instance-id", [instance_id.into()])

@@ -30,5 +30,5 @@ pub use model::{Assignment, Eni, EniInfo, EniObservation, PodKey, PodRef};
 pub use plan::Action;
 pub use pool::{
     AssignError, Drift, Granted, Pool, PoolSummary, ReconcileReport, UnknownIpPolicy,
-    UNKNOWN_POD_PREFIX,
+    SUBNET_FULL_MS, UNKNOWN_POD_PREFIX,
 };

@@ -99,7 +99,10 @@ fn grow(cfg: &WarmConfig, active: &[&EniStats], eni_count: u32, need: u32) -> Ve
     let whole_enis = matches!(cfg.mode(), WarmMode::Eni { .. });
     let prefix = cfg.prefix_delegation;
     let slots = cfg.slots_per_eni();
-    let mut order: Vec<&&EniStats> = active.iter().filter(|s| s.slots_used < slots).collect();
+    let mut order: Vec<&&EniStats> = active
+        .iter()
+        .filter(|s| s.slots_used < slots && !s.subnet_full)
+        .collect();
     order.sort_by_key(|s| (std::cmp::Reverse(s.assigned), s.device_number));
     let mut remaining = need;
     let mut actions = Vec::new();

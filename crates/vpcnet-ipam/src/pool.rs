@@ -133,6 +133,9 @@ pub(crate) struct EniStats {
     pub available: Vec<Ipv4Addr>,
     /// Assignable and free for at least the surplus hold.
     pub held_free: Vec<Ipv4Addr>,
+    /// Its subnet recently had no room for another address or prefix
+    /// ([`Pool::mark_subnet_full`]): the plan grows other ENIs or creates one instead.
+    pub subnet_full: bool,
     /// Prefixes whose every address is assignable and held.
     pub held_free_prefixes: Vec<Ipv4Net>,
     /// Prefixes whose every address is assignable.
@@ -166,7 +169,13 @@ pub struct Pool {
     /// Entries older than the surplus hold are dropped. The plan returns only the surplus
     /// that lasted the whole hold ([`Pool::recent_low_available`]).
     low_water: std::collections::VecDeque<(u64, u32)>,
+    /// ENI → until when (ms) its subnet counts as full ([`Pool::mark_subnet_full`]).
+    subnet_full: BTreeMap<String, u64>,
 }
+
+/// How long an ENI whose subnet answered "no free addresses" or "no CIDR blocks" is not
+/// grown: 2 minutes, the VPC CNI's back-off after the same errors.
+pub const SUBNET_FULL_MS: u64 = 120_000;
 
 impl Pool {
     /// An empty pool (no ENIs known yet: feed [`Pool::reconcile`] with EC2's view).
@@ -185,6 +194,7 @@ impl Pool {
             reclaim_misses: BTreeMap::new(),
             interface_gone: BTreeSet::new(),
             low_water: Default::default(),
+            subnet_full: BTreeMap::new(),
         }
     }
 
@@ -559,6 +569,10 @@ impl Pool {
                     held_free: Vec::new(),
                     held_free_prefixes: Vec::new(),
                     free_prefixes: 0,
+                    subnet_full: self
+                        .subnet_full
+                        .get(&e.info.id)
+                        .is_some_and(|until| now_ms < *until),
                 };
                 for (ip, added) in e.ips.iter().map(|(i, t)| (*i, *t)) {
                     if self.releasing.contains(&ip) {
@@ -653,6 +667,17 @@ impl Pool {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// EC2 refused to assign addresses or prefixes to `eni_id` because its subnet has no room
+    /// (`InsufficientFreeAddressesInSubnet`, `InsufficientCidrBlocks`): for
+    /// [`SUBNET_FULL_MS`] the plan does not grow that ENI and grows others or creates an ENI
+    /// instead (which subnet discovery may place in another subnet).
+    pub fn mark_subnet_full(&mut self, eni_id: &str, now_ms: u64) {
+        if self.enis.contains_key(eni_id) {
+            self.subnet_full
+                .insert(eni_id.to_string(), now_ms.saturating_add(SUBNET_FULL_MS));
         }
     }
 
@@ -767,6 +792,7 @@ impl Pool {
     /// Result of Detach + DeleteNetworkInterface.
     pub fn remove_eni(&mut self, eni_id: &str) {
         self.interface_gone.remove(eni_id);
+        self.subnet_full.remove(eni_id);
         if let Some(e) = self.enis.remove(eni_id) {
             for (ip, _) in e.addresses() {
                 self.releasing.remove(&ip);

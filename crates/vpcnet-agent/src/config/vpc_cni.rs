@@ -329,17 +329,6 @@ pub const DEFAULT_NOT_SHARED: &[&str] = &[
     "AWS_VPC_K8S_CNI_LOG_FILE",
 ];
 
-/// Settings `config.rs` declares whose VPC CNI meaning vpcnet keeps only while a condition
-/// holds that the agent checks at start (refusing to start otherwise), and that condition.
-pub const CHECKED_AT_START: &[(&str, &str)] = &[(
-    "ENABLE_SUBNET_DISCOVERY",
-    "accepted; with true (the default) and custom networking off, the agent refuses to start \
-     when a subnet of its VPC and zone other than its own is tagged kubernetes.io/role/cni \
-     (value not 0, cluster tag matching CLUSTER_NAME), where the VPC CNI would place ENIs, or \
-     when its own subnet is tagged kubernetes.io/role/cni=0, where the VPC CNI would create \
-     none: vpcnet places every ENI in the node's subnet and does not discover subnets yet",
-)];
-
 /// The setting `var`, when [`SETTINGS`] declares it.
 pub fn setting(var: &str) -> Option<&'static VpcCniSetting> {
     SETTINGS.iter().find(|s| s.var == var)
@@ -465,8 +454,8 @@ pub fn unknown_variables<'a>(
 }
 
 /// The table of every VPC CNI setting and what vpcnet does with it, for docs/configuration.md: the
-/// names of [`super::vpc_cni_names`], each with its status from [`SETTINGS`],
-/// [`CHECKED_AT_START`] or, implemented, its declaration in `config.rs` (`declared`).
+/// names of [`super::vpc_cni_names`], each with its status from [`SETTINGS`] or,
+/// implemented, its declaration in `config.rs` (`declared`).
 pub fn status_table(declared: &[super::Declaration]) -> String {
     let code = |t: &str| {
         if t.is_empty() {
@@ -491,10 +480,7 @@ pub fn status_table(declared: &[super::Declaration]) -> String {
             ),
             (None, Some(d)) => (
                 d.default,
-                match CHECKED_AT_START.iter().find(|(v, _)| *v == name) {
-                    Some((_, how)) => format!("**checked at start**: {how}."),
-                    None => format!("implemented (table `{}` above)", d.section),
-                },
+                format!("implemented (table `{}` above)", d.section),
             ),
             (None, None) => ("", "**no status**".to_string()),
         };
@@ -526,13 +512,6 @@ mod list_tests {
         }
         for s in SETTINGS {
             assert!(names.contains(&s.var), "{} is not a VPC CNI setting", s.var);
-        }
-        for (var, _) in CHECKED_AT_START {
-            assert!(names.contains(var), "{var} is not a VPC CNI setting");
-            assert!(
-                declared.iter().any(|d| d.var == *var),
-                "{var} is not declared"
-            );
         }
         for d in &declared {
             assert!(

@@ -62,8 +62,9 @@ fn next_device_index(shared: &Shared) -> u32 {
 }
 
 /// CreateNetworkInterface → AttachNetworkInterface → DeleteOnTermination=true → node setup.
-/// An ENI that cannot be attached (or marked DeleteOnTermination) is detached/deleted again,
-/// so no ENI leaks.
+/// The ENI is created in the first subnet that takes it ([`super::placement::candidates`]:
+/// with subnet discovery a full subnet moves on to the next). An ENI that cannot be attached
+/// (or marked DeleteOnTermination) is detached/deleted again, so no ENI leaks.
 pub(super) async fn create_eni(
     shared: &Shared,
     ec2: &dyn Ec2Api,
@@ -71,12 +72,7 @@ pub(super) async fn create_eni(
     prefixes: u32,
 ) -> Result<(), Ec2Error> {
     let f = &shared.facts;
-    let place = super::placement::required(shared)?;
-    let checked = super::placement::checked_subnet_cidr(shared, ec2, &place).await;
-    if checked.is_err() {
-        super::placement::record_outcome(shared, &place, &checked);
-    }
-    let subnet_cidr = checked?;
+    let candidates = super::placement::candidates(shared, ec2).await?;
     let mut tags = Tags::new();
     tags.insert(TAG_INSTANCE_ID.into(), f.instance_id.clone());
     if !shared.opts.cluster_name.is_empty() {
@@ -89,29 +85,46 @@ pub(super) async fn create_eni(
         TAG_CREATED_AT.into(),
         wall_now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
     );
-    let req = CreateEni {
-        subnet_id: place.subnet_id.clone(),
-        security_group_ids: place.security_group_ids.clone(),
-        description: format!("{ENI_DESCRIPTION_PREFIX}{}", f.instance_id),
-        tags,
-        addresses: if prefixes > 0 {
-            Some(AddressRequest::Prefixes(prefixes))
-        } else if ips > 0 {
-            Some(AddressRequest::SecondaryIps(ips))
-        } else {
-            None
-        },
-        client_token: None,
-    };
     // The leaked-ENI sweep waits for this: it must not see the new ENI detached and delete it
     // between create and attach.
     let _lifecycle = shared.eni_lifecycle.lock().await;
-    let created = ec2
-        .create_network_interface(&req)
-        .await
-        .map_err(|e| super::placement::for_eniconfig(e, &place));
-    super::placement::record_outcome(shared, &place, &created);
-    let ni = created?;
+    let mut tried = candidates.into_iter().peekable();
+    let (ni, subnet_cidr) = loop {
+        let Some(c) = tried.next() else {
+            // Not reached: candidates are never empty and the last one's error returns.
+            return Err(Ec2Error::Request {
+                action: vpcnet_ec2::Action::CreateNetworkInterface,
+                message: "no subnet for a new ENI".into(),
+                source: None,
+            });
+        };
+        let req = CreateEni {
+            subnet_id: c.placement.subnet_id.clone(),
+            security_group_ids: c.placement.security_group_ids.clone(),
+            description: format!("{ENI_DESCRIPTION_PREFIX}{}", f.instance_id),
+            tags: tags.clone(),
+            addresses: if prefixes > 0 {
+                Some(AddressRequest::Prefixes(prefixes))
+            } else if ips > 0 {
+                Some(AddressRequest::SecondaryIps(ips))
+            } else {
+                None
+            },
+            client_token: None,
+        };
+        let created = ec2
+            .create_network_interface(&req)
+            .await
+            .map_err(|e| super::placement::for_eniconfig(e, &c.placement));
+        super::placement::record_outcome(shared, &c.placement, &created);
+        match created {
+            Ok(ni) => break (ni, c.cidr),
+            Err(e) if tried.peek().is_some() && super::subnet_discovery::try_next_subnet(&e) => {
+                tracing::warn!(subnet = %c.placement.subnet_id, "no ENI in this subnet ({}); trying the next discovered subnet", chain(&e));
+            }
+            Err(e) => return Err(e),
+        }
+    };
     if shared.stop.is_cancelled() {
         // Shutting down: do not start an attachment; one delete, else the sweep gets it.
         tracing::warn!(eni = %ni.eni_id, "stopping: deleting the ENI just created instead of attaching it (if that fails, the leaked-ENI sweep deletes it once it is old enough)");

@@ -9,10 +9,12 @@ use crate::cloud::Ec2Api;
 use crate::state::{now_ms, Shared};
 
 /// Plans and executes until the pool is on target or an EC2 call fails. Returns whether
-/// anything changed.
+/// anything changed. An assign refused because the ENI's subnet is full is not a failure:
+/// the ENI is marked ([`vpcnet_ipam::Pool::mark_subnet_full`]) and the next plan grows
+/// elsewhere at once.
 pub async fn fill(shared: &Shared, ec2: &dyn Ec2Api) -> Result<bool, Ec2Error> {
     let mut changed = false;
-    for _ in 0..16 {
+    'plans: for _ in 0..16 {
         // Custom networking without a valid ENIConfig: no ENI (never one in the node's
         // subnet); the ENIConfig watch wakes this task once one is resolved.
         let can_create = super::placement::eni_placement(shared).is_some();
@@ -52,6 +54,18 @@ pub async fn fill(shared: &Shared, ec2: &dyn Ec2Api) -> Result<bool, Ec2Error> {
                         // Assign or create: nothing was taken out; anything EC2 made behind a
                         // lost reply is adopted by the next describe.
                         pool.abort(a);
+                        if let (
+                            Action::AssignIps { eni_id, .. } | Action::AssignPrefixes { eni_id, .. },
+                            true,
+                        ) = (a, super::subnet_discovery::subnet_full(&e))
+                        {
+                            tracing::warn!(eni = %eni_id, "its subnet has no room ({}); growing other ENIs or creating one instead for the next {} s", crate::errors::chain(&e), vpcnet_ipam::SUBNET_FULL_MS / 1000);
+                            pool.mark_subnet_full(eni_id, now_ms());
+                            for rest in &actions[i + 1..] {
+                                pool.abort(rest);
+                            }
+                            continue 'plans;
+                        }
                     }
                     for rest in &actions[i + 1..] {
                         pool.abort(rest);

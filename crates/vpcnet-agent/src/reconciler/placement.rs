@@ -1,7 +1,8 @@
 //! Where a new secondary ENI goes: subnet and security groups.
 //!
-//! Without custom networking: the node's subnet and security groups (the primary ENI's, from
-//! IMDS, or the agent's overrides). With custom networking (the VPC CNI's
+//! Without custom networking: the node's security groups (the primary ENI's, from IMDS, or
+//! the agent's overrides) and the node's subnet, or the one subnet discovery picks
+//! ([`super::subnet_discovery`]). With custom networking (the VPC CNI's
 //! `AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG=true`): the subnet and security groups of the node's
 //! resolved ENIConfig ([`crate::kubernetes::eniconfig_watch`]), and none at all while no valid
 //! ENIConfig is resolved: no ENI is created then, never one in the node's subnet.
@@ -50,6 +51,28 @@ pub fn required(shared: &Shared) -> Result<EniPlacement, Ec2Error> {
         message: "custom networking has no valid ENIConfig for this node: no ENI is created (see /v1/eniconfig or `vpcnet inspect eniconfig`)".into(),
         source: None,
     })
+}
+
+/// The subnets (with their CIDRs) a new ENI may be created in, in the order to try: with
+/// custom networking the ENIConfig's, checked ([`checked_subnet_cidr`]; an error is recorded
+/// for the ENIConfig's status); without, the node's or those subnet discovery finds
+/// ([`super::subnet_discovery::candidates`]).
+pub async fn candidates(
+    shared: &Shared,
+    ec2: &dyn Ec2Api,
+) -> Result<Vec<super::subnet_discovery::Candidate>, Ec2Error> {
+    if shared.eniconfig.is_none() {
+        return super::subnet_discovery::candidates(shared, ec2).await;
+    }
+    let placement = required(shared)?;
+    let checked = checked_subnet_cidr(shared, ec2, &placement).await;
+    if checked.is_err() {
+        record_outcome(shared, &placement, &checked);
+    }
+    Ok(vec![super::subnet_discovery::Candidate {
+        cidr: checked?,
+        placement,
+    }])
 }
 
 /// The CIDR of `p`'s subnet, checked: without an ENIConfig, the node's (known from IMDS);

@@ -424,14 +424,14 @@ impl Ec2Api for FakeCloud {
         }))
     }
 
-    fn describe_vpc_subnets_with_tag_key<'a>(
+    fn describe_zone_subnets<'a>(
         &'a self,
         vpc_id: &'a str,
-        tag_key: &'a str,
+        zone: &'a str,
     ) -> Ec2Result<'a, Vec<Subnet>> {
         Box::pin(self.call(Action::DescribeSubnets, move |m, _| {
             Ok(m.subnets()
-                .filter(|s| s.vpc_id == vpc_id && s.tags.get(tag_key).is_some())
+                .filter(|s| s.vpc_id == vpc_id && s.az == zone)
                 .map(subnet)
                 .collect())
         }))
@@ -601,6 +601,10 @@ impl MetadataApi for FakeCloud {
     }
     fn region(&self) -> ImdsResult<'_, String> {
         let r = Ok(self.0.region.clone());
+        Box::pin(async move { r })
+    }
+    fn availability_zone(&self) -> ImdsResult<'_, String> {
+        let r = self.imds("placement/availability-zone", |_, i| Some(i.az.clone()));
         Box::pin(async move { r })
     }
     fn local_ipv4(&self) -> ImdsResult<'_, Ipv4Addr> {

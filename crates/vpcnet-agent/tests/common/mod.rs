@@ -28,10 +28,15 @@ pub struct Lab {
 }
 
 pub async fn lab(instance_type: &str) -> Lab {
+    lab_in_subnet(instance_type, "10.0.0.0/20").await
+}
+
+/// [`lab`] with the instance in a subnet of `cidr` (in VPC 10.0.0.0/16, us-east-1a).
+pub async fn lab_in_subnet(instance_type: &str, cidr: &str) -> Lab {
     let emu = Emulator::new(7);
     let vpc = emu.create_vpc("10.0.0.0/16".parse().unwrap(), &[]).unwrap();
     let subnet = emu
-        .create_subnet(&vpc.vpc_id, "10.0.0.0/20".parse().unwrap(), "us-east-1a")
+        .create_subnet(&vpc.vpc_id, cidr.parse().unwrap(), "us-east-1a")
         .unwrap();
     let server = emu.spawn().await.unwrap();
     let instance = emu
