@@ -123,22 +123,25 @@ async fn run_agent(
     done: impl Fn() -> bool,
 ) -> String {
     let mut cmd = lab.agent_command();
-    cmd.env("VPCNET_VPC_CNI_CHECKPOINT", lab.dir.path().join("aws-node.json"))
-        .env("VPCNET_CNI_CACHE_DIR", lab.dir.path().join("cni-cache"))
-        .env(
-            "VPCNET_CNI_CONFLIST",
-            lab.dir.path().join("net.d/10-vpcnet.conflist"),
-        )
-        .env("DISABLE_INTROSPECTION", "true")
-        .env("DISABLE_METRICS", "true")
-        .env("VPCNET_NODE_DATAPATH", "false")
-        .env("CLUSTER_NAME", "lab")
-        .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
+    cmd.env(
+        "VPCNET_VPC_CNI_CHECKPOINT",
+        lab.dir.path().join("aws-node.json"),
+    )
+    .env("VPCNET_CNI_CACHE_DIR", lab.dir.path().join("cni-cache"))
+    .env(
+        "VPCNET_CNI_CONFLIST",
+        lab.dir.path().join("net.d/10-vpcnet.conflist"),
+    )
+    .env("DISABLE_INTROSPECTION", "true")
+    .env("DISABLE_METRICS", "true")
+    .env("VPCNET_NODE_DATAPATH", "false")
+    .env("CLUSTER_NAME", "lab")
+    .env("RUST_LOG", "info")
+    .env("NO_COLOR", "1")
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .kill_on_drop(true);
     for (k, v) in extra {
         cmd.env(k, v);
     }
@@ -263,8 +266,16 @@ async fn a_full_node_subnet_sends_the_next_eni_to_the_tagged_subnet_of_the_zone(
     ] {
         assert_eq!(enis_in(&lab, s), 0, "{s}");
     }
-    assert_eq!(creates(&lab), vec![None], "one CreateNetworkInterface, taken\n{out}");
-    assert_eq!(lab.emu.subnet_available(&node), Some(3), "nothing taken there");
+    assert_eq!(
+        creates(&lab),
+        vec![None],
+        "one CreateNetworkInterface, taken\n{out}"
+    );
+    assert_eq!(
+        lab.emu.subnet_available(&node),
+        Some(3),
+        "nothing taken there"
+    );
     // One at start (is the node's subnet tagged 0?), one for the new ENI.
     assert_eq!(calls(&lab, "DescribeSubnets").len(), 2, "{out}");
 }
@@ -296,7 +307,9 @@ async fn prefixes_skip_fragmented_subnets_to_the_next_that_has_a_free_block() {
     occupy(
         &lab,
         &whole,
-        &(4..10).map(|o| Ipv4Addr::new(10, 0, 6, o)).collect::<Vec<_>>(),
+        &(4..10)
+            .map(|o| Ipv4Addr::new(10, 0, 6, o))
+            .collect::<Vec<_>>(),
     )
     .await;
     let pd = [
@@ -328,7 +341,11 @@ async fn prefixes_skip_fragmented_subnets_to_the_next_that_has_a_free_block() {
     let out = run_agent(&lab, &pd, Duration::from_secs(30), grown).await;
     assert_eq!(secondary_enis(&lab), vec![(whole.clone(), 0, 1)], "{out}");
     // Most free first: the node's /24, the tagged /26, then the whole /26.
-    assert_eq!(moved_on_from(&out), vec![node, zone.tagged.clone()], "{out}");
+    assert_eq!(
+        moved_on_from(&out),
+        vec![node, zone.tagged.clone()],
+        "{out}"
+    );
     assert_eq!(
         creates(&lab),
         vec![
@@ -391,6 +408,8 @@ async fn a_node_subnet_tagged_0_gets_no_eni_and_with_discovery_serves_no_pod() {
 /// Whether the agent has been refused an ENI for the excluded node subnet: a describe of it
 /// happened after the primary ENI was grown (the refusal needs no EC2 call of its own).
 fn out_has_refusal(lab: &Lab) -> bool {
-    calls(lab, "AssignPrivateIpAddresses").iter().any(|r| r.error_code.is_none())
+    calls(lab, "AssignPrivateIpAddresses")
+        .iter()
+        .any(|r| r.error_code.is_none())
         && calls(lab, "DescribeSubnets").len() >= 2
 }

@@ -26,39 +26,6 @@ use common::*;
 const NS: &str = "cn";
 const CONDITION: &str = "vpcnet.io/ENIConfigResolved";
 
-/// Every `<tag>` text of an EC2 XML answer, in order.
-fn xml_all(xml: &str, tag: &str) -> Vec<String> {
-    let open = format!("<{tag}>");
-    xml.match_indices(&open)
-        .map(|(i, _)| {
-            let start = i + open.len();
-            let end = start + xml[start..].find('<').unwrap();
-            xml[start..end].to_string()
-        })
-        .collect()
-}
-
-fn xml_first(xml: &str, tag: &str) -> String {
-    xml_all(xml, tag)
-        .into_iter()
-        .next()
-        .unwrap_or_else(|| panic!("no {tag} in {xml}"))
-}
-
-/// (subnet ID, CIDR) of the lab subnet tagged `Name=name`.
-fn subnet(lab: &Lab, name: &str) -> (String, Ipv4Net) {
-    let xml = lab
-        .ec2(
-            "DescribeSubnets",
-            &[("Filter.1.Name", "tag:Name"), ("Filter.1.Value.1", name)],
-        )
-        .unwrap();
-    (
-        xml_first(&xml, "subnetId"),
-        xml_first(&xml, "cidrBlock").parse().unwrap(),
-    )
-}
-
 fn create_group(lab: &Lab, vpc: &str, name: &str) -> String {
     let xml = lab
         .ec2(

@@ -55,7 +55,8 @@ pub async fn fill(shared: &Shared, ec2: &dyn Ec2Api) -> Result<bool, Ec2Error> {
                         // lost reply is adopted by the next describe.
                         pool.abort(a);
                         if let (
-                            Action::AssignIps { eni_id, .. } | Action::AssignPrefixes { eni_id, .. },
+                            Action::AssignIps { eni_id, .. }
+                            | Action::AssignPrefixes { eni_id, .. },
                             true,
                         ) = (a, super::subnet_discovery::subnet_full(&e))
                         {

@@ -115,7 +115,10 @@ fn node_candidate(shared: &Shared) -> Candidate {
 pub async fn candidates(shared: &Shared, ec2: &dyn Ec2Api) -> Result<Vec<Candidate>, Ec2Error> {
     let f = &shared.facts;
     if !shared.opts.subnet_discovery {
-        return match ec2.describe_subnets(std::slice::from_ref(&f.subnet_id)).await {
+        return match ec2
+            .describe_subnets(std::slice::from_ref(&f.subnet_id))
+            .await
+        {
             Ok(v) if v.iter().any(|s| role(s) == "0") => Err(no_subnet(format!(
                 "the node's subnet {} is tagged {CNI_ROLE_TAG}=0 and ENABLE_SUBNET_DISCOVERY \
                  is false: no ENI is created; remove the tag, or set \

@@ -9,6 +9,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use ipnet::Ipv4Net;
 use quick_xml::events::Event;
 use vpcnet_ipam::Checkpoint;
 use vpcnet_lab::lab::{Lab, LabGuard, UpOptions};
@@ -279,4 +280,37 @@ pub fn rules_for(node: &NodeRecord, ip: Ipv4Addr) -> Vec<String> {
         .filter(|l| l.split_whitespace().any(|w| w == ip_s))
         .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
         .collect()
+}
+
+/// Every `<tag>` text of an EC2 XML answer, in order.
+pub fn xml_all(xml: &str, tag: &str) -> Vec<String> {
+    let open = format!("<{tag}>");
+    xml.match_indices(&open)
+        .map(|(i, _)| {
+            let start = i + open.len();
+            let end = start + xml[start..].find('<').unwrap();
+            xml[start..end].to_string()
+        })
+        .collect()
+}
+
+pub fn xml_first(xml: &str, tag: &str) -> String {
+    xml_all(xml, tag)
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("no {tag} in {xml}"))
+}
+
+/// (subnet ID, CIDR) of the lab subnet tagged `Name=name`.
+pub fn subnet(lab: &Lab, name: &str) -> (String, Ipv4Net) {
+    let xml = lab
+        .ec2(
+            "DescribeSubnets",
+            &[("Filter.1.Name", "tag:Name"), ("Filter.1.Value.1", name)],
+        )
+        .unwrap();
+    (
+        xml_first(&xml, "subnetId"),
+        xml_first(&xml, "cidrBlock").parse().unwrap(),
+    )
 }
