@@ -80,6 +80,15 @@ impl Pool {
         self.conntrack.len()
     }
 
+    /// Addresses whose cooldown is over but which still wait for their flush (one that failed,
+    /// or one about to run): kept from new pods.
+    pub fn conntrack_overdue(&self, now_ms: u64) -> usize {
+        self.conntrack
+            .keys()
+            .filter(|ip| self.cooldown_end(**ip).is_none_or(|end| end <= now_ms))
+            .count()
+    }
+
     /// Whether `ip` waits for its conntrack entries to be deleted before reuse.
     pub fn conntrack_pending(&self, ip: Ipv4Addr) -> bool {
         self.conntrack.contains_key(&ip)
@@ -159,6 +168,8 @@ mod tests {
         assert_eq!(p.next_conntrack_due_ms(), Some(31_000));
         assert_eq!(p.conntrack_due(31_000), vec![ip]);
         assert_eq!(p.conntrack_unflushed(), 1);
+        assert_eq!(p.conntrack_overdue(30_999), 0);
+        assert_eq!(p.conntrack_overdue(31_000), 1);
     }
 
     #[test]
