@@ -49,9 +49,7 @@ pub async fn flush_due(shared: &Shared) -> Round {
     }
     match node.flush_conntrack(&due).await {
         Ok(report) => {
-            shared
-                .metrics
-                .add_conntrack_flushed_entries(report.deleted);
+            shared.metrics.add_conntrack_flushed_entries(report.deleted);
             let ips: Vec<_> = due.iter().copied().collect();
             let cleared = shared.pool().conntrack_flushed(&ips, started);
             if report.deleted > 0 {

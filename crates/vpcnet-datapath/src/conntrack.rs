@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use netlink_packet_core::{
-    DefaultNla, Nla, NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_DUMP,
+    DefaultNla, NetlinkHeader, NetlinkMessage, NetlinkPayload, Nla, NLM_F_ACK, NLM_F_DUMP,
     NLM_F_REQUEST,
 };
 use netlink_packet_netfilter::conntrack::{ConntrackAttribute, ConntrackMessage, IPTuple, Tuple};
@@ -171,11 +171,9 @@ fn flush_blocking(netns: Option<&Path>, ips: &BTreeSet<Ipv4Addr>) -> Result<Flus
 
 fn enter(path: &Path) -> Result<()> {
     let fd = crate::netns::open(path)?;
-    nix::sched::setns(fd.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| {
-        Error::Netns {
-            path: path.display().to_string(),
-            source: std::io::Error::from(e),
-        }
+    nix::sched::setns(fd.as_fd(), nix::sched::CloneFlags::CLONE_NEWNET).map_err(|e| Error::Netns {
+        path: path.display().to_string(),
+        source: std::io::Error::from(e),
     })
 }
 
@@ -201,7 +199,8 @@ fn io(what: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
 
 impl Conn {
     fn open() -> Result<Conn> {
-        let mut socket = Socket::new(NETLINK_NETFILTER).map_err(io("open conntrack netlink socket"))?;
+        let mut socket =
+            Socket::new(NETLINK_NETFILTER).map_err(io("open conntrack netlink socket"))?;
         socket
             .bind_auto()
             .map_err(io("bind conntrack netlink socket"))?;
