@@ -12,7 +12,7 @@
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr};
 use std::os::fd::AsFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use netlink_packet_core::{
@@ -333,14 +333,6 @@ impl Conn {
         })?;
         Ok(existed)
     }
-}
-
-/// Where a flush acts, for messages: the namespace path or the agent's own.
-pub fn place(netns: Option<&Path>) -> String {
-    netns.map_or_else(
-        || "the node's network namespace".to_string(),
-        |p| PathBuf::from(p).display().to_string(),
-    )
 }
 
 #[cfg(test)]
