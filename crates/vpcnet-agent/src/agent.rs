@@ -246,6 +246,9 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
         &mut tasks,
     )
     .await?;
+    // Addresses restored cooled down from the checkpoint are flushed before any is handed out
+    // (a failure leaves them to the flush task's retries).
+    crate::conntrack::flush_due(&shared).await;
     bring_up(&shared, ec2.as_ref(), found.enis, policy).await?;
     let time_to_ready = started.elapsed();
     tracing::info!(summary = ?shared.pool().summary(now_ms()), ?time_to_ready, "pool ready; serving");
@@ -471,6 +474,11 @@ fn warm_config(
     // Custom networking, or the node's subnet excluded from subnet discovery: pods use
     // secondary ENIs (the ENIConfig's or discovered subnets) only.
     c.primary_eni_for_pods = opts.custom_networking.is_none() && !primary_excluded;
+    // Released addresses wait for the node's conntrack entries of them to be deleted.
+    c.conntrack_flush = opts
+        .node_network
+        .as_ref()
+        .is_some_and(|n| n.tracks_connections());
     c.validate().context("warm-pool settings")?;
     if c.prefix_delegation && !limits.supports_prefix_delegation() {
         anyhow::bail!("ENABLE_PREFIX_DELEGATION=true needs a Nitro instance type; {} is not (unset ENABLE_PREFIX_DELEGATION)", limits.instance_type);
@@ -552,6 +560,14 @@ fn spawn_background(
                 }
             }
         });
+    }
+    if shared.pool().config().conntrack_flush {
+        tasks.essential(
+            "conntrack-flush",
+            shared,
+            stop,
+            crate::conntrack::run(shared.clone(), stop.clone()),
+        );
     }
     // Not essential: without link events the periodic audit still notices a vanished ENI.
     if let Some(watcher) = crate::datapath_audit::link_watcher(shared, stop.clone()) {

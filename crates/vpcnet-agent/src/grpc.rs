@@ -188,6 +188,7 @@ impl CniBackend for Backend {
                 }
                 self.shared.update_gauges();
                 self.shared.wake.notify_one();
+                self.shared.conntrack_wake.notify_one();
                 tracing::info!(container = %key.container_id, ifname = %key.if_name, ip = %a.ip, "released");
                 let (primary, dev) = eni.unwrap_or((true, 0));
                 DelNetworkReply {
@@ -246,6 +247,7 @@ impl CniBackend for Backend {
             let _ = self.shared.persist().await;
             self.shared.update_gauges();
             self.shared.wake.notify_one();
+            self.shared.conntrack_wake.notify_one();
             tracing::info!(released = gone.len(), "garbage collected stale assignments");
         }
         Ok(Response::new(GarbageCollectReply {

@@ -13,6 +13,7 @@ pub mod checkpoint_file;
 pub mod cloud;
 pub mod cni_cache;
 pub mod config;
+pub mod conntrack;
 pub mod datapath_audit;
 mod docs;
 pub mod errors;

@@ -508,6 +508,27 @@ metrics! {
             "vpcnet_eni_interface_gone_count",
             "The number of secondary ENI interfaces that disappeared from the node"
             => inc inc_eni_interface_gone;
+        ["conntrack"]
+        /// Connection-tracking entries of released pod addresses deleted from the node (at the
+        /// release and again when the cooldown ends), so a new pod given the address does not
+        /// inherit the old pod's flows.
+        conntrack_flushed_entries: PlainCounter = PlainCounter::default(),
+            "vpcnet_conntrack_flushed_entries",
+            "The number of conntrack entries of released pod IPs deleted from the node"
+            => add add_conntrack_flushed_entries;
+        /// Conntrack flushes that failed (the kernel refused or did not answer); the addresses
+        /// of a failed flush at the end of their cooldown are not handed out until a retry
+        /// succeeds.
+        conntrack_flush_failures: PlainCounter = PlainCounter::default(),
+            "vpcnet_conntrack_flush_failures",
+            "The number of failed conntrack flushes of released pod IPs"
+            => inc inc_conntrack_flush_failure;
+        /// Released addresses whose cooldown is over but whose conntrack entries are not yet
+        /// known to be gone: not assignable. Stays above 0 only while flushes fail.
+        conntrack_held_ip_addresses: Gauge = Gauge::default(),
+            "vpcnet_conntrack_held_ip_addresses",
+            "The number of cooled-down IPs held back until their conntrack entries are deleted"
+            => set set_conntrack_held_ip_addresses;
     }
 }
 

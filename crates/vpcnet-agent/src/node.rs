@@ -133,6 +133,23 @@ pub trait NodeNetwork: Send + Sync + 'static {
         Box::pin(async { Ok(None) })
     }
 
+    /// Whether the node tracks connections that [`NodeNetwork::flush_conntrack`] can delete:
+    /// released addresses then wait for their entries to be deleted before reuse
+    /// ([`crate::conntrack`]). False (the default): fakes in tests, nothing to flush.
+    fn tracks_connections(&self) -> bool {
+        false
+    }
+
+    /// Deletes the node's connection-tracking entries whose original or reply tuple has one of
+    /// `ips` as source or destination. `Ok` with nothing deleted: the default.
+    fn flush_conntrack<'a>(
+        &'a self,
+        ips: &'a BTreeSet<Ipv4Addr>,
+    ) -> BoxFuture<'a, anyhow::Result<vpcnet_datapath::conntrack::FlushReport>> {
+        let _ = ips;
+        Box::pin(async { Ok(Default::default()) })
+    }
+
     /// Links removed from the node from now on (netlink `RTM_DELLINK`), so a secondary ENI
     /// whose interface vanishes is noticed at once. `Ok(None)`: no events (the default).
     fn removed_links(
@@ -263,6 +280,21 @@ impl NodeNetwork for NetlinkNode {
             crate::datapath_audit::netlink_audit(self, req)
                 .await
                 .map(Some)
+        })
+    }
+
+    fn tracks_connections(&self) -> bool {
+        true
+    }
+
+    fn flush_conntrack<'a>(
+        &'a self,
+        ips: &'a BTreeSet<Ipv4Addr>,
+    ) -> BoxFuture<'a, anyhow::Result<vpcnet_datapath::conntrack::FlushReport>> {
+        Box::pin(async move {
+            vpcnet_datapath::conntrack::flush(self.netns.as_deref(), ips)
+                .await
+                .context("deleting conntrack entries")
         })
     }
 

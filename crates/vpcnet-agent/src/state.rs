@@ -65,6 +65,8 @@ pub struct Shared {
     pool: Mutex<Pool>,
     /// Wakes the reconciler (an ADD took the pool below target, or a DEL freed something).
     pub wake: Notify,
+    /// Wakes the conntrack flush ([`crate::conntrack`]): an address was released.
+    pub conntrack_wake: Notify,
     /// The pool has been filled once: ADD may be served.
     pub ready: AtomicBool,
     /// ENI id → attachment id, from EC2 (needed to detach).
@@ -124,6 +126,7 @@ impl Shared {
             facts,
             pool: Mutex::new(pool),
             wake: Notify::new(),
+            conntrack_wake: Notify::new(),
             ready: AtomicBool::new(false),
             attachments: Mutex::new(BTreeMap::new()),
             foreign_devices: Mutex::new(Vec::new()),
@@ -217,6 +220,7 @@ impl Shared {
         m.set_total_ip_addresses(s.total_ips as u64);
         m.set_assigned_ip_addresses(s.assigned_ips as u64);
         m.set_cooldown_ip_addresses(s.cooling_ips as u64);
+        m.set_conntrack_held_ip_addresses(pool.conntrack_overdue(now_ms()) as u64);
         m.set_eni_allocated(s.enis as u64);
         m.set_eni_max(s.max_enis as u64);
         m.set_ip_max(s.max_ips as u64);

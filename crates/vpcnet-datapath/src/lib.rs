@@ -9,6 +9,8 @@
 //! - node: the periodic audit that repairs and reports drift of all this ([`audit`] for pods,
 //!   [`prereq`] for forwarding, ENI tables, firewall) and link removals as they happen
 //!   ([`link_watch`]);
+//! - node: deleting the connection-tracking entries of released pod addresses before reuse
+//!   ([`conntrack`]);
 //! - node: SNAT of VPC-external traffic to the primary IP and the connmark that sends replies
 //!   out of the primary ENI, as one nftables table `ip vpcnet` ([`firewall`]).
 //!
@@ -17,6 +19,7 @@
 //! thread's network namespace.
 
 pub mod audit;
+pub mod conntrack;
 pub mod error;
 pub mod firewall;
 pub mod host;

@@ -60,6 +60,12 @@ pub struct WarmConfig {
     /// Addresses already on it (from before) stay attached and unused.
     #[serde(default = "yes")]
     pub primary_eni_for_pods: bool,
+    /// Whether a released address waits, besides its cooldown, for the node's connection
+    /// tracking entries of it to be deleted before reuse ([`crate::Pool::conntrack_due`]).
+    /// The agent sets it when it manages a node datapath that tracks connections; false
+    /// (the default) leaves the cooldown alone in charge.
+    #[serde(default)]
+    pub conntrack_flush: bool,
 }
 
 fn yes() -> bool {
@@ -105,6 +111,7 @@ impl WarmConfig {
             cooldown_ms: DEFAULT_COOLDOWN_MS,
             surplus_hold_ms: DEFAULT_COOLDOWN_MS,
             primary_eni_for_pods: true,
+            conntrack_flush: false,
         }
     }
 

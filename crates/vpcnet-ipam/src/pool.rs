@@ -13,6 +13,7 @@ use crate::config::WarmConfig;
 use crate::model::{Assignment, Eni, EniObservation, IpSet, PodKey, PodRef};
 use crate::plan::Action;
 
+mod conntrack;
 mod drift;
 #[cfg(test)]
 mod fixtures;
@@ -151,6 +152,9 @@ pub struct Pool {
     by_ip: BTreeMap<Ipv4Addr, PodKey>,
     /// Address → release time (ms since the epoch).
     cooldowns: BTreeMap<Ipv4Addr, u64>,
+    /// Released addresses whose node connection-tracking entries are not known to be gone
+    /// since their cooldown ended: never handed out while listed ([`Pool::conntrack_due`]).
+    conntrack: BTreeMap<Ipv4Addr, conntrack::Stage>,
     releasing: IpSet,
     releasing_prefixes: BTreeSet<Ipv4Net>,
     /// Releases whose EC2 outcome is unknown (timeout, 5xx, lost reply): the addresses stay
@@ -186,6 +190,7 @@ impl Pool {
             assignments: BTreeMap::new(),
             by_ip: BTreeMap::new(),
             cooldowns: BTreeMap::new(),
+            conntrack: BTreeMap::new(),
             releasing: IpSet::new(),
             releasing_prefixes: BTreeSet::new(),
             unsettled: IpSet::new(),
@@ -244,6 +249,7 @@ impl Pool {
         !self.by_ip.contains_key(&ip)
             && !self.releasing.contains(&ip)
             && !self.is_cooling(ip, now_ms)
+            && !self.conntrack.contains_key(&ip)
             && !self.releasing_prefixes.iter().any(|p| p.contains(&ip))
     }
 
@@ -329,7 +335,7 @@ impl Pool {
         };
         self.by_ip.insert(ip, key.clone());
         self.assignments.insert(key, a);
-        self.cooldowns.remove(&ip);
+        self.uncool(ip);
         self.note_low_water(now_ms);
         Ok(Granted {
             ip,
@@ -413,7 +419,7 @@ impl Pool {
         self.by_ip.remove(&a.ip);
         self.reclaim_misses.remove(key);
         if self.eni_of(a.ip).is_some() {
-            self.cooldowns.insert(a.ip, now_ms);
+            self.cool(a.ip, now_ms);
         }
         Some(a)
     }
@@ -436,7 +442,7 @@ impl Pool {
         if self.by_ip.contains_key(&a.ip) || self.assignments.contains_key(&key) {
             return false;
         }
-        self.cooldowns.remove(&a.ip);
+        self.uncool(a.ip);
         self.by_ip.insert(a.ip, key.clone());
         self.assignments.insert(key, a);
         true
@@ -470,7 +476,7 @@ impl Pool {
             return false;
         };
         self.by_ip.insert(ip, key.clone());
-        self.cooldowns.remove(&ip);
+        self.uncool(ip);
         self.assignments.insert(
             key,
             Assignment {
@@ -579,7 +585,7 @@ impl Pool {
                         continue;
                     }
                     s.total += 1;
-                    if self.is_cooling(ip, now_ms) && !self.by_ip.contains_key(&ip) {
+                    if self.held_back(ip, now_ms) && !self.by_ip.contains_key(&ip) {
                         s.cooling += 1;
                     }
                     if self.assignable(ip, now_ms) {
@@ -596,7 +602,7 @@ impl Pool {
                     let (mut all_free, mut all_held) = (true, true);
                     for ip in Eni::prefix_addresses(p) {
                         s.total += 1;
-                        if self.is_cooling(ip, now_ms) && !self.by_ip.contains_key(&ip) {
+                        if self.held_back(ip, now_ms) && !self.by_ip.contains_key(&ip) {
                             s.cooling += 1;
                         }
                         if self.assignable(ip, now_ms) {
@@ -771,7 +777,7 @@ impl Pool {
     pub fn remove_ips(&mut self, eni_id: &str, ips: &[Ipv4Addr]) {
         for ip in ips {
             self.releasing.remove(ip);
-            self.cooldowns.remove(ip);
+            self.uncool(*ip);
             if let Some(e) = self.enis.get_mut(eni_id) {
                 e.ips.remove(ip);
             }
@@ -783,6 +789,7 @@ impl Pool {
         for p in prefixes {
             self.releasing_prefixes.remove(p);
             self.cooldowns.retain(|ip, _| !p.contains(ip));
+            self.conntrack.retain(|ip, _| !p.contains(ip));
             if let Some(e) = self.enis.get_mut(eni_id) {
                 e.prefixes.remove(p);
             }
@@ -796,7 +803,7 @@ impl Pool {
         if let Some(e) = self.enis.remove(eni_id) {
             for (ip, _) in e.addresses() {
                 self.releasing.remove(&ip);
-                self.cooldowns.remove(&ip);
+                self.uncool(ip);
             }
             for p in e.prefixes.keys() {
                 self.releasing_prefixes.remove(p);
@@ -878,7 +885,7 @@ impl Pool {
             for ip in &fresh {
                 if let UnknownIpPolicy::Cooling { settle_ms } = unknown {
                     if !self.by_ip.contains_key(ip) && !self.cooldowns.contains_key(ip) {
-                        self.cooldowns.insert(*ip, now_ms.saturating_add(settle_ms));
+                        self.cool(*ip, now_ms.saturating_add(settle_ms));
                     }
                 }
             }
@@ -891,6 +898,7 @@ impl Pool {
             .flat_map(|e| e.addresses().map(|(ip, _)| ip))
             .collect();
         self.cooldowns.retain(|ip, _| held.contains(ip));
+        self.conntrack.retain(|ip, _| held.contains(ip));
         self.releasing.retain(|ip| held.contains(ip));
         let prefixes: BTreeSet<Ipv4Net> = self
             .enis
@@ -951,7 +959,7 @@ impl Pool {
         }
         for ip in back {
             if !self.by_ip.contains_key(&ip) {
-                self.cooldowns.insert(ip, now_ms);
+                self.cool(ip, now_ms);
             }
         }
     }
@@ -1010,6 +1018,11 @@ impl Pool {
         for c in &cp.cooldowns {
             if !self.by_ip.contains_key(&c.ip) {
                 self.cooldowns.insert(c.ip, c.released_at_ms);
+                // Whether its entries were flushed after the cooldown is not persisted: flush
+                // again (due at once when the cooldown is over) before reuse.
+                if self.cfg.conntrack_flush {
+                    self.conntrack.insert(c.ip, conntrack::Stage::Flushed);
+                }
             }
         }
         Ok(())

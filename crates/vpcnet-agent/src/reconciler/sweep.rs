@@ -101,6 +101,7 @@ pub async fn reclaim_unrouted(shared: &Shared) {
     let _ = shared.persist().await;
     shared.update_gauges();
     shared.wake.notify_one();
+    shared.conntrack_wake.notify_one();
 }
 
 /// Whether a detached ENI of ours is old enough to delete: its `createdAt` tag (RFC 3339) is
