@@ -154,8 +154,12 @@ pub async fn client(
         return Err(AnnotateError::NoApi);
     };
     let mut rx = rx.clone();
-    match tokio::time::timeout_at(deadline, rx.wait_for(|c| c.is_some())).await {
-        Ok(Ok(c)) => Ok(c.clone().expect("waited for Some")),
+    let waited = tokio::time::timeout_at(deadline, async {
+        rx.wait_for(|c| c.is_some()).await.map(|c| c.clone())
+    })
+    .await;
+    match waited {
+        Ok(Ok(c)) => Ok(c.expect("waited for Some")),
         Ok(Err(_)) => Err(AnnotateError::NoApi),
         Err(_) => Err(AnnotateError::NotConnected {
             pod: pod.to_string(),
@@ -175,7 +179,8 @@ pub async fn annotate_added(
     let pod = format!("{namespace}/{name}");
     let what = "setting";
     let api: Api<Pod> = Api::namespaced(client, namespace);
-    let call = api.patch(name, &PatchParams::default(), &Patch::Merge(add_patch(ip)));
+    let (params, patch) = (PatchParams::default(), Patch::Merge(add_patch(ip)));
+    let call = api.patch(name, &params, &patch);
     match tokio::time::timeout_at(deadline, call).await {
         Ok(Ok(_)) => Ok(Annotated::Patched),
         Ok(Err(e)) if is_not_found(&e) => Ok(Annotated::PodGone),
@@ -218,11 +223,8 @@ pub async fn clear_released(
             return Ok(outcome);
         }
         let rv = current.metadata.resource_version.unwrap_or_default();
-        let call = api.patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(clear_patch(&rv)),
-        );
+        let (params, patch) = (PatchParams::default(), Patch::Merge(clear_patch(&rv)));
+        let call = api.patch(name, &params, &patch);
         match tokio::time::timeout_at(deadline, call).await {
             Ok(Ok(_)) => return Ok(Cleared::Cleared),
             Ok(Err(e)) if is_not_found(&e) => return Ok(Cleared::PodGone),
@@ -297,7 +299,7 @@ mod tests {
     #[tokio::test]
     async fn without_an_api_client_the_error_says_how_to_configure_one() {
         let now = tokio::time::Instant::now();
-        let e = client(None, "default/p", now, now).await.unwrap_err();
+        let e = client(None, "default/p", now, now).await.err().unwrap();
         assert!(matches!(e, AnnotateError::NoApi));
         assert!(e.to_string().contains("CLUSTER_ENDPOINT"), "{e}");
         // A client task that ended without connecting (no API configured): the same.
@@ -305,13 +307,15 @@ mod tests {
         drop(tx);
         let e = client(Some(&rx), "default/p", now + Duration::from_secs(1), now)
             .await
-            .unwrap_err();
+            .err()
+            .unwrap();
         assert!(matches!(e, AnnotateError::NoApi), "{e}");
         // Not connected yet: bounded by the deadline.
         let (_tx, rx) = watch::channel(None);
         let e = client(Some(&rx), "default/p", now + Duration::from_millis(50), now)
             .await
-            .unwrap_err();
+            .err()
+            .unwrap();
         assert!(
             matches!(e, AnnotateError::NotConnected { .. }) && e.to_string().contains("default/p"),
             "{e}"
