@@ -222,3 +222,24 @@ async fn subnet_discovery_is_refused_when_the_vpc_cni_would_use_another_subnet()
         .unwrap();
     accepted_run(&lab, &[("CLUSTER_NAME", "lab")]).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn annotate_pod_ip_and_manage_enis_non_schedulable_are_no_longer_refused() {
+    // Refused before they were implemented (ANNOTATE_POD_IP=true, and the VPC CNI's default
+    // AWS_MANAGE_ENIS_NON_SCHEDULABLE=false): now the agent starts and, without a Kubernetes
+    // API server, manages ENIs as before.
+    let lab = lab("m5.large").await;
+    let run = accepted_run(
+        &lab,
+        &[
+            ("ANNOTATE_POD_IP", "true"),
+            ("AWS_MANAGE_ENIS_NON_SCHEDULABLE", "false"),
+            ("MY_NODE_NAME", "ip-10-0-0-1.ec2.internal"),
+        ],
+    )
+    .await;
+    assert!(run.mutating > 0, "the pool did not grow:\n{}", run.output);
+    assert!(!run.output.contains("refused"), "{}", run.output);
+    let run = accepted_run(&lab, &[("AWS_MANAGE_ENIS_NON_SCHEDULABLE", "true")]).await;
+    assert!(!run.output.contains("refused"), "{}", run.output);
+}
