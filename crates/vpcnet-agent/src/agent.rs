@@ -260,7 +260,14 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
             .with_context(|| format!("writing CNI conflist {}", path.display()))?;
     }
     spawn_background(&shared, &ec2, &found.imds, &stop_rx, &mut tasks);
-    spawn_api_client(&shared, &limits, started, kube_clients, &stop_rx, &mut tasks);
+    spawn_api_client(
+        &shared,
+        &limits,
+        started,
+        kube_clients,
+        &stop_rx,
+        &mut tasks,
+    );
     Ok(AgentHandle {
         shared,
         introspection_addr,

@@ -200,7 +200,10 @@ impl std::fmt::Debug for AgentOptions {
             .field("shutdown_timeout", &self.shutdown_timeout)
             .field("custom_networking", &self.custom_networking)
             .field("annotate_pod_ip", &self.annotate_pod_ip)
-            .field("manage_enis_non_schedulable", &self.manage_enis_non_schedulable)
+            .field(
+                "manage_enis_non_schedulable",
+                &self.manage_enis_non_schedulable,
+            )
             .finish_non_exhaustive()
     }
 }

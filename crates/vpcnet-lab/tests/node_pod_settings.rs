@@ -50,6 +50,24 @@ fn pod_manifest(name: &str, node: &str) -> String {
     .to_string()
 }
 
+/// Creates the pod, retrying while the API server refuses it for a cause of the fresh
+/// cluster (the namespace's `default` service account not created yet).
+fn create_pod(k: &Kubectl, name: &str, node: &str) {
+    let manifest = pod_manifest(name, node);
+    let mut last = String::new();
+    wait_until(
+        &format!("pod {name} created (last: {last})"),
+        Duration::from_secs(60),
+        || match k.apply(&manifest) {
+            Ok(()) => true,
+            Err(e) => {
+                last = format!("{e:#}");
+                false
+            }
+        },
+    );
+}
+
 fn pod_json(k: &Kubectl, name: &str) -> Value {
     k.json(&["get", "pod", "-n", "default", name]).unwrap()
 }
@@ -59,7 +77,10 @@ fn running_ip(k: &Kubectl, name: &str, timeout: Duration) -> String {
     let mut ip = String::new();
     wait_until(&format!("pod {name} Running"), timeout, || {
         let p = pod_json(k, name);
-        ip = p["status"]["podIP"].as_str().unwrap_or_default().to_string();
+        ip = p["status"]["podIP"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         p["status"]["phase"] == "Running" && !ip.is_empty()
     });
     ip
@@ -111,7 +132,7 @@ fn pod_ip_annotation_and_no_eni_management_while_cordoned() {
             let name = n.k8s_name.clone();
 
             // ANNOTATE_POD_IP=true: the pod carries its address.
-            k.apply(&pod_manifest("annotated", &name)).unwrap();
+            create_pod(&k, "annotated", &name);
             let ip = running_ip(&k, "annotated", Duration::from_secs(120));
             let got = pod_json(&k, "annotated")["metadata"]["annotations"][ANNOTATION].clone();
             assert_eq!(got, ip.as_str(), "{ANNOTATION} of pod annotated");
@@ -127,7 +148,7 @@ fn pod_ip_annotation_and_no_eni_management_while_cordoned() {
             .unwrap();
             lab.stop_agent("n1").unwrap();
             lab.start_agent("n1").unwrap();
-            k.apply(&pod_manifest("plain", &name)).unwrap();
+            create_pod(&k, "plain", &name);
             running_ip(&k, "plain", Duration::from_secs(120));
             let plain = pod_json(&k, "plain");
             assert!(
@@ -160,17 +181,18 @@ fn pod_ip_annotation_and_no_eni_management_while_cordoned() {
             let seq = last_seq(lab);
             let names: Vec<String> = (0..10).map(|i| format!("c{i}")).collect();
             for p in &names {
-                k.apply(&pod_manifest(p, &name)).unwrap();
+                create_pod(&k, p, &name);
             }
             // Ten more pods than the one free address: kubelet tries them (and retries) while
             // the agent's reconcile interval is 2 s.
             std::thread::sleep(Duration::from_secs(25));
             let calls = growth_calls(lab, seq);
-            assert!(
-                calls.is_empty(),
-                "pool growth while cordoned: {calls:?}"
+            assert!(calls.is_empty(), "pool growth while cordoned: {calls:?}");
+            assert_eq!(
+                describe_node_enis(lab, &n).len(),
+                1,
+                "an ENI while cordoned"
             );
-            assert_eq!(describe_node_enis(lab, &n).len(), 1, "an ENI while cordoned");
             let up = running(&k, &names);
             assert!(up <= 1, "{up} pods got addresses while the pool had 1 free");
             assert_eq!(lab.agent_get("n1", "/healthz").unwrap().0, 200);

@@ -66,21 +66,14 @@ pub fn set_paused(shared: &Shared, paused: bool, node: &str) {
             "Node {node} is unschedulable (taint {UNSCHEDULABLE_TAINT}:NoSchedule): ENI management paused, no ENI or address is added and no ENI deleted until it is schedulable again (AWS_MANAGE_ENIS_NON_SCHEDULABLE=false; set it to true to manage ENIs anyway)"
         );
     } else {
-        tracing::info!(
-            node,
-            "Node {node} is schedulable: ENI management resumed"
-        );
+        tracing::info!(node, "Node {node} is schedulable: ENI management resumed");
     }
     shared.wake.notify_one();
 }
 
 /// The watch task: waits for the API client (a new client after a reconnect restarts the
 /// watcher) and follows the Node `node` until the agent stops. Never returns an error.
-pub async fn run(
-    shared: Arc<Shared>,
-    node: String,
-    mut clients: watch::Receiver<Option<Client>>,
-) {
+pub async fn run(shared: Arc<Shared>, node: String, mut clients: watch::Receiver<Option<Client>>) {
     loop {
         let client = match clients.wait_for(|c| c.is_some()).await {
             Ok(c) => c.clone().expect("waited for Some"),

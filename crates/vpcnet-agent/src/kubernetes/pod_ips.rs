@@ -55,7 +55,9 @@ pub enum AnnotateError {
         hint: &'static str,
     },
     /// No answer in time.
-    #[error("pod {pod}: {what} {POD_IPS_ANNOTATION}: no answer from the API server within {timeout:?}")]
+    #[error(
+        "pod {pod}: {what} {POD_IPS_ANNOTATION}: no answer from the API server within {timeout:?}"
+    )]
     Timeout {
         pod: String,
         what: &'static str,
@@ -285,7 +287,10 @@ mod tests {
             ..Default::default()
         }));
         let msg = api_error("default/web-1", "setting", e).to_string();
-        assert!(msg.starts_with("pod default/web-1: setting vpc.amazonaws.com/pod-ips: "), "{msg}");
+        assert!(
+            msg.starts_with("pod default/web-1: setting vpc.amazonaws.com/pod-ips: "),
+            "{msg}"
+        );
         assert!(msg.contains("`patch` on `pods`"), "{msg}");
         let gone = kube::Error::Api(Box::new(kube::core::Status {
             code: 404,
