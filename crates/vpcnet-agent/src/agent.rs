@@ -216,6 +216,9 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
     opts.checkpoint_store = Some(store);
     let mut shared = Shared::new(opts.clone(), found.facts, pool, metrics);
     shared.stop = stop_rx.clone().into();
+    // The API client's connections, from before the first ADD (ANNOTATE_POD_IP waits on it).
+    let (kube_clients, kube_clients_rx) = watch::channel(None);
+    let _ = shared.kube_clients.set(kube_clients_rx);
     let shared = Arc::new(shared);
     let mut tasks = Tasks::default();
     tasks.essential(
@@ -257,7 +260,14 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
             .with_context(|| format!("writing CNI conflist {}", path.display()))?;
     }
     spawn_background(&shared, &ec2, &found.imds, &stop_rx, &mut tasks);
-    spawn_api_client(&shared, &limits, started, &stop_rx, &mut tasks);
+    spawn_api_client(
+        &shared,
+        &limits,
+        started,
+        kube_clients,
+        &stop_rx,
+        &mut tasks,
+    );
     Ok(AgentHandle {
         shared,
         introspection_addr,
@@ -589,6 +599,7 @@ fn spawn_api_client(
     shared: &Arc<Shared>,
     limits: &InstanceLimits,
     started: Instant,
+    clients: watch::Sender<Option<kube::Client>>,
     stop: &watch::Receiver<bool>,
     tasks: &mut Tasks,
 ) {
@@ -607,7 +618,7 @@ fn spawn_api_client(
             ))
         }),
     };
-    let (clients, clients_rx) = watch::channel(None);
+    let clients_rx = clients.subscribe();
     let client = crate::kubernetes::client::run(
         opts.api.clone(),
         shared.api.clone(),
@@ -616,6 +627,28 @@ fn spawn_api_client(
         capacity,
         clients,
     );
+    // AWS_MANAGE_ENIS_NON_SCHEDULABLE=false: follow the Node's cordon taint. Without a node
+    // name there is no Node to watch: ENIs are managed as before.
+    match (&opts.api.node_name, opts.manage_enis_non_schedulable) {
+        (Some(node), false) => {
+            let watch = crate::kubernetes::node_watch::run(
+                shared.clone(),
+                node.clone(),
+                clients_rx.clone(),
+            );
+            let mut stop = stop.clone();
+            tasks.other(async move {
+                tokio::select! {
+                    _ = watch => {}
+                    _ = stop.changed() => {}
+                }
+            });
+        }
+        (None, false) => tracing::info!(
+            "AWS_MANAGE_ENIS_NON_SCHEDULABLE=false but MY_NODE_NAME is not set: ENIs are managed whether the Node is schedulable or not"
+        ),
+        (_, true) => {}
+    }
     if let (Some(keys), Some(tx)) = (&opts.custom_networking, &shared.eniconfig) {
         let watch = crate::kubernetes::eniconfig_watch::run(
             opts.api.node_name.clone(),

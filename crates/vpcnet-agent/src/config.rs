@@ -299,6 +299,20 @@ settings! {
             "VPCNET_LEAKED_ENI_SWEEP_INTERVAL", "3600", Int::range(10, 86_400);
         /// The agent's log level (`RUST_LOG` overrides it).
         log_level: String = "AWS_VPC_K8S_CNI_LOGLEVEL", "DEBUG", LOG_LEVEL;
+        /// After each ADD, annotate the pod `vpc.amazonaws.com/pod-ips` with its address
+        /// (e.g. `10.0.1.23`) by a merge patch, before the ADD is answered, as the VPC CNI
+        /// does (Calico reads it); DEL sets it to `""` when it still names the released
+        /// address. A failed patch fails the ADD (the address is taken back; kubelet retries);
+        /// a pod that is gone is not an error. Needs the Kubernetes API and `patch` on `pods`
+        /// (see "Kubernetes API" below).
+        annotate_pod_ip: bool = "ANNOTATE_POD_IP", "false", Flag;
+        /// With `false` (the VPC CNI's default), while the agent's Node is tainted
+        /// `node.kubernetes.io/unschedulable:NoSchedule` (cordoned) the pool does not grow:
+        /// no ENI is created or attached and no address or prefix assigned, and no ENI is
+        /// deleted; surplus addresses are still freed. `true`: ENIs are managed whatever the
+        /// Node's state. Needs the Kubernetes API and `MY_NODE_NAME` (the agent watches its
+        /// Node); without them the agent manages ENIs as with `true`.
+        manage_enis_non_schedulable: bool = "AWS_MANAGE_ENIS_NON_SCHEDULABLE", "false", Flag;
 
         ["endpoints"]
         /// Turn off the introspection server (VPC CNI).

@@ -49,7 +49,14 @@ impl Backend {
                 } else {
                     String::new()
                 };
-                Status::unavailable(format!("{e}{waited}"))
+                let paused = if self.paused() {
+                    "; the pool does not grow while the Node is unschedulable \
+                     (AWS_MANAGE_ENIS_NON_SCHEDULABLE=false): uncordon it, or set \
+                     AWS_MANAGE_ENIS_NON_SCHEDULABLE=true"
+                } else {
+                    ""
+                };
+                Status::unavailable(format!("{e}{waited}{paused}"))
             }
             e @ AssignError::AtLimit { .. } => {
                 let cfg = self.shared.pool().config().clone();
@@ -63,6 +70,64 @@ impl Backend {
                         .unwrap_or_default()
                 ))
             }
+        }
+    }
+
+    /// ENI management is paused: the Node is cordoned ([`crate::kubernetes::node_watch`]).
+    fn paused(&self) -> bool {
+        self.shared
+            .eni_management_paused
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// `ANNOTATE_POD_IP`: the pod's annotation set to `ip` before the ADD is answered
+    /// ([`crate::kubernetes::pod_ips`]). A pod without a name (not from kubelet) is skipped.
+    async fn annotate_added(&self, ns: &str, name: &str, ip: &str) -> Result<(), String> {
+        use crate::kubernetes::pod_ips::{self, Annotated};
+        if ns.is_empty() || name.is_empty() {
+            return Ok(());
+        }
+        let t0 = tokio::time::Instant::now();
+        let deadline = t0 + pod_ips::ANNOTATE_TIMEOUT;
+        let pod = format!("{ns}/{name}");
+        let client = pod_ips::client(self.shared.kube_clients.get(), &pod, deadline, t0)
+            .await
+            .map_err(|e| e.to_string())?;
+        match pod_ips::annotate_added(client, ns, name, ip, deadline).await {
+            Ok(Annotated::Patched) => {
+                tracing::debug!(pod = %pod, ip, elapsed = ?t0.elapsed(), "annotated {}", pod_ips::POD_IPS_ANNOTATION);
+                Ok(())
+            }
+            Ok(Annotated::PodGone) => {
+                tracing::info!(pod = %pod, ip, "pod not found while annotating {}: it was deleted, nothing to annotate", pod_ips::POD_IPS_ANNOTATION);
+                Ok(())
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// `ANNOTATE_POD_IP`: the pod's annotation set to `""` when it names the released `ip`.
+    async fn clear_released(&self, ns: &str, name: &str, ip: &str) -> Result<(), String> {
+        use crate::kubernetes::pod_ips::{self, Cleared};
+        if ns.is_empty() || name.is_empty() {
+            return Ok(());
+        }
+        let t0 = tokio::time::Instant::now();
+        let deadline = t0 + pod_ips::ANNOTATE_TIMEOUT;
+        let pod = format!("{ns}/{name}");
+        let client = pod_ips::client(self.shared.kube_clients.get(), &pod, deadline, t0)
+            .await
+            .map_err(|e| e.to_string())?;
+        match pod_ips::clear_released(client, ns, name, ip, deadline).await {
+            Ok(Cleared::OtherAddress(other)) => {
+                tracing::info!(pod = %pod, ip, annotation = %other, "{} names another address (a newer sandbox of the pod): left as it is", pod_ips::POD_IPS_ANNOTATION);
+                Ok(())
+            }
+            Ok(outcome) => {
+                tracing::debug!(pod = %pod, ip, ?outcome, "cleared {}", pod_ips::POD_IPS_ANNOTATION);
+                Ok(())
+            }
+            Err(e) => Err(e.to_string()),
         }
     }
 
@@ -113,7 +178,9 @@ impl CniBackend for Backend {
                 // VPCNET_ADD_IP_WAIT) for the reconciler rather than fail the ADD into
                 // kubelet's sandbox back-off.
                 Err(AssignError::PoolEmpty { pending_growth, .. })
-                    if pending_growth > 0 && tokio::time::Instant::now() < deadline =>
+                    if pending_growth > 0
+                        && !self.paused()
+                        && tokio::time::Instant::now() < deadline =>
                 {
                     waited = true;
                     tokio::time::sleep(ADD_WAIT_POLL).await;
@@ -135,6 +202,27 @@ impl CniBackend for Backend {
                 )));
             }
             self.shared.update_gauges();
+        }
+        if self.shared.opts.annotate_pod_ip {
+            let ip = g.ip.to_string();
+            if let Err(e) = self
+                .annotate_added(&r.k8s_pod_namespace, &r.k8s_pod_name, &ip)
+                .await
+            {
+                // As the VPC CNI: the ADD fails. The address was never handed out: take it
+                // back now (a retried ADD gets one again).
+                if !g.existing {
+                    self.shared.pool().unassign(&key);
+                    self.shared.update_gauges();
+                    if let Err(pe) = self.shared.persist().await {
+                        tracing::warn!(container = %key.container_id, ip = %g.ip, error = %pe, "the undone assignment could not be checkpointed; the pod reclaim frees it");
+                    }
+                }
+                tracing::error!(container = %key.container_id, ip = %g.ip, "ADD failed: {e}");
+                return Err(Status::unavailable(format!(
+                    "ANNOTATE_POD_IP: {e}; the address was not handed out, retry"
+                )));
+            }
         }
         tracing::info!(container = %key.container_id, ifname = %key.if_name, pod = %format!("{}/{}", r.k8s_pod_namespace, r.k8s_pod_name), ip = %g.ip, eni = %g.eni_id, "assigned");
         Ok(Response::new(AddNetworkReply {
@@ -190,6 +278,20 @@ impl CniBackend for Backend {
                 self.shared.wake.notify_one();
                 self.shared.conntrack_wake.notify_one();
                 tracing::info!(container = %key.container_id, ifname = %key.if_name, ip = %a.ip, "released");
+                if self.shared.opts.annotate_pod_ip {
+                    // As the VPC CNI: a failure fails the DEL (the address stays released;
+                    // the runtime's retry finds nothing to release and succeeds).
+                    if let Err(e) = self
+                        .clear_released(&r.k8s_pod_namespace, &r.k8s_pod_name, &a.ip.to_string())
+                        .await
+                    {
+                        tracing::error!(container = %key.container_id, ip = %a.ip, "DEL: {e}");
+                        return Err(Status::unavailable(format!(
+                            "ANNOTATE_POD_IP: {e}; the address {} was released",
+                            a.ip
+                        )));
+                    }
+                }
                 let (primary, dev) = eni.unwrap_or((true, 0));
                 DelNetworkReply {
                     released: true,

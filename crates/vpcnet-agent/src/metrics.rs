@@ -456,6 +456,13 @@ metrics! {
             "vpcnet_eniconfig_resolved",
             "Whether the node's ENIConfig is resolved (1) or not (0) under custom networking"
             => set set_eniconfig_resolved;
+        /// 1 while the Node is unschedulable (taint `node.kubernetes.io/unschedulable`) and
+        /// `AWS_MANAGE_ENIS_NON_SCHEDULABLE` is false: the pool neither grows nor deletes
+        /// ENIs. 0 otherwise, and always 0 without the Kubernetes API.
+        eni_management_paused: Gauge = Gauge::default(),
+            "vpcnet_eni_management_paused",
+            "Whether ENI management is paused because the Node is unschedulable (1) or not (0)"
+            => set set_eni_management_paused;
         /// Restarts of the Kubernetes watches after an error, by resource (`Node`,
         /// `ENIConfig`). A quiet watch is not restarted: the server ends it at its own timeout
         /// and it resumes from the last resourceVersion without counting here.
@@ -872,6 +879,7 @@ mod declaration_tests {
         m.inc_datapath_repair("x");
         m.set_datapath_unrepaired([("x", 1)]);
         m.inc_k8s_watch_restart("x");
+        m.set_eni_management_paused(0);
         m.observe_watch_apply("x", Duration::ZERO);
         m.inc_checkpoint_recovery("x");
         m.inc_evidence_hold("x");

@@ -175,6 +175,13 @@ pub struct AgentOptions {
     /// annotation and label keys that choose the ENIConfig (`ENI_CONFIG_ANNOTATION_DEF`,
     /// `ENI_CONFIG_LABEL_DEF`); the agent watches its Node and the ENIConfigs.
     pub custom_networking: Option<crate::kubernetes::eniconfig::SelectionKeys>,
+    /// ANNOTATE_POD_IP: annotate each pod `vpc.amazonaws.com/pod-ips` with its address at ADD
+    /// (cleared at DEL) through the Kubernetes API ([`crate::kubernetes::pod_ips`]).
+    pub annotate_pod_ip: bool,
+    /// AWS_MANAGE_ENIS_NON_SCHEDULABLE: `false` pauses pool growth and ENI deletion while the
+    /// Node is cordoned ([`crate::kubernetes::node_watch`]); `true` (and the default of these
+    /// options, for tests) manages ENIs whatever the Node's state.
+    pub manage_enis_non_schedulable: bool,
 }
 
 impl std::fmt::Debug for AgentOptions {
@@ -192,6 +199,11 @@ impl std::fmt::Debug for AgentOptions {
             .field("cloud", &self.cloud.is_some())
             .field("shutdown_timeout", &self.shutdown_timeout)
             .field("custom_networking", &self.custom_networking)
+            .field("annotate_pod_ip", &self.annotate_pod_ip)
+            .field(
+                "manage_enis_non_schedulable",
+                &self.manage_enis_non_schedulable,
+            )
             .finish_non_exhaustive()
     }
 }
@@ -246,6 +258,8 @@ impl Default for AgentOptions {
             },
             cloud: None,
             shutdown_timeout: Duration::from_secs(5),
+            annotate_pod_ip: false,
+            manage_enis_non_schedulable: true,
         }
     }
 }
@@ -343,6 +357,8 @@ pub fn options_from_config(c: &Config) -> anyhow::Result<AgentOptions> {
                 label: c.eni_config_label_def.clone(),
             }
         }),
+        annotate_pod_ip: c.annotate_pod_ip,
+        manage_enis_non_schedulable: c.manage_enis_non_schedulable,
         ..AgentOptions::default()
     })
 }

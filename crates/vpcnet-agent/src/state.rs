@@ -103,6 +103,13 @@ pub struct Shared {
     pub eniconfig: Option<watch::Sender<crate::kubernetes::eniconfig_watch::EniConfigTracked>>,
     /// The datapath audit's last pass (`/v1/datapath`), written by [`crate::datapath_audit`].
     pub datapath: Mutex<vpcnet_introspection::DatapathDoc>,
+    /// The connected Kubernetes client, once [`crate::start`] has spawned the API client
+    /// (the pod annotation of `ANNOTATE_POD_IP` waits for it); its sender is dropped when no
+    /// API server is configured.
+    pub kube_clients: std::sync::OnceLock<watch::Receiver<Option<kube::Client>>>,
+    /// The Node is cordoned and `AWS_MANAGE_ENIS_NON_SCHEDULABLE` is false: the reconciler
+    /// neither grows the pool nor deletes ENIs ([`crate::kubernetes::node_watch`]).
+    pub eni_management_paused: AtomicBool,
 }
 
 impl Shared {
@@ -143,6 +150,8 @@ impl Shared {
             stop: vpcnet_backoff::Cancel::never(),
             eniconfig,
             datapath: Default::default(),
+            kube_clients: std::sync::OnceLock::new(),
+            eni_management_paused: AtomicBool::new(false),
         }
     }
 

@@ -177,3 +177,24 @@ async fn every_refusal_is_reported_in_one_run_with_the_invalid_values() {
     assert!(!conflist(&lab).exists());
     assert_eq!(lab.emu.calls().mutating, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn annotate_pod_ip_and_manage_enis_non_schedulable_are_no_longer_refused() {
+    // Refused before they were implemented (ANNOTATE_POD_IP=true, and the VPC CNI's default
+    // AWS_MANAGE_ENIS_NON_SCHEDULABLE=false): now the agent starts and, without a Kubernetes
+    // API server, manages ENIs as before.
+    let lab = lab("m5.large").await;
+    let run = accepted_run(
+        &lab,
+        &[
+            ("ANNOTATE_POD_IP", "true"),
+            ("AWS_MANAGE_ENIS_NON_SCHEDULABLE", "false"),
+            ("MY_NODE_NAME", "ip-10-0-0-1.ec2.internal"),
+        ],
+    )
+    .await;
+    assert!(run.mutating > 0, "the pool did not grow:\n{}", run.output);
+    assert!(!run.output.contains("refused"), "{}", run.output);
+    let run = accepted_run(&lab, &[("AWS_MANAGE_ENIS_NON_SCHEDULABLE", "true")]).await;
+    assert!(!run.output.contains("refused"), "{}", run.output);
+}

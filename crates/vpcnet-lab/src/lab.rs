@@ -658,6 +658,10 @@ impl Lab {
                         vpc_id: &ready.vpc_id,
                         subnet_id: &ready.subnet_ids[1],
                         ec2_endpoint: &ready.ec2_endpoints[1],
+                        annotate_pod_ip: opts.agent_env.iter().any(|(k, v)| {
+                            k == "ANNOTATE_POD_IP"
+                                && ["1", "t", "T", "TRUE", "true", "True"].contains(&v.as_str())
+                        }),
                     },
                 )?;
                 Some((ca, record))

@@ -6,7 +6,7 @@
 //!
 //! An unset or empty variable is never refused: it means the VPC CNI's default, and each
 //! refusal below accepts the value that is vpcnet's behaviour. The exception, a default vpcnet
-//! does not share, is said in that setting's reason (`AWS_MANAGE_ENIS_NON_SCHEDULABLE`).
+//! does not share, is said in that setting's reason (`AWS_VPC_K8S_CNI_LOG_FILE`).
 
 use super::kinds::BOOL_ACCEPTED;
 use super::{parse_bool, InvalidSetting};
@@ -96,14 +96,6 @@ const REMOVE_OR_FALSE: &str = "remove it or set it to false";
 /// Every VPC CNI setting `config.rs` does not implement, by name.
 pub const SETTINGS: &[VpcCniSetting] = &[
     refused(
-        "ANNOTATE_POD_IP",
-        "false",
-        ONLY_FALSE,
-        "vpcnet does not annotate pods with vpc.amazonaws.com/pod-ips",
-        "remove it or set it to false (a policy engine waiting for the annotation, such as \
-         Calico, then reads the pod's status.podIP)",
-    ),
-    refused(
         "AWS_EXTERNAL_SERVICE_CIDRS",
         "",
         Accepts::Unset,
@@ -111,15 +103,6 @@ pub const SETTINGS: &[VpcCniSetting] = &[
         "remove it; vpcnet already routes a pod's connections to addresses outside the VPC \
          CIDRs and AWS_VPC_K8S_CNI_EXCLUDE_SNAT_CIDRS through the primary ENI (main table), \
          unless AWS_VPC_K8S_CNI_EXTERNALSNAT is true",
-    ),
-    refused(
-        "AWS_MANAGE_ENIS_NON_SCHEDULABLE",
-        "false",
-        ONLY_TRUE,
-        "vpcnet does not pause attaching and detaching ENIs while its Node is tainted \
-         node.kubernetes.io/unschedulable: it always manages them, as the VPC CNI does with \
-         true (so, unset, vpcnet differs from the VPC CNI's default false)",
-        "remove it or set it to true",
     ),
     refused(
         "AWS_VPC_K8S_CNI_BACKING_STORE",
@@ -324,10 +307,7 @@ pub const SETTINGS: &[VpcCniSetting] = &[
 /// Settings whose VPC CNI default vpcnet does not share: unset, vpcnet does what it does
 /// (said in the reason), and the default set explicitly is refused like any other value
 /// asking for what vpcnet lacks.
-pub const DEFAULT_NOT_SHARED: &[&str] = &[
-    "AWS_MANAGE_ENIS_NON_SCHEDULABLE",
-    "AWS_VPC_K8S_CNI_LOG_FILE",
-];
+pub const DEFAULT_NOT_SHARED: &[&str] = &["AWS_VPC_K8S_CNI_LOG_FILE"];
 
 /// The setting `var`, when [`SETTINGS`] declares it.
 pub fn setting(var: &str) -> Option<&'static VpcCniSetting> {
@@ -658,7 +638,6 @@ mod tests {
             ("ENABLE_IPv6", "1", "IPv6", "false"),
             ("ENABLE_IPv4", "false", "IPv4 addresses only", "true"),
             ("ENABLE_POD_ENI", "True", "trunk ENI", "false"),
-            ("ANNOTATE_POD_IP", "t", "vpc.amazonaws.com/pod-ips", "false"),
             (
                 "NETWORK_POLICY_ENFORCING_MODE",
                 "strict",
@@ -683,12 +662,6 @@ mod tests {
                 "10.0.0.0/8",
                 "main route table",
                 "remove it",
-            ),
-            (
-                "AWS_MANAGE_ENIS_NON_SCHEDULABLE",
-                "false",
-                "unschedulable",
-                "true",
             ),
             (
                 "MANAGE_UNTAGGED_ENI",
@@ -720,7 +693,6 @@ mod tests {
             ("NETWORK_POLICY_ENFORCING_MODE", "standard"),
             ("AWS_VPC_K8S_CNI_LOG_FILE", "stdout"),
             ("AWS_VPC_K8S_CNI_CONNMARK", "128"),
-            ("AWS_MANAGE_ENIS_NON_SCHEDULABLE", "true"),
             ("ENABLE_V4_EGRESS", "false"),
             ("ENABLE_V4_EGRESS", "true"),
             ("POD_SECURITY_GROUP_ENFORCING_MODE", "standard"),

@@ -18,10 +18,17 @@
 //! Node and the ENIConfigs ([`eniconfig_watch`]) and keeps the node's ENIConfig ([`eniconfig`])
 //! in a watch channel: `/v1/eniconfig`, `vpcnet inspect eniconfig`, the metric
 //! `vpcnet_eniconfig_resolved`, the Node condition `vpcnet.io/ENIConfigResolved` and Events.
+//!
+//! With `AWS_MANAGE_ENIS_NON_SCHEDULABLE=false` (the default) it watches the Node for the
+//! cordon taint and pauses ENI management meanwhile ([`node_watch`]); with
+//! `ANNOTATE_POD_IP=true` ADD and DEL annotate the pod `vpc.amazonaws.com/pod-ips`
+//! ([`pod_ips`]).
 
 pub mod capacity;
 pub mod client;
 pub mod eniconfig;
 pub mod eniconfig_watch;
+pub mod node_watch;
+pub mod pod_ips;
 
 pub use client::{endpoint, ApiSettings, Endpoint, EndpointSource};

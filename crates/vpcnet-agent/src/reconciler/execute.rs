@@ -18,12 +18,20 @@ pub async fn fill(shared: &Shared, ec2: &dyn Ec2Api) -> Result<bool, Ec2Error> {
         // Custom networking without a valid ENIConfig: no ENI (never one in the node's
         // subnet); the ENIConfig watch wakes this task once one is resolved.
         let can_create = super::placement::eni_placement(shared).is_some();
+        // The Node is cordoned (AWS_MANAGE_ENIS_NON_SCHEDULABLE=false): only surplus goes
+        // back; the Node watch wakes this task when it is schedulable again.
+        let paused = shared
+            .eni_management_paused
+            .load(std::sync::atomic::Ordering::Acquire);
         // Plan and mark under one lock, so no ADD can take an address being released.
         let actions = {
             let mut pool = shared.pool();
             let mut actions = pool.plan(now_ms());
             if !can_create {
                 actions.retain(|a| !matches!(a, Action::CreateEni { .. }));
+            }
+            if paused {
+                actions.retain(crate::kubernetes::node_watch::allowed_while_paused);
             }
             for a in &actions {
                 pool.begin(a);

@@ -92,6 +92,9 @@ pub struct Spec<'a> {
     pub subnet_id: &'a str,
     /// The EC2 endpoint as seen from the control-plane host.
     pub ec2_endpoint: &'a str,
+    /// The agents run with `ANNOTATE_POD_IP=true`: their ClusterRole grants `patch` on pods
+    /// ([`manifests::base`]).
+    pub annotate_pod_ip: bool,
 }
 
 /// Starts etcd, kube-apiserver (waits for `/readyz`, 90 s), applies the lab's base manifests
@@ -237,7 +240,7 @@ pub fn start(lab: &Lab, ca: &Ca, spec: &Spec) -> Result<ControlPlaneRecord> {
         },
     )?;
     kubectl
-        .apply(&manifests::base())
+        .apply(&manifests::base(spec.annotate_pod_ip))
         .context("applying the lab's base manifests (RBAC)")?;
     kubectl
         .apply(manifests::ENICONFIG_CRD)

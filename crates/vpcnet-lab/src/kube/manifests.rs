@@ -14,10 +14,16 @@ pub const ENICONFIG_CRD_NAME: &str = "eniconfigs.crd.k8s.amazonaws.com";
 /// The lab's base objects: the cloud controller manager's binding (it runs off-cluster with a
 /// client certificate; bound to `cluster-admin` in the lab), and the node agent's service
 /// account with the permissions the VPC CNI's `aws-node` ClusterRole grants for what vpcnet
-/// reads and writes: Nodes (read, and patch for conditions and labels), Pods (read), ENIConfigs
-/// (read), Events (write).
-pub fn base() -> String {
+/// reads and writes: Nodes (read, and patch for conditions and labels), Pods (read, and patch
+/// when `annotate_pod_ip`: the agents run with `ANNOTATE_POD_IP=true`, for which the VPC CNI's
+/// chart adds the same verb), ENIConfigs (read), Events (write).
+pub fn base(annotate_pod_ip: bool) -> String {
     let (ns, sa) = AGENT_SERVICE_ACCOUNT;
+    let pod_verbs = if annotate_pod_ip {
+        "get, list, watch, patch"
+    } else {
+        "get, list, watch"
+    };
     format!(
         r#"apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
@@ -43,8 +49,11 @@ rules:
   resources: [nodes/status]
   verbs: [get, patch, update]
 - apiGroups: [""]
-  resources: [pods, namespaces]
+  resources: [namespaces]
   verbs: [get, list, watch]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [{pod_verbs}]
 - apiGroups: [crd.k8s.amazonaws.com]
   resources: [eniconfigs]
   verbs: [get, list, watch]
@@ -69,12 +78,26 @@ mod tests {
 
     #[test]
     fn base_manifests_parse_as_yaml_documents() {
-        let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&base())
-            .map(|d| serde::Deserialize::deserialize(d).unwrap())
-            .collect();
-        assert_eq!(docs.len(), 4);
-        assert_eq!(docs[1]["metadata"]["name"], "aws-node");
-        assert_eq!(docs[3]["subjects"][0]["namespace"], "kube-system");
+        for annotate in [false, true] {
+            let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&base(annotate))
+                .map(|d| serde::Deserialize::deserialize(d).unwrap())
+                .collect();
+            assert_eq!(docs.len(), 4);
+            assert_eq!(docs[1]["metadata"]["name"], "aws-node");
+            assert_eq!(docs[3]["subjects"][0]["namespace"], "kube-system");
+            let pods = docs[2]["rules"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .find(|r| r["resources"][0] == "pods")
+                .unwrap();
+            let patch = serde_yaml::Value::from("patch");
+            assert_eq!(
+                pods["verbs"].as_sequence().unwrap().contains(&patch),
+                annotate,
+                "pods patch only with ANNOTATE_POD_IP=true"
+            );
+        }
     }
 
     #[test]
