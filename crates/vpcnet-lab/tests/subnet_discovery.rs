@@ -93,14 +93,19 @@ fn a_full_node_subnet_puts_the_next_eni_in_the_tagged_subnet_of_the_zone() {
             // Ten containers on n1: nine fit the primary ENI; the pool grows a second ENI.
             let names = lab.next_names(10).unwrap();
             let cs = lab.run("n1", &names).unwrap();
+            // The pool keeps a whole ENI's worth free (WARM_ENI_TARGET=1), so it may go on to
+            // a third ENI: every new one is in pods-a2.
             wait_until("n1's second ENI", Duration::from_secs(60), || {
-                enis_of(&n1.instance_id).len() == 2
+                enis_of(&n1.instance_id).len() >= 2
             });
-            let second = enis_of(&n1.instance_id)
+            let new: Vec<_> = enis_of(&n1.instance_id)
                 .into_iter()
-                .find(|e| e.attachment.as_ref().is_some_and(|a| a.device_index > 0))
-                .unwrap();
-            assert_eq!(second.subnet_id, pods_a2, "{second:?}");
+                .filter(|e| e.attachment.as_ref().is_some_and(|a| a.device_index > 0))
+                .collect();
+            assert!(
+                !new.is_empty() && new.iter().all(|e| e.subnet_id == pods_a2),
+                "{new:?}"
+            );
             for s in [&pods_a, &pods_a3, &pods_b] {
                 assert!(
                     lab.enis().unwrap().iter().all(|e| &e.subnet_id != s
@@ -111,7 +116,8 @@ fn a_full_node_subnet_puts_the_next_eni_in_the_tagged_subnet_of_the_zone() {
                 );
             }
             let on_a2: Vec<_> = cs.iter().filter(|c| pods_a2_cidr.contains(&c.ip)).collect();
-            assert_eq!(on_a2.len(), 1, "{cs:?}");
+            // Nine on the primary ENI (fullest first), the rest on the new ENI.
+            assert_eq!(on_a2.len(), cs.len() - 9, "{cs:?}");
             let pod = on_a2[0];
 
             // Reachable across zones through the VPC router, both ways.
