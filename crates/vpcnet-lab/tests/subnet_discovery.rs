@@ -57,6 +57,8 @@ fn a_full_node_subnet_puts_the_next_eni_in_the_tagged_subnet_of_the_zone() {
         |o| {
             o.layout = VpcLayout::TwoZones;
             o.nodes = 2;
+            // The bare lab has no cluster; the cluster tags count only with a name.
+            o.agent_env = vec![("CLUSTER_NAME".into(), "vpcnet-lab".into())];
         },
         |lab| {
             let st = lab.state().unwrap();
@@ -77,6 +79,9 @@ fn a_full_node_subnet_puts_the_next_eni_in_the_tagged_subnet_of_the_zone() {
             // The agents started with the primary ENI's addresses only (WARM_ENI_TARGET=1);
             // nodes-a keeps 2 free addresses, too few for an ENI with 9 secondary addresses.
             fill(lab, &nodes_a, 2);
+            // pods-a3 (another cluster's) has more free addresses than pods-a2: only the
+            // cluster tag keeps the ENI out of it.
+            fill(lab, &pods_a2, 246);
             let enis_of = |node: &str| {
                 lab.enis()
                     .unwrap()
