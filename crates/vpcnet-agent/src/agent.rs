@@ -186,15 +186,7 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
     let listener = crate::grpc::bind(&opts.socket_path)?;
     let metrics = Arc::new(Metrics::new());
     let found = discover(&opts, metrics.clone(), started).await?;
-    let (limits, primary_excluded) = tokio::join!(
-        instance_limits(found.ec2.as_ref(), &found.facts),
-        crate::reconciler::subnet_discovery::primary_eni_excluded(
-            found.ec2.as_ref(),
-            &opts,
-            &found.facts.subnet_id
-        )
-    );
-    let limits = limits?;
+    let limits = instance_limits(found.ec2.as_ref(), &found.facts).await?;
     let store: Arc<dyn checkpoint_file::CheckpointStore> =
         opts.checkpoint_store.clone().unwrap_or_else(|| {
             Arc::new(checkpoint_file::FileCheckpoint {
@@ -205,7 +197,7 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
         &opts,
         store.as_ref(),
         &found.enis,
-        warm_config(&opts, &limits, primary_excluded)?,
+        warm_config(&opts, &limits, found.primary_excluded)?,
         &metrics,
     )?;
     let settle_ms = opts.pod_reclaim_grace.as_millis() as u64;
@@ -327,6 +319,9 @@ struct Discovered {
     /// The instance's ENIs from the one batched describe.
     enis: Vec<NetworkInterface>,
     facts: NodeFacts,
+    /// Pods get no addresses of the primary ENI: its subnet is excluded from subnet discovery
+    /// ([`crate::reconciler::subnet_discovery::primary_eni_excluded`]).
+    primary_excluded: bool,
 }
 
 /// IMDS identity, then the EC2 client and the one batched describe while IMDS answers the
@@ -346,6 +341,8 @@ async fn discover(
     };
     let id = read_identity(imds.as_ref(), opts).await?;
     tracing::debug!(elapsed = ?started.elapsed(), "IMDS identity");
+    // The EC2 client, once built, for the subnet check that follows the IMDS facts.
+    let (ec2_tx, ec2_rx) = tokio::sync::oneshot::channel::<Arc<dyn Ec2Api>>();
     let ec2_and_enis = async {
         let ec2: Arc<dyn Ec2Api> = match &opts.cloud {
             Some(CloudApis { ec2, .. }) => ec2.clone(),
@@ -365,6 +362,7 @@ async fn discover(
             ),
         };
         tracing::debug!(elapsed = ?started.elapsed(), "EC2 client");
+        let _ = ec2_tx.send(ec2.clone());
         let enis = ec2
             .describe_instance_network_interfaces(&id.instance_id)
             .await
@@ -372,14 +370,33 @@ async fn discover(
         tracing::debug!(elapsed = ?started.elapsed(), "described ENIs");
         anyhow::Ok((ec2, enis))
     };
-    let ((ec2, enis), facts) =
-        tokio::try_join!(ec2_and_enis, read_facts(imds.as_ref(), &id, opts))?;
+    // Whether the node's subnet is excluded from subnet discovery: its DescribeSubnets runs
+    // beside the ENI describe, not after it (no added start-up latency).
+    let facts_and_exclusion = async {
+        let facts = read_facts(imds.as_ref(), &id, opts).await?;
+        let excluded = match ec2_rx.await {
+            Ok(ec2) => {
+                crate::reconciler::subnet_discovery::primary_eni_excluded(
+                    ec2.as_ref(),
+                    opts,
+                    &facts.subnet_id,
+                )
+                .await
+            }
+            // The client failed to build: the other branch returns that error.
+            Err(_) => false,
+        };
+        anyhow::Ok((facts, excluded))
+    };
+    let ((ec2, enis), (facts, primary_excluded)) =
+        tokio::try_join!(ec2_and_enis, facts_and_exclusion)?;
     tracing::info!(instance = %facts.instance_id, r#type = %facts.instance_type, subnet = %facts.subnet_id, "instance facts from IMDS");
     Ok(Discovered {
         ec2,
         imds,
         enis,
         facts,
+        primary_excluded,
     })
 }
 
