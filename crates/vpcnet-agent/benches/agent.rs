@@ -186,6 +186,8 @@ fn pct(sorted: &[Duration], p: f64) -> Duration {
 async fn startup(c: &Cloud) {
     let profile = [
         ("DescribeNetworkInterfaces", 100),
+        // Subnet discovery's check of the node's subnet at start (beside the ENI describe).
+        ("DescribeSubnets", 100),
         ("AssignPrivateIpAddresses", 200),
         ("CreateNetworkInterface", 300),
         ("AttachNetworkInterface", 2000),
