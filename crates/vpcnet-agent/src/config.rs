@@ -272,9 +272,11 @@ settings! {
         /// capability `bandwidth`, as the VPC CNI does: the runtime passes a pod's
         /// `kubernetes.io/ingress-bandwidth` and `kubernetes.io/egress-bandwidth` annotations to
         /// it, and it shapes the pod's traffic with tc (a token bucket on the host veth for
-        /// ingress, on an `ifb` device fed from the host veth for egress). Pods started
-        /// before the change keep their chain. The `bandwidth` binary must be in the runtime's
-        /// CNI binary directory.
+        /// ingress, on an `ifb` device fed from the host veth for egress). The `bandwidth`
+        /// binary must be in the runtime's CNI binary directory. A change applies to pods
+        /// created after the agent rewrote the conflist; containerd runs a pod's DEL through
+        /// the chain in place then, so turning it off while shaped pods run leaves their `ifb`
+        /// devices on the node (drain the node first).
         enable_bandwidth_plugin: bool = "ENABLE_BANDWIDTH_PLUGIN", "false", Flag;
         /// Chain the reference `tuning` plugin last in the conflist, setting
         /// `net.ipv6.conf.all.disable_ipv6`, `net.ipv6.conf.default.disable_ipv6` and

@@ -135,8 +135,8 @@ fn bandwidth_annotations_are_enforced_and_pod_ipv6_is_off_only_with_the_settings
             let node_name = n.k8s_name.clone();
             assert_eq!(chain(&n), ["vpcnet-cni", "portmap", "bandwidth", "tuning"]);
 
-            let ip = run_shaped_pod(&k, "shaped", &node_name);
-            let veth = host_veth(&n, ip).expect("a host veth routes to the pod");
+            let shaped_ip = run_shaped_pod(&k, "shaped", &node_name);
+            let veth = host_veth(&n, shaped_ip).expect("a host veth routes to the pod");
             let host = qdiscs(&n, &veth);
             eprintln!("{veth}:\n{host}");
             assert!(
@@ -173,6 +173,19 @@ fn bandwidth_annotations_are_enforced_and_pod_ipv6_is_off_only_with_the_settings
             );
             assert_eq!(ifb_devices(&n), ifbs, "a new ifb device");
             assert_eq!(pod_disable_ipv6(&k, "plain"), ["0", "0", "0"]);
+
+            // The shaped pod deleted under the default chain: containerd runs DEL through the
+            // conflist in place, without bandwidth, so its ifb device stays (documented at
+            // ENABLE_BANDWIDTH_PLUGIN: drain the node before turning it off).
+            k.run(&["delete", "pod", "-n", "default", "shaped", "--wait=true"])
+                .unwrap();
+            wait_until(
+                "the shaped pod's route removed by DEL",
+                Duration::from_secs(60),
+                || host_veth(&n, shaped_ip).is_none(),
+            );
+            let left = ifb_devices(&n);
+            eprintln!("ifb devices after the shaped pod's DEL without bandwidth: {left:?}");
         },
     );
 }
