@@ -9,6 +9,9 @@
 //!   network namespace (`disable_ipv6` = 1 for all, default and lo).
 //! - Negative control: the agent restarted without the settings writes the conflist without
 //!   them, and the next pod, annotated the same, gets no qdisc, no `ifb` device and IPv6 on.
+//! - The shaped pod deleted then keeps its `ifb` device on the node (containerd runs DEL
+//!   through the conflist in place, without bandwidth), as `ENABLE_BANDWIDTH_PLUGIN`'s
+//!   documentation says.
 //!
 //! Needs root, the workspace binaries and the Kubernetes binaries; skipped when not root.
 
@@ -184,8 +187,11 @@ fn bandwidth_annotations_are_enforced_and_pod_ipv6_is_off_only_with_the_settings
                 Duration::from_secs(60),
                 || host_veth(&n, shaped_ip).is_none(),
             );
-            let left = ifb_devices(&n);
-            eprintln!("ifb devices after the shaped pod's DEL without bandwidth: {left:?}");
+            assert_eq!(
+                ifb_devices(&n),
+                ifbs,
+                "the shaped pod's ifb device after its DEL without bandwidth"
+            );
         },
     );
 }
