@@ -268,6 +268,22 @@ settings! {
             "AWS_VPC_K8S_PLUGIN_LOG_FILE", "/var/log/aws-routed-eni/plugin.log", LOG_FILE;
         /// The plugin's log level (written into the conflist).
         plugin_log_level: String = "AWS_VPC_K8S_PLUGIN_LOG_LEVEL", "Debug", PLUGIN_LOG_LEVEL;
+        /// Chain the reference `bandwidth` plugin after `portmap` in the conflist, with the
+        /// capability `bandwidth`, as the VPC CNI does: the runtime passes a pod's
+        /// `kubernetes.io/ingress-bandwidth` and `kubernetes.io/egress-bandwidth` annotations to
+        /// it, and it shapes the pod's traffic with tc (a token bucket on the host veth for
+        /// ingress, on an `ifb` device fed from the host veth for egress). The `bandwidth`
+        /// binary must be in the runtime's CNI binary directory. A change applies to pods
+        /// created after the agent rewrote the conflist; containerd runs a pod's DEL through
+        /// the chain in place then, so turning it off while shaped pods run leaves their `ifb`
+        /// devices on the node (drain the node first).
+        enable_bandwidth_plugin: bool = "ENABLE_BANDWIDTH_PLUGIN", "false", Flag;
+        /// Chain the reference `tuning` plugin last in the conflist, setting
+        /// `net.ipv6.conf.all.disable_ipv6`, `net.ipv6.conf.default.disable_ipv6` and
+        /// `net.ipv6.conf.lo.disable_ipv6` to `1` in every new pod's network namespace, as the
+        /// VPC CNI does (for applications that cannot tolerate IPv6). The `tuning` binary must
+        /// be in the runtime's CNI binary directory.
+        disable_pod_v6: bool = "DISABLE_POD_V6", "false", Flag;
         /// Replies to traffic that arrived on the primary ENI leave through it (NodePort).
         node_port_support: bool = "AWS_VPC_CNI_NODE_PORT_SUPPORT", "true", Flag;
         /// Program node routes, rules, SNAT and connmark (`false` for emulator-only runs).
@@ -921,7 +937,7 @@ mod declaration_tests {
             ("WARM_IP_TARGET", "five"),
             ("ENABLE_IPv6", "true"),
             ("ENABLE_POD_ENI", "false"),
-            ("ENABLE_BANDWIDTH_PLUGIN", "true"),
+            ("ENABLE_IMDS_ONLY_MODE", "true"),
             ("POD_MTU", "10000"),
         ]
         .iter()
@@ -934,7 +950,7 @@ mod declaration_tests {
             [
                 ("WARM_IP_TARGET", false),
                 ("POD_MTU", false),
-                ("ENABLE_BANDWIDTH_PLUGIN", true),
+                ("ENABLE_IMDS_ONLY_MODE", true),
                 ("ENABLE_IPv6", true),
             ]
         );

@@ -278,6 +278,8 @@ pub fn options_from_config(c: &Config) -> anyhow::Result<AgentOptions> {
         veth_prefix: c.veth_prefix.clone(),
         plugin_log_file: c.plugin_log_file.clone(),
         plugin_log_level: c.plugin_log_level.clone(),
+        bandwidth: c.enable_bandwidth_plugin,
+        disable_pod_v6: c.disable_pod_v6,
         ..Default::default()
     };
     Ok(AgentOptions {

@@ -138,3 +138,22 @@ fn pod_mtu_defaults_to_the_eni_mtu() {
     let o = options_from_config(&cfg(&[("POD_MTU", "1400")])).unwrap();
     assert_eq!((o.mtu, o.pod_mtu), (9001, Some(1400)));
 }
+
+#[test]
+fn bandwidth_plugin_and_pod_v6_settings_reach_the_conflist() {
+    let o = options_from_config(&cfg(&[])).unwrap();
+    assert!(!o.conflist.bandwidth && !o.conflist.disable_pod_v6);
+    for (bw, v6) in [("true", "false"), ("false", "true"), ("1", "T")] {
+        let o = options_from_config(&cfg(&[
+            ("ENABLE_BANDWIDTH_PLUGIN", bw),
+            ("DISABLE_POD_V6", v6),
+        ]))
+        .unwrap();
+        let want = |v: &str| vpcnet_agent::config::parse_bool(v).unwrap();
+        assert_eq!(
+            (o.conflist.bandwidth, o.conflist.disable_pod_v6),
+            (want(bw), want(v6)),
+            "ENABLE_BANDWIDTH_PLUGIN={bw} DISABLE_POD_V6={v6}"
+        );
+    }
+}

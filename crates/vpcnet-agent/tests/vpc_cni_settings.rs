@@ -198,3 +198,60 @@ async fn annotate_pod_ip_and_manage_enis_non_schedulable_are_no_longer_refused()
     let run = accepted_run(&lab, &[("AWS_MANAGE_ENIS_NON_SCHEDULABLE", "true")]).await;
     assert!(!run.output.contains("refused"), "{}", run.output);
 }
+
+/// The plugin types of a conflist, in chain order.
+fn chain(conflist: &str) -> Vec<String> {
+    let conf: serde_json::Value = serde_json::from_str(conflist).unwrap();
+    conf["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["type"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bandwidth_plugin_and_pod_v6_chain_their_plugins_into_the_written_conflist() {
+    // Refused before they were implemented: now the agent starts and its conflist chains the
+    // reference bandwidth and tuning plugins after portmap, as the VPC CNI's entrypoint does.
+    let lab = lab("m5.large").await;
+    let run = accepted_run(
+        &lab,
+        &[
+            ("ENABLE_BANDWIDTH_PLUGIN", "true"),
+            ("DISABLE_POD_V6", "true"),
+        ],
+    )
+    .await;
+    assert!(!run.output.contains("refused"), "{}", run.output);
+    assert_eq!(
+        chain(&run.conflist),
+        ["vpcnet-cni", "portmap", "bandwidth", "tuning"],
+        "{}",
+        run.conflist
+    );
+    let conf: serde_json::Value = serde_json::from_str(&run.conflist).unwrap();
+    assert_eq!(conf["plugins"][2]["capabilities"]["bandwidth"], true);
+    assert_eq!(
+        conf["plugins"][3]["sysctl"]["net.ipv6.conf.all.disable_ipv6"],
+        "1"
+    );
+    // Each alone, and neither (the VPC CNI's defaults, spelt out).
+    let run = accepted_run(&lab, &[("ENABLE_BANDWIDTH_PLUGIN", "true")]).await;
+    assert_eq!(chain(&run.conflist), ["vpcnet-cni", "portmap", "bandwidth"]);
+    let run = accepted_run(&lab, &[("DISABLE_POD_V6", "true")]).await;
+    assert_eq!(chain(&run.conflist), ["vpcnet-cni", "portmap", "tuning"]);
+    let run = accepted_run(
+        &lab,
+        &[
+            ("ENABLE_BANDWIDTH_PLUGIN", "false"),
+            ("DISABLE_POD_V6", "false"),
+        ],
+    )
+    .await;
+    assert_eq!(chain(&run.conflist), ["vpcnet-cni", "portmap"]);
+    // An invalid value is refused at start, as for every boolean.
+    let (code, err) = refused_run(&lab, &[("DISABLE_POD_V6", "yes")]).await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("invalid DISABLE_POD_V6=\"yes\""), "{err}");
+}

@@ -3,8 +3,10 @@
 //! sides depend on this crate, so a field's name and default are declared once.
 //!
 //! Mirrors the VPC CNI's `10-aws.conflist`: our plugin first, then Debian's / the reference
-//! `portmap` plugin (capabilities `portMappings`, `snat: true`) chained after it. CNI spec section
-//! "Network configuration lists".
+//! `portmap` plugin (capabilities `portMappings`, `snat: true`) chained after it, then, as the
+//! VPC CNI's entrypoint appends them, the reference `bandwidth` plugin (capability `bandwidth`,
+//! `ENABLE_BANDWIDTH_PLUGIN`) and the reference `tuning` plugin turning IPv6 off in the pod
+//! (`DISABLE_POD_V6`). CNI spec section "Network configuration lists".
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -29,6 +31,19 @@ pub const DEFAULT_AGENT_TIMEOUT: &str = "10s";
 pub const DEFAULT_PLUGIN_LOG_FILE: &str = "/var/log/aws-routed-eni/plugin.log";
 /// Default plugin log level (`AWS_VPC_K8S_PLUGIN_LOG_LEVEL`).
 pub const DEFAULT_PLUGIN_LOG_LEVEL: &str = "Debug";
+/// The reference plugin that shapes a pod's traffic from its `kubernetes.io/ingress-bandwidth`
+/// and `kubernetes.io/egress-bandwidth` annotations (the runtime passes them as the `bandwidth`
+/// capability).
+pub const BANDWIDTH_PLUGIN_TYPE: &str = "bandwidth";
+/// The reference plugin that sets sysctls in the pod's network namespace.
+pub const TUNING_PLUGIN_TYPE: &str = "tuning";
+/// The sysctls the `tuning` entry sets to `1` in every pod with `DISABLE_POD_V6` (the VPC
+/// CNI's: IPv6 off on every interface, on interfaces created later, and on loopback).
+pub const POD_V6_OFF_SYSCTLS: [&str; 3] = [
+    "net.ipv6.conf.all.disable_ipv6",
+    "net.ipv6.conf.default.disable_ipv6",
+    "net.ipv6.conf.lo.disable_ipv6",
+];
 
 /// A field the VPC CNI writes as a string and tools sometimes write as a number (`mtu`,
 /// `agentTimeout`): both are accepted.
@@ -91,6 +106,11 @@ pub struct ConflistSettings {
     pub plugin_log_level: String,
     /// Chain the reference `portmap` plugin (hostPort support) after ours.
     pub portmap: bool,
+    /// Chain the reference `bandwidth` plugin after portmap (`ENABLE_BANDWIDTH_PLUGIN`).
+    pub bandwidth: bool,
+    /// Chain the reference `tuning` plugin last, turning IPv6 off in the pod
+    /// (`DISABLE_POD_V6`).
+    pub disable_pod_v6: bool,
 }
 
 impl Default for ConflistSettings {
@@ -105,6 +125,8 @@ impl Default for ConflistSettings {
             plugin_log_file: DEFAULT_PLUGIN_LOG_FILE.into(),
             plugin_log_level: DEFAULT_PLUGIN_LOG_LEVEL.into(),
             portmap: true,
+            bandwidth: false,
+            disable_pod_v6: false,
         }
     }
 }
@@ -136,6 +158,19 @@ pub fn render(settings: &ConflistSettings) -> String {
             "capabilities": { "portMappings": true },
             "snat": true,
         }));
+    }
+    if settings.bandwidth {
+        plugins.push(json!({
+            "type": BANDWIDTH_PLUGIN_TYPE,
+            "capabilities": { "bandwidth": true },
+        }));
+    }
+    if settings.disable_pod_v6 {
+        let sysctl: serde_json::Map<String, Value> = POD_V6_OFF_SYSCTLS
+            .iter()
+            .map(|k| (k.to_string(), json!("1")))
+            .collect();
+        plugins.push(json!({ "type": TUNING_PLUGIN_TYPE, "sysctl": sysctl }));
     }
     let list = json!({
         "cniVersion": settings.cni_version,
@@ -182,5 +217,53 @@ mod tests {
         assert_eq!(plugins[0]["vethPrefix"], "pod");
         assert_eq!(plugins[0]["mtu"], "1500");
         assert_eq!(plugins[0]["agentSocket"], "/run/x.sock");
+    }
+
+    fn types(s: &ConflistSettings) -> Vec<String> {
+        let v: Value = serde_json::from_str(&render(s)).unwrap();
+        v["plugins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["type"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn bandwidth_and_tuning_are_chained_only_when_asked_in_the_vpc_cnis_order() {
+        let off = ConflistSettings::default();
+        assert_eq!(types(&off), ["vpcnet-cni", "portmap"]);
+        let bw = ConflistSettings {
+            bandwidth: true,
+            ..Default::default()
+        };
+        assert_eq!(types(&bw), ["vpcnet-cni", "portmap", "bandwidth"]);
+        let v6 = ConflistSettings {
+            disable_pod_v6: true,
+            ..Default::default()
+        };
+        assert_eq!(types(&v6), ["vpcnet-cni", "portmap", "tuning"]);
+        let both = ConflistSettings {
+            bandwidth: true,
+            disable_pod_v6: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            types(&both),
+            ["vpcnet-cni", "portmap", "bandwidth", "tuning"]
+        );
+        let v: Value = serde_json::from_str(&render(&both)).unwrap();
+        assert_eq!(
+            v["plugins"][2],
+            json!({"type": "bandwidth", "capabilities": {"bandwidth": true}})
+        );
+        assert_eq!(
+            v["plugins"][3],
+            json!({"type": "tuning", "sysctl": {
+                "net.ipv6.conf.all.disable_ipv6": "1",
+                "net.ipv6.conf.default.disable_ipv6": "1",
+                "net.ipv6.conf.lo.disable_ipv6": "1",
+            }})
+        );
     }
 }

@@ -674,3 +674,87 @@ fn late_del_of_an_old_sandbox_spares_the_new_pod_with_the_same_name() {
     lab.rt.del(&new).unwrap();
     lab.assert_clean();
 }
+
+/// `tc qdisc show dev <dev>` in namespace `ns`.
+fn qdiscs(ns: &TestNetns, dev: &str) -> String {
+    vpcnet_cni_harness::netns::run(&[
+        "ip", "netns", "exec", &ns.name, "tc", "qdisc", "show", "dev", dev,
+    ])
+    .unwrap()
+}
+
+/// A sysctl as the processes of namespace `ns` see it.
+fn sysctl_in(ns: &TestNetns, path: &str) -> String {
+    vpcnet_cni_harness::netns::run(&["ip", "netns", "exec", &ns.name, "cat", path])
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// The `ifb` devices of namespace `ns` (the bandwidth plugin's egress shapers).
+fn ifb_devices(ns: &TestNetns) -> Vec<String> {
+    ns.ip(&["-o", "link", "show", "type", "ifb"])
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split(": ").nth(1))
+        .map(|n| n.split('@').next().unwrap().to_string())
+        .collect()
+}
+
+/// Runs one pod with 1 Mbit/s of ingress and egress asked for (the runtime's `bandwidth`
+/// capability, as containerd passes the pod annotations) through the chain `settings` gives,
+/// and returns (host veth qdiscs, ifb qdiscs, the pod's all/default/lo disable_ipv6), then DELs.
+fn shaped_pod(settings: impl FnOnce(&mut ConflistSettings)) -> (String, String, [String; 3]) {
+    let lab = Lab::new(FakeConfig::default(), settings);
+    let (pod, mut att) = lab.pod("shaped");
+    att.capability_args = json!({"bandwidth": {
+        "ingressRate": 1_000_000, "ingressBurst": u32::MAX,
+        "egressRate": 1_000_000, "egressBurst": u32::MAX,
+    }});
+    let result = lab.rt.add(&att).unwrap();
+    let veth = format!("eni{}", sha1_11("default.shaped"));
+    assert_eq!(result["interfaces"][0]["name"], veth.as_str());
+    let host = qdiscs(&lab.node, &veth);
+    let ifb = ifb_devices(&lab.node)
+        .iter()
+        .map(|d| qdiscs(&lab.node, d))
+        .collect::<Vec<_>>()
+        .join("");
+    let v6 = ["all", "default", "lo"]
+        .map(|i| sysctl_in(&pod, &format!("/proc/sys/net/ipv6/conf/{i}/disable_ipv6")));
+    lab.rt.del(&att).unwrap();
+    assert!(ifb_devices(&lab.node).is_empty(), "DEL left an ifb device");
+    lab.assert_clean();
+    (host, ifb, v6)
+}
+
+#[test]
+fn chained_bandwidth_and_tuning_shape_the_pod_and_turn_its_ipv6_off() {
+    // ENABLE_BANDWIDTH_PLUGIN and DISABLE_POD_V6: Debian's reference plugins after ours find
+    // the host veth in our result and act on the pod.
+    let (host, ifb, v6) = shaped_pod(|s| {
+        s.bandwidth = true;
+        s.disable_pod_v6 = true;
+    });
+    assert!(
+        host.lines()
+            .any(|l| l.starts_with("qdisc tbf ") && l.contains("rate 1Mbit")),
+        "no 1 Mbit/s token bucket on the host veth (pod ingress):\n{host}"
+    );
+    assert!(
+        host.lines().any(|l| l.starts_with("qdisc ingress ")),
+        "no ingress qdisc on the host veth (pod egress is redirected from it):\n{host}"
+    );
+    assert!(
+        ifb.lines()
+            .any(|l| l.starts_with("qdisc tbf ") && l.contains("rate 1Mbit")),
+        "no 1 Mbit/s token bucket on an ifb device (pod egress):\n{ifb}"
+    );
+    assert_eq!(v6, ["1", "1", "1"], "disable_ipv6 of all, default, lo");
+
+    // Negative control: the default chain, same capability arguments.
+    let (host, ifb, v6) = shaped_pod(|_| {});
+    assert!(!host.contains("tbf") && !host.contains("ingress"), "{host}");
+    assert!(ifb.is_empty(), "{ifb}");
+    assert_eq!(v6, ["0", "0", "0"], "disable_ipv6 of all, default, lo");
+}

@@ -39,3 +39,31 @@ fn conflist_text() {
         }),
     );
 }
+
+/// `ENABLE_BANDWIDTH_PLUGIN` and `DISABLE_POD_V6`, each alone and both (off: the default file
+/// above).
+#[test]
+fn conflist_text_with_the_chained_reference_plugins() {
+    check(
+        "conflist-bandwidth.json",
+        &render(&ConflistSettings {
+            bandwidth: true,
+            ..Default::default()
+        }),
+    );
+    check(
+        "conflist-pod-v6-off.json",
+        &render(&ConflistSettings {
+            disable_pod_v6: true,
+            ..Default::default()
+        }),
+    );
+    check(
+        "conflist-bandwidth-pod-v6-off.json",
+        &render(&ConflistSettings {
+            bandwidth: true,
+            disable_pod_v6: true,
+            ..Default::default()
+        }),
+    );
+}

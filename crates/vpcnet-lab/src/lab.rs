@@ -534,7 +534,17 @@ impl Lab {
                 )
                 .context("copying aws-k8s-agent into the node's bin dir")?;
             }
-            for p in ["portmap", "loopback", "bridge", "host-local"] {
+            // The reference plugins the conflists chain (portmap always, bandwidth and tuning
+            // with ENABLE_BANDWIDTH_PLUGIN and DISABLE_POD_V6) and those of the bare lab's
+            // tests.
+            for p in [
+                "portmap",
+                "bandwidth",
+                "tuning",
+                "loopback",
+                "bridge",
+                "host-local",
+            ] {
                 fs::copy(format!("/usr/lib/cni/{p}"), node.cni_bin_dir().join(p)).with_context(
                     || format!("/usr/lib/cni/{p} missing: install containernetworking-plugins (scripts/install-deps.sh)"),
                 )?;

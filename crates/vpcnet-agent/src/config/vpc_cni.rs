@@ -157,27 +157,12 @@ pub const SETTINGS: &[VpcCniSetting] = &[
         REMOVE_OR_FALSE,
     ),
     refused(
-        "DISABLE_POD_V6",
-        "false",
-        ONLY_FALSE,
-        "vpcnet's conflist does not chain the tuning plugin that turns IPv6 off in pods",
-        REMOVE_OR_FALSE,
-    ),
-    refused(
         "DISABLE_TCP_EARLY_DEMUX",
         "false",
         ONLY_FALSE,
         "vpcnet does not change the node's net.ipv4.tcp_early_demux (the VPC CNI's init \
          container does, for pods with their own security groups, ENABLE_POD_ENI, which \
          vpcnet refuses)",
-        REMOVE_OR_FALSE,
-    ),
-    refused(
-        "ENABLE_BANDWIDTH_PLUGIN",
-        "false",
-        ONLY_FALSE,
-        "vpcnet's conflist does not chain the bandwidth plugin, so pod bandwidth annotations \
-         would not be enforced",
         REMOVE_OR_FALSE,
     ),
     refused(
@@ -246,8 +231,9 @@ pub const SETTINGS: &[VpcCniSetting] = &[
         Accepts::Only(&["/host/opt/cni/bin"]),
         "vpcnet-agent installs no CNI plugin binaries (the VPC CNI's entrypoint and init \
          container copy theirs to this directory)",
-        "remove it, and install vpcnet-cni and portmap in the container runtime's CNI binary \
-         directory (/opt/cni/bin by default)",
+        "remove it, and install vpcnet-cni and portmap (and bandwidth with \
+         ENABLE_BANDWIDTH_PLUGIN, tuning with DISABLE_POD_V6) in the container runtime's CNI \
+         binary directory (/opt/cni/bin by default)",
     ),
     refused(
         "HOST_CNI_CONFDIR_PATH",
@@ -732,8 +718,8 @@ mod tests {
             ("ENABLE_IPv6", "true"),
             ("ENABLE_POD_ENI", "true"),
             ("ENABLE_MULTI_NIC", ""),
-            ("ENABLE_BANDWIDTH_PLUGIN", "false"),
-            ("DISABLE_POD_V6", " true "),
+            ("ENABLE_IMDS_ONLY_MODE", "false"),
+            ("DISABLE_TCP_EARLY_DEMUX", " true "),
         ];
         let get = |k: &str| {
             env.iter()
@@ -747,7 +733,7 @@ mod tests {
         assert_eq!(
             got,
             [
-                ("DISABLE_POD_V6", "true".to_string(), true),
+                ("DISABLE_TCP_EARLY_DEMUX", "true".to_string(), true),
                 ("ENABLE_IPv6", "true".to_string(), true),
                 ("ENABLE_POD_ENI", "true".to_string(), true),
             ]
