@@ -8,17 +8,14 @@ mod common;
 
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
-use std::path::PathBuf;
-use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::netns::{run, Netns};
 use common::*;
 use vpcnet_agent::node::NetlinkNode;
 use vpcnet_agent::Targets;
-
-static COUNTER: AtomicU32 = AtomicU32::new(0);
 
 /// The client's address and the node's side of its link (TEST-NET-1), and the stand-in
 /// Service address (TEST-NET-2): none leaves the test's namespaces.
@@ -27,36 +24,7 @@ const CLIENT_GW: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
 const SERVICE: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 10);
 const PORT: u16 = 5353;
 
-/// A network namespace with a unique name, deleted on drop.
-struct Netns {
-    name: String,
-}
-
 impl Netns {
-    fn new(role: &str) -> Self {
-        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
-        let name = format!("vpcnet-ct{}-{role}{n}", std::process::id());
-        run(&["ip", "netns", "add", &name]);
-        run(&["ip", "-n", &name, "link", "set", "lo", "up"]);
-        Netns { name }
-    }
-
-    fn path(&self) -> PathBuf {
-        format!("/var/run/netns/{}", self.name).into()
-    }
-
-    fn ip(&self, args: &[&str]) -> String {
-        let mut full = vec!["ip", "-n", &self.name];
-        full.extend_from_slice(args);
-        run(&full)
-    }
-
-    fn exec(&self, args: &[&str]) -> String {
-        let mut full = vec!["ip", "netns", "exec", &self.name];
-        full.extend_from_slice(args);
-        run(&full)
-    }
-
     /// A UDP socket bound to `addr` inside this namespace (made on a helper thread that
     /// enters it; the test's threads never change namespace).
     fn udp(&self, addr: SocketAddr) -> UdpSocket {
@@ -69,27 +37,6 @@ impl Netns {
         .join()
         .unwrap()
     }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
-    }
-}
-
-fn run(args: &[&str]) -> String {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .expect("spawn");
-    assert!(
-        out.status.success(),
-        "{args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
 }
 
 fn veth_of(id: &str) -> String {
@@ -172,10 +119,10 @@ impl Drop for Stream {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reused_address_does_not_inherit_the_old_pods_udp_stream() {
     let lab = lab("m5.large").await;
-    let node_ns = Netns::new("node");
-    let client_ns = Netns::new("cli");
-    let pod_a = Netns::new("a");
-    let pod_b = Netns::new("b");
+    let node_ns = Netns::new("ct-node-");
+    let client_ns = Netns::new("ct-cli-");
+    let pod_a = Netns::new("ct-a-");
+    let pod_b = Netns::new("ct-b-");
 
     // The node: the primary ENI's interface (by MAC) with the VPC subnet's route, so traffic
     // to an address without a pod leaves by it (as on an instance) and its entries are kept.

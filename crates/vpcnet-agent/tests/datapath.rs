@@ -7,12 +7,12 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
-use std::path::PathBuf;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::netns::{run, Netns};
 use common::*;
 use vpcnet_agent::node::{
     AuditReport, AuditRequest, BoxFuture, NetlinkNode, NodeEni, NodeFirewall, NodeNetwork,
@@ -20,32 +20,7 @@ use vpcnet_agent::node::{
 use vpcnet_agent::Targets;
 use vpcnet_datapath::audit::{Finding, Kind};
 
-static COUNTER: AtomicU32 = AtomicU32::new(0);
-
-/// A network namespace with a unique name, deleted on drop.
-struct Netns {
-    name: String,
-}
-
 impl Netns {
-    fn new() -> Self {
-        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
-        let name = format!("vpcnet-a{}-{n}", std::process::id());
-        run(&["ip", "netns", "add", &name]);
-        run(&["ip", "-n", &name, "link", "set", "lo", "up"]);
-        Netns { name }
-    }
-
-    fn path(&self) -> PathBuf {
-        format!("/var/run/netns/{}", self.name).into()
-    }
-
-    fn ip(&self, args: &[&str]) -> String {
-        let mut full = vec!["ip", "-n", &self.name];
-        full.extend_from_slice(args);
-        run(&full)
-    }
-
     /// A veth end named `name` with `mac`, standing in for an ENI's interface.
     fn eni_link(&self, name: &str, mac: &str) {
         let peer = format!("{name}p");
@@ -73,27 +48,6 @@ impl Netns {
             &format!("{key}={value}"),
         ]);
     }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
-    }
-}
-
-fn run(args: &[&str]) -> String {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .expect("spawn");
-    assert!(
-        out.status.success(),
-        "{args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
 }
 
 /// The instance's ENIs as EC2 has them attached: (device index, MAC, id).
@@ -231,7 +185,7 @@ async fn agent_with_a_pod(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_young_pods_lost_route_and_rule_are_repaired_within_the_grace() {
     let lab = lab("m5.large").await;
-    let (node_ns, pod_ns) = (Netns::new(), Netns::new());
+    let (node_ns, pod_ns) = (Netns::new("a"), Netns::new("a"));
     let primary = attached(&lab).into_iter().find(|e| e.0 == 0).unwrap();
     node_ns.eni_link("eth0", &primary.1);
     // The pod stays younger than the grace for the whole test.
@@ -260,7 +214,7 @@ async fn a_young_pods_lost_route_and_rule_are_repaired_within_the_grace() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_periodic_pass_repairs_a_pods_datapath_and_the_node_and_reports_it() {
     let lab = lab("m5.large").await;
-    let (node_ns, pod_ns) = (Netns::new(), Netns::new());
+    let (node_ns, pod_ns) = (Netns::new("a"), Netns::new("a"));
     // The primary ENI's interface (the firewall's rp_filter and SNAT are set on it).
     let primary = attached(&lab).into_iter().find(|e| e.0 == 0).unwrap();
     node_ns.eni_link("eth0", &primary.1);
@@ -530,7 +484,7 @@ fn describes(lab: &Lab) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vanished_eni_interface_stops_its_addresses_and_triggers_a_describe_at_once() {
     let lab = lab("m5.large").await;
-    let node_ns = Netns::new();
+    let node_ns = Netns::new("a");
     let udev = udev(&lab, &node_ns);
     let (agent, eni, _mac) = agent_with_secondary_eni(&lab, &node_ns).await;
     let dev = format!(
@@ -588,7 +542,7 @@ async fn a_vanished_eni_interface_stops_its_addresses_and_triggers_a_describe_at
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_eni_detached_behind_the_agents_back_leaves_the_pool_without_waiting_for_the_pass() {
     let lab = lab("m5.large").await;
-    let node_ns = Netns::new();
+    let node_ns = Netns::new("a");
     let udev = udev(&lab, &node_ns);
     let (agent, eni, _mac) = agent_with_secondary_eni(&lab, &node_ns).await;
     let dev = format!(

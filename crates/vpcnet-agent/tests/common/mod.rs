@@ -278,3 +278,4 @@ pub async fn faulty_front_lossy(
 }
 pub mod fake_cloud;
 pub mod fake_node;
+pub mod netns;
