@@ -33,6 +33,15 @@ fn key_of(container_id: &str, if_name: &str) -> Result<PodKey, Status> {
 /// How often a waiting ADD looks at the pool again (see `VPCNET_ADD_IP_WAIT`).
 const ADD_WAIT_POLL: std::time::Duration = std::time::Duration::from_millis(20);
 
+/// An `ANNOTATE_POD_IP` call under way ([`Backend::annotation_call`]).
+struct AnnotationCall {
+    client: kube::Client,
+    /// `namespace/name`, for messages.
+    pod: String,
+    t0: tokio::time::Instant,
+    deadline: tokio::time::Instant,
+}
+
 impl Backend {
     /// The status of an ADD that got no address: UNAVAILABLE while the pool can still grow or
     /// addresses are cooling down (the runtime retries), RESOURCE_EXHAUSTED at the node's
@@ -80,12 +89,17 @@ impl Backend {
             .load(std::sync::atomic::Ordering::Acquire)
     }
 
-    /// `ANNOTATE_POD_IP`: the pod's annotation set to `ip` before the ADD is answered
-    /// ([`crate::kubernetes::pod_ips`]). A pod without a name (not from kubelet) is skipped.
-    async fn annotate_added(&self, ns: &str, name: &str, ip: &str) -> Result<(), String> {
-        use crate::kubernetes::pod_ips::{self, Annotated};
+    /// The start of an `ANNOTATE_POD_IP` call on pod `ns/name`: its deadline
+    /// ([`crate::kubernetes::pod_ips::ANNOTATE_TIMEOUT`] from now) and the API client, waited
+    /// for until then. `None` for a pod without a name (not from kubelet): it is skipped.
+    async fn annotation_call(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<Option<AnnotationCall>, String> {
+        use crate::kubernetes::pod_ips;
         if ns.is_empty() || name.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         let t0 = tokio::time::Instant::now();
         let deadline = t0 + pod_ips::ANNOTATE_TIMEOUT;
@@ -93,6 +107,27 @@ impl Backend {
         let client = pod_ips::client(self.shared.kube_clients.get(), &pod, deadline, t0)
             .await
             .map_err(|e| e.to_string())?;
+        Ok(Some(AnnotationCall {
+            client,
+            pod,
+            t0,
+            deadline,
+        }))
+    }
+
+    /// `ANNOTATE_POD_IP`: the pod's annotation set to `ip` before the ADD is answered
+    /// ([`crate::kubernetes::pod_ips`]). A pod without a name (not from kubelet) is skipped.
+    async fn annotate_added(&self, ns: &str, name: &str, ip: &str) -> Result<(), String> {
+        use crate::kubernetes::pod_ips::{self, Annotated};
+        let Some(AnnotationCall {
+            client,
+            pod,
+            t0,
+            deadline,
+        }) = self.annotation_call(ns, name).await?
+        else {
+            return Ok(());
+        };
         match pod_ips::annotate_added(client, ns, name, ip, deadline).await {
             Ok(Annotated::Patched) => {
                 tracing::debug!(pod = %pod, ip, elapsed = ?t0.elapsed(), "annotated {}", pod_ips::POD_IPS_ANNOTATION);
@@ -109,15 +144,15 @@ impl Backend {
     /// `ANNOTATE_POD_IP`: the pod's annotation set to `""` when it names the released `ip`.
     async fn clear_released(&self, ns: &str, name: &str, ip: &str) -> Result<(), String> {
         use crate::kubernetes::pod_ips::{self, Cleared};
-        if ns.is_empty() || name.is_empty() {
+        let Some(AnnotationCall {
+            client,
+            pod,
+            deadline,
+            ..
+        }) = self.annotation_call(ns, name).await?
+        else {
             return Ok(());
-        }
-        let t0 = tokio::time::Instant::now();
-        let deadline = t0 + pod_ips::ANNOTATE_TIMEOUT;
-        let pod = format!("{ns}/{name}");
-        let client = pod_ips::client(self.shared.kube_clients.get(), &pod, deadline, t0)
-            .await
-            .map_err(|e| e.to_string())?;
+        };
         match pod_ips::clear_released(client, ns, name, ip, deadline).await {
             Ok(Cleared::OtherAddress(other)) => {
                 tracing::info!(pod = %pod, ip, annotation = %other, "{} names another address (a newer sandbox of the pod): left as it is", pod_ips::POD_IPS_ANNOTATION);
