@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::netns::{run, Netns};
+use common::netns::{plugin_add, run, Netns};
 use common::*;
 use vpcnet_agent::node::NetlinkNode;
 use vpcnet_agent::Targets;
@@ -37,30 +37,6 @@ impl Netns {
         .join()
         .unwrap()
     }
-}
-
-fn veth_of(id: &str) -> String {
-    vpcnet_datapath::names::host_veth_name("eni", "default", &format!("pod-{id}"))
-}
-
-/// The plugin's ADD for pod `id` in `pod_ns`: veth, addresses, routes, rules, neighbour.
-async fn build_pod(node_ns: &Netns, pod_ns: &Netns, id: &str, ip: Ipv4Addr) {
-    let spec = vpcnet_datapath::pod::PodSpec {
-        ip,
-        host_veth: veth_of(id),
-        container_ifname: "eth0".into(),
-        mtu: 1500,
-        route_table: 0,
-    };
-    let node = vpcnet_datapath::netns::connect_in(
-        &vpcnet_datapath::netns::open(&node_ns.path()).unwrap(),
-        &node_ns.path(),
-    )
-    .unwrap();
-    let fd = vpcnet_datapath::netns::open(&pod_ns.path()).unwrap();
-    vpcnet_datapath::pod::setup(&node, &fd, &pod_ns.path(), &spec)
-        .await
-        .unwrap();
 }
 
 /// Datagrams `sock` receives within `window` (each `from` and payload).
@@ -199,7 +175,7 @@ async fn a_reused_address_does_not_inherit_the_old_pods_udp_stream() {
         .ipv4_addr
         .parse()
         .unwrap();
-    build_pod(&node_ns, &pod_a, "a", x).await;
+    plugin_add(&node_ns, &pod_a, "a", x, 1500).await;
     let sock_a = pod_a.udp(SocketAddr::from((x, PORT)));
     let rules = format!(
         "table ip svc {{\n chain pre {{\n  type nat hook prerouting priority -100;\n  ip daddr {SERVICE} udp dport {PORT} dnat to {x}\n }}\n}}\n"
@@ -230,7 +206,7 @@ async fn a_reused_address_does_not_inherit_the_old_pods_udp_stream() {
         .await
         .unwrap();
     assert_eq!(b.ipv4_addr, x.to_string(), "B reuses X");
-    build_pod(&node_ns, &pod_b, "b", x).await;
+    plugin_add(&node_ns, &pod_b, "b", x, 1500).await;
     let sock_b = pod_b.udp(SocketAddr::from((x, PORT)));
     let to_b = received(&sock_b, Duration::from_secs(1));
     drop(stream);

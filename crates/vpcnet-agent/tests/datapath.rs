@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::netns::{run, Netns};
+use common::netns::{plugin_add, run, veth_of, Netns};
 use common::*;
 use vpcnet_agent::node::{
     AuditReport, AuditRequest, BoxFuture, NetlinkNode, NodeEni, NodeFirewall, NodeNetwork,
@@ -97,10 +97,6 @@ fn udev(lab: &Lab, ns: &Netns) -> Arc<AtomicBool> {
     stop
 }
 
-fn veth_of(id: &str) -> String {
-    vpcnet_datapath::names::host_veth_name("eni", "default", &format!("pod-{id}"))
-}
-
 async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -161,24 +157,7 @@ async fn agent_with_a_pod(
     let ip: Ipv4Addr = r.ipv4_addr.parse().unwrap();
     assert_eq!(r.route_table, 0, "primary ENI");
     // The plugin's ADD, as it builds the pod's datapath.
-    let spec = vpcnet_datapath::pod::PodSpec {
-        ip,
-        host_veth: veth_of("p1"),
-        container_ifname: "eth0".into(),
-        mtu: 9001,
-        route_table: 0,
-    };
-    {
-        let node = vpcnet_datapath::netns::connect_in(
-            &vpcnet_datapath::netns::open(&node_ns.path()).unwrap(),
-            &node_ns.path(),
-        )
-        .unwrap();
-        let fd = vpcnet_datapath::netns::open(&pod_ns.path()).unwrap();
-        vpcnet_datapath::pod::setup(&node, &fd, &pod_ns.path(), &spec)
-            .await
-            .unwrap();
-    }
+    plugin_add(node_ns, pod_ns, "p1", ip, 9001).await;
     (agent, ip)
 }
 

@@ -1,6 +1,7 @@
 //! Network namespaces for the agent's root tests: a unique name per run and per namespace,
 //! loopback up, deleted again on drop (also when the test fails).
 
+use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -60,4 +61,31 @@ pub fn run(args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// The host veth of pod `pod-<id>` in namespace `default`, as the plugin names it (prefix
+/// `eni`).
+pub fn veth_of(id: &str) -> String {
+    vpcnet_datapath::names::host_veth_name("eni", "default", &format!("pod-{id}"))
+}
+
+/// The plugin's ADD for pod `pod-<id>` in `pod_ns` on a primary-ENI address (route table 0),
+/// as vpcnet-cni builds it: veth into `node_ns`, address, routes, rules, neighbour.
+pub async fn plugin_add(node_ns: &Netns, pod_ns: &Netns, id: &str, ip: Ipv4Addr, mtu: u32) {
+    let spec = vpcnet_datapath::pod::PodSpec {
+        ip,
+        host_veth: veth_of(id),
+        container_ifname: "eth0".into(),
+        mtu,
+        route_table: 0,
+    };
+    let node = vpcnet_datapath::netns::connect_in(
+        &vpcnet_datapath::netns::open(&node_ns.path()).unwrap(),
+        &node_ns.path(),
+    )
+    .unwrap();
+    let fd = vpcnet_datapath::netns::open(&pod_ns.path()).unwrap();
+    vpcnet_datapath::pod::setup(&node, &fd, &pod_ns.path(), &spec)
+        .await
+        .unwrap();
 }
