@@ -55,23 +55,10 @@ fn shaped_pod_manifest(name: &str, node: &str) -> String {
 /// Creates the pod, retrying while the fresh cluster refuses it (its `default` service
 /// account not created yet), and returns its address once it runs.
 fn run_shaped_pod(k: &Kubectl, name: &str, node: &str) -> Ipv4Addr {
-    let manifest = shaped_pod_manifest(name, node);
-    wait_until(
-        &format!("pod {name} created"),
-        Duration::from_secs(60),
-        || k.apply(&manifest).is_ok(),
-    );
-    let mut ip = String::new();
-    wait_until(
-        &format!("pod {name} Running"),
-        Duration::from_secs(120),
-        || {
-            let p: Value = k.json(&["get", "pod", "-n", "default", name]).unwrap();
-            ip = p["status"]["podIP"].as_str().unwrap_or_default().into();
-            p["status"]["phase"] == "Running" && !ip.is_empty()
-        },
-    );
-    ip.parse().unwrap()
+    create_pod_retrying(k, name, &shaped_pod_manifest(name, node));
+    running_pod_ip(k, name, Duration::from_secs(120))
+        .parse()
+        .unwrap()
 }
 
 /// The plugin types of the node's conflist, in chain order.

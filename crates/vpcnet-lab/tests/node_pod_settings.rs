@@ -50,40 +50,12 @@ fn pod_manifest(name: &str, node: &str) -> String {
     .to_string()
 }
 
-/// Creates the pod, retrying while the API server refuses it for a cause of the fresh
-/// cluster (the namespace's `default` service account not created yet).
 fn create_pod(k: &Kubectl, name: &str, node: &str) {
-    let manifest = pod_manifest(name, node);
-    let mut last = String::new();
-    wait_until(
-        &format!("pod {name} created (last: {last})"),
-        Duration::from_secs(60),
-        || match k.apply(&manifest) {
-            Ok(()) => true,
-            Err(e) => {
-                last = format!("{e:#}");
-                false
-            }
-        },
-    );
+    create_pod_retrying(k, name, &pod_manifest(name, node));
 }
 
 fn pod_json(k: &Kubectl, name: &str) -> Value {
     k.json(&["get", "pod", "-n", "default", name]).unwrap()
-}
-
-/// The pod's address once it runs.
-fn running_ip(k: &Kubectl, name: &str, timeout: Duration) -> String {
-    let mut ip = String::new();
-    wait_until(&format!("pod {name} Running"), timeout, || {
-        let p = pod_json(k, name);
-        ip = p["status"]["podIP"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        p["status"]["phase"] == "Running" && !ip.is_empty()
-    });
-    ip
 }
 
 fn running(k: &Kubectl, names: &[String]) -> usize {
@@ -133,7 +105,7 @@ fn pod_ip_annotation_and_no_eni_management_while_cordoned() {
 
             // ANNOTATE_POD_IP=true: the pod carries its address.
             create_pod(&k, "annotated", &name);
-            let ip = running_ip(&k, "annotated", Duration::from_secs(120));
+            let ip = running_pod_ip(&k, "annotated", Duration::from_secs(120));
             let got = pod_json(&k, "annotated")["metadata"]["annotations"][ANNOTATION].clone();
             assert_eq!(got, ip.as_str(), "{ANNOTATION} of pod annotated");
 
@@ -149,7 +121,7 @@ fn pod_ip_annotation_and_no_eni_management_while_cordoned() {
             lab.stop_agent("n1").unwrap();
             lab.start_agent("n1").unwrap();
             create_pod(&k, "plain", &name);
-            running_ip(&k, "plain", Duration::from_secs(120));
+            running_pod_ip(&k, "plain", Duration::from_secs(120));
             let plain = pod_json(&k, "plain");
             assert!(
                 plain["metadata"]["annotations"].get(ANNOTATION).is_none(),

@@ -314,3 +314,31 @@ pub fn subnet(lab: &Lab, name: &str) -> (String, Ipv4Net) {
         xml_first(&xml, "cidrBlock").parse().unwrap(),
     )
 }
+
+/// Applies the manifest of pod `default/name`, retrying for 60 s while the fresh cluster
+/// refuses it (the namespace's `default` service account not created yet).
+pub fn create_pod_retrying(k: &vpcnet_lab::kube::kubectl::Kubectl, name: &str, manifest: &str) {
+    wait_until(
+        &format!("pod {name} created"),
+        Duration::from_secs(60),
+        || k.apply(manifest).is_ok(),
+    );
+}
+
+/// The address of pod `default/name` once it runs (waits up to `timeout`).
+pub fn running_pod_ip(
+    k: &vpcnet_lab::kube::kubectl::Kubectl,
+    name: &str,
+    timeout: Duration,
+) -> String {
+    let mut ip = String::new();
+    wait_until(&format!("pod {name} Running"), timeout, || {
+        let p = k.json(&["get", "pod", "-n", "default", name]).unwrap();
+        ip = p["status"]["podIP"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        p["status"]["phase"] == "Running" && !ip.is_empty()
+    });
+    ip
+}
