@@ -225,6 +225,11 @@ settings! {
         /// Spares a burst of pods beyond the warm pool kubelet's sandbox back-off. Keep it
         /// below the plugin's `agentTimeout` (10 s by default).
         add_ip_wait_secs: u64 = "VPCNET_ADD_IP_WAIT", "5", Int::range(0, 30);
+        /// With prefix delegation: seconds after a prefix request found no free aligned /28
+        /// in the subnet (`InsufficientCidrBlocks`, a fragmented subnet) before prefixes are
+        /// asked for again; meanwhile the node grows with secondary IPs so pods still start.
+        /// Each further refusal doubles the wait, up to 16 times this.
+        prefix_retry_secs: u64 = "VPCNET_PREFIX_RETRY", "120", Int::range(1, 3600);
 
         ["custom-networking"]
         /// Take subnet and security groups of new ENIs from the node's ENIConfig (watched
