@@ -26,9 +26,12 @@ impl LogWriter {
         })
     }
 
-    /// Whether lines may carry terminal colours: never in a file.
+    /// Whether lines may carry terminal colours: never in a file, nor with `NO_COLOR` set to
+    /// anything but empty (`tracing_subscriber`'s own default, which an explicit choice
+    /// replaces).
     pub fn ansi(&self) -> bool {
-        !matches!(self, LogWriter::File(_))
+        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+        !matches!(self, LogWriter::File(_)) && !no_color
     }
 }
 
@@ -88,7 +91,10 @@ mod tests {
         let log = dir.path().join("ipamd.log");
         let w = LogWriter::open(&Target::File(log.clone()), r).unwrap();
         assert!(!w.ansi());
-        assert!(LogWriter::Stdout.ansi());
+        assert_eq!(
+            LogWriter::Stdout.ansi(),
+            std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+        );
         // Opened at once: the file exists before any line.
         assert!(log.exists());
         w.make_writer().write_all(b"a line\n").unwrap();
