@@ -173,6 +173,20 @@ impl Tasks {
     {
         self.supervisors.push(tokio::spawn(fut));
     }
+
+    /// [`Tasks::other`] for `fut`, which ends at the latest when `stop` flips.
+    fn other_until<F>(&mut self, stop: &watch::Receiver<bool>, fut: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let mut stop = stop.clone();
+        self.other(async move {
+            tokio::select! {
+                _ = fut => {}
+                _ = stop.changed() => {}
+            }
+        });
+    }
 }
 
 /// Starts the agent and returns once the pool can serve (or startup failed).
@@ -654,13 +668,7 @@ fn spawn_api_client(
                 node.clone(),
                 clients_rx.clone(),
             );
-            let mut stop = stop.clone();
-            tasks.other(async move {
-                tokio::select! {
-                    _ = watch => {}
-                    _ = stop.changed() => {}
-                }
-            });
+            tasks.other_until(stop, watch);
         }
         (None, false) => tracing::info!(
             "AWS_MANAGE_ENIS_NON_SCHEDULABLE=false but MY_NODE_NAME is not set: ENIs are managed whether the Node is schedulable or not"
@@ -675,13 +683,7 @@ fn spawn_api_client(
             node.clone(),
             clients_rx.clone(),
         );
-        let mut stop = stop.clone();
-        tasks.other(async move {
-            tokio::select! {
-                _ = report => {}
-                _ = stop.changed() => {}
-            }
-        });
+        tasks.other_until(stop, report);
     }
     if let (Some(keys), Some(tx)) = (&opts.custom_networking, &shared.eniconfig) {
         let watch = crate::kubernetes::eniconfig_watch::run(

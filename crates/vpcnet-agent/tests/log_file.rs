@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -15,36 +15,21 @@ use common::*;
 const VPC_CNI_MAX_BYTES: u64 = 100 * 1024 * 1024;
 
 fn agent(lab: &Lab, log_file: &Path, level: &str) -> tokio::process::Command {
-    let mut cmd = lab.agent_command();
+    let mut cmd = lab.bare_agent_command();
     cmd.env("AWS_VPC_K8S_CNI_LOG_FILE", log_file)
         .env("AWS_VPC_K8S_CNI_LOGLEVEL", level)
-        .env(
-            "VPCNET_VPC_CNI_CHECKPOINT",
-            lab.dir.path().join("aws-node.json"),
-        )
-        .env("VPCNET_CNI_CACHE_DIR", lab.dir.path().join("cni-cache"))
-        .env("VPCNET_CNI_CONFLIST", conflist(lab))
-        .env("DISABLE_INTROSPECTION", "true")
-        .env("DISABLE_METRICS", "true")
-        .env("VPCNET_NODE_DATAPATH", "false")
-        .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
+        .stderr(Stdio::piped());
     cmd
-}
-
-fn conflist(lab: &Lab) -> PathBuf {
-    lab.dir.path().join("net.d/10-vpcnet.conflist")
 }
 
 /// Runs the agent until it has written its conflist (it has started, talked to EC2 and logged
 /// on the way), then stops it: its stdout and stderr.
 async fn run_until_serving(lab: &Lab, log_file: &Path, level: &str) -> (String, String) {
-    let _ = std::fs::remove_file(conflist(lab));
+    let _ = std::fs::remove_file(lab.conflist());
     let mut child = agent(lab, log_file, level).spawn().unwrap();
     let t0 = std::time::Instant::now();
-    while !conflist(lab).exists() {
+    while !lab.conflist().exists() {
         if let Ok(Some(status)) = child.try_wait() {
             let out = child.wait_with_output().await.unwrap();
             panic!(
@@ -145,5 +130,5 @@ async fn a_log_file_that_cannot_be_created_stops_the_agent_at_start() {
     );
     assert!(err.contains("os error"), "{err}");
     assert!(err.contains("instead: "), "{err}");
-    assert!(!conflist(&lab).exists(), "it went on after the error");
+    assert!(!lab.conflist().exists(), "it went on after the error");
 }

@@ -13,14 +13,8 @@ use common::*;
 
 /// Secondary /32s and /28 prefixes on the instance's ENIs, per EC2.
 fn ec2_counts(lab: &Lab) -> (usize, usize) {
-    lab.emu
-        .enis()
+    lab.attached_enis()
         .into_iter()
-        .filter(|e| {
-            e.attachment
-                .as_ref()
-                .is_some_and(|a| a.instance_id == lab.instance.instance_id)
-        })
         .fold((0, 0), |(ips, ps), e| {
             (ips + e.secondary_ips.len(), ps + e.prefixes.len())
         })

@@ -103,14 +103,9 @@ async fn fragment(lab: &Lab, subnet: &str, net: [u8; 3], len: u8) {
 
 /// The instance's attached ENIs other than the primary: (subnet, secondary IPs, prefixes).
 fn secondary_enis(lab: &Lab) -> Vec<(String, usize, usize)> {
-    lab.emu
-        .enis()
+    lab.attached_enis()
         .into_iter()
-        .filter(|e| {
-            e.attachment
-                .as_ref()
-                .is_some_and(|a| a.instance_id == lab.instance.instance_id && a.device_index > 0)
-        })
+        .filter(|e| e.attachment.as_ref().is_some_and(|a| a.device_index > 0))
         .map(|e| (e.subnet_id, e.secondary_ips.len(), e.prefixes.len()))
         .collect()
 }
@@ -122,26 +117,12 @@ async fn run_agent(
     wait: Duration,
     done: impl Fn() -> bool,
 ) -> String {
-    let mut cmd = lab.agent_command();
-    cmd.env(
-        "VPCNET_VPC_CNI_CHECKPOINT",
-        lab.dir.path().join("aws-node.json"),
-    )
-    .env("VPCNET_CNI_CACHE_DIR", lab.dir.path().join("cni-cache"))
-    .env(
-        "VPCNET_CNI_CONFLIST",
-        lab.dir.path().join("net.d/10-vpcnet.conflist"),
-    )
-    .env("DISABLE_INTROSPECTION", "true")
-    .env("DISABLE_METRICS", "true")
-    .env("VPCNET_NODE_DATAPATH", "false")
-    .env("CLUSTER_NAME", "lab")
-    .env("RUST_LOG", "info")
-    .env("NO_COLOR", "1")
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .kill_on_drop(true);
+    let mut cmd = lab.bare_agent_command();
+    cmd.env("CLUSTER_NAME", "lab")
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     for (k, v) in extra {
         cmd.env(k, v);
     }

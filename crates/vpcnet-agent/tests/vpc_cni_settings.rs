@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -14,28 +13,12 @@ use common::*;
 
 /// The agent's environment on `lab`'s instance, with `extra` on top.
 fn agent(lab: &Lab, extra: &[(&str, &str)]) -> tokio::process::Command {
-    let mut cmd = lab.agent_command();
-    cmd.env(
-        "VPCNET_VPC_CNI_CHECKPOINT",
-        lab.dir.path().join("aws-node.json"),
-    )
-    .env("VPCNET_CNI_CACHE_DIR", lab.dir.path().join("cni-cache"))
-    .env("VPCNET_CNI_CONFLIST", conflist(lab))
-    .env("DISABLE_INTROSPECTION", "true")
-    .env("DISABLE_METRICS", "true")
-    .env("VPCNET_NODE_DATAPATH", "false")
-    .env("RUST_LOG", "info")
-    .env("NO_COLOR", "1")
-    .stdin(Stdio::null())
-    .kill_on_drop(true);
+    let mut cmd = lab.bare_agent_command();
+    cmd.env("RUST_LOG", "info").env("NO_COLOR", "1");
     for (k, v) in extra {
         cmd.env(k, v);
     }
     cmd
-}
-
-fn conflist(lab: &Lab) -> PathBuf {
-    lab.dir.path().join("net.d/10-vpcnet.conflist")
 }
 
 /// Runs the agent to its exit (it must exit on its own within 30 s): (status, stderr).
@@ -68,7 +51,7 @@ async fn accepted_run(lab: &Lab, extra: &[(&str, &str)]) -> Accepted {
         .spawn()
         .unwrap();
     let t0 = std::time::Instant::now();
-    while !conflist(lab).exists() {
+    while !lab.conflist().exists() {
         if let Ok(Some(status)) = child.try_wait() {
             let out = child.wait_with_output().await.unwrap();
             panic!(
@@ -84,8 +67,8 @@ async fn accepted_run(lab: &Lab, extra: &[(&str, &str)]) -> Accepted {
     }
     child.kill().await.unwrap();
     let out = child.wait_with_output().await.unwrap();
-    let text = std::fs::read_to_string(conflist(lab)).unwrap();
-    std::fs::remove_file(conflist(lab)).unwrap();
+    let text = std::fs::read_to_string(lab.conflist()).unwrap();
+    std::fs::remove_file(lab.conflist()).unwrap();
     Accepted {
         mutating: lab.emu.calls().mutating,
         conflist: text,
@@ -111,7 +94,7 @@ async fn enable_ipv6_true_is_refused_before_anything_happens() {
         "{err}"
     );
     assert_eq!(err.matches("refused ").count(), 1, "{err}");
-    assert!(!conflist(&lab).exists(), "a conflist was written");
+    assert!(!lab.conflist().exists(), "a conflist was written");
     let calls = lab.emu.calls();
     assert_eq!(calls.mutating, 0, "{calls:?}");
     assert!(calls.per_action.is_empty(), "no EC2 call at all: {calls:?}");
@@ -174,7 +157,7 @@ async fn every_refusal_is_reported_in_one_run_with_the_invalid_values() {
         !err.contains("ENABLE_IPv4") && !err.contains("ENABLE_NFTABLES"),
         "{err}"
     );
-    assert!(!conflist(&lab).exists());
+    assert!(!lab.conflist().exists());
     assert_eq!(lab.emu.calls().mutating, 0);
 }
 

@@ -28,28 +28,12 @@ use common::*;
 
 /// A busybox pod bound to `node`, asking for 1 Mbit/s each way.
 fn shaped_pod_manifest(name: &str, node: &str) -> String {
-    serde_json::json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {
-            "name": name, "namespace": "default",
-            "annotations": {
-                "kubernetes.io/ingress-bandwidth": "1M",
-                "kubernetes.io/egress-bandwidth": "1M",
-            },
-        },
-        "spec": {
-            "nodeName": node,
-            "containers": [{
-                "name": "sleep",
-                "image": vpcnet_lab::image::IMAGE_REF,
-                "imagePullPolicy": "Never",
-                "command": ["sleep", "3600"],
-            }],
-            "terminationGracePeriodSeconds": 1,
-            "automountServiceAccountToken": false,
-        },
-    })
-    .to_string()
+    let mut pod = sleep_pod_json(name, node);
+    pod["metadata"]["annotations"] = serde_json::json!({
+        "kubernetes.io/ingress-bandwidth": "1M",
+        "kubernetes.io/egress-bandwidth": "1M",
+    });
+    pod.to_string()
 }
 
 /// Creates the pod, retrying while the fresh cluster refuses it (its `default` service

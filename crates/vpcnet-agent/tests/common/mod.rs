@@ -85,6 +85,43 @@ impl Lab {
         cmd
     }
 
+    /// The conflist path of [`Lab::bare_agent_command`] and [`Lab::options`].
+    pub fn conflist(&self) -> PathBuf {
+        self.dir.path().join("net.d/10-vpcnet.conflist")
+    }
+
+    /// [`Lab::agent_command`] for an agent that manages no node datapath: its VPC CNI
+    /// checkpoint, CNI cache and conflist in the temp dir, no introspection or metrics
+    /// listener, stdin closed, killed when dropped.
+    pub fn bare_agent_command(&self) -> tokio::process::Command {
+        let mut cmd = self.agent_command();
+        cmd.env(
+            "VPCNET_VPC_CNI_CHECKPOINT",
+            self.dir.path().join("aws-node.json"),
+        )
+        .env("VPCNET_CNI_CACHE_DIR", self.dir.path().join("cni-cache"))
+        .env("VPCNET_CNI_CONFLIST", self.conflist())
+        .env("DISABLE_INTROSPECTION", "true")
+        .env("DISABLE_METRICS", "true")
+        .env("VPCNET_NODE_DATAPATH", "false")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+        cmd
+    }
+
+    /// The instance's attached ENIs, per the emulator.
+    pub fn attached_enis(&self) -> Vec<vpcnet_emu::EniInfo> {
+        self.emu
+            .enis()
+            .into_iter()
+            .filter(|e| {
+                e.attachment
+                    .as_ref()
+                    .is_some_and(|a| a.instance_id == self.instance.instance_id)
+            })
+            .collect()
+    }
+
     /// Options for an agent on this lab's instance: no TCP listeners, files in the temp dir.
     pub fn options(&self) -> AgentOptions {
         AgentOptions {
@@ -92,7 +129,7 @@ impl Lab {
             checkpoint_path: self.checkpoint(),
             introspection_addr: None,
             metrics_addr: None,
-            conflist_path: Some(self.dir.path().join("net.d/10-vpcnet.conflist")),
+            conflist_path: Some(self.conflist()),
             imds_endpoint: Some(self.imds.clone()),
             ec2_endpoint: Some(self.endpoint.clone()),
             region: Some("us-east-1".into()),

@@ -381,6 +381,11 @@ pub fn node_event(
 /// A busybox pod bound to `node` (no scheduler: a cordoned node still runs it), tolerating
 /// the cordon taint, sleeping an hour.
 pub fn sleep_pod(name: &str, node: &str) -> String {
+    sleep_pod_json(name, node).to_string()
+}
+
+/// [`sleep_pod`] as JSON, to add to.
+pub fn sleep_pod_json(name: &str, node: &str) -> serde_json::Value {
     serde_json::json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": "default", "labels": {"app": "settings"}},
@@ -398,5 +403,4 @@ pub fn sleep_pod(name: &str, node: &str) -> String {
             "automountServiceAccountToken": false,
         },
     })
-    .to_string()
 }
