@@ -23,6 +23,7 @@ pub mod kubernetes;
 pub mod metrics;
 pub mod node;
 pub mod options;
+pub mod provisioning;
 pub mod reconciler;
 pub mod recovery;
 pub mod state;

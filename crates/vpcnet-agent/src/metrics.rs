@@ -463,6 +463,14 @@ metrics! {
             "vpcnet_eni_management_paused",
             "Whether ENI management is paused because the Node is unschedulable (1) or not (0)"
             => set set_eni_management_paused;
+        /// How the pool gets its addresses, one series set to 1: `mode="ec2"` (the agent
+        /// provisions ENIs and addresses), `"disabled"` (`DISABLE_NETWORK_RESOURCE_PROVISIONING`:
+        /// only what is attached) or `"imds-only"` (`ENABLE_IMDS_ONLY_MODE`: only what IMDS
+        /// lists, no EC2 call). Set at start.
+        provisioning_mode: Labelled<Gauge, 1> = Labelled::new(["mode"]),
+            "vpcnet_provisioning_mode",
+            "How the pool gets its addresses (the series with value 1): ec2, disabled or imds-only"
+            => replace set_provisioning_mode;
         /// Restarts of the Kubernetes watches after an error, by resource (`Node`,
         /// `ENIConfig`). A quiet watch is not restarted: the server ends it at its own timeout
         /// and it resumes from the last resourceVersion without counting here.
