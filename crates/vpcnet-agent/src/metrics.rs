@@ -888,6 +888,7 @@ mod declaration_tests {
         m.set_datapath_unrepaired([("x", 1)]);
         m.inc_k8s_watch_restart("x");
         m.set_eni_management_paused(0);
+        m.set_provisioning_mode([("ec2", 1)]);
         m.observe_watch_apply("x", Duration::ZERO);
         m.inc_checkpoint_recovery("x");
         m.inc_evidence_hold("x");

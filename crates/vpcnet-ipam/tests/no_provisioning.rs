@@ -33,7 +33,7 @@ fn the_plan_is_empty_whatever_the_warm_targets() {
         (None, None, false),
         (Some(5), Some(30), false),
         (None, None, true),
-        (Some(1), None, true),
+        (Some(20), None, true),
     ] {
         let mut cfg = limits("m5.xlarge");
         cfg.warm_ip_target = warm_ip;
