@@ -235,7 +235,7 @@ async fn imds_only_serves_pre_attached_addresses_without_a_single_ec2_request() 
     got.sort();
     let mut want = preattached.clone();
     want.sort();
-    assert_eq!(got, want, "the pods got exactly the pre-attached addresses");
+    assert_eq!(got, want, "the pods got exactly the pre-attached addresses; then: {err}");
     assert_exhausted_error(&err);
 
     // Someone attaches one more address: the next reconcile (IMDS) picks it up.
@@ -310,7 +310,7 @@ async fn disabled_provisioning_adopts_what_others_attach_and_never_mutates() {
     let mut c = client(&lab.socket()).await;
 
     let (got, err) = add_until_exhausted(&mut c, 0).await;
-    assert_eq!(got.len(), 4, "{got:?}");
+    assert_eq!(got.len(), 4, "{got:?}: {err}");
     assert_exhausted_error(&err);
 
     // Two addresses attached later through EC2 by someone else serve pods after the next
