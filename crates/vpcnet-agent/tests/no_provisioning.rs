@@ -235,7 +235,10 @@ async fn imds_only_serves_pre_attached_addresses_without_a_single_ec2_request() 
     got.sort();
     let mut want = preattached.clone();
     want.sort();
-    assert_eq!(got, want, "the pods got exactly the pre-attached addresses; then: {err}");
+    assert_eq!(
+        got, want,
+        "the pods got exactly the pre-attached addresses; then: {err}"
+    );
     assert_exhausted_error(&err);
 
     // Someone attaches one more address: the next reconcile (IMDS) picks it up.
