@@ -525,9 +525,9 @@ fn warm_config(
     // Custom networking, or the node's subnet excluded from subnet discovery: pods use
     // secondary ENIs (the ENIConfig's or discovered subnets) only.
     c.primary_eni_for_pods = opts.custom_networking.is_none() && !primary_excluded;
-    // Released addresses wait for the node's conntrack entries of them to be deleted.
     // DISABLE_NETWORK_RESOURCE_PROVISIONING / ENABLE_IMDS_ONLY_MODE: no plan, ever.
     c.provisioning = opts.provisioning.provisions();
+    // Released addresses wait for the node's conntrack entries of them to be deleted.
     c.conntrack_flush = opts
         .node_network
         .as_ref()
