@@ -87,6 +87,7 @@ async fn spawn_agent(c: &Cloud, instance_type: &str, env: &[(&str, &str)]) -> (N
         .env("VPCNET_AGENT_SOCKET", &socket)
         .env("VPCNET_CHECKPOINT_PATH", dir.path().join("ipam.json"))
         .env("VPCNET_CNI_CONFLIST", dir.path().join("10-vpcnet.conflist"))
+        .env("AWS_VPC_K8S_CNI_LOG_FILE", "stdout")
         .env("DISABLE_INTROSPECTION", "true")
         .env("DISABLE_METRICS", "true")
         .env("VPCNET_NODE_DATAPATH", "false")

@@ -522,6 +522,7 @@ fn warm_config(
     c.max_eni = t.max_eni;
     c.cooldown_ms = opts.cooldown.as_millis() as u64;
     c.surplus_hold_ms = opts.surplus_hold.as_millis() as u64;
+    c.prefix_retry_ms = opts.prefix_retry.as_millis() as u64;
     // Custom networking, or the node's subnet excluded from subnet discovery: pods use
     // secondary ENIs (the ENIConfig's or discovered subnets) only.
     c.primary_eni_for_pods = opts.custom_networking.is_none() && !primary_excluded;
@@ -691,6 +692,22 @@ fn spawn_api_client(
             "AWS_MANAGE_ENIS_NON_SCHEDULABLE=false but MY_NODE_NAME is not set: ENIs are managed whether the Node is schedulable or not"
         ),
         (_, true) => {}
+    }
+    // Prefix delegation: its fallback to secondary IPs on a fragmented subnet is reported on
+    // the Node.
+    if let (Some(node), true) = (&opts.api.node_name, opts.targets.prefix_delegation) {
+        let report = crate::kubernetes::prefix_fallback_report::run(
+            shared.clone(),
+            node.clone(),
+            clients_rx.clone(),
+        );
+        let mut stop = stop.clone();
+        tasks.other(async move {
+            tokio::select! {
+                _ = report => {}
+                _ = stop.changed() => {}
+            }
+        });
     }
     if let (Some(keys), Some(tx)) = (&opts.custom_networking, &shared.eniconfig) {
         let watch = crate::kubernetes::eniconfig_watch::run(

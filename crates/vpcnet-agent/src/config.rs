@@ -31,8 +31,8 @@ use serde::Serialize;
 use declare::settings;
 pub use declare::Declaration;
 use kinds::{
-    AbsPath, Bind, Cidrs, Flag, Int, Optional, Rate, Tags, Target, Url, LOG_FILE, LOG_LEVEL,
-    PLUGIN_LOG_LEVEL, RANDOMIZE_SNAT, TEXT, VETH_PREFIX,
+    AbsPath, Bind, Cidrs, Flag, Int, Optional, Rate, Tags, Target, Url, AGENT_LOG_FILE, LOG_LEVEL,
+    PLUGIN_LOG_FILE, PLUGIN_LOG_LEVEL, RANDOMIZE_SNAT, TEXT, VETH_PREFIX,
 };
 
 /// A configuration variable with an invalid value, or a value vpcnet refuses: a VPC CNI
@@ -225,6 +225,11 @@ settings! {
         /// Spares a burst of pods beyond the warm pool kubelet's sandbox back-off. Keep it
         /// below the plugin's `agentTimeout` (10 s by default).
         add_ip_wait_secs: u64 = "VPCNET_ADD_IP_WAIT", "5", Int::range(0, 30);
+        /// With prefix delegation: seconds after a prefix request found no free aligned /28
+        /// in the subnet (`InsufficientCidrBlocks`, a fragmented subnet) before prefixes are
+        /// asked for again; meanwhile the node grows with secondary IPs so pods still start.
+        /// Each further refusal doubles the wait, up to 16 times this.
+        prefix_retry_secs: u64 = "VPCNET_PREFIX_RETRY", "120", Int::range(1, 3600);
 
         ["custom-networking"]
         /// Take subnet and security groups of new ENIs from the node's ENIConfig (watched
@@ -265,7 +270,7 @@ settings! {
         veth_prefix: String = "AWS_VPC_K8S_CNI_VETHPREFIX", "eni", VETH_PREFIX;
         /// Where the CNI plugin logs (written into the conflist).
         plugin_log_file: String =
-            "AWS_VPC_K8S_PLUGIN_LOG_FILE", "/var/log/aws-routed-eni/plugin.log", LOG_FILE;
+            "AWS_VPC_K8S_PLUGIN_LOG_FILE", "/var/log/aws-routed-eni/plugin.log", PLUGIN_LOG_FILE;
         /// The plugin's log level (written into the conflist).
         plugin_log_level: String = "AWS_VPC_K8S_PLUGIN_LOG_LEVEL", "Debug", PLUGIN_LOG_LEVEL;
         /// Chain the reference `bandwidth` plugin after `portmap` in the conflist, with the
@@ -315,6 +320,16 @@ settings! {
             "VPCNET_LEAKED_ENI_SWEEP_INTERVAL", "3600", Int::range(10, 86_400);
         /// The agent's log level (`RUST_LOG` overrides it).
         log_level: String = "AWS_VPC_K8S_CNI_LOGLEVEL", "DEBUG", LOG_LEVEL;
+        /// Where the agent logs, as the VPC CNI's ipamd: `stdout` or `stderr` (the pod's log,
+        /// `kubectl logs`), or a file, whose directory is created. The default is a path inside
+        /// the `aws-node` container, where the DaemonSet mounts the node's
+        /// `/var/log/aws-routed-eni`. A file is rotated by size as the VPC CNI rotates it: past
+        /// 100 MiB it becomes `<file>.1` (the older ones `.2` to `.5`; the sixth is deleted),
+        /// uncompressed (the VPC CNI gzips them and also deletes them after 30 days). A file
+        /// that cannot be created or opened stops the agent at start, naming the path and the
+        /// error (the VPC CNI runs on without its log). See [agent](agent.md#logging).
+        log_file: String =
+            "AWS_VPC_K8S_CNI_LOG_FILE", "/host/var/log/aws-routed-eni/ipamd.log", AGENT_LOG_FILE;
         /// After each ADD, annotate the pod `vpc.amazonaws.com/pod-ips` with its address
         /// (e.g. `10.0.1.23`) by a merge patch, before the ADD is answered, as the VPC CNI
         /// does (Calico reads it); DEL sets it to `""` when it still names the released
@@ -683,6 +698,7 @@ mod tests {
         );
         assert_eq!(c.ip_cooldown(), Duration::from_secs(30));
         assert_eq!(c.log_level, "DEBUG");
+        assert_eq!(c.log_file, "/host/var/log/aws-routed-eni/ipamd.log");
         assert_eq!(c.agent_socket, PathBuf::from("/var/run/vpcnet/agent.sock"));
         assert_eq!(
             c.checkpoint_path,
@@ -736,6 +752,7 @@ mod tests {
             ("VPCNET_METRICS_BIND_ADDRESS", "127.0.0.1:9000"),
             ("IP_COOLDOWN_PERIOD", "0"),
             ("AWS_VPC_K8S_CNI_LOGLEVEL", "info"),
+            ("AWS_VPC_K8S_CNI_LOG_FILE", "Stdout"),
             ("VPCNET_AGENT_SOCKET", "/tmp/a.sock"),
             ("VPCNET_RECONCILE_INTERVAL", "5"),
             ("VPCNET_NODE_DATAPATH", "false"),
@@ -774,6 +791,13 @@ mod tests {
         );
         assert_eq!(c.ip_cooldown(), Duration::ZERO);
         assert_eq!(c.log_level, "INFO");
+        assert_eq!(c.log_file, "Stdout");
+        assert_eq!(
+            cfg(&[("AWS_VPC_K8S_CNI_LOG_FILE", "/var/log/x/ipamd.log")])
+                .unwrap()
+                .log_file,
+            "/var/log/x/ipamd.log"
+        );
         assert!(!c.node_datapath);
         let s = c.ec2_call_settings();
         assert_eq!(
@@ -905,6 +929,12 @@ mod tests {
             ("IP_COOLDOWN_PERIOD", "-5", "0 to 86400"),
             ("IP_COOLDOWN_PERIOD", "30s", "integer"),
             ("AWS_VPC_K8S_CNI_LOGLEVEL", "TRACE", "DEBUG, INFO"),
+            (
+                "AWS_VPC_K8S_CNI_LOG_FILE",
+                "ipamd.log",
+                "absolute file path",
+            ),
+            ("AWS_VPC_K8S_CNI_LOG_FILE", "journal", "`stdout`, `stderr`"),
             ("VPCNET_AGENT_SOCKET", "agent.sock", "absolute path"),
             ("VPCNET_CHECKPOINT_PATH", "ipam.json", "absolute path"),
             ("VPCNET_CNI_CONFLIST", "net.d/x", "absolute path"),

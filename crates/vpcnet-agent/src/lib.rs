@@ -20,6 +20,7 @@ pub mod errors;
 pub mod grpc;
 pub mod introspection;
 pub mod kubernetes;
+pub mod log_file;
 pub mod metrics;
 pub mod node;
 pub mod options;

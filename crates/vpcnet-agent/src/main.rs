@@ -95,7 +95,18 @@ async fn main() -> std::process::ExitCode {
                 .replace("fatal", "error"),
         )
     });
-    tracing_subscriber::fmt().with_env_filter(filter).init();
+    let writer = match vpcnet_agent::log_file::open(&config.log_file) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("vpcnet-agent: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(writer.ansi())
+        .with_writer(writer)
+        .init();
     let names: Vec<String> = std::env::vars_os()
         .filter_map(|(k, _)| k.into_string().ok())
         .collect();

@@ -471,6 +471,14 @@ metrics! {
             "vpcnet_provisioning_mode",
             "How the pool gets its addresses (the series with value 1): ec2, disabled or imds-only"
             => replace set_provisioning_mode;
+        /// 1 while prefix delegation falls back to secondary /32 addresses because a prefix
+        /// request found no free aligned /28 in the subnet (`InsufficientCidrBlocks`), from
+        /// the first refusal until a prefix is assigned again; the Node condition
+        /// `vpcnet.io/PrefixBlocksAvailable` says the same. Always 0 without prefix delegation.
+        prefix_fallback: Gauge = Gauge::default(),
+            "vpcnet_prefix_fallback",
+            "Whether prefix delegation falls back to secondary IPs for want of a free /28 (1) or not (0)"
+            => set set_prefix_fallback;
         /// Restarts of the Kubernetes watches after an error, by resource (`Node`,
         /// `ENIConfig`). A quiet watch is not restarted: the server ends it at its own timeout
         /// and it resumes from the last resourceVersion without counting here.
@@ -889,6 +897,7 @@ mod declaration_tests {
         m.inc_k8s_watch_restart("x");
         m.set_eni_management_paused(0);
         m.set_provisioning_mode([("ec2", 1)]);
+        m.set_prefix_fallback(0);
         m.observe_watch_apply("x", Duration::ZERO);
         m.inc_checkpoint_recovery("x");
         m.inc_evidence_hold("x");

@@ -66,6 +66,9 @@ pub struct AgentOptions {
     pub add_ip_wait: Duration,
     /// How long an address must stay free before it is returned to EC2 as surplus.
     pub surplus_hold: Duration,
+    /// With prefix delegation, the first wait before prefixes are asked for again after a
+    /// fragmented subnet refused one (VPCNET_PREFIX_RETRY, default 2 min).
+    pub prefix_retry: Duration,
     /// Period of the periodic pass (datapath audit, node setup, IMDS drift check, plan incl.
     /// freeing surplus; VPCNET_RECONCILE_INTERVAL, default 30 s). It describes in EC2 only
     /// when IMDS disagrees with the pool or `ec2_reconcile_interval` has passed.
@@ -219,6 +222,7 @@ impl Default for AgentOptions {
             targets: Targets::default(),
             cooldown: Duration::from_millis(vpcnet_ipam::DEFAULT_COOLDOWN_MS),
             surplus_hold: Duration::from_millis(vpcnet_ipam::DEFAULT_COOLDOWN_MS),
+            prefix_retry: Duration::from_millis(vpcnet_ipam::DEFAULT_PREFIX_RETRY_MS),
             reconcile_interval: Duration::from_secs(30),
             ec2_reconcile_interval: Duration::from_secs(3600),
             add_ip_wait: Duration::from_secs(5),
@@ -305,6 +309,7 @@ pub fn options_from_config(c: &Config) -> anyhow::Result<AgentOptions> {
         reconcile_interval: c.reconcile_interval(),
         ec2_reconcile_interval: Duration::from_secs(c.ec2_reconcile_interval_secs),
         add_ip_wait: c.add_ip_wait(),
+        prefix_retry: Duration::from_secs(c.prefix_retry_secs),
         socket_path: c.agent_socket.clone(),
         checkpoint_path: c.checkpoint_path.clone(),
         vpc_cni_checkpoint: Some(c.vpc_cni_checkpoint.clone()),

@@ -14,6 +14,7 @@ pub mod eni;
 pub mod execute;
 pub mod node_setup;
 pub mod placement;
+pub mod prefix_fallback;
 mod run_loop;
 pub mod subnet_discovery;
 pub mod sweep;

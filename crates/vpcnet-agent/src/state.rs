@@ -110,6 +110,9 @@ pub struct Shared {
     /// The Node is cordoned and `AWS_MANAGE_ENIS_NON_SCHEDULABLE` is false: the reconciler
     /// neither grows the pool nor deletes ENIs ([`crate::kubernetes::node_watch`]).
     pub eni_management_paused: AtomicBool,
+    /// The pool's prefix fallback as of the last [`Shared::update_gauges`] (the Node report
+    /// follows it: [`crate::kubernetes::prefix_fallback_report`]).
+    pub prefix_fallback: watch::Sender<Option<vpcnet_ipam::PrefixFallback>>,
 }
 
 impl Shared {
@@ -152,6 +155,7 @@ impl Shared {
             datapath: Default::default(),
             kube_clients: std::sync::OnceLock::new(),
             eni_management_paused: AtomicBool::new(false),
+            prefix_fallback: watch::channel(None).0,
         }
     }
 
@@ -234,6 +238,12 @@ impl Shared {
         m.set_eni_max(s.max_enis as u64);
         m.set_ip_max(s.max_ips as u64);
         m.set_total_ipv4_prefixes(s.prefixes as u64);
+        m.set_prefix_fallback(u64::from(s.prefix_fallback.is_some()));
+        self.prefix_fallback.send_if_modified(|f| {
+            let changed = f.is_some() != s.prefix_fallback.is_some();
+            *f = s.prefix_fallback;
+            changed
+        });
         let mut per_eni: BTreeMap<&str, u64> =
             pool.enis().map(|e| (e.info.id.as_str(), 0)).collect();
         for (_, a) in pool.assignments() {

@@ -57,6 +57,7 @@ fn spawn_agent(lab: &Lab, front: &str, n: u32) -> Agent {
         .env("AWS_SECRET_ACCESS_KEY", "test")
         .env("VPCNET_AGENT_SOCKET", lab.socket())
         .env("VPCNET_CHECKPOINT_PATH", lab.checkpoint())
+        .env("AWS_VPC_K8S_CNI_LOG_FILE", "stdout")
         .env(
             "VPCNET_CNI_CONFLIST",
             lab.dir.path().join("10-vpcnet.conflist"),

@@ -260,6 +260,7 @@ fn env_settings_of_known_environments() {
         ("AWS_VPC_K8S_CNI_RANDOMIZESNAT", "HashRandom"),
         ("AWS_VPC_K8S_PLUGIN_LOG_LEVEL", "warning"),
         ("AWS_VPC_K8S_CNI_LOGLEVEL", "info"),
+        ("AWS_VPC_K8S_CNI_LOG_FILE", "/var/log/vpcnet/agent.log"),
         ("ADDITIONAL_ENI_TAGS", r#"{"team":"net","env":"prod"}"#),
         (
             "INTROSPECTION_BIND_ADDRESS",

@@ -502,6 +502,14 @@ fn summary_text(d: &EnisDoc) -> String {
         ),
         _ => {}
     }
+    if let Some(f) = &s.prefix_fallback {
+        out.push_str(&format!(
+            "prefix delegation falls back to secondary IPs: no free /28 in the subnet \
+             (InsufficientCidrBlocks {} time(s)); next prefix try at {}\n",
+            f.failures,
+            rfc3339(f.retry_at_ms)
+        ));
+    }
     if !d.plan.is_empty() {
         let steps: Vec<String> = d
             .plan
@@ -849,5 +857,23 @@ mod tests {
         assert!(t.contains("cooling (8s left)"), "{t}");
         assert!(t.contains("10.0.0.6  eni-1  free"), "{t}");
         assert!(t.contains("last EC2 error: RequestLimitExceeded"), "{t}");
+    }
+
+    #[test]
+    fn a_prefix_fallback_is_said_with_its_next_try() {
+        let mut d = EnisDoc::default();
+        assert!(!enis_text(&d, 0).contains("falls back"));
+        d.summary.prefix_fallback = Some(doc::PrefixFallback {
+            since_ms: 0,
+            failures: 2,
+            retry_at_ms: 360_000,
+        });
+        let t = enis_text(&d, 0);
+        assert!(
+            t.contains("falls back to secondary IPs")
+                && t.contains("InsufficientCidrBlocks 2 time(s)")
+                && t.contains("1970-01-01T00:06:00"),
+            "{t}"
+        );
     }
 }

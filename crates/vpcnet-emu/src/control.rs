@@ -4,6 +4,7 @@
 //! |---|---|
 //! | `POST /_emu/vpcs` | `{"cidr","extra_cidrs"?}` → `{"vpc_id","default_security_group_id"}` |
 //! | `POST /_emu/subnets` | `{"vpc_id","cidr","availability_zone"}` → `{"subnet_id"}` |
+//! | `POST /_emu/subnets/{id}/fragment` | → `{"addresses":[..]}`: one address taken in every free aligned /28 (prefixes fail with `InsufficientCidrBlocks`); `DELETE` gives them back |
 //! | `POST /_emu/security-groups` | `{"vpc_id","name"}` → `{"group_id"}` |
 //! | `POST /_emu/instance-types` | [`InstanceTypeSpec`] → `{}` |
 //! | `POST /_emu/instances` | [`RunInstance`] → [`crate::InstanceInfo`] |
@@ -165,6 +166,10 @@ pub(crate) fn router() -> Router<Emulator> {
     Router::new()
         .route("/vpcs", post(create_vpc))
         .route("/subnets", post(create_subnet))
+        .route(
+            "/subnets/{id}/fragment",
+            post(fragment_subnet).delete(defragment_subnet),
+        )
         .route("/security-groups", post(create_group))
         .route("/instance-types", post(register_type))
         .route("/instances", post(run_instance).get(list_instances))
@@ -218,6 +223,14 @@ struct CreateSubnet {
 async fn create_subnet(State(emu): State<Emulator>, body: Bytes) -> ApiResult {
     let r: CreateSubnet = parse(&body)?;
     ok(json!({"subnet_id": emu.create_subnet(&r.vpc_id, r.cidr, &r.availability_zone)?}))
+}
+
+async fn fragment_subnet(State(emu): State<Emulator>, Path(id): Path<String>) -> ApiResult {
+    ok(json!({"addresses": emu.fragment_subnet(&id)?}))
+}
+
+async fn defragment_subnet(State(emu): State<Emulator>, Path(id): Path<String>) -> ApiResult {
+    ok(json!({"addresses": emu.defragment_subnet(&id)?}))
 }
 
 #[derive(Deserialize)]

@@ -539,6 +539,29 @@ impl Emulator {
         lock(&self.inner.cloud).create_tags(resources, tags)
     }
 
+    /// Fragments subnet `subnet_id` ([`crate::model::Subnet::fragment`]): one address taken
+    /// in every free aligned /28, so prefix requests there fail with `InsufficientCidrBlocks`
+    /// while single addresses can still be assigned. Returns the addresses taken. Errors:
+    /// `InvalidSubnetID.NotFound`.
+    pub fn fragment_subnet(&self, subnet_id: &str) -> Result<Vec<Ipv4Addr>, Ec2Error> {
+        self.with_cloud_mut(|c| {
+            c.subnets
+                .get_mut(subnet_id)
+                .map(|s| s.fragment())
+                .ok_or_else(|| Ec2Error::subnet_not_found(subnet_id))
+        })
+    }
+
+    /// Undoes [`Emulator::fragment_subnet`]. Returns the addresses given back.
+    pub fn defragment_subnet(&self, subnet_id: &str) -> Result<Vec<Ipv4Addr>, Ec2Error> {
+        self.with_cloud_mut(|c| {
+            c.subnets
+                .get_mut(subnet_id)
+                .map(|s| s.defragment())
+                .ok_or_else(|| Ec2Error::subnet_not_found(subnet_id))
+        })
+    }
+
     pub fn subnet_available(&self, subnet_id: &str) -> Option<u32> {
         self.with_cloud(|c| c.subnet(subnet_id).map(|s| s.available()))
     }

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 mod datapath;
 
 pub use datapath::{DatapathDoc, Finding, PodCheck, Repair, DATAPATH};
-pub use vpcnet_ipam::{Action, PoolSummary};
+pub use vpcnet_ipam::{Action, PoolSummary, PrefixFallback};
 
 /// `GET /healthz`: `200 ok` once the pool has been filled, `503 starting` before, `503
 /// failed: ...` once an essential task stopped, `503 datapath: ...` while the datapath audit

@@ -73,11 +73,25 @@ pub struct WarmConfig {
     /// [`crate::AssignError::ProvisioningDisabled`].
     #[serde(default = "yes")]
     pub provisioning: bool,
+    /// Prefix delegation only: milliseconds after a prefix request failed for a fragmented
+    /// subnet (`InsufficientCidrBlocks`) before prefixes are tried again; meanwhile the pool
+    /// grows with secondary /32 addresses ([`crate::Pool::fall_back_to_ips`]). Doubles with
+    /// each further failure, up to 16 times. Default 2 minutes.
+    #[serde(default = "default_prefix_retry")]
+    pub prefix_retry_ms: u64,
 }
 
 fn yes() -> bool {
     true
 }
+
+fn default_prefix_retry() -> u64 {
+    DEFAULT_PREFIX_RETRY_MS
+}
+
+/// Default of [`WarmConfig::prefix_retry_ms`]: 2 minutes, the VPC CNI's back-off after a
+/// subnet ran out of addresses.
+pub const DEFAULT_PREFIX_RETRY_MS: u64 = 120_000;
 
 /// Which target family drives the pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,6 +134,7 @@ impl WarmConfig {
             primary_eni_for_pods: true,
             conntrack_flush: false,
             provisioning: true,
+            prefix_retry_ms: DEFAULT_PREFIX_RETRY_MS,
         }
     }
 

@@ -50,12 +50,15 @@ impl Action {
 
 /// `recent_low`: the fewest assignable addresses an assignment left within the surplus hold
 /// ([`crate::Pool::recent_low_available`]); in the IP target modes only surplus above it is
-/// returned.
+/// returned. `with_ips`: prefix delegation has fallen back to secondary /32s
+/// ([`crate::Pool::fall_back_to_ips`]): growth is counted and requested in addresses (the
+/// prefix target as its 16 addresses each), and free /32s are kept.
 pub(crate) fn plan(
     cfg: &WarmConfig,
     stats: &[EniStats],
     eni_count: u32,
     recent_low: Option<u32>,
+    with_ips: bool,
 ) -> Vec<Action> {
     let active: Vec<&EniStats> = stats
         .iter()
@@ -71,13 +74,18 @@ pub(crate) fn plan(
             warm_ips,
             minimum_ips,
         } => (warm_ips as i64 - available).max(minimum_ips as i64 - total),
+        WarmMode::Prefix { warm_prefixes } if with_ips => {
+            warm_prefixes as i64 * IPS_PER_PREFIX as i64 - available
+        }
         WarmMode::Prefix { warm_prefixes } => warm_prefixes as i64 - free_prefixes,
         WarmMode::PrefixIp {
             warm_ips,
             minimum_ips,
         } => {
             let ips = (warm_ips as i64 - available).max(minimum_ips as i64 - total);
-            if ips > 0 {
+            if with_ips {
+                ips
+            } else if ips > 0 {
                 (ips + IPS_PER_PREFIX as i64 - 1) / IPS_PER_PREFIX as i64
             } else {
                 0
@@ -85,19 +93,40 @@ pub(crate) fn plan(
         }
     };
     if need > 0 {
-        grow(cfg, &active, eni_count, need as u32)
+        grow(cfg, &active, eni_count, need as u32, with_ips)
     } else {
         // Surplus of the IP target modes counts from the lowest point of the hold window.
         let lasting = recent_low.map_or(available, |low| available.min(low as i64));
-        shrink(cfg, &active, available, lasting, total, free_prefixes)
+        let counts = Counts {
+            available,
+            lasting,
+            total,
+            free_prefixes,
+        };
+        shrink(cfg, &active, counts, with_ips)
     }
 }
 
+/// The pool's counts over the ENIs that serve pods.
+struct Counts {
+    available: i64,
+    /// `available` at its lowest within the surplus hold.
+    lasting: i64,
+    total: i64,
+    free_prefixes: i64,
+}
+
 /// Fill existing ENIs (fullest first) with one request each, then create ENIs.
-/// `need` is in addresses, or in prefixes in prefix mode.
-fn grow(cfg: &WarmConfig, active: &[&EniStats], eni_count: u32, need: u32) -> Vec<Action> {
+/// `need` is in addresses, or in prefixes in prefix mode (unless `with_ips`).
+fn grow(
+    cfg: &WarmConfig,
+    active: &[&EniStats],
+    eni_count: u32,
+    need: u32,
+    with_ips: bool,
+) -> Vec<Action> {
     let whole_enis = matches!(cfg.mode(), WarmMode::Eni { .. });
-    let prefix = cfg.prefix_delegation;
+    let prefix = cfg.prefix_delegation && !with_ips;
     let slots = cfg.slots_per_eni();
     let mut order: Vec<&&EniStats> = active
         .iter()
@@ -150,6 +179,34 @@ fn grow(cfg: &WarmConfig, active: &[&EniStats], eni_count: u32, need: u32) -> Ve
         remaining = remaining.saturating_sub(n);
         free_enis -= 1;
     }
+    if prefix && remaining > 0 {
+        actions.extend(make_room(active, remaining));
+    }
+    actions
+}
+
+/// Prefix mode with every slot taken and no ENI to add: free secondary /32s (left from a
+/// fallback, [`crate::Pool::fall_back_to_ips`], or from before prefix delegation) are
+/// returned, one per missing prefix, so the next plan can put a /28 in their slots.
+fn make_room(active: &[&EniStats], prefixes: u32) -> Vec<Action> {
+    let mut left = prefixes as usize;
+    let mut actions = Vec::new();
+    for s in active.iter().filter(|s| !s.subnet_full) {
+        if left == 0 {
+            break;
+        }
+        if s.held_free.is_empty() {
+            continue;
+        }
+        let mut ips = s.held_free.clone();
+        ips.sort();
+        ips.truncate(left);
+        left -= ips.len();
+        actions.push(Action::UnassignIps {
+            eni_id: s.id.clone(),
+            ips,
+        });
+    }
     actions
 }
 
@@ -157,15 +214,15 @@ fn grow(cfg: &WarmConfig, active: &[&EniStats], eni_count: u32, need: u32) -> Ve
 /// addresses (or prefixes) from the least-used ENIs. Only addresses free for the surplus
 /// hold are touched; the primary ENI is never deleted. In the IP target modes the surplus is
 /// what lasted the hold: counted from `lasting` (the fewest assignable addresses since the
-/// hold began), not from `available` alone.
-fn shrink(
-    cfg: &WarmConfig,
-    active: &[&EniStats],
-    available: i64,
-    lasting: i64,
-    total: i64,
-    free_prefixes: i64,
-) -> Vec<Action> {
+/// hold began), not from `available` alone. In prefix mode free secondary /32s (left from a
+/// fallback, [`crate::Pool::fall_back_to_ips`]) go first, unless `with_ips`.
+fn shrink(cfg: &WarmConfig, active: &[&EniStats], counts: Counts, with_ips: bool) -> Vec<Action> {
+    let Counts {
+        available,
+        lasting,
+        total,
+        free_prefixes,
+    } = counts;
     let mut actions = Vec::new();
     let mut order: Vec<&&EniStats> = active.iter().collect();
     order.sort_by_key(|s| (s.assigned, std::cmp::Reverse(s.device_number)));
@@ -216,17 +273,34 @@ fn shrink(
             }
         }
         WarmMode::Prefix { .. } | WarmMode::PrefixIp { .. } => {
-            let mut surplus = match cfg.mode() {
-                WarmMode::Prefix { warm_prefixes } => free_prefixes - warm_prefixes as i64,
+            // Addresses beyond the IP targets (prefix mode: every free /32 is beyond the
+            // prefix target, which counts whole free prefixes only).
+            let mut ip_surplus = match cfg.mode() {
                 WarmMode::PrefixIp {
                     warm_ips,
                     minimum_ips,
-                } => {
-                    (lasting - warm_ips as i64)
-                        .min(total - minimum_ips as i64)
-                        .max(0)
-                        / IPS_PER_PREFIX as i64
+                } => (lasting - warm_ips as i64)
+                    .min(total - minimum_ips as i64)
+                    .max(0),
+                _ => i64::MAX,
+            };
+            if !with_ips {
+                for s in &order {
+                    if ip_surplus > 0 && !s.held_free.is_empty() {
+                        let mut ips = s.held_free.clone();
+                        ips.sort();
+                        ips.truncate(ip_surplus.min(ips.len() as i64) as usize);
+                        ip_surplus -= ips.len() as i64;
+                        actions.push(Action::UnassignIps {
+                            eni_id: s.id.clone(),
+                            ips,
+                        });
+                    }
                 }
+            }
+            let mut surplus = match cfg.mode() {
+                WarmMode::Prefix { warm_prefixes } => free_prefixes - warm_prefixes as i64,
+                WarmMode::PrefixIp { .. } => ip_surplus / IPS_PER_PREFIX as i64,
                 _ => 0,
             }
             .max(0);

@@ -18,8 +18,10 @@ mod drift;
 #[cfg(test)]
 mod fixtures;
 mod interface_gone;
+mod prefix_fallback;
 
 pub use drift::Drift;
+pub use prefix_fallback::PrefixFallback;
 
 /// Container-ID prefix of the holds for pods the agent has no record of
 /// ([`Pool::hold_unknown`]).
@@ -127,6 +129,9 @@ pub struct PoolSummary {
     pub max_ips: u32,
     /// Assignments whose address EC2 no longer lists.
     pub orphaned: u32,
+    /// Prefix delegation falling back to secondary /32s (a fragmented subnet), from the
+    /// first failed prefix request until a prefix arrives.
+    pub prefix_fallback: Option<PrefixFallback>,
 }
 
 /// Per-ENI counts used by the plan.
@@ -185,6 +190,9 @@ pub struct Pool {
     low_water: std::collections::VecDeque<(u64, u32)>,
     /// ENI → until when (ms) its subnet counts as full ([`Pool::mark_subnet_full`]).
     subnet_full: BTreeMap<String, u64>,
+    /// Prefix delegation growing with /32s after `InsufficientCidrBlocks`
+    /// ([`Pool::fall_back_to_ips`]).
+    prefix_fallback: Option<PrefixFallback>,
 }
 
 /// How long an ENI whose subnet answered "no free addresses" or "no CIDR blocks" is not
@@ -210,6 +218,7 @@ impl Pool {
             interface_gone: BTreeSet::new(),
             low_water: Default::default(),
             subnet_full: BTreeMap::new(),
+            prefix_fallback: None,
         }
     }
 
@@ -662,6 +671,7 @@ impl Pool {
             prefixes: self.enis.values().map(|e| e.prefixes.len() as u32).sum(),
             max_ips: self.cfg.max_ips(),
             orphaned: self.orphaned().len() as u32,
+            prefix_fallback: self.prefix_fallback,
         }
     }
 
@@ -676,6 +686,7 @@ impl Pool {
             &self.eni_stats(now_ms),
             self.enis.len() as u32,
             self.recent_low_available(now_ms),
+            self.growing_with_ips(now_ms),
         )
     }
 
@@ -769,6 +780,9 @@ impl Pool {
             .map(|ip| (ip, now_ms))
             .collect();
         eni.prefixes = obs.prefixes.into_iter().map(|p| (p, now_ms)).collect();
+        if !eni.prefixes.is_empty() {
+            self.prefixes_arrived();
+        }
         self.enis.insert(eni.info.id.clone(), eni);
     }
 
@@ -786,6 +800,9 @@ impl Pool {
 
     /// Result of AssignPrivateIpAddresses with Ipv4PrefixCount.
     pub fn add_prefixes(&mut self, eni_id: &str, prefixes: &[Ipv4Net], now_ms: u64) {
+        if !prefixes.is_empty() {
+            self.prefixes_arrived();
+        }
         if let Some(e) = self.enis.get_mut(eni_id) {
             for p in prefixes {
                 e.prefixes.entry(*p).or_insert(now_ms);

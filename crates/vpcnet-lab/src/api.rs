@@ -90,6 +90,26 @@ pub fn control_get<T: serde::de::DeserializeOwned>(socket: &Path, path: &str) ->
     serde_json::from_str(&body).with_context(|| format!("emulator GET /_emu/{path}: bad JSON"))
 }
 
+/// `<method> /_emu/<path>` with an empty body and parse the JSON answer. Errors on non-2xx
+/// (with the body).
+pub fn control_send<T: serde::de::DeserializeOwned>(
+    socket: &Path,
+    method: &str,
+    path: &str,
+) -> Result<T> {
+    let (status, body) = request(
+        socket,
+        method,
+        &format!("/_emu/{path}"),
+        "application/json",
+        b"",
+    )?;
+    if !(200..300).contains(&status) {
+        bail!("emulator {method} /_emu/{path}: HTTP {status}: {body}");
+    }
+    serde_json::from_str(&body).with_context(|| format!("emulator {method} /_emu/{path}: bad JSON"))
+}
+
 /// One EC2 Query API call (`Action=<action>&Version=2016-11-15&<params>`, form-encoded);
 /// returns the XML body. Errors on non-2xx (with EC2's error XML).
 pub fn ec2_query(socket: &Path, action: &str, params: &[(&str, &str)]) -> Result<String> {

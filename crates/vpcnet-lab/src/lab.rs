@@ -1234,6 +1234,23 @@ impl Lab {
         api::control_get(&daemon::api_socket(&self.dir), "enis")
     }
 
+    /// Fragments subnet `subnet_id` in the emulator (one address taken in every free aligned
+    /// /28, so prefix requests fail with `InsufficientCidrBlocks`), or with `fragmented`
+    /// false gives those addresses back. Returns the addresses taken or given back.
+    pub fn fragment_subnet(&self, subnet_id: &str, fragmented: bool) -> Result<Vec<Ipv4Addr>> {
+        #[derive(serde::Deserialize)]
+        struct Answer {
+            addresses: Vec<Ipv4Addr>,
+        }
+        let method = if fragmented { "POST" } else { "DELETE" };
+        let a: Answer = api::control_send(
+            &daemon::api_socket(&self.dir),
+            method,
+            &format!("subnets/{subnet_id}/fragment"),
+        )?;
+        Ok(a.addresses)
+    }
+
     /// The lab cloud's request log: every EC2 and IMDS request it answered, with the calling
     /// instance and the answer ([`vpcnet_emu::request_log`]).
     pub fn requests(&self) -> Result<vpcnet_emu::RequestLog> {

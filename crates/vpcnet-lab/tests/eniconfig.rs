@@ -17,15 +17,7 @@ const CONDITION: &str = "vpcnet.io/ENIConfigResolved";
 
 /// The Node's vpcnet condition: (status, reason, message).
 fn condition(k: &Kubectl, node: &str) -> Option<(String, String, String)> {
-    let n = k.json(&["get", "node", node]).ok()?;
-    n["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == CONDITION)
-        .map(|c| {
-            let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
-            (s("status"), s("reason"), s("message"))
-        })
+    node_condition(k, node, CONDITION)
 }
 
 fn eniconfig_doc(lab: &Lab) -> Value {
@@ -79,20 +71,7 @@ fn a_missing_eniconfig_is_reported_on_the_node_and_creating_it_fills_the_pool() 
             wait_until(
                 "a Warning Event on the Node",
                 Duration::from_secs(30),
-                || {
-                    let ev = k
-                        .json(&[
-                            "get",
-                            "events",
-                            "-A",
-                            "--field-selector",
-                            "reason=ENIConfigNotFound",
-                        ])
-                        .unwrap();
-                    ev["items"].as_array().unwrap().iter().any(|e| {
-                        e["type"] == "Warning" && e["involvedObject"]["name"] == name.as_str()
-                    })
-                },
+                || node_event(&k, &name, "ENIConfigNotFound", "Warning"),
             );
             let d = eniconfig_doc(lab);
             assert_eq!(d["state"], "unresolved", "{d}");

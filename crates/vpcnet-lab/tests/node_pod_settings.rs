@@ -27,31 +27,8 @@ const GROWTH: [&str; 3] = [
     "AssignPrivateIpAddresses",
 ];
 
-/// A busybox pod bound to `node` (no scheduler: a cordoned node still runs it), tolerating the
-/// cordon taint.
-fn pod_manifest(name: &str, node: &str) -> String {
-    serde_json::json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default", "labels": {"app": "settings"}},
-        "spec": {
-            "nodeName": node,
-            "containers": [{
-                "name": "sleep",
-                "image": vpcnet_lab::image::IMAGE_REF,
-                "imagePullPolicy": "Never",
-                "command": ["sleep", "3600"],
-            }],
-            "tolerations": [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists",
-                             "effect": "NoSchedule"}],
-            "terminationGracePeriodSeconds": 1,
-            "automountServiceAccountToken": false,
-        },
-    })
-    .to_string()
-}
-
 fn create_pod(k: &Kubectl, name: &str, node: &str) {
-    create_pod_retrying(k, name, &pod_manifest(name, node));
+    create_pod_retrying(k, name, &sleep_pod(name, node));
 }
 
 fn pod_json(k: &Kubectl, name: &str) -> Value {

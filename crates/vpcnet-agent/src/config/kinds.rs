@@ -208,10 +208,20 @@ pub const VETH_PREFIX: Word = Word {
 };
 
 /// Where the plugin logs: an absolute path, `stderr`, or empty for nowhere.
-pub const LOG_FILE: Word = Word {
+pub const PLUGIN_LOG_FILE: Word = Word {
     valid: |f| f.is_empty() || f == "stderr" || f.starts_with('/'),
     problem: "not an absolute path",
     accepted: "an absolute file path, `stderr`, or empty to disable plugin logging",
+};
+
+/// Where the agent logs (`AWS_VPC_K8S_CNI_LOG_FILE`): `stdout`, `stderr` (any case, as the VPC
+/// CNI compares them) or an absolute file path.
+pub const AGENT_LOG_FILE: Word = Word {
+    valid: |f| {
+        f.eq_ignore_ascii_case("stdout") || f.eq_ignore_ascii_case("stderr") || f.starts_with('/')
+    },
+    problem: "neither stdout, stderr nor an absolute path",
+    accepted: "`stdout`, `stderr`, or an absolute file path",
 };
 
 /// A listening address: `host:port`, `:port` (all IPv4 addresses) or `unix:/path`.

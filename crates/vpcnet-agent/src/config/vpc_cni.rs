@@ -5,8 +5,7 @@
 //! covers every name of `vpc_cni_names.txt`; tests check both directions.
 //!
 //! An unset or empty variable is never refused: it means the VPC CNI's default, and each
-//! refusal below accepts the value that is vpcnet's behaviour. The exception, a default vpcnet
-//! does not share, is said in that setting's reason (`AWS_VPC_K8S_CNI_LOG_FILE`).
+//! refusal below accepts the value that is vpcnet's behaviour, the VPC CNI's default included.
 
 use super::kinds::BOOL_ACCEPTED;
 use super::{parse_bool, InvalidSetting};
@@ -125,14 +124,6 @@ pub const SETTINGS: &[VpcCniSetting] = &[
         Accepts::Int(0x80),
         "vpcnet's connection mark is the fixed bit 0x80",
         "remove it or set it to 0x80",
-    ),
-    refused(
-        "AWS_VPC_K8S_CNI_LOG_FILE",
-        "/host/var/log/aws-routed-eni/ipamd.log",
-        Accepts::Only(&["stdout", "stderr"]),
-        "vpcnet-agent writes its log to stdout, the pod's log (kubectl logs; stderr goes there \
-         too), and to no file yet (so, unset, vpcnet differs from the VPC CNI's default, a file)",
-        "set it to stdout or stderr, or remove it",
     ),
     no_op(
         "AWS_VPC_K8S_EGRESS_V4_PLUGIN_LOG_FILE",
@@ -274,11 +265,6 @@ pub const SETTINGS: &[VpcCniSetting] = &[
          vpcnet's own",
     ),
 ];
-
-/// Settings whose VPC CNI default vpcnet does not share: unset, vpcnet does what it does
-/// (said in the reason), and the default set explicitly is refused like any other value
-/// asking for what vpcnet lacks.
-pub const DEFAULT_NOT_SHARED: &[&str] = &["AWS_VPC_K8S_CNI_LOG_FILE"];
 
 /// The setting `var`, when [`SETTINGS`] declares it.
 pub fn setting(var: &str) -> Option<&'static VpcCniSetting> {
@@ -529,16 +515,14 @@ mod list_tests {
         let c = Config::from_map(&env).unwrap();
         assert!(c.enable_subnet_discovery);
         assert!(Config::unknown_variables(env.keys().map(String::as_str)).is_empty());
-        // Only the log file differs: the manifest's ipamd.log is refused, stdout accepted.
+        // The manifest's log file is the default, and means the same (the agent writes it).
         let mut with_log = env.clone();
         with_log.insert(
             "AWS_VPC_K8S_CNI_LOG_FILE".into(),
             "/host/var/log/aws-routed-eni/ipamd.log".into(),
         );
-        let e = Config::from_map(&with_log).unwrap_err();
-        assert_eq!((e.var, e.refused), ("AWS_VPC_K8S_CNI_LOG_FILE", true));
-        with_log.insert("AWS_VPC_K8S_CNI_LOG_FILE".into(), "stdout".into());
         assert_eq!(Config::from_map(&with_log).unwrap(), c);
+        assert_eq!(c.log_file, "/host/var/log/aws-routed-eni/ipamd.log");
     }
 }
 
@@ -576,16 +560,8 @@ mod tests {
                 }
                 Status::NoOp { why } => assert!(!why.is_empty(), "{}", s.var),
             }
-            // The VPC CNI's default is never refused: carrying it over means what unset means,
-            // save the defaults vpcnet does not share, which their reasons say.
-            if DEFAULT_NOT_SHARED.contains(&s.var) {
-                assert!(s.check(s.default).is_err(), "{}", s.var);
-                assert!(
-                    matches!(s.status, Status::Refused { why, .. } if why.contains("default")),
-                    "{}: say that vpcnet differs from the default",
-                    s.var
-                );
-            } else if !s.default.is_empty() {
+            // The VPC CNI's default is never refused: carrying it over means what unset means.
+            if !s.default.is_empty() {
                 assert_eq!(s.check(s.default), Ok(()), "{} refuses its default", s.var);
             }
         }
@@ -614,12 +590,6 @@ mod tests {
                 "strict",
                 "NetworkPolicy",
                 "standard",
-            ),
-            (
-                "AWS_VPC_K8S_CNI_LOG_FILE",
-                "/host/var/log/x.log",
-                "log to stdout",
-                "stdout",
             ),
             (
                 "HOST_CNI_CONFDIR_PATH",
@@ -662,7 +632,6 @@ mod tests {
             ("ENABLE_POD_ENI", "false"),
             ("NETWORK_POLICY_ENFORCING_MODE", "none"),
             ("NETWORK_POLICY_ENFORCING_MODE", "standard"),
-            ("AWS_VPC_K8S_CNI_LOG_FILE", "stdout"),
             ("AWS_VPC_K8S_CNI_CONNMARK", "128"),
             ("ENABLE_V4_EGRESS", "false"),
             ("ENABLE_V4_EGRESS", "true"),

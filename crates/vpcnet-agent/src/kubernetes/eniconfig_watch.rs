@@ -10,17 +10,16 @@
 //! eniconfig`. Nothing here ever stops the agent or blocks IPAM.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, ObjectReference};
-use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::Client;
 use tokio::sync::watch;
 
 use super::eniconfig::{resolve, EniConfig, EniConfigChoice, SelectionKeys, Unresolved};
+use super::node_report::{Condition, NodeReport};
 use crate::metrics::Metrics;
 use crate::state::now_ms;
 
@@ -28,8 +27,6 @@ use crate::state::now_ms;
 pub const CONDITION_TYPE: &str = "vpcnet.io/ENIConfigResolved";
 /// `timeoutSeconds` of every watch: the server ends it then and it is resumed (not an error).
 pub const WATCH_TIMEOUT_SECS: u32 = 290;
-/// Deadline of one status patch or Event.
-const REPORT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The node's ENIConfig: resolved, or why not.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -295,7 +292,7 @@ async fn watch_node(
     );
     let mut node_view: Mirror<Node> = Mirror::new();
     let mut configs = Mirror::new();
-    let mut reporter = Reporting::new(client.clone(), node);
+    let mut reporter = NodeReport::new(client.clone(), node, CONDITION_TYPE, "ResolveENIConfig");
     while let Some(seen) = events.next().await {
         let arrived = std::time::Instant::now();
         let resource = match &seen {
@@ -317,7 +314,7 @@ async fn watch_node(
                     node_view.current.get(node),
                 ) {
                     let t = tx.borrow().clone();
-                    reporter.report(n, &t).await;
+                    reporter.report(n, &node_condition(&t)).await;
                 }
                 continue;
             }
@@ -364,124 +361,18 @@ async fn watch_node(
         publish(tx, metrics, status, now_ms());
         if let Some(n) = n {
             let t = tx.borrow().clone();
-            reporter.report(n, &t).await;
+            reporter.report(n, &node_condition(&t)).await;
         }
     }
 }
 
-/// The Node condition and Events for one Node.
-struct Reporting {
-    client: Client,
-    node: String,
-    recorder: Recorder,
-    /// (reason, message) of the last Event sent, so each problem is sent once.
-    last_event: Option<(String, String)>,
-}
-
-impl Reporting {
-    fn new(client: Client, node: &str) -> Self {
-        let recorder = Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "vpcnet-agent".into(),
-                instance: Some(node.to_string()),
-            },
-        );
-        Reporting {
-            client,
-            node: node.to_string(),
-            recorder,
-            last_event: None,
-        }
-    }
-
-    /// Brings the Node's condition to `tracked` (patched only when it differs, so the Node
-    /// update this causes is a no-op next time) and sends an Event when the problem changes:
-    /// Warning while unresolved or rejected by EC2, Normal when resolved after a Warning.
-    /// Failures are logged.
-    async fn report(&mut self, node: &Node, tracked: &EniConfigTracked) {
-        let (cond_status, reason, message) = condition_of(tracked);
-        let current = node
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|c| c.iter().find(|c| c.type_ == CONDITION_TYPE));
-        let up_to_date = current.is_some_and(|c| {
-            c.status == cond_status
-                && c.reason.as_deref() == Some(reason)
-                && c.message.as_deref() == Some(message.as_str())
-        });
-        if !up_to_date {
-            let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-            let transition = match current {
-                Some(c) if c.status == cond_status => c
-                    .last_transition_time
-                    .as_ref()
-                    .map(|t| t.0.to_string())
-                    .unwrap_or_else(|| now.clone()),
-                _ => now.clone(),
-            };
-            let patch = serde_json::json!({"status": {"conditions": [{
-                "type": CONDITION_TYPE,
-                "status": cond_status,
-                "reason": reason,
-                "message": message,
-                "lastHeartbeatTime": now,
-                "lastTransitionTime": transition,
-            }]}});
-            let api: Api<Node> = Api::all(self.client.clone());
-            match tokio::time::timeout(
-                REPORT_TIMEOUT,
-                api.patch_status(
-                    &self.node,
-                    &PatchParams::default(),
-                    &Patch::Strategic(patch),
-                ),
-            )
-            .await
-            {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => {
-                    tracing::warn!(node = %self.node, "setting the Node condition {CONDITION_TYPE}: {e}")
-                }
-                Err(_) => {
-                    tracing::warn!(node = %self.node, "setting the Node condition {CONDITION_TYPE}: no answer within {REPORT_TIMEOUT:?}")
-                }
-            }
-        }
-        let key = (reason.to_string(), message.clone());
-        let event = if cond_status == "False" {
-            (self.last_event.as_ref() != Some(&key)).then_some(EventType::Warning)
-        } else {
-            self.last_event
-                .as_ref()
-                .is_some_and(|(r, _)| r != "ENIConfigResolved")
-                .then_some(EventType::Normal)
-        };
-        let Some(type_) = event else {
-            return;
-        };
-        let reference = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Node".into()),
-            name: Some(self.node.clone()),
-            uid: node.metadata.uid.clone(),
-            ..Default::default()
-        };
-        let ev = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(message.clone()),
-            action: "ResolveENIConfig".into(),
-            secondary: None,
-        };
-        match tokio::time::timeout(REPORT_TIMEOUT, self.recorder.publish(&ev, &reference)).await {
-            Ok(Ok(())) => self.last_event = Some(key),
-            Ok(Err(e)) => tracing::warn!(node = %self.node, "sending the {reason} Event: {e}"),
-            Err(_) => {
-                tracing::warn!(node = %self.node, "sending the {reason} Event: no answer within {REPORT_TIMEOUT:?}")
-            }
-        }
+/// [`condition_of`] as the Node condition to report.
+fn node_condition(tracked: &EniConfigTracked) -> Condition {
+    let (status, reason, message) = condition_of(tracked);
+    Condition {
+        status,
+        reason,
+        message,
     }
 }
 

@@ -28,7 +28,9 @@ pub mod capacity;
 pub mod client;
 pub mod eniconfig;
 pub mod eniconfig_watch;
+pub mod node_report;
 pub mod node_watch;
 pub mod pod_ips;
+pub mod prefix_fallback_report;
 
 pub use client::{endpoint, ApiSettings, Endpoint, EndpointSource};

@@ -11,7 +11,8 @@ use crate::state::{now_ms, Shared};
 /// Plans and executes until the pool is on target or an EC2 call fails. Returns whether
 /// anything changed. An assign refused because the ENI's subnet is full is not a failure:
 /// the ENI is marked ([`vpcnet_ipam::Pool::mark_subnet_full`]) and the next plan grows
-/// elsewhere at once.
+/// elsewhere at once. Nor is a prefix refused for a fragmented subnet: the next plan asks for
+/// secondary /32s instead ([`super::prefix_fallback`]).
 pub async fn fill(shared: &Shared, ec2: &dyn Ec2Api) -> Result<bool, Ec2Error> {
     let mut changed = false;
     'plans: for _ in 0..16 {
@@ -62,6 +63,15 @@ pub async fn fill(shared: &Shared, ec2: &dyn Ec2Api) -> Result<bool, Ec2Error> {
                         // Assign or create: nothing was taken out; anything EC2 made behind a
                         // lost reply is adopted by the next describe.
                         pool.abort(a);
+                        if super::prefix_fallback::fragmented(a, &e) {
+                            super::prefix_fallback::fall_back(&mut pool, &e, now_ms());
+                            for rest in &actions[i + 1..] {
+                                pool.abort(rest);
+                            }
+                            drop(pool);
+                            shared.update_gauges();
+                            continue 'plans;
+                        }
                         if let (
                             Action::AssignIps { eni_id, .. }
                             | Action::AssignPrefixes { eni_id, .. },

@@ -69,7 +69,8 @@ impl Lab {
     }
 
     /// The real `vpcnet-agent` binary with a cleared environment pointed at this lab's
-    /// EC2 and IMDS, its socket and checkpoint in the temp dir; callers add the rest.
+    /// EC2 and IMDS, its socket and checkpoint in the temp dir, its log on stdout (never the
+    /// default file under /host/var/log); callers add the rest.
     pub fn agent_command(&self) -> tokio::process::Command {
         let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_vpcnet-agent"));
         cmd.env_clear()
@@ -79,7 +80,8 @@ impl Lab {
             .env("AWS_ACCESS_KEY_ID", "test")
             .env("AWS_SECRET_ACCESS_KEY", "test")
             .env("VPCNET_AGENT_SOCKET", self.socket())
-            .env("VPCNET_CHECKPOINT_PATH", self.checkpoint());
+            .env("VPCNET_CHECKPOINT_PATH", self.checkpoint())
+            .env("AWS_VPC_K8S_CNI_LOG_FILE", "stdout");
         cmd
     }
 

@@ -25,6 +25,8 @@ pub struct Subnet {
     pub tags: Tags,
     /// Offsets from the network address that are in use (primary/secondary IPs, prefixes).
     used: BTreeSet<u32>,
+    /// Offsets taken by [`Subnet::fragment`] (a subset of `used`).
+    fragments: BTreeSet<u32>,
 }
 
 impl Subnet {
@@ -37,6 +39,7 @@ impl Subnet {
             az_id,
             tags: Tags::default(),
             used: BTreeSet::new(),
+            fragments: BTreeSet::new(),
         }
     }
 
@@ -174,6 +177,35 @@ impl Subnet {
     }
 }
 
+impl Subnet {
+    /// Fragments the subnet as years of single-address churn do: takes one address (the
+    /// block's middle one) in every aligned /28 that is entirely free, so no prefix can be
+    /// carved while most addresses stay free. Returns the addresses taken.
+    pub fn fragment(&mut self) -> Vec<Ipv4Addr> {
+        let mut taken = Vec::new();
+        for first in (0..self.size() / 16).map(|b| b * 16) {
+            if self.block_free(first) {
+                let off = first + 8;
+                self.used.insert(off);
+                self.fragments.insert(off);
+                taken.push(Ipv4Addr::from(self.base() + off));
+            }
+        }
+        taken
+    }
+
+    /// Gives back the addresses [`Subnet::fragment`] took. Returns them.
+    pub fn defragment(&mut self) -> Vec<Ipv4Addr> {
+        let offs = std::mem::take(&mut self.fragments);
+        offs.into_iter()
+            .map(|off| {
+                self.used.remove(&off);
+                Ipv4Addr::from(self.base() + off)
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,6 +261,26 @@ mod tests {
             "10.0.0.32/28".parse().unwrap()
         );
         assert_eq!(s.available(), 64 - 5 - 2 - 16);
+    }
+
+    #[test]
+    fn a_fragmented_subnet_keeps_its_addresses_but_no_prefix() {
+        let mut s = subnet("10.0.0.0/24");
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        s.claim_prefix("10.0.0.32/28".parse().unwrap()).unwrap();
+        let taken = s.fragment();
+        // 16 blocks: the first and last hold reserved addresses, one is a prefix.
+        assert_eq!(taken.len(), 13);
+        assert!(taken.contains(&"10.0.0.24".parse().unwrap()));
+        assert_eq!(s.available(), 256 - 5 - 16 - 13);
+        assert_eq!(
+            s.alloc_prefix(&mut rng).unwrap_err().code,
+            "InsufficientCidrBlocks"
+        );
+        assert!(s.alloc_ip(&mut rng).is_ok());
+        assert_eq!(s.defragment(), taken);
+        assert!(s.alloc_prefix(&mut rng).is_ok());
+        assert!(s.defragment().is_empty());
     }
 
     #[test]

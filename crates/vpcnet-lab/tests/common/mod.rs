@@ -342,3 +342,61 @@ pub fn running_pod_ip(
     });
     ip
 }
+
+/// The Node's condition `type_`: (status, reason, message).
+pub fn node_condition(
+    k: &vpcnet_lab::kube::kubectl::Kubectl,
+    node: &str,
+    type_: &str,
+) -> Option<(String, String, String)> {
+    let n = k.json(&["get", "node", node]).ok()?;
+    n["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .map(|c| {
+            let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+            (s("status"), s("reason"), s("message"))
+        })
+}
+
+/// Whether an Event of `reason` and `type_` (`Warning`, `Normal`) names the Node `node`.
+pub fn node_event(
+    k: &vpcnet_lab::kube::kubectl::Kubectl,
+    node: &str,
+    reason: &str,
+    type_: &str,
+) -> bool {
+    let selector = format!("reason={reason}");
+    let ev = k
+        .json(&["get", "events", "-A", "--field-selector", &selector])
+        .unwrap();
+    ev["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["type"] == type_ && e["involvedObject"]["name"] == node)
+}
+
+/// A busybox pod bound to `node` (no scheduler: a cordoned node still runs it), tolerating
+/// the cordon taint, sleeping an hour.
+pub fn sleep_pod(name: &str, node: &str) -> String {
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": "settings"}},
+        "spec": {
+            "nodeName": node,
+            "containers": [{
+                "name": "sleep",
+                "image": vpcnet_lab::image::IMAGE_REF,
+                "imagePullPolicy": "Never",
+                "command": ["sleep", "3600"],
+            }],
+            "tolerations": [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists",
+                             "effect": "NoSchedule"}],
+            "terminationGracePeriodSeconds": 1,
+            "automountServiceAccountToken": false,
+        },
+    })
+    .to_string()
+}
