@@ -70,11 +70,18 @@ impl Backend {
             // Nothing can grow the pool but a pod's deletion or someone attaching more: the
             // runtime's retry helps only while an address is cooling down.
             e @ AssignError::ProvisioningDisabled { cooling, .. } => {
-                if cooling > 0 {
+                let mut s = if cooling > 0 {
                     Status::unavailable(e.to_string())
                 } else {
                     Status::resource_exhausted(e.to_string())
-                }
+                };
+                s.metadata_mut().insert(
+                    vpcnet_proto::REASON_HEADER,
+                    tonic::metadata::MetadataValue::from_static(
+                        vpcnet_proto::REASON_PROVISIONING_DISABLED,
+                    ),
+                );
+                s
             }
             e @ AssignError::AtLimit { .. } => {
                 let cfg = self.shared.pool().config().clone();

@@ -209,6 +209,14 @@ async fn add_eventually(
 
 fn assert_exhausted_error(s: &tonic::Status) {
     assert_eq!(s.code(), tonic::Code::ResourceExhausted, "{s}");
+    // The plugin tells this apart from the node's limit by the reason.
+    assert_eq!(
+        s.metadata()
+            .get(vpcnet_proto::REASON_HEADER)
+            .and_then(|v| v.to_str().ok()),
+        Some(vpcnet_proto::REASON_PROVISIONING_DISABLED),
+        "{s:?}"
+    );
     for part in [
         "network resource provisioning is disabled",
         "DISABLE_NETWORK_RESOURCE_PROVISIONING or ENABLE_IMDS_ONLY_MODE",
