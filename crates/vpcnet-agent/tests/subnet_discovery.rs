@@ -280,11 +280,11 @@ async fn a_full_node_subnet_sends_the_next_eni_to_the_tagged_subnet_of_the_zone(
     assert_eq!(calls(&lab, "DescribeSubnets").len(), 2, "{out}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn prefixes_skip_fragmented_subnets_to_the_next_that_has_a_free_block() {
-    // Prefix delegation: every /28 of the node's /24 and of the tagged /26 has one address
-    // used, so EC2 answers InsufficientCidrBlocks there although addresses are free; a third
-    // subnet, tagged for this cluster, has fewer free addresses but whole blocks.
+/// Prefix delegation's zone: every /28 of the node's /24 and of the tagged /26 has one address
+/// used, so EC2 answers InsufficientCidrBlocks there although addresses are free; a third
+/// subnet, tagged for this cluster, has fewer free addresses but whole blocks. Returns the
+/// lab, its subnets and the whole-block subnet.
+async fn fragmented_zone() -> (Lab, Zone, String) {
     let lab = lab_in_subnet("m5.large", "10.0.0.0/24").await;
     let zone = subnets(&lab);
     let node = lab.instance.subnet_id.clone();
@@ -312,32 +312,44 @@ async fn prefixes_skip_fragmented_subnets_to_the_next_that_has_a_free_block() {
             .collect::<Vec<_>>(),
     )
     .await;
+    (lab, zone, whole)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefixes_skip_fragmented_subnets_to_the_next_that_has_a_free_block() {
     let pd = [
         ("ENABLE_PREFIX_DELEGATION", "true"),
         ("WARM_PREFIX_TARGET", "1"),
     ];
+
+    // Control: without discovery the new ENI's prefixes are refused in the node's subnet
+    // too, and the node falls back to secondary IPs there (no prefix anywhere).
+    {
+        let (lab, _, _) = fragmented_zone().await;
+        let node = lab.instance.subnet_id.clone();
+        let mut control = vec![("ENABLE_SUBNET_DISCOVERY", "false")];
+        control.extend(pd);
+        let fell_back = || secondary_enis(&lab).iter().any(|e| e.1 > 0);
+        let out = run_agent(&lab, &control, Duration::from_secs(20), fell_back).await;
+        let enis = secondary_enis(&lab);
+        assert!(
+            !enis.is_empty() && enis.iter().all(|e| e.0 == node && e.2 == 0),
+            "{enis:?}\n{out}"
+        );
+        assert_eq!(
+            creates(&lab)
+                .into_iter()
+                .filter(|c| c.as_deref() == Some("InsufficientCidrBlocks"))
+                .count(),
+            1,
+            "{out}"
+        );
+        assert!(out.contains("pods get secondary IPs instead"), "{out}");
+    }
+
+    let (lab, zone, whole) = fragmented_zone().await;
+    let node = lab.instance.subnet_id.clone();
     let grown = || secondary_enis(&lab).iter().any(|e| e.2 > 0);
-
-    let mut control = vec![("ENABLE_SUBNET_DISCOVERY", "false")];
-    control.extend(pd);
-    let out = run_agent(&lab, &control, Duration::from_secs(8), || {
-        !creates(&lab).is_empty()
-    })
-    .await;
-    assert!(
-        !grown(),
-        "grew without discovery: {:?}\n{out}",
-        secondary_enis(&lab)
-    );
-    assert!(
-        creates(&lab)
-            .iter()
-            .all(|c| c.as_deref() == Some("InsufficientCidrBlocks")),
-        "{:?}\n{out}",
-        creates(&lab)
-    );
-    lab.emu.clear_requests();
-
     let out = run_agent(&lab, &pd, Duration::from_secs(30), grown).await;
     assert_eq!(secondary_enis(&lab), vec![(whole.clone(), 0, 1)], "{out}");
     // Most free first: the node's /24, the tagged /26, then the whole /26.

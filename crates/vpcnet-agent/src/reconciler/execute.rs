@@ -64,7 +64,23 @@ pub async fn fill(shared: &Shared, ec2: &dyn Ec2Api) -> Result<bool, Ec2Error> {
                         // lost reply is adopted by the next describe.
                         pool.abort(a);
                         if super::prefix_fallback::fragmented(a, &e) {
-                            super::prefix_fallback::fall_back(&mut pool, &e, now_ms());
+                            let now = now_ms();
+                            // A prefix refused on an ENI: an ENI elsewhere (subnet discovery,
+                            // ENIConfig) may still get whole /28s; fall back to /32s only when
+                            // no ENI can be added or the new ENI's prefixes were refused too.
+                            if let Action::AssignPrefixes { eni_id, .. } = a {
+                                pool.mark_subnet_full(eni_id, now);
+                            }
+                            let create_next = can_create
+                                && !paused
+                                && matches!(a, Action::AssignPrefixes { .. })
+                                && pool
+                                    .plan(now)
+                                    .iter()
+                                    .any(|x| matches!(x, Action::CreateEni { .. }));
+                            if !create_next {
+                                super::prefix_fallback::fall_back(&mut pool, &e, now);
+                            }
                             for rest in &actions[i + 1..] {
                                 pool.abort(rest);
                             }

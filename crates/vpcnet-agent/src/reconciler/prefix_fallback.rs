@@ -2,7 +2,8 @@
 //! with `Ipv4PrefixCount`, or `CreateNetworkInterface` with prefixes) that EC2 refuses with
 //! `InsufficientCidrBlocks` — free addresses, but no aligned /28 block of 16 — makes the pool
 //! grow with secondary /32 addresses until it is time to try a prefix again
-//! ([`vpcnet_ipam::Pool::fall_back_to_ips`]). The fallback shows in
+//! ([`vpcnet_ipam::Pool::fall_back_to_ips`]), unless a new ENI may still find whole blocks in
+//! another subnet (decided in [`super::execute::fill`]). The fallback shows in
 //! `vpcnet_prefix_fallback`, in `/v1/enis` and on the Node
 //! ([`crate::kubernetes::prefix_fallback_report`]).
 

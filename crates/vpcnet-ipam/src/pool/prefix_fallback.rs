@@ -30,8 +30,9 @@ pub struct PrefixFallback {
 
 impl Pool {
     /// A prefix request failed because no aligned /28 is free in the subnet
-    /// (`InsufficientCidrBlocks`): grow with secondary /32s until the retry time. Ignored
-    /// without prefix delegation.
+    /// (`InsufficientCidrBlocks`) and no other ENI can take prefixes: grow with secondary /32s
+    /// until the retry time; the subnet-full marks ([`Pool::mark_subnet_full`]) are dropped.
+    /// Ignored without prefix delegation.
     pub fn fall_back_to_ips(&mut self, now_ms: u64) {
         if !self.cfg.prefix_delegation {
             return;
@@ -49,6 +50,9 @@ impl Pool {
             failures,
             retry_at_ms: now_ms.saturating_add(wait),
         });
+        // ENIs marked full after their prefix was refused can take single addresses: the
+        // marks go (an ENI whose subnet is really full is marked again at its next refusal).
+        self.subnet_full.clear();
     }
 
     /// The fallback in force, from the first failed prefix request until a prefix arrives.
