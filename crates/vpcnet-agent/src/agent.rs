@@ -21,6 +21,7 @@ use vpcnet_limits::InstanceLimits;
 use crate::checkpoint_file;
 use crate::metrics::Metrics;
 use crate::options::AgentOptions;
+use crate::provisioning::{ImdsOnlyEc2, Provisioning};
 use crate::state::{now_ms, NodeFacts, Shared};
 
 /// A running agent. Drop or [`AgentHandle::shutdown`] stops it.
@@ -199,6 +200,7 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
     let (stop, stop_rx) = watch::channel(false);
     let listener = crate::grpc::bind(&opts.socket_path)?;
     let metrics = Arc::new(Metrics::new());
+    metrics.set_provisioning_mode([(opts.provisioning.label(), 1)]);
     let found = discover(&opts, metrics.clone(), started).await?;
     let limits = instance_limits(found.ec2.as_ref(), &found.facts).await?;
     let store: Arc<dyn checkpoint_file::CheckpointStore> =
@@ -358,9 +360,11 @@ async fn discover(
     // The EC2 client, once built, for the subnet check that follows the IMDS facts.
     let (ec2_tx, ec2_rx) = tokio::sync::oneshot::channel::<Arc<dyn Ec2Api>>();
     let ec2_and_enis = async {
-        let ec2: Arc<dyn Ec2Api> = match &opts.cloud {
-            Some(CloudApis { ec2, .. }) => ec2.clone(),
-            None => Arc::new(
+        let ec2: Arc<dyn Ec2Api> = match (&opts.cloud, opts.provisioning) {
+            // No EC2 client at all: the ENIs come from IMDS.
+            (_, Provisioning::ImdsOnly) => Arc::new(ImdsOnlyEc2::new(imds.clone())),
+            (Some(CloudApis { ec2, .. }), p) => p.wrap(ec2.clone()),
+            (None, p) => p.wrap(Arc::new(
                 Ec2::connect(
                     Ec2Options {
                         region: Some(id.region.clone()),
@@ -373,7 +377,7 @@ async fn discover(
                 )
                 .await
                 .context("building the EC2 client")?,
-            ),
+            )),
         };
         tracing::debug!(elapsed = ?started.elapsed(), "EC2 client");
         let _ = ec2_tx.send(ec2.clone());
@@ -405,6 +409,7 @@ async fn discover(
     let ((ec2, enis), (facts, primary_excluded)) =
         tokio::try_join!(ec2_and_enis, facts_and_exclusion)?;
     tracing::info!(instance = %facts.instance_id, r#type = %facts.instance_type, subnet = %facts.subnet_id, "instance facts from IMDS");
+    log_provisioning(opts);
     Ok(Discovered {
         ec2,
         imds,
@@ -412,6 +417,25 @@ async fn discover(
         facts,
         primary_excluded,
     })
+}
+
+/// Says at start how the pool gets its addresses when the agent does not provision them, and
+/// which settings therefore have no effect.
+fn log_provisioning(opts: &AgentOptions) {
+    let p = opts.provisioning;
+    if p.provisions() {
+        return;
+    }
+    tracing::info!(
+        provisioning = p.label(),
+        "{}: the agent creates, attaches, assigns, tags and frees no ENI, secondary IP or prefix; pods get the addresses already attached to the node's ENIs, re-read every VPCNET_RECONCILE_INTERVAL; the warm targets and MAX_ENI have no effect and the leaked-ENI sweep does not run",
+        p.setting()
+    );
+    if p == Provisioning::ImdsOnly {
+        tracing::info!(
+            "ENABLE_IMDS_ONLY_MODE=true: no EC2 call at all; IMDS shows no tags, so ENIs tagged node.k8s.amazonaws.com/no_manage are used like any other and subnet tags (ENABLE_SUBNET_DISCOVERY's kubernetes.io/role/cni=0 on the node's subnet) are not read"
+        );
+    }
 }
 
 /// IMDS identity (first round): instance ID, type, primary MAC, region.
@@ -516,6 +540,8 @@ fn warm_config(
     // Custom networking, or the node's subnet excluded from subnet discovery: pods use
     // secondary ENIs (the ENIConfig's or discovered subnets) only.
     c.primary_eni_for_pods = opts.custom_networking.is_none() && !primary_excluded;
+    // DISABLE_NETWORK_RESOURCE_PROVISIONING / ENABLE_IMDS_ONLY_MODE: no plan, ever.
+    c.provisioning = opts.provisioning.provisions();
     // Released addresses wait for the node's conntrack entries of them to be deleted.
     c.conntrack_flush = opts
         .node_network

@@ -344,6 +344,26 @@ settings! {
         /// Node's state. Needs the Kubernetes API and `MY_NODE_NAME` (the agent watches its
         /// Node); without them the agent manages ENIs as with `true`.
         manage_enis_non_schedulable: bool = "AWS_MANAGE_ENIS_NON_SCHEDULABLE", "false", Flag;
+        /// The agent provisions nothing: no ENI is created, attached, tagged or deleted, no
+        /// secondary IP or prefix assigned or unassigned, no leaked ENI swept. Pods get the
+        /// secondary IPs and prefixes already attached to the node's ENIs (by whoever
+        /// provisions them), re-read at every periodic pass (IMDS, then an EC2
+        /// `DescribeNetworkInterfaces` when IMDS disagrees with the pool), so addresses
+        /// attached later serve pods and removed ones leave the pool once free. The warm
+        /// targets and `MAX_ENI` have no effect. An ADD finding every attached address in use
+        /// fails (`RESOURCE_EXHAUSTED`) saying so. Refused with custom networking and with
+        /// `ADDITIONAL_ENI_TAGS` (both only shape ENIs the agent creates). See
+        /// [agent](agent.md#no-provisioning-and-imds-only-mode).
+        disable_network_resource_provisioning: bool =
+            "DISABLE_NETWORK_RESOURCE_PROVISIONING", "false", Flag;
+        /// As `DISABLE_NETWORK_RESOURCE_PROVISIONING=true` (implied), and the agent makes no
+        /// EC2 call at all: the ENIs, their addresses and prefixes, subnet CIDRs and device
+        /// numbers come from IMDS only. IMDS shows no tags, so an ENI tagged
+        /// `node.k8s.amazonaws.com/no_manage=true` is used like any other, the node's subnet is
+        /// never found tagged `kubernetes.io/role/cni=0`, and trunk and EFA ENIs cannot be told
+        /// apart (ENIs on network cards other than 0 are still left alone). The instance type
+        /// must be in the built-in limits table.
+        enable_imds_only_mode: bool = "ENABLE_IMDS_ONLY_MODE", "false", Flag;
 
         ["endpoints"]
         /// Turn off the introspection server (VPC CNI).
@@ -423,8 +443,13 @@ impl Config {
         let read = Config::read(get);
         let refused = vpc_cni::check_all(get);
         let mut bad = match read {
-            Ok(c) if refused.is_empty() => return Ok(c),
-            Ok(_) => Vec::new(),
+            Ok(c) => {
+                let conflicts = c.conflicts();
+                if refused.is_empty() && conflicts.is_empty() {
+                    return Ok(c);
+                }
+                conflicts
+            }
             Err(invalid) => invalid,
         }
         .into_iter()
@@ -442,6 +467,53 @@ impl Config {
     pub fn unknown_variables<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
         let declared: Vec<&str> = Config::declarations().iter().map(|d| d.var).collect();
         vpc_cni::unknown_variables(names, &declared)
+    }
+
+    /// Settings that are each valid but contradict another: refused, naming the variable,
+    /// its value, why and what to do, rather than one of them silently doing nothing.
+    /// With provisioning disabled (`DISABLE_NETWORK_RESOURCE_PROVISIONING` or
+    /// `ENABLE_IMDS_ONLY_MODE`) no ENI is created, so settings that only shape the ENIs the
+    /// agent creates (custom networking's subnet and security groups, extra tags) are refused.
+    pub fn conflicts(&self) -> Vec<InvalidSetting> {
+        let mut out = Vec::new();
+        let off = if self.enable_imds_only_mode {
+            "ENABLE_IMDS_ONLY_MODE=true"
+        } else if self.disable_network_resource_provisioning {
+            "DISABLE_NETWORK_RESOURCE_PROVISIONING=true"
+        } else {
+            return out;
+        };
+        if self.custom_network_cfg {
+            out.push(InvalidSetting {
+                var: "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG",
+                value: "true".into(),
+                problem: format!(
+                    "with {off} the agent creates no ENI, so the ENIConfig's subnet and \
+                     security groups would never be used"
+                ),
+                accepted: format!(
+                    "attach the ENIs in the ENIConfig's subnet yourself and remove \
+                     AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG, or remove {off}"
+                ),
+                refused: true,
+            });
+        }
+        if !self.additional_eni_tags.is_empty() {
+            out.push(InvalidSetting {
+                var: "ADDITIONAL_ENI_TAGS",
+                value: serde_json::to_string(&self.additional_eni_tags).unwrap_or_default(),
+                problem: format!(
+                    "with {off} the agent creates and tags no ENI, so these tags would never \
+                     be applied"
+                ),
+                accepted: format!(
+                    "tag the ENIs where they are created and remove ADDITIONAL_ENI_TAGS (or set \
+                     it to {{}}), or remove {off}"
+                ),
+                refused: true,
+            });
+        }
+        out
     }
 
     /// `IP_COOLDOWN_PERIOD` as a duration.
@@ -967,7 +1039,7 @@ mod declaration_tests {
             ("WARM_IP_TARGET", "five"),
             ("ENABLE_IPv6", "true"),
             ("ENABLE_POD_ENI", "false"),
-            ("ENABLE_IMDS_ONLY_MODE", "true"),
+            ("DISABLE_TCP_EARLY_DEMUX", "true"),
             ("POD_MTU", "10000"),
         ]
         .iter()
@@ -980,7 +1052,7 @@ mod declaration_tests {
             [
                 ("WARM_IP_TARGET", false),
                 ("POD_MTU", false),
-                ("ENABLE_IMDS_ONLY_MODE", true),
+                ("DISABLE_TCP_EARLY_DEMUX", true),
                 ("ENABLE_IPv6", true),
             ]
         );
@@ -1111,6 +1183,78 @@ mod declaration_tests {
         let want = crate::docs::splice(&page, "settings", &Config::doc_tables())
             .unwrap_or_else(|e| panic!("{path}: {e}"));
         crate::docs::check_page(path, &want);
+    }
+}
+
+#[cfg(test)]
+mod provisioning_tests {
+    use super::*;
+
+    fn from(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_map(&m)
+    }
+
+    #[test]
+    fn both_settings_are_read_with_the_vpc_cni_defaults() {
+        let c = Config::default();
+        assert!(!c.disable_network_resource_provisioning && !c.enable_imds_only_mode);
+        let c = from(&[
+            ("DISABLE_NETWORK_RESOURCE_PROVISIONING", "true"),
+            ("ENABLE_IMDS_ONLY_MODE", "1"),
+            // Harmless without provisioning, and what the VPC CNI's manifest sets.
+            ("ENABLE_SUBNET_DISCOVERY", "true"),
+            ("WARM_ENI_TARGET", "1"),
+            ("WARM_PREFIX_TARGET", "1"),
+            ("ADDITIONAL_ENI_TAGS", "{}"),
+            ("AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", "false"),
+        ])
+        .unwrap();
+        assert!(c.disable_network_resource_provisioning && c.enable_imds_only_mode);
+        let e = from(&[("ENABLE_IMDS_ONLY_MODE", "yes")]).unwrap_err();
+        assert_eq!((e.var, e.refused), ("ENABLE_IMDS_ONLY_MODE", false));
+    }
+
+    #[test]
+    fn settings_that_shape_created_enis_are_refused_without_provisioning() {
+        for off in [
+            "DISABLE_NETWORK_RESOURCE_PROVISIONING",
+            "ENABLE_IMDS_ONLY_MODE",
+        ] {
+            let e = from(&[
+                (off, "true"),
+                ("AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", "true"),
+                ("ADDITIONAL_ENI_TAGS", r#"{"team":"net"}"#),
+            ])
+            .unwrap_err();
+            let got: Vec<(&str, bool)> = e.all().map(|i| (i.var, i.refused)).collect();
+            assert_eq!(
+                got,
+                [
+                    ("AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", true),
+                    ("ADDITIONAL_ENI_TAGS", true)
+                ]
+            );
+            let msg = e.to_string();
+            assert!(
+                msg.contains(&format!(
+                    "refused AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG=\"true\": with {off}=true the \
+                     agent creates no ENI"
+                )),
+                "{msg}"
+            );
+            assert!(msg.contains("instead: attach the ENIs"), "{msg}");
+            assert!(
+                msg.contains(r#"refused ADDITIONAL_ENI_TAGS="{\"team\":\"net\"}""#),
+                "{msg}"
+            );
+            // Each alone is fine.
+            from(&[("AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", "true")]).unwrap();
+            from(&[(off, "true")]).unwrap();
+        }
     }
 }
 

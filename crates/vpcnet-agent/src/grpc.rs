@@ -67,6 +67,22 @@ impl Backend {
                 };
                 Status::unavailable(format!("{e}{waited}{paused}"))
             }
+            // Nothing can grow the pool but a pod's deletion or someone attaching more: the
+            // runtime's retry helps only while an address is cooling down.
+            e @ AssignError::ProvisioningDisabled { cooling, .. } => {
+                let mut s = if cooling > 0 {
+                    Status::unavailable(e.to_string())
+                } else {
+                    Status::resource_exhausted(e.to_string())
+                };
+                s.metadata_mut().insert(
+                    vpcnet_proto::REASON_HEADER,
+                    tonic::metadata::MetadataValue::from_static(
+                        vpcnet_proto::REASON_PROVISIONING_DISABLED,
+                    ),
+                );
+                s
+            }
             e @ AssignError::AtLimit { .. } => {
                 let cfg = self.shared.pool().config().clone();
                 Status::resource_exhausted(format!(

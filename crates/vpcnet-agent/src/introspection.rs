@@ -79,7 +79,9 @@ pub fn enis_doc(s: &Shared) -> doc::EnisDoc {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .clone();
-    build_enis_doc(&s.facts, &pool, last_error, now_ms())
+    let mut doc = build_enis_doc(&s.facts, &pool, last_error, now_ms());
+    doc.provisioning = s.opts.provisioning.label().into();
+    doc
 }
 
 /// `/v1/enis` of `pool` at `now_ms`, in one pass over its addresses.
@@ -147,6 +149,7 @@ pub fn build_enis_doc(
             .collect(),
         enis,
         last_error,
+        provisioning: String::new(),
     }
 }
 

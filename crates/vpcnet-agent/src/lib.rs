@@ -24,6 +24,7 @@ pub mod log_file;
 pub mod metrics;
 pub mod node;
 pub mod options;
+pub mod provisioning;
 pub mod reconciler;
 pub mod recovery;
 pub mod state;

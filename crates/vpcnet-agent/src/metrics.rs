@@ -463,6 +463,14 @@ metrics! {
             "vpcnet_eni_management_paused",
             "Whether ENI management is paused because the Node is unschedulable (1) or not (0)"
             => set set_eni_management_paused;
+        /// How the pool gets its addresses, one series set to 1: `mode="ec2"` (the agent
+        /// provisions ENIs and addresses), `"disabled"` (`DISABLE_NETWORK_RESOURCE_PROVISIONING`:
+        /// only what is attached) or `"imds-only"` (`ENABLE_IMDS_ONLY_MODE`: only what IMDS
+        /// lists, no EC2 call). Set at start.
+        provisioning_mode: Labelled<Gauge, 1> = Labelled::new(["mode"]),
+            "vpcnet_provisioning_mode",
+            "How the pool gets its addresses (the series with value 1): ec2, disabled or imds-only"
+            => replace set_provisioning_mode;
         /// 1 while prefix delegation falls back to secondary /32 addresses because a prefix
         /// request found no free aligned /28 in the subnet (`InsufficientCidrBlocks`), from
         /// the first refusal until a prefix is assigned again; the Node condition
@@ -888,6 +896,7 @@ mod declaration_tests {
         m.set_datapath_unrepaired([("x", 1)]);
         m.inc_k8s_watch_restart("x");
         m.set_eni_management_paused(0);
+        m.set_provisioning_mode([("ec2", 1)]);
         m.set_prefix_fallback(0);
         m.observe_watch_apply("x", Duration::ZERO);
         m.inc_checkpoint_recovery("x");

@@ -185,6 +185,10 @@ pub struct AgentOptions {
     /// Node is cordoned ([`crate::kubernetes::node_watch`]); `true` (and the default of these
     /// options, for tests) manages ENIs whatever the Node's state.
     pub manage_enis_non_schedulable: bool,
+    /// DISABLE_NETWORK_RESOURCE_PROVISIONING / ENABLE_IMDS_ONLY_MODE: whether the agent
+    /// provisions ENIs and addresses, and whether it calls EC2 at all
+    /// ([`crate::provisioning`]).
+    pub provisioning: crate::provisioning::Provisioning,
 }
 
 impl std::fmt::Debug for AgentOptions {
@@ -207,6 +211,7 @@ impl std::fmt::Debug for AgentOptions {
                 "manage_enis_non_schedulable",
                 &self.manage_enis_non_schedulable,
             )
+            .field("provisioning", &self.provisioning)
             .finish_non_exhaustive()
     }
 }
@@ -264,12 +269,17 @@ impl Default for AgentOptions {
             shutdown_timeout: Duration::from_secs(5),
             annotate_pod_ip: false,
             manage_enis_non_schedulable: true,
+            provisioning: Default::default(),
         }
     }
 }
 
 /// Options from the environment configuration (`config.rs`).
 pub fn options_from_config(c: &Config) -> anyhow::Result<AgentOptions> {
+    let provisioning = crate::provisioning::Provisioning::from_settings(
+        c.disable_network_resource_provisioning,
+        c.enable_imds_only_mode,
+    );
     let tcp = |b: &BindAddress| match b {
         BindAddress::Tcp(a) => Some(*a),
         BindAddress::Unix(_) => None,
@@ -346,7 +356,8 @@ pub fn options_from_config(c: &Config) -> anyhow::Result<AgentOptions> {
             .map(|(k, v)| (k.to_string(), v))
             .collect(),
         additional_eni_tags: c.additional_eni_tags.clone(),
-        sweep_leaked_enis: !c.disable_leaked_eni_cleanup,
+        // Without provisioning the agent deletes nothing, leaked ENIs included (as the VPC CNI).
+        sweep_leaked_enis: !c.disable_leaked_eni_cleanup && provisioning.provisions(),
         leaked_eni_sweep_interval: Duration::from_secs(c.leaked_eni_sweep_interval_secs),
         pod_reclaim_grace: Duration::from_secs(c.pod_reclaim_grace_secs),
         shutdown_timeout: Duration::from_secs(c.shutdown_timeout_secs),
@@ -366,6 +377,7 @@ pub fn options_from_config(c: &Config) -> anyhow::Result<AgentOptions> {
         }),
         annotate_pod_ip: c.annotate_pod_ip,
         manage_enis_non_schedulable: c.manage_enis_non_schedulable,
+        provisioning,
         ..AgentOptions::default()
     })
 }

@@ -9,7 +9,10 @@
 //! use. When the checkpoint is lost (no file while the ENIs hold addresses), corrupt or
 //! inconsistent, or was imported from the VPC CNI (whose cooldowns lived in its memory), every
 //! other address cools down for `VPCNET_POD_RECLAIM_GRACE` (the time an ADD in flight needs
-//! to leave evidence) plus `IP_COOLDOWN_PERIOD` before reuse. Nothing is free at once.
+//! to leave evidence) plus `IP_COOLDOWN_PERIOD` before reuse. Nothing is free at once. The
+//! exception is a node whose agent provisions nothing (`DISABLE_NETWORK_RESOURCE_PROVISIONING`,
+//! `ENABLE_IMDS_ONLY_MODE`): addresses on its ENIs without a checkpoint are how it first
+//! starts ([`Origin::PreAttached`]), free unless evidence holds them.
 //!
 //! The checkpoint is read exactly once ([`restore`]); a lost, corrupt or inconsistent one is
 //! logged as an error naming what was moved aside and counted in
@@ -38,6 +41,13 @@ pub enum Origin {
     Imported,
     /// No checkpoint although the ENIs hold addresses.
     Lost,
+    /// No checkpoint, and provisioning is disabled (`DISABLE_NETWORK_RESOURCE_PROVISIONING`,
+    /// `ENABLE_IMDS_ONLY_MODE`): the ENIs' addresses were attached beforehand by whoever
+    /// provisions the node, which is how such a node first starts. They are free unless the
+    /// node's evidence (CNI cache, routes, rules) says a pod holds one; no extra cooldown,
+    /// which would keep a new node from serving pods for `VPCNET_POD_RECLAIM_GRACE` +
+    /// `IP_COOLDOWN_PERIOD`.
+    PreAttached,
     /// The checkpoint could not be read or parsed; moved aside to `moved_to`.
     Corrupt {
         reason: String,
@@ -54,7 +64,7 @@ impl Origin {
             Origin::Lost => Some("lost"),
             Origin::Corrupt { .. } => Some("corrupt"),
             Origin::Inconsistent { .. } => Some("inconsistent"),
-            Origin::Fresh | Origin::Own | Origin::Imported => None,
+            Origin::Fresh | Origin::Own | Origin::Imported | Origin::PreAttached => None,
         }
     }
 
@@ -62,7 +72,7 @@ impl Origin {
     /// the agent's own intact checkpoint (or there is nothing to know).
     pub fn unknown_policy(&self, settle_ms: u64) -> UnknownIpPolicy {
         match self {
-            Origin::Fresh | Origin::Own => UnknownIpPolicy::Free,
+            Origin::Fresh | Origin::Own | Origin::PreAttached => UnknownIpPolicy::Free,
             _ => UnknownIpPolicy::Cooling { settle_ms },
         }
     }
@@ -95,6 +105,9 @@ pub fn restore(
             };
             match imported {
                 Some(cp) => (Some(cp), Origin::Imported),
+                None if enis_hold_addresses(enis) && !opts.provisioning.provisions() => {
+                    (None, Origin::PreAttached)
+                }
                 None if enis_hold_addresses(enis) => (None, Origin::Lost),
                 None => (None, Origin::Fresh),
             }

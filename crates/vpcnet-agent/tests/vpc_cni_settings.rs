@@ -182,6 +182,33 @@ async fn annotate_pod_ip_and_manage_enis_non_schedulable_are_no_longer_refused()
     assert!(!run.output.contains("refused"), "{}", run.output);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_provisioning_and_imds_only_mode_are_no_longer_refused() {
+    // Refused before they were implemented: now the agent starts, serves (here with an empty
+    // pool: nothing is attached beforehand) and provisions nothing. tests/no_provisioning.rs
+    // covers what they do.
+    let lab = lab("m5.large").await;
+    for (var, value) in [
+        ("DISABLE_NETWORK_RESOURCE_PROVISIONING", "true"),
+        ("ENABLE_IMDS_ONLY_MODE", "true"),
+    ] {
+        let run = accepted_run(&lab, &[(var, value)]).await;
+        assert!(!run.output.contains("refused"), "{}", run.output);
+        assert_eq!(run.mutating, 0, "{var}: {}", run.output);
+        assert!(
+            run.output.contains(&format!("{var}=true")),
+            "{}",
+            run.output
+        );
+    }
+    // ENABLE_IMDS_ONLY_MODE: not one EC2 call, describes included.
+    assert!(
+        lab.emu.calls().per_action.is_empty(),
+        "{:?}",
+        lab.emu.calls()
+    );
+}
+
 /// The plugin types of a conflist, in chain order.
 fn chain(conflist: &str) -> Vec<String> {
     let conf: serde_json::Value = serde_json::from_str(conflist).unwrap();

@@ -492,6 +492,16 @@ fn summary_text(d: &EnisDoc) -> String {
         ));
     }
     out.push('\n');
+    // Only when the agent does not provision (older agents send no mode).
+    match d.provisioning.as_str() {
+        "disabled" => out.push_str(
+            "provisioning: disabled (DISABLE_NETWORK_RESOURCE_PROVISIONING): only the addresses attached to the node's ENIs serve pods\n",
+        ),
+        "imds-only" => out.push_str(
+            "provisioning: imds-only (ENABLE_IMDS_ONLY_MODE): only the addresses IMDS lists serve pods; no EC2 call\n",
+        ),
+        _ => {}
+    }
     if let Some(f) = &s.prefix_fallback {
         out.push_str(&format!(
             "prefix delegation falls back to secondary IPs: no free /28 in the subnet \
@@ -834,6 +844,16 @@ mod tests {
             ..Default::default()
         };
         let t = enis_text(&doc, 3_000);
+        assert!(!t.contains("provisioning:"), "{t}");
+        let imds_only = EnisDoc {
+            provisioning: "imds-only".into(),
+            ..doc.clone()
+        };
+        assert!(
+            enis_text(&imds_only, 3_000)
+                .contains("provisioning: imds-only (ENABLE_IMDS_ONLY_MODE)"),
+            "{t}"
+        );
         assert!(t.contains("cooling (8s left)"), "{t}");
         assert!(t.contains("10.0.0.6  eni-1  free"), "{t}");
         assert!(t.contains("last EC2 error: RequestLimitExceeded"), "{t}");

@@ -142,6 +142,16 @@ pub fn map_status(socket: &str, what: &str, s: Status) -> CniError {
             "no free IP address on this node right now",
             format!("{m}; the runtime retries the pod"),
         ),
+        Code::ResourceExhausted
+            if s.metadata().get(vpcnet_proto::REASON_HEADER).and_then(|v| v.to_str().ok())
+                == Some(vpcnet_proto::REASON_PROVISIONING_DISABLED) =>
+        {
+            CniError::new(
+                code::NODE_AT_LIMIT,
+                "no IP address for this pod",
+                format!("{m}; the runtime retries the pod, which fits once more addresses are attached to the node"),
+            )
+        }
         Code::ResourceExhausted => CniError::new(
             code::NODE_AT_LIMIT,
             "no IP address for this pod",
@@ -231,5 +241,26 @@ mod tests {
         assert!(e.details.contains("no space left on device"), "{e:?}");
         let e = map_status("/s", "AddNetwork", Status::unavailable("pool empty"));
         assert!(e.msg.contains("no free IP"), "{e:?}");
+    }
+
+    #[test]
+    fn an_exhausted_pool_without_provisioning_does_not_advise_prefix_delegation() {
+        let mut s = Status::resource_exhausted(
+            "no free IP: ... network resource provisioning is disabled ...: attach more",
+        );
+        s.metadata_mut().insert(
+            vpcnet_proto::REASON_HEADER,
+            tonic::metadata::MetadataValue::from_static(vpcnet_proto::REASON_PROVISIONING_DISABLED),
+        );
+        let e = map_status("/s", "AddNetwork", s);
+        assert_eq!(e.code, code::NODE_AT_LIMIT);
+        assert!(e.details.contains("attach more"), "{e:?}");
+        assert!(
+            !e.details.contains("prefix delegation") && e.details.contains("attached to the node"),
+            "{e:?}"
+        );
+        // At the node's limit the advice stays.
+        let e = map_status("/s", "AddNetwork", Status::resource_exhausted("at limit"));
+        assert!(e.details.contains("prefix delegation"), "{e:?}");
     }
 }

@@ -52,6 +52,11 @@ pub struct EnisDoc {
     pub enis: Vec<Eni>,
     /// The reconciler's last EC2 error; `None` after a successful pass.
     pub last_error: Option<String>,
+    /// How the pool gets its addresses: `ec2` (the agent provisions ENIs and addresses),
+    /// `disabled` (`DISABLE_NETWORK_RESOURCE_PROVISIONING`: only what is attached, EC2
+    /// described) or `imds-only` (`ENABLE_IMDS_ONLY_MODE`: only what IMDS lists, no EC2
+    /// call). Empty from agents that predate it.
+    pub provisioning: String,
 }
 
 /// An assignment whose address EC2 no longer lists (kept until its pod is deleted, never

@@ -66,6 +66,13 @@ pub struct WarmConfig {
     /// (the default) leaves the cooldown alone in charge.
     #[serde(default)]
     pub conntrack_flush: bool,
+    /// Whether the agent may add or remove ENIs, secondary addresses and prefixes (default
+    /// true). False with `DISABLE_NETWORK_RESOURCE_PROVISIONING` or `ENABLE_IMDS_ONLY_MODE`:
+    /// the pool is exactly what is attached to the node, the plan is always empty (the warm
+    /// targets have no effect) and an ADD finding nothing free fails with
+    /// [`crate::AssignError::ProvisioningDisabled`].
+    #[serde(default = "yes")]
+    pub provisioning: bool,
     /// Prefix delegation only: milliseconds after a prefix request failed for a fragmented
     /// subnet (`InsufficientCidrBlocks`) before prefixes are tried again; meanwhile the pool
     /// grows with secondary /32 addresses ([`crate::Pool::fall_back_to_ips`]). Doubles with
@@ -126,6 +133,7 @@ impl WarmConfig {
             surplus_hold_ms: DEFAULT_COOLDOWN_MS,
             primary_eni_for_pods: true,
             conntrack_flush: false,
+            provisioning: true,
             prefix_retry_ms: DEFAULT_PREFIX_RETRY_MS,
         }
     }

@@ -58,6 +58,16 @@ pub enum AssignError {
         max_enis: u32,
         ips_per_eni: u32,
     },
+    /// Every address attached to the node is assigned or cooling down, and the agent adds
+    /// none itself (`DISABLE_NETWORK_RESOURCE_PROVISIONING` or `ENABLE_IMDS_ONLY_MODE`):
+    /// an address frees up only by a pod's deletion (then its cooldown) or by someone
+    /// attaching more (gRPC RESOURCE_EXHAUSTED, UNAVAILABLE while some are cooling down).
+    #[error("no free IP: the {total} pod addresses attached to this node are all in use ({assigned} assigned, {cooling} cooling down) and network resource provisioning is disabled (DISABLE_NETWORK_RESOURCE_PROVISIONING or ENABLE_IMDS_ONLY_MODE is true), so the agent attaches no ENI, secondary IP or prefix itself: attach more to the node's ENIs (the agent picks them up at its next reconcile), or move the pod to another node")]
+    ProvisioningDisabled {
+        total: u32,
+        assigned: u32,
+        cooling: u32,
+    },
 }
 
 /// The address handed to a pod, with the facts the plugin needs.
@@ -395,6 +405,13 @@ impl Pool {
 
     fn empty_error(&self, now_ms: u64) -> AssignError {
         let s = self.summary(now_ms);
+        if !self.cfg.provisioning {
+            return AssignError::ProvisioningDisabled {
+                total: s.total_ips,
+                assigned: s.assigned_ips,
+                cooling: s.cooling_ips,
+            };
+        }
         let growth = s.max_ips.saturating_sub(s.total_ips);
         // An ENI being deleted (or whose delete waits for a describe to settle) frees its
         // attachment slot for a new ENI: the limit is not reached while one is.
@@ -661,6 +678,9 @@ impl Pool {
     /// The warm-pool decision at `now_ms`: the EC2 actions to take (empty when the pool is
     /// on target). Pure; call [`Pool::begin`] before executing an action.
     pub fn plan(&self, now_ms: u64) -> Vec<Action> {
+        if !self.cfg.provisioning {
+            return Vec::new();
+        }
         crate::plan::plan(
             &self.cfg,
             &self.eni_stats(now_ms),

@@ -174,6 +174,9 @@ proptest! {
                         Err(AssignError::PoolEmpty { .. }) => {
                             prop_assert_eq!(pool.summary(now).available_ips, 0);
                         }
+                        Err(e @ AssignError::ProvisioningDisabled { .. }) => {
+                            prop_assert!(false, "the pool provisions, yet: {}", e);
+                        }
                     }
                 }
                 Op::Release(i) => {

@@ -18,10 +18,15 @@ pub const PLUGIN_VERSION_HEADER: &str = "x-vpcnet-plugin-version";
 /// plugin that calls something the agent does not know can name both versions.
 pub const AGENT_VERSION_HEADER: &str = "x-vpcnet-agent-version";
 /// Response metadata key of an error status that says why, where the gRPC code alone is
-/// ambiguous (UNAVAILABLE: empty pool or [`REASON_CHECKPOINT_WRITE`]).
+/// ambiguous (UNAVAILABLE: empty pool or [`REASON_CHECKPOINT_WRITE`]; RESOURCE_EXHAUSTED: the node's
+/// limit or [`REASON_PROVISIONING_DISABLED`]).
 pub const REASON_HEADER: &str = "x-vpcnet-reason";
 /// [`REASON_HEADER`] value: the call was undone because the agent could not write its
 /// checkpoint (disk full, read-only); retrying helps only once the disk is fixed.
 pub const REASON_CHECKPOINT_WRITE: &str = "checkpoint-write-failed";
+/// [`REASON_HEADER`] value: no free address, and the agent provisions none itself
+/// (`DISABLE_NETWORK_RESOURCE_PROVISIONING` or `ENABLE_IMDS_ONLY_MODE`): more pods fit only once
+/// someone attaches more addresses to the node's ENIs (or a pod is deleted).
+pub const REASON_PROVISIONING_DISABLED: &str = "provisioning-disabled";
 /// The release of plugin and agent built from this tree (the workspace version).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -140,27 +140,12 @@ pub const SETTINGS: &[VpcCniSetting] = &[
          (which vpcnet refuses); vpcnet chains no egress plugin",
     ),
     refused(
-        "DISABLE_NETWORK_RESOURCE_PROVISIONING",
-        "false",
-        ONLY_FALSE,
-        "vpcnet always provisions ENIs and addresses through EC2; it has no mode that only \
-         uses ENIs and addresses attached beforehand",
-        REMOVE_OR_FALSE,
-    ),
-    refused(
         "DISABLE_TCP_EARLY_DEMUX",
         "false",
         ONLY_FALSE,
         "vpcnet does not change the node's net.ipv4.tcp_early_demux (the VPC CNI's init \
          container does, for pods with their own security groups, ENABLE_POD_ENI, which \
          vpcnet refuses)",
-        REMOVE_OR_FALSE,
-    ),
-    refused(
-        "ENABLE_IMDS_ONLY_MODE",
-        "false",
-        ONLY_FALSE,
-        "vpcnet calls EC2 to provision and verify ENIs and addresses; it has no IMDS-only mode",
         REMOVE_OR_FALSE,
     ),
     refused(
