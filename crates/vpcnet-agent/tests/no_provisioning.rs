@@ -11,7 +11,6 @@
 mod common;
 
 use std::net::Ipv4Addr;
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -69,10 +68,6 @@ async fn pre_attach(lab: &Lab) -> String {
     eni
 }
 
-fn conflist(lab: &Lab) -> PathBuf {
-    lab.dir.path().join("net.d/10-vpcnet.conflist")
-}
-
 /// A free local TCP port for the agent's introspection, whose successor is free too (its
 /// metrics).
 fn free_port() -> u16 {
@@ -87,36 +82,29 @@ fn free_port() -> u16 {
 
 /// Starts the agent with `extra` and waits for its conflist (the pool can serve).
 async fn start_agent(lab: &Lab, port: u16, extra: &[(&str, &str)]) -> tokio::process::Child {
-    let mut cmd = lab.agent_command();
-    cmd.env(
-        "VPCNET_VPC_CNI_CHECKPOINT",
-        lab.dir.path().join("aws-node.json"),
-    )
-    .env("VPCNET_CNI_CACHE_DIR", lab.dir.path().join("cni-cache"))
-    .env("VPCNET_CNI_CONFLIST", conflist(lab))
-    .env("INTROSPECTION_BIND_ADDRESS", format!("127.0.0.1:{port}"))
-    .env(
-        "VPCNET_METRICS_BIND_ADDRESS",
-        format!("127.0.0.1:{}", port + 1),
-    )
-    .env("VPCNET_NODE_DATAPATH", "false")
-    .env("VPCNET_RECONCILE_INTERVAL", "1")
-    .env("IP_COOLDOWN_PERIOD", "0")
-    // The warm targets ask for far more than is attached: they must have no effect.
-    .env("WARM_IP_TARGET", "10")
-    .env("MINIMUM_IP_TARGET", "20")
-    .env("RUST_LOG", "info")
-    .env("NO_COLOR", "1")
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .kill_on_drop(true);
+    let mut cmd = lab.bare_agent_command();
+    cmd.env("DISABLE_INTROSPECTION", "false")
+        .env("DISABLE_METRICS", "false")
+        .env("INTROSPECTION_BIND_ADDRESS", format!("127.0.0.1:{port}"))
+        .env(
+            "VPCNET_METRICS_BIND_ADDRESS",
+            format!("127.0.0.1:{}", port + 1),
+        )
+        .env("VPCNET_RECONCILE_INTERVAL", "1")
+        .env("IP_COOLDOWN_PERIOD", "0")
+        // The warm targets ask for far more than is attached: they must have no effect.
+        .env("WARM_IP_TARGET", "10")
+        .env("MINIMUM_IP_TARGET", "20")
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     for (k, v) in extra {
         cmd.env(k, v);
     }
     let mut child = cmd.spawn().unwrap();
     let t0 = std::time::Instant::now();
-    while !conflist(lab).exists() {
+    while !lab.conflist().exists() {
         if let Ok(Some(status)) = child.try_wait() {
             let out = child.wait_with_output().await.unwrap();
             panic!(
@@ -404,15 +392,9 @@ async fn settings_that_only_shape_created_enis_are_refused_without_provisioning(
         "ENABLE_IMDS_ONLY_MODE",
     ] {
         lab.emu.clear_requests();
-        let mut cmd = lab.agent_command();
-        cmd.env("VPCNET_CNI_CONFLIST", conflist(&lab))
-            .env("DISABLE_INTROSPECTION", "true")
-            .env("DISABLE_METRICS", "true")
-            .env("VPCNET_NODE_DATAPATH", "false")
-            .env(off, "true")
-            .env("AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", "true")
-            .stdin(Stdio::null())
-            .kill_on_drop(true);
+        let mut cmd = lab.bare_agent_command();
+        cmd.env(off, "true")
+            .env("AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG", "true");
         let out = tokio::time::timeout(Duration::from_secs(30), cmd.output())
             .await
             .expect("a refused agent exits on its own")
@@ -426,7 +408,7 @@ async fn settings_that_only_shape_created_enis_are_refused_without_provisioning(
             )),
             "{err}"
         );
-        assert!(!conflist(&lab).exists());
+        assert!(!lab.conflist().exists());
         assert!(agent_ec2_requests(&lab).is_empty());
     }
 }

@@ -16,37 +16,8 @@ use vpcnet_lab::lab::Lab;
 mod common;
 use common::*;
 
-fn pod_manifest(name: &str, node: &str) -> String {
-    serde_json::json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "nodeName": node,
-            "containers": [{
-                "name": "sleep",
-                "image": vpcnet_lab::image::IMAGE_REF,
-                "imagePullPolicy": "Never",
-                "command": ["sleep", "3600"],
-            }],
-            "terminationGracePeriodSeconds": 1,
-            "automountServiceAccountToken": false,
-        },
-    })
-    .to_string()
-}
-
 fn create_pod(k: &Kubectl, name: &str, node: &str) {
-    create_pod_retrying(k, name, &pod_manifest(name, node));
-}
-
-fn last_seq(lab: &Lab) -> u64 {
-    lab.requests()
-        .unwrap()
-        .records
-        .iter()
-        .map(|r| r.seq)
-        .max()
-        .unwrap_or(0)
+    create_pod_retrying(k, name, &sleep_pod(name, node));
 }
 
 /// Every secondary address on the node's ENIs, per EC2.
@@ -79,7 +50,7 @@ fn a_node_in_imds_only_mode_runs_pods_without_calling_ec2() {
             )
             .unwrap();
             lab.stop_agent("n1").unwrap();
-            let since = last_seq(lab);
+            let since = last_request_seq(lab);
             lab.start_agent("n1").unwrap();
 
             create_pod(&k, "imds-only", &n.k8s_name);

@@ -52,16 +52,6 @@ fn growth_calls(lab: &Lab, after_seq: u64) -> Vec<String> {
         .collect()
 }
 
-fn last_seq(lab: &Lab) -> u64 {
-    lab.requests()
-        .unwrap()
-        .records
-        .iter()
-        .map(|r| r.seq)
-        .max()
-        .unwrap_or(0)
-}
-
 fn agent_log(lab: &Lab) -> String {
     std::fs::read_to_string(lab.dir.join("logs").join("agent-n1.log")).unwrap_or_default()
 }
@@ -127,7 +117,7 @@ fn pod_ip_annotation_and_no_eni_management_while_cordoned() {
                 Duration::from_secs(30),
                 || agent_log(lab).contains("ENI management paused"),
             );
-            let seq = last_seq(lab);
+            let seq = last_request_seq(lab);
             let names: Vec<String> = (0..10).map(|i| format!("c{i}")).collect();
             for p in &names {
                 create_pod(&k, p, &name);

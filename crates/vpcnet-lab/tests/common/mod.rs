@@ -404,3 +404,14 @@ pub fn sleep_pod_json(name: &str, node: &str) -> serde_json::Value {
         },
     })
 }
+
+/// The sequence number of the emulator's newest request record (0 when none).
+pub fn last_request_seq(lab: &Lab) -> u64 {
+    lab.requests()
+        .unwrap()
+        .records
+        .iter()
+        .map(|r| r.seq)
+        .max()
+        .unwrap_or(0)
+}
