@@ -585,11 +585,32 @@ async fn bring_up(
 }
 
 /// Writes the conflist atomically (temp file in the same directory, then rename), with the
-/// agent's socket and MTU.
+/// agent's socket and MTU, keeping the plugins others chained into the file on disk
+/// ([`vpcnet_cni_config::user_plugins`]).
 fn write_conflist(path: &Path, opts: &AgentOptions) -> std::io::Result<()> {
     let mut settings = opts.conflist.clone();
     settings.agent_socket = opts.socket_path.display().to_string();
     settings.mtu = opts.pod_mtu.unwrap_or(opts.mtu);
+    let kept = match std::fs::read_to_string(path) {
+        Ok(text) => match vpcnet_cni_config::user_plugins(&text) {
+            Ok(kept) => {
+                if !kept.is_empty() {
+                    let types: Vec<&str> = kept.iter().filter_map(|p| p["type"].as_str()).collect();
+                    tracing::info!(path = %path.display(), kept = ?types, "keeping the plugins chained into the conflist after vpcnet's");
+                }
+                kept
+            }
+            Err(why) => {
+                tracing::warn!(path = %path.display(), "the conflist on disk is not one vpcnet can keep chained plugins from ({why}): replacing it with vpcnet's alone");
+                Vec::new()
+            }
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => {
+            tracing::warn!(path = %path.display(), "reading the conflist on disk: {e}; replacing it with vpcnet's alone");
+            Vec::new()
+        }
+    };
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     let tmp = dir.join(format!(
@@ -598,7 +619,7 @@ fn write_conflist(path: &Path, opts: &AgentOptions) -> std::io::Result<()> {
             .and_then(|n| n.to_str())
             .unwrap_or("conflist")
     ));
-    std::fs::write(&tmp, vpcnet_cni_config::render(&settings))?;
+    std::fs::write(&tmp, vpcnet_cni_config::render_with(&settings, &kept))?;
     std::fs::rename(&tmp, path)
 }
 

@@ -265,3 +265,71 @@ async fn bandwidth_plugin_and_pod_v6_chain_their_plugins_into_the_written_confli
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("invalid DISABLE_POD_V6=\"yes\""), "{err}");
 }
+
+/// Runs the agent over the conflist `before` until it has written its own (with its socket),
+/// then stops it: (the conflist written, the agent's output).
+async fn rewrite_conflist(lab: &Lab, before: &str) -> (String, String) {
+    std::fs::create_dir_all(lab.conflist().parent().unwrap()).unwrap();
+    std::fs::write(lab.conflist(), before).unwrap();
+    let mut child = agent(lab, &[])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let written = || {
+        std::fs::read_to_string(lab.conflist())
+            .ok()
+            .filter(|t| t.contains("agentSocket"))
+    };
+    eventually("the agent's conflist", Duration::from_secs(30), || {
+        written().is_some()
+    })
+    .await;
+    child.kill().await.unwrap();
+    let out = child.wait_with_output().await.unwrap();
+    let text = written().unwrap();
+    std::fs::remove_file(lab.conflist()).unwrap();
+    (
+        text,
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugins_others_chained_into_the_conflist_are_kept_when_the_agent_writes_it() {
+    // As istio-cni leaves the file: its entry appended after the chain an earlier agent wrote
+    // (with the bandwidth plugin, since turned off).
+    let lab = lab("m5.large").await;
+    let istio = serde_json::json!({"type": "istio-cni", "log_level": "info"});
+    let before = serde_json::json!({
+        "cniVersion": "1.0.0", "name": "aws-cni",
+        "plugins": [
+            {"type": "vpcnet-cni", "mtu": "1500"},
+            {"type": "portmap", "capabilities": {"portMappings": true}},
+            {"type": "bandwidth", "capabilities": {"bandwidth": true}},
+            istio,
+        ],
+    });
+    let (text, out) = rewrite_conflist(&lab, &before.to_string()).await;
+    assert_eq!(
+        chain(&text),
+        ["vpcnet-cni", "portmap", "istio-cni"],
+        "{text}"
+    );
+    let conf: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(conf["plugins"][2], istio);
+    assert_eq!(conf["plugins"][0]["mtu"], "9001");
+    assert!(out.contains("keeping the plugins chained"), "{out}");
+
+    // A file that is no conflist is replaced, and the log says so.
+    let (text, out) = rewrite_conflist(&lab, "not json").await;
+    assert_eq!(chain(&text), ["vpcnet-cni", "portmap"]);
+    assert!(
+        out.contains("is not one vpcnet can keep chained plugins from (not JSON"),
+        "{out}"
+    );
+}

@@ -6,10 +6,15 @@
 //! `portmap` plugin (capabilities `portMappings`, `snat: true`) chained after it, then, as the
 //! VPC CNI's entrypoint appends them, the reference `bandwidth` plugin (capability `bandwidth`,
 //! `ENABLE_BANDWIDTH_PLUGIN`) and the reference `tuning` plugin turning IPv6 off in the pod
-//! (`DISABLE_POD_V6`). CNI spec section "Network configuration lists".
+//! (`DISABLE_POD_V6`). CNI spec section "Network configuration lists". Plugins others chained
+//! into the file are kept when the agent writes it again ([`user_plugins`]).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+
+mod kept;
+
+pub use kept::{user_plugins, AGENT_PLUGIN_TYPES};
 
 /// Default conflist file name in the runtime's CNI config directory (`/etc/cni/net.d`).
 pub const DEFAULT_FILE_NAME: &str = "10-vpcnet.conflist";
@@ -151,6 +156,12 @@ impl ConflistSettings {
 ///
 /// `mtu` is rendered as a string, as the VPC CNI does; the plugin accepts a string or a number.
 pub fn render(settings: &ConflistSettings) -> String {
+    render_with(settings, &[])
+}
+
+/// [`render`] with `kept` (plugins others chained into the conflist, [`user_plugins`])
+/// after the agent's own.
+pub fn render_with(settings: &ConflistSettings, kept: &[Value]) -> String {
     let mut plugins: Vec<Value> = vec![json!(settings.plugin_conf())];
     if settings.portmap {
         plugins.push(json!({
@@ -172,6 +183,7 @@ pub fn render(settings: &ConflistSettings) -> String {
             .collect();
         plugins.push(json!({ "type": TUNING_PLUGIN_TYPE, "sysctl": sysctl }));
     }
+    plugins.extend(kept.iter().cloned());
     let list = json!({
         "cniVersion": settings.cni_version,
         "name": settings.name,
