@@ -42,6 +42,11 @@ fn pool_empty_text(cooling: u32, pending_growth: u32) -> String {
     }
 }
 
+/// What [`AssignError::AtLimit`] adds while prefix delegation falls back to secondary IPs.
+const FALLBACK_NOTE: &str = "; the limit is lower for now: prefix delegation fell back to \
+     secondary IPs (no free /28 in the subnet), one address per slot instead of 16, until \
+     prefixes can be assigned again (Node condition vpcnet.io/PrefixBlocksAvailable)";
+
 /// Why no address could be handed out.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AssignError {
@@ -51,12 +56,15 @@ pub enum AssignError {
     PoolEmpty { cooling: u32, pending_growth: u32 },
     /// Every ENI the node may attach is attached and full, and every address is assigned:
     /// permanent for this node (gRPC RESOURCE_EXHAUSTED).
-    #[error("node is at its ENI/IP limit: {assigned} IPs assigned on {enis} ENIs (limit {max_enis} ENIs × {ips_per_eni} pod IPs each)")]
+    #[error("node is at its ENI/IP limit: {assigned} IPs assigned on {enis} ENIs (limit {max_enis} ENIs × {ips_per_eni} pod IPs each){}", if *prefix_fallback { FALLBACK_NOTE } else { "" })]
     AtLimit {
         assigned: u32,
         enis: u32,
         max_enis: u32,
         ips_per_eni: u32,
+        /// Prefix delegation has fallen back to secondary IPs ([`Pool::fall_back_to_ips`]):
+        /// the slots hold one address each, not 16, until prefixes return.
+        prefix_fallback: bool,
     },
     /// Every address attached to the node is assigned or cooling down, and the agent adds
     /// none itself (`DISABLE_NETWORK_RESOURCE_PROVISIONING` or `ENABLE_IMDS_ONLY_MODE`):
@@ -429,6 +437,7 @@ impl Pool {
                 enis: s.enis,
                 max_enis: s.max_enis,
                 ips_per_eni: self.cfg.ips_per_eni(),
+                prefix_fallback: s.prefix_fallback.is_some(),
             }
         } else {
             AssignError::PoolEmpty {

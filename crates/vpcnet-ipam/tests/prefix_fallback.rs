@@ -181,3 +181,34 @@ fn with_every_slot_a_secondary_ip_the_return_to_prefixes_frees_a_slot_first() {
     assert_eq!(pool.prefix_fallback(), None);
     assert_eq!(prefixes(&ec2), 1);
 }
+
+#[test]
+fn at_the_limit_in_fallback_the_error_says_the_limit_is_lower_for_now() {
+    let (mut pool, mut ec2) = start(prefix_mode("m5.large"));
+    assert!(run(&mut pool, &mut ec2, 0, true));
+    let mut i = 0;
+    loop {
+        ec2.settle(&mut pool, 1_000);
+        match pool.assign(key(i), pod(i), 1_000) {
+            Ok(_) => i += 1,
+            Err(e) => {
+                // 3 ENIs × 9 slots, every one a /32.
+                assert_eq!(i, 27);
+                let AssignError::AtLimit {
+                    prefix_fallback, ..
+                } = &e
+                else {
+                    panic!("{e:?}")
+                };
+                assert!(prefix_fallback);
+                let text = e.to_string();
+                assert!(
+                    text.contains("the limit is lower for now")
+                        && text.contains("vpcnet.io/PrefixBlocksAvailable"),
+                    "{text}"
+                );
+                break;
+            }
+        }
+    }
+}
