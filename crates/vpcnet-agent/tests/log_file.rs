@@ -28,20 +28,17 @@ fn agent(lab: &Lab, log_file: &Path, level: &str) -> tokio::process::Command {
 async fn run_until_serving(lab: &Lab, log_file: &Path, level: &str) -> (String, String) {
     let _ = std::fs::remove_file(lab.conflist());
     let mut child = agent(lab, log_file, level).spawn().unwrap();
-    let t0 = std::time::Instant::now();
-    while !lab.conflist().exists() {
-        if let Ok(Some(status)) = child.try_wait() {
-            let out = child.wait_with_output().await.unwrap();
-            panic!(
-                "the agent exited ({status}):\n{}{}\nlog file:\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr),
-                std::fs::read_to_string(log_file).unwrap_or_default()
-            );
-        }
-        assert!(t0.elapsed() < Duration::from_secs(60), "no conflist");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let serving = while_agent_runs(&mut child, Duration::from_secs(60), || {
+        lab.conflist().exists()
+    })
+    .await
+    .unwrap_or_else(|out| {
+        panic!(
+            "{out}\nlog file:\n{}",
+            std::fs::read_to_string(log_file).unwrap_or_default()
+        )
+    });
+    assert!(serving, "no conflist");
     child.start_kill().unwrap();
     let out = child.wait_with_output().await.unwrap();
     (

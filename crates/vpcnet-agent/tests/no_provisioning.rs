@@ -103,22 +103,12 @@ async fn start_agent(lab: &Lab, port: u16, extra: &[(&str, &str)]) -> tokio::pro
         cmd.env(k, v);
     }
     let mut child = cmd.spawn().unwrap();
-    let t0 = std::time::Instant::now();
-    while !lab.conflist().exists() {
-        if let Ok(Some(status)) = child.try_wait() {
-            let out = child.wait_with_output().await.unwrap();
-            panic!(
-                "the agent exited ({status}):\n{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "no conflist after 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let serving = while_agent_runs(&mut child, Duration::from_secs(30), || {
+        lab.conflist().exists()
+    })
+    .await
+    .unwrap_or_else(|out| panic!("{out}"));
+    assert!(serving, "no conflist after 30 s");
     child
 }
 

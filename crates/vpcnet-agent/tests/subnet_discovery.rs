@@ -127,17 +127,8 @@ async fn run_agent(
         cmd.env(k, v);
     }
     let mut child = cmd.spawn().unwrap();
-    let t0 = std::time::Instant::now();
-    while !done() && t0.elapsed() < wait {
-        if let Ok(Some(status)) = child.try_wait() {
-            let out = child.wait_with_output().await.unwrap();
-            panic!(
-                "the agent exited ({status}):\n{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    if let Err(out) = while_agent_runs(&mut child, wait, done).await {
+        panic!("{out}");
     }
     child.kill().await.unwrap();
     let out = child.wait_with_output().await.unwrap();

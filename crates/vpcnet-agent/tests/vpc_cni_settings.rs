@@ -50,21 +50,12 @@ async fn accepted_run(lab: &Lab, extra: &[(&str, &str)]) -> Accepted {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let t0 = std::time::Instant::now();
-    while !lab.conflist().exists() {
-        if let Ok(Some(status)) = child.try_wait() {
-            let out = child.wait_with_output().await.unwrap();
-            panic!(
-                "the agent exited ({status}) with {extra:?}:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "no conflist after 30 s"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let serving = while_agent_runs(&mut child, Duration::from_secs(30), || {
+        lab.conflist().exists()
+    })
+    .await
+    .unwrap_or_else(|out| panic!("with {extra:?}: {out}"));
+    assert!(serving, "no conflist after 30 s");
     child.kill().await.unwrap();
     let out = child.wait_with_output().await.unwrap();
     let text = std::fs::read_to_string(lab.conflist()).unwrap();

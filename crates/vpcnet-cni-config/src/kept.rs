@@ -44,17 +44,8 @@ pub fn user_plugins(existing: &str) -> Result<Vec<Value>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tests::plugin_types as types;
     use crate::{render, render_with, ConflistSettings};
-
-    fn types(text: &str) -> Vec<String> {
-        let v: Value = serde_json::from_str(text).unwrap();
-        v["plugins"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| p["type"].as_str().unwrap().to_string())
-            .collect()
-    }
 
     #[test]
     fn chained_plugins_are_kept_after_the_agents_own_and_its_own_are_rewritten() {

@@ -232,7 +232,12 @@ mod tests {
     }
 
     fn types(s: &ConflistSettings) -> Vec<String> {
-        let v: Value = serde_json::from_str(&render(s)).unwrap();
+        plugin_types(&render(s))
+    }
+
+    /// The plugin types of the conflist `text`, in chain order.
+    pub(crate) fn plugin_types(text: &str) -> Vec<String> {
+        let v: Value = serde_json::from_str(text).unwrap();
         v["plugins"]
             .as_array()
             .unwrap()

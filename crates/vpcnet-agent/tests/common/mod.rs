@@ -146,14 +146,8 @@ impl Lab {
 
     /// ENIs attached to the instance per EC2: id → secondary IPs.
     pub fn ec2_enis(&self) -> BTreeMap<String, BTreeSet<Ipv4Addr>> {
-        self.emu
-            .enis()
+        self.attached_enis()
             .into_iter()
-            .filter(|e| {
-                e.attachment
-                    .as_ref()
-                    .is_some_and(|a| a.instance_id == self.instance.instance_id)
-            })
             .map(|e| (e.eni_id, e.secondary_ips.into_iter().collect()))
             .collect()
     }
@@ -246,6 +240,35 @@ pub async fn eventually(what: &str, within: Duration, mut f: impl FnMut() -> boo
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Polls `done` every 50 ms while the agent process `child` (stdout and stderr piped) runs,
+/// for at most `within`. Returns whether `done` held; `Err` with its exit status, stdout and
+/// stderr if the agent exited first.
+pub async fn while_agent_runs(
+    child: &mut tokio::process::Child,
+    within: Duration,
+    done: impl Fn() -> bool,
+) -> Result<bool, String> {
+    use tokio::io::AsyncReadExt;
+    let deadline = tokio::time::Instant::now() + within;
+    while !done() {
+        if let Ok(Some(status)) = child.try_wait() {
+            let (mut out, mut err) = (String::new(), String::new());
+            if let Some(mut o) = child.stdout.take() {
+                let _ = o.read_to_string(&mut out).await;
+            }
+            if let Some(mut e) = child.stderr.take() {
+                let _ = e.read_to_string(&mut err).await;
+            }
+            return Err(format!("the agent exited ({status}):\n{out}{err}"));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(false);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(true)
 }
 
 /// Counts of the fault-injecting front.
