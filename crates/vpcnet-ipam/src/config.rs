@@ -79,6 +79,20 @@ pub struct WarmConfig {
     /// each further failure, up to 16 times. Default 2 minutes.
     #[serde(default = "default_prefix_retry")]
     pub prefix_retry_ms: u64,
+    /// ENABLE_MULTI_NIC: the network cards besides card 0 (the primary ENI's) whose ENIs the
+    /// pool manages, each with its own ENI limit and its own warm targets, as the VPC CNI
+    /// keeps one pool per card. Empty (the default): card 0 only.
+    #[serde(default)]
+    pub extra_cards: Vec<NetworkCardLimit>,
+}
+
+/// A network card other than card 0 that the pool manages (ENABLE_MULTI_NIC).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetworkCardLimit {
+    /// EC2 `NetworkCardIndex` (at least 1).
+    pub index: u32,
+    /// Instance type limit: ENIs on this card (`MaximumNetworkInterfaces`).
+    pub max_enis: u32,
 }
 
 fn yes() -> bool {
@@ -135,7 +149,26 @@ impl WarmConfig {
             conntrack_flush: false,
             provisioning: true,
             prefix_retry_ms: DEFAULT_PREFIX_RETRY_MS,
+            extra_cards: Vec::new(),
         }
+    }
+
+    /// The network cards whose ENIs serve pods: 0, then [`WarmConfig::extra_cards`].
+    pub fn cards(&self) -> impl Iterator<Item = u32> + '_ {
+        std::iter::once(0).chain(self.extra_cards.iter().map(|c| c.index))
+    }
+
+    /// The settings one card's share of the pool is planned with: for card 0 these, for an
+    /// extra card the same targets with that card's ENI limit (MAX_ENI caps every card, as
+    /// the VPC CNI applies it per card) and no primary ENI.
+    pub fn for_card(&self, card: u32) -> WarmConfig {
+        let mut cfg = self.clone();
+        cfg.extra_cards.clear();
+        if let Some(c) = self.extra_cards.iter().find(|c| c.index == card) {
+            cfg.eni_limit = c.max_enis;
+            cfg.primary_eni_for_pods = true;
+        }
+        cfg
     }
 
     /// Checks the limits and MAX_ENI.
@@ -151,6 +184,16 @@ impl WarmConfig {
         }
         if !self.primary_eni_for_pods && self.max_enis() < 2 {
             return Err(ConfigError::NoSecondaryEni(self.max_enis()));
+        }
+        if let Some(c) = self
+            .extra_cards
+            .iter()
+            .find(|c| c.index == 0 || c.max_enis == 0)
+        {
+            return Err(ConfigError::Limits(format!(
+                "network card {} with {} ENIs cannot be managed besides card 0",
+                c.index, c.max_enis
+            )));
         }
         Ok(())
     }
@@ -178,11 +221,18 @@ impl WarmConfig {
     }
 
     /// Pod addresses the whole node can hold (without the primary ENI's under custom
-    /// networking).
+    /// networking), over every managed network card.
     pub fn max_ips(&self) -> u32 {
-        self.max_enis()
+        let card0 = self
+            .max_enis()
             .saturating_sub(u32::from(!self.primary_eni_for_pods))
-            * self.ips_per_eni()
+            * self.ips_per_eni();
+        card0
+            + self
+                .extra_cards
+                .iter()
+                .map(|c| self.for_card(c.index).max_enis() * self.ips_per_eni())
+                .sum::<u32>()
     }
 
     /// Whether pods may use addresses of an ENI (`primary`: the instance's primary ENI).

@@ -26,11 +26,12 @@ pub use checkpoint::{
     Checkpoint, CheckpointAssignment, CheckpointCooldown, CheckpointError, CHECKPOINT_VERSION,
 };
 pub use config::{
-    ConfigError, WarmConfig, WarmMode, DEFAULT_COOLDOWN_MS, DEFAULT_PREFIX_RETRY_MS, IPS_PER_PREFIX,
+    ConfigError, NetworkCardLimit, WarmConfig, WarmMode, DEFAULT_COOLDOWN_MS,
+    DEFAULT_PREFIX_RETRY_MS, IPS_PER_PREFIX,
 };
 pub use model::{Assignment, Eni, EniInfo, EniObservation, PodKey, PodRef};
 pub use plan::Action;
 pub use pool::{
     AssignError, Drift, Granted, Pool, PoolSummary, PrefixFallback, ReconcileReport,
-    UnknownIpPolicy, SUBNET_FULL_MS, UNKNOWN_POD_PREFIX,
+    UnknownIpPolicy, EXTRA_INTERFACE_PREFIX, SUBNET_FULL_MS, UNKNOWN_POD_PREFIX,
 };

@@ -17,9 +17,16 @@ pub enum Action {
     /// AssignPrivateIpAddresses with Ipv4PrefixCount=`count` (/28 prefixes) on `eni_id`.
     AssignPrefixes { eni_id: String, count: u32 },
     /// CreateNetworkInterface with SecondaryPrivateIpAddressCount=`ips` (or
-    /// Ipv4PrefixCount=`prefixes`), then AttachNetworkInterface at the next free device
-    /// index and ModifyNetworkInterfaceAttribute DeleteOnTermination=true.
-    CreateEni { ips: u32, prefixes: u32 },
+    /// Ipv4PrefixCount=`prefixes`), then AttachNetworkInterface on network card
+    /// `network_card` at its next free device index and ModifyNetworkInterfaceAttribute
+    /// DeleteOnTermination=true.
+    CreateEni {
+        ips: u32,
+        prefixes: u32,
+        /// EC2 `NetworkCardIndex` (0 unless ENABLE_MULTI_NIC manages more cards).
+        #[serde(default)]
+        network_card: u32,
+    },
     /// UnassignPrivateIpAddresses of `ips` (free, not cooling) from `eni_id`.
     UnassignIps { eni_id: String, ips: Vec<Ipv4Addr> },
     /// UnassignPrivateIpAddresses of `prefixes` (wholly free) from `eni_id`.
@@ -169,11 +176,13 @@ fn grow(
             Action::CreateEni {
                 ips: 0,
                 prefixes: n,
+                network_card: 0,
             }
         } else {
             Action::CreateEni {
                 ips: n,
                 prefixes: 0,
+                network_card: 0,
             }
         });
         remaining = remaining.saturating_sub(n);

@@ -10,7 +10,7 @@ use crate::checkpoint::{
     Checkpoint, CheckpointAssignment, CheckpointCooldown, CheckpointError, CHECKPOINT_VERSION,
 };
 use crate::config::WarmConfig;
-use crate::model::{Assignment, Eni, EniObservation, IpSet, PodKey, PodRef};
+use crate::model::{Assignment, Eni, EniInfo, EniObservation, IpSet, PodKey, PodRef};
 use crate::plan::Action;
 
 mod conntrack;
@@ -18,9 +18,11 @@ mod drift;
 #[cfg(test)]
 mod fixtures;
 mod interface_gone;
+mod multi_nic;
 mod prefix_fallback;
 
 pub use drift::Drift;
+pub use multi_nic::EXTRA_INTERFACE_PREFIX;
 pub use prefix_fallback::PrefixFallback;
 
 /// Container-ID prefix of the holds for pods the agent has no record of
@@ -85,6 +87,8 @@ pub struct Granted {
     pub eni_id: String,
     /// Attachment device index of the ENI (0 = primary).
     pub device_number: u32,
+    /// Attachment network card of the ENI.
+    pub network_card: u32,
     pub primary_eni: bool,
     pub subnet_cidr: Ipv4Net,
     /// Whether this was an earlier assignment returned again (idempotent ADD).
@@ -147,6 +151,7 @@ pub struct PoolSummary {
 pub(crate) struct EniStats {
     pub id: String,
     pub device_number: u32,
+    pub network_card: u32,
     pub primary: bool,
     pub deleting: bool,
     pub slots_used: u32,
@@ -298,12 +303,25 @@ impl Pool {
 
     /// Hands `ip` of a free address to `key`. Idempotent: an existing assignment for the key
     /// is returned again. New pods are packed onto the ENI with the most assignments, so
-    /// lightly used ENIs drain and can be freed. Never returns an address EC2 did not list
-    /// (the pool only holds addresses from EC2 results), a cooling one, or one being released.
+    /// lightly used ENIs drain and can be freed; with more network cards managed
+    /// (ENABLE_MULTI_NIC) card 0 is used first and the others when it has nothing free, as
+    /// the VPC CNI does. Never returns an address EC2 did not list (the pool only holds
+    /// addresses from EC2 results), a cooling one, or one being released.
     pub fn assign(
         &mut self,
         key: PodKey,
         pod: PodRef,
+        now_ms: u64,
+    ) -> Result<Granted, AssignError> {
+        self.assign_on(key, pod, None, now_ms)
+    }
+
+    /// [`Pool::assign`] restricted to the ENIs of network card `card` when given.
+    pub(crate) fn assign_on(
+        &mut self,
+        key: PodKey,
+        pod: PodRef,
+        card: Option<u32>,
         now_ms: u64,
     ) -> Result<Granted, AssignError> {
         if let Some(a) = self.assignments.get(&key) {
@@ -312,45 +330,13 @@ impl Pool {
                 ip: a.ip,
                 eni_id: a.eni_id.clone(),
                 device_number: eni.map_or(0, |e| e.info.device_number),
+                network_card: eni.map_or(0, |e| e.info.network_card),
                 primary_eni: eni.is_some_and(|e| e.info.primary),
                 subnet_cidr: eni.map_or_else(|| Ipv4Net::from(a.ip), |e| e.info.subnet_cidr),
                 existing: true,
             });
         }
-        let per_eni = self.assigned_per_eni();
-        let mut order: Vec<&Eni> = self
-            .enis
-            .values()
-            .filter(|e| {
-                !e.deleting
-                    && !self.interface_gone.contains(&e.info.id)
-                    && self.cfg.eni_for_pods(e.info.primary)
-            })
-            .collect();
-        order.sort_by_key(|e| {
-            (
-                std::cmp::Reverse(per_eni.get(e.info.id.as_str()).copied().unwrap_or(0)),
-                e.info.device_number,
-            )
-        });
-        let mut chosen = None;
-        for eni in order {
-            // Secondary addresses first, then the fullest prefix, so whole prefixes stay free.
-            let mut prefixes: Vec<Ipv4Net> = eni.prefixes.keys().copied().collect();
-            prefixes.sort_by_key(|p| {
-                std::cmp::Reverse(self.by_ip.range(p.network()..=p.broadcast()).count())
-            });
-            let mut candidates = eni
-                .ips
-                .keys()
-                .copied()
-                .chain(prefixes.into_iter().flat_map(Eni::prefix_addresses));
-            if let Some(ip) = candidates.find(|ip| self.assignable(*ip, now_ms)) {
-                chosen = Some((ip, eni.info.clone()));
-                break;
-            }
-        }
-        let Some((ip, info)) = chosen else {
+        let Some((ip, info)) = self.pick(card, now_ms) else {
             return Err(self.empty_error(now_ms));
         };
         let a = Assignment {
@@ -368,10 +354,51 @@ impl Pool {
             ip,
             eni_id: info.id,
             device_number: info.device_number,
+            network_card: info.network_card,
             primary_eni: info.primary,
             subnet_cidr: info.subnet_cidr,
             existing: false,
         })
+    }
+
+    /// The address [`Pool::assign_on`] hands out next, with its ENI.
+    fn pick(&self, card: Option<u32>, now_ms: u64) -> Option<(Ipv4Addr, EniInfo)> {
+        let per_eni = self.assigned_per_eni();
+        let cards: Vec<u32> = self.cfg.cards().collect();
+        let mut order: Vec<&Eni> = self
+            .enis
+            .values()
+            .filter(|e| {
+                !e.deleting
+                    && !self.interface_gone.contains(&e.info.id)
+                    && self.cfg.eni_for_pods(e.info.primary)
+                    && cards.contains(&e.info.network_card)
+                    && card.is_none_or(|c| c == e.info.network_card)
+            })
+            .collect();
+        order.sort_by_key(|e| {
+            (
+                e.info.network_card,
+                std::cmp::Reverse(per_eni.get(e.info.id.as_str()).copied().unwrap_or(0)),
+                e.info.device_number,
+            )
+        });
+        for eni in order {
+            // Secondary addresses first, then the fullest prefix, so whole prefixes stay free.
+            let mut prefixes: Vec<Ipv4Net> = eni.prefixes.keys().copied().collect();
+            prefixes.sort_by_key(|p| {
+                std::cmp::Reverse(self.by_ip.range(p.network()..=p.broadcast()).count())
+            });
+            let mut candidates = eni
+                .ips
+                .keys()
+                .copied()
+                .chain(prefixes.into_iter().flat_map(Eni::prefix_addresses));
+            if let Some(ip) = candidates.find(|ip| self.assignable(*ip, now_ms)) {
+                return Some((ip, eni.info.clone()));
+            }
+        }
+        None
     }
 
     /// Records how many addresses are assignable right after an assignment at `now_ms`
@@ -525,7 +552,8 @@ impl Pool {
         true
     }
 
-    /// CNI GC: releases every assignment whose key is not in `valid`. Holds of unknown pods
+    /// CNI GC: releases every assignment whose key is not in `valid` (the further interfaces
+    /// of a multi-homed pod go with the pod's key, [`Pool::release_pod`]). Holds of unknown pods
     /// ([`Pool::hold_unknown`]) are kept: their real key is not known, so the runtime's list
     /// cannot vouch for or against them (the reclaim frees them once their route is gone).
     pub fn garbage_collect(
@@ -536,7 +564,7 @@ impl Pool {
         let stale: Vec<PodKey> = self
             .assignments
             .keys()
-            .filter(|k| !valid.contains(*k) && !k.container_id.starts_with(UNKNOWN_POD_PREFIX))
+            .filter(|k| !Pool::vouched(valid, k) && !k.container_id.starts_with(UNKNOWN_POD_PREFIX))
             .cloned()
             .collect();
         self.release_all(stale, now_ms)
@@ -599,6 +627,7 @@ impl Pool {
                 let mut s = EniStats {
                     id: e.info.id.clone(),
                     device_number: e.info.device_number,
+                    network_card: e.info.network_card,
                     primary: e.info.primary,
                     // An ENI without its interface serves nothing: counted like one being deleted.
                     deleting: e.deleting || self.interface_gone.contains(&e.info.id),
@@ -690,13 +719,46 @@ impl Pool {
         if !self.cfg.provisioning {
             return Vec::new();
         }
-        crate::plan::plan(
-            &self.cfg,
-            &self.eni_stats(now_ms),
-            self.enis.len() as u32,
-            self.recent_low_available(now_ms),
-            self.growing_with_ips(now_ms),
-        )
+        let mut stats = self.eni_stats(now_ms);
+        let recent_low = self.recent_low_available(now_ms);
+        let with_ips = self.growing_with_ips(now_ms);
+        if self.cfg.extra_cards.is_empty() {
+            stats.retain(|s| s.network_card == 0);
+            let enis = self.enis_on(0);
+            return crate::plan::plan(&self.cfg, &stats, enis, recent_low, with_ips);
+        }
+        // ENABLE_MULTI_NIC: each card is its own pool with the same targets (the VPC CNI's
+        // datastore per card). The low-water mark is the node's: it only holds back surplus.
+        let mut actions = Vec::new();
+        for card in self.cfg.cards() {
+            let on_card: Vec<EniStats> = stats
+                .iter()
+                .filter(|s| s.network_card == card)
+                .cloned()
+                .collect();
+            let planned = crate::plan::plan(
+                &self.cfg.for_card(card),
+                &on_card,
+                self.enis_on(card),
+                recent_low,
+                with_ips,
+            );
+            actions.extend(planned.into_iter().map(|mut a| {
+                if let Action::CreateEni { network_card, .. } = &mut a {
+                    *network_card = card;
+                }
+                a
+            }));
+        }
+        actions
+    }
+
+    /// ENIs attached on network card `card`.
+    fn enis_on(&self, card: u32) -> u32 {
+        self.enis
+            .values()
+            .filter(|e| e.info.network_card == card)
+            .count() as u32
     }
 
     /// Marks what `action` will take away (addresses or prefixes being unassigned, an ENI

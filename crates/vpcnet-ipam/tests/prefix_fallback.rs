@@ -65,7 +65,8 @@ fn a_fragmented_subnet_makes_prefix_mode_grow_with_ips_until_a_prefix_arrives() 
             },
             Action::CreateEni {
                 ips: 7,
-                prefixes: 0
+                prefixes: 0,
+                network_card: 0
             }
         ]
     );

@@ -23,7 +23,8 @@ fn a_full_subnet_makes_the_plan_create_an_eni_instead_for_two_minutes() {
         pool.plan(1_000),
         vec![Action::CreateEni {
             ips: 10,
-            prefixes: 0
+            prefixes: 0,
+            network_card: 0
         }],
         "the primary ENI's subnet is full: a new ENI, not another assign there"
     );

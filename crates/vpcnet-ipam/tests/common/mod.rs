@@ -139,7 +139,7 @@ impl FakeEc2 {
                 );
                 pool.add_prefixes(eni_id, &ps, now);
             }
-            Action::CreateEni { ips, prefixes } => {
+            Action::CreateEni { ips, prefixes, .. } => {
                 assert!(
                     self.enis.len() < self.cfg.max_enis() as usize,
                     "AttachmentLimitExceeded"
