@@ -137,6 +137,7 @@ fn add(id: &str) -> AddNetworkRequest {
         k8s_pod_namespace: "bench".into(),
         k8s_pod_name: id.into(),
         network_name: "aws-cni".into(),
+        requires_multi_nic_attachment: false,
     }
 }
 

@@ -519,6 +519,19 @@ async fn instance_limits(ec2: &dyn Ec2Api, facts: &NodeFacts) -> anyhow::Result<
         .ok_or_else(|| anyhow!("EC2 does not know instance type {}", facts.instance_type))
 }
 
+/// ENABLE_MULTI_NIC: the network cards besides card 0 (the primary ENI's) that can hold ENIs.
+fn multi_nic_cards(limits: &InstanceLimits) -> Vec<vpcnet_ipam::NetworkCardLimit> {
+    limits
+        .network_cards
+        .iter()
+        .filter(|c| c.index != 0 && c.max_enis > 0)
+        .map(|c| vpcnet_ipam::NetworkCardLimit {
+            index: c.index,
+            max_enis: c.max_enis,
+        })
+        .collect()
+}
+
 /// `primary_excluded`: the node's subnet is tagged `kubernetes.io/role/cni=0` with subnet
 /// discovery on ([`crate::reconciler::subnet_discovery::primary_eni_excluded`]).
 fn warm_config(
@@ -537,6 +550,9 @@ fn warm_config(
     c.cooldown_ms = opts.cooldown.as_millis() as u64;
     c.surplus_hold_ms = opts.surplus_hold.as_millis() as u64;
     c.prefix_retry_ms = opts.prefix_retry.as_millis() as u64;
+    if t.multi_nic {
+        c.extra_cards = multi_nic_cards(limits);
+    }
     // Custom networking, or the node's subnet excluded from subnet discovery: pods use
     // secondary ENIs (the ENIConfig's or discovered subnets) only.
     c.primary_eni_for_pods = opts.custom_networking.is_none() && !primary_excluded;

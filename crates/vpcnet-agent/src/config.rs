@@ -230,6 +230,15 @@ settings! {
         /// asked for again; meanwhile the node grows with secondary IPs so pods still start.
         /// Each further refusal doubles the wait, up to 16 times this.
         prefix_retry_secs: u64 = "VPCNET_PREFIX_RETRY", "120", Int::range(1, 3600);
+        /// Manage ENIs on every network card of the instance type (card 0 alone when false),
+        /// each card with its own warm pool under the same targets. A pod annotated
+        /// `k8s.amazonaws.com/nicConfig: multi-nic-attachment` gets one interface per managed
+        /// card (`eth0`, then `mNicIf1`, ... each with an address of its card's ENIs, as the
+        /// VPC CNI's multi-homed pods); other pods take card 0's addresses first and another
+        /// card's when card 0 has none free. Without it such a pod's ADD fails with a message
+        /// naming this setting. Needs the runtime to pass pod annotations to the plugin (the
+        /// conflist asks for `io.kubernetes.cri.pod-annotations`; containerd 1.6+ does).
+        enable_multi_nic: bool = "ENABLE_MULTI_NIC", "false", Flag;
 
         ["custom-networking"]
         /// Take subnet and security groups of new ENIs from the node's ENIConfig (watched

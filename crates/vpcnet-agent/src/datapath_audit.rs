@@ -29,7 +29,7 @@ use std::sync::Arc;
 
 use vpcnet_datapath::audit::{Finding, Kind, NodeView, PodExpect};
 use vpcnet_introspection as doc;
-use vpcnet_ipam::UNKNOWN_POD_PREFIX;
+use vpcnet_ipam::{PodKey, PodRef, UNKNOWN_POD_PREFIX};
 
 use crate::node::{AuditReport, AuditRequest, NetlinkNode};
 use crate::state::{now_ms, Shared};
@@ -42,14 +42,17 @@ struct PodRow {
     want: PodExpect,
 }
 
-/// The host veth the plugin named for a pod (`vpcnet-cni`'s rule: namespace and name when the
-/// runtime gave both, else the container ID).
-pub fn host_veth_of(prefix: &str, container_id: &str, namespace: &str, name: &str) -> String {
-    if !namespace.is_empty() && !name.is_empty() {
-        vpcnet_datapath::names::host_veth_name(prefix, namespace, name)
-    } else {
-        vpcnet_datapath::names::host_veth_name_for_container(prefix, container_id)
-    }
+/// The host veth the plugin named for a pod's attachment `key` (`vpcnet-cni`'s rule:
+/// namespace and name when the runtime gave both, else the container ID; a multi-homed pod's
+/// further interface hashes its index in too).
+pub fn host_veth_of(prefix: &str, key: &PodKey, pod: &PodRef) -> String {
+    vpcnet_datapath::names::pod_host_veth_name(
+        prefix,
+        &pod.namespace,
+        &pod.name,
+        &key.container_id,
+        key.interface_index(),
+    )
 }
 
 /// The pods to audit now: every known pod with its address on an ENI the pool holds; those
@@ -68,11 +71,14 @@ fn pods_to_audit(shared: &Shared, now: u64) -> Vec<PodRow> {
                 name: a.pod.name.clone(),
                 want: PodExpect {
                     ip: a.ip,
-                    host_veth: host_veth_of(prefix, &k.container_id, &a.pod.namespace, &a.pod.name),
+                    host_veth: host_veth_of(prefix, k, &a.pod),
                     route_table: if eni.info.primary {
                         0
                     } else {
-                        vpcnet_datapath::node::eni_route_table(eni.info.device_number)
+                        vpcnet_datapath::node::card_route_table(
+                            eni.info.network_card,
+                            eni.info.device_number,
+                        )
                     },
                     building: now.saturating_sub(a.assigned_at_ms) < grace,
                     check_mac: !a.foreign_datapath,
@@ -151,6 +157,7 @@ pub(crate) async fn netlink_audit(
         let spec = vpcnet_datapath::node::EniSpec {
             mac: eni.mac.clone(),
             device_number: eni.device_number,
+            network_card: eni.network_card,
             subnet: eni.subnet,
             mtu: eni.mtu,
             primary_ip: Some(eni.primary_ip),

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use anyhow::Context;
 
 use tonic::{Request, Response, Status};
-use vpcnet_datapath::node::eni_route_table;
-use vpcnet_ipam::{AssignError, PodKey, PodRef};
+use vpcnet_datapath::node::card_route_table;
+use vpcnet_ipam::{AssignError, Assignment, Granted, PodKey, PodRef};
 use vpcnet_proto::cni_backend_server::{CniBackend, CniBackendServer};
 use vpcnet_proto::*;
 
@@ -183,13 +183,47 @@ impl Backend {
     }
 
     /// The `route_table` of a reply: 0 on the primary ENI (no `from` rule), else the ENI's
-    /// table, device number + 1 as the VPC CNI numbers it ([`eni_route_table`]).
-    fn route_table(primary: bool, device_number: u32) -> u32 {
+    /// table as the VPC CNI numbers it ([`card_route_table`]: device number + 1 on card 0).
+    fn route_table(primary: bool, network_card: u32, device_number: u32) -> u32 {
         if primary {
             0
         } else {
-            eni_route_table(device_number)
+            card_route_table(network_card, device_number)
         }
+    }
+
+    /// The address of a multi-homed pod's further interface `key` as the plugin needs it.
+    fn pod_interface(&self, key: &PodKey, g: &Granted) -> PodInterface {
+        PodInterface {
+            if_name: key.if_name.clone(),
+            ipv4_addr: g.ip.to_string(),
+            device_number: g.device_number,
+            network_card: g.network_card,
+            route_table: Self::route_table(g.primary_eni, g.network_card, g.device_number),
+            eni_id: g.eni_id.clone(),
+        }
+    }
+
+    /// One address for the pod, or one per managed network card for a multi-homed pod.
+    fn assign(
+        &self,
+        key: &PodKey,
+        pod: &PodRef,
+        multi_nic: bool,
+    ) -> Result<Vec<Granted>, AssignError> {
+        let mut pool = self.shared.pool();
+        if multi_nic {
+            pool.assign_multi_nic(key.clone(), pod.clone(), now_ms())
+        } else {
+            pool.assign(key.clone(), pod.clone(), now_ms())
+                .map(|g| vec![g])
+        }
+    }
+
+    /// Takes back what an ADD handed out before it failed (no cooldown: no pod used it).
+    fn undo_add(&self, key: &PodKey) {
+        self.shared.pool().unassign_pod(key);
+        self.shared.update_gauges();
     }
 }
 
@@ -212,13 +246,20 @@ impl CniBackend for Backend {
             namespace: r.k8s_pod_namespace.clone(),
             name: r.k8s_pod_name.clone(),
         };
+        let multi_nic = r.requires_multi_nic_attachment;
+        if multi_nic && !self.shared.opts.targets.multi_nic {
+            // As the VPC CNI: such a pod is not started with one interface.
+            return Err(Status::failed_precondition(format!(
+                "pod {}/{} is annotated k8s.amazonaws.com/nicConfig: multi-nic-attachment, but \
+                 this node manages network card 0 only: set ENABLE_MULTI_NIC=true on the agent \
+                 (an instance type with more than one network card) or remove the annotation",
+                r.k8s_pod_namespace, r.k8s_pod_name
+            )));
+        }
         let deadline = tokio::time::Instant::now() + self.shared.opts.add_ip_wait;
         let mut waited = false;
-        let g = loop {
-            let result = self
-                .shared
-                .pool()
-                .assign(key.clone(), pod.clone(), now_ms());
+        let grants = loop {
+            let result = self.assign(&key, &pod, multi_nic);
             // The reconciler looks at the pool now (no sleep on this path); once per ADD.
             if !waited {
                 self.shared.wake.notify_one();
@@ -239,13 +280,13 @@ impl CniBackend for Backend {
                 Err(e) => return Err(self.no_address(e, waited)),
             }
         };
+        let g = grants[0].clone();
         if !g.existing {
             if let Err(e) = self.shared.persist().await {
                 // Never hand out an address the checkpoint does not record: after a restart
                 // it would be adopted as free while this pod holds it. Undo and fail the ADD
                 // (the runtime retries it), as the VPC CNI does.
-                self.shared.pool().unassign(&key);
-                self.shared.update_gauges();
+                self.undo_add(&key);
                 tracing::error!(container = %key.container_id, ip = %g.ip, error = %e, cause = %e.source, "ADD failed: the assignment could not be checkpointed and was undone");
                 return Err(checkpoint_unavailable(format!(
                     "{e}: {}; the address was not handed out, retry",
@@ -263,8 +304,7 @@ impl CniBackend for Backend {
                 // As the VPC CNI: the ADD fails. The address was never handed out: take it
                 // back now (a retried ADD gets one again).
                 if !g.existing {
-                    self.shared.pool().unassign(&key);
-                    self.shared.update_gauges();
+                    self.undo_add(&key);
                     if let Err(pe) = self.shared.persist().await {
                         tracing::warn!(container = %key.container_id, ip = %g.ip, error = %pe, "the undone assignment could not be checkpointed; the pod reclaim frees it");
                     }
@@ -275,11 +315,16 @@ impl CniBackend for Backend {
                 )));
             }
         }
-        tracing::info!(container = %key.container_id, ifname = %key.if_name, pod = %format!("{}/{}", r.k8s_pod_namespace, r.k8s_pod_name), ip = %g.ip, eni = %g.eni_id, "assigned");
+        let extra_interfaces: Vec<PodInterface> = grants[1..]
+            .iter()
+            .enumerate()
+            .map(|(i, x)| self.pod_interface(&key.extra_interface(i + 1), x))
+            .collect();
+        tracing::info!(container = %key.container_id, ifname = %key.if_name, pod = %format!("{}/{}", r.k8s_pod_namespace, r.k8s_pod_name), ip = %g.ip, eni = %g.eni_id, further = ?extra_interfaces.iter().map(|x| format!("{} {} card {}", x.if_name, x.ipv4_addr, x.network_card)).collect::<Vec<_>>(), "assigned");
         Ok(Response::new(AddNetworkReply {
             ipv4_addr: g.ip.to_string(),
             device_number: g.device_number,
-            route_table: Self::route_table(g.primary_eni, g.device_number),
+            route_table: Self::route_table(g.primary_eni, g.network_card, g.device_number),
             vpc_cidrs: self
                 .shared
                 .facts
@@ -290,6 +335,7 @@ impl CniBackend for Backend {
             use_external_snat: self.shared.opts.external_snat,
             eni_id: g.eni_id,
             mtu: self.shared.opts.mtu,
+            extra_interfaces,
         }))
     }
 
@@ -301,59 +347,91 @@ impl CniBackend for Backend {
         self.shared.metrics.inc_del_ip_req("PodDeleted");
         let r = req.into_inner();
         let key = key_of(&r.container_id, &r.if_name)?;
-        let released = {
+        // The pod's address and, for a multi-homed pod, those of its further interfaces.
+        let released: Vec<(PodKey, Assignment, Granted)> = {
             let mut pool = self.shared.pool();
-            pool.release(&key, now_ms()).map(|a| {
-                let eni = pool
-                    .eni(&a.eni_id)
-                    .map(|e| (e.info.primary, e.info.device_number));
-                (a, eni)
-            })
+            let gone = pool.release_pod(&key, now_ms());
+            gone.into_iter()
+                .map(|(k, a)| {
+                    let eni = pool.eni(&a.eni_id);
+                    let g = Granted {
+                        ip: a.ip,
+                        eni_id: a.eni_id.clone(),
+                        device_number: eni.map_or(0, |e| e.info.device_number),
+                        network_card: eni.map_or(0, |e| e.info.network_card),
+                        primary_eni: eni.is_none_or(|e| e.info.primary),
+                        subnet_cidr: eni.map_or_else(|| a.ip.into(), |e| e.info.subnet_cidr),
+                        existing: true,
+                    };
+                    (k, a, g)
+                })
+                .collect()
         };
-        let reply = match released {
-            Some((a, eni)) => {
-                if let Err(e) = self.shared.persist().await {
-                    // Keep memory and file in agreement: the pod holds the address again and
-                    // the DEL fails (the runtime retries it; the plugin removes the datapath
-                    // anyway, and the reclaim frees the address once it is gone).
-                    if self.shared.pool().reinstate(key.clone(), a.clone()) {
-                        self.shared.update_gauges();
-                        tracing::error!(container = %key.container_id, ip = %a.ip, error = %e, cause = %e.source, "DEL failed: the release could not be checkpointed and was undone");
-                        return Err(checkpoint_unavailable(format!(
-                            "{e}: {}; the address was not released, retry",
-                            e.source
-                        )));
-                    }
-                }
-                self.shared.update_gauges();
-                self.shared.wake.notify_one();
-                self.shared.conntrack_wake.notify_one();
-                tracing::info!(container = %key.container_id, ifname = %key.if_name, ip = %a.ip, "released");
-                if self.shared.opts.annotate_pod_ip {
-                    // As the VPC CNI: a failure fails the DEL (the address stays released;
-                    // the runtime's retry finds nothing to release and succeeds).
-                    if let Err(e) = self
-                        .clear_released(&r.k8s_pod_namespace, &r.k8s_pod_name, &a.ip.to_string())
-                        .await
-                    {
-                        tracing::error!(container = %key.container_id, ip = %a.ip, "DEL: {e}");
-                        return Err(Status::unavailable(format!(
-                            "ANNOTATE_POD_IP: {e}; the address {} was released",
-                            a.ip
-                        )));
-                    }
-                }
-                let (primary, dev) = eni.unwrap_or((true, 0));
-                DelNetworkReply {
-                    released: true,
-                    ipv4_addr: a.ip.to_string(),
-                    device_number: dev,
-                    route_table: Self::route_table(primary, dev),
+        if released.is_empty() {
+            return Ok(Response::new(DelNetworkReply::default()));
+        }
+        if let Err(e) = self.shared.persist().await {
+            // Keep memory and file in agreement: the pod holds the addresses again and the
+            // DEL fails (the runtime retries it; the plugin removes the datapath anyway, and
+            // the reclaim frees the addresses once they are gone).
+            let mut back = false;
+            {
+                let mut pool = self.shared.pool();
+                for (k, a, _) in &released {
+                    back |= pool.reinstate(k.clone(), a.clone());
                 }
             }
-            None => DelNetworkReply::default(),
-        };
-        Ok(Response::new(reply))
+            if back {
+                self.shared.update_gauges();
+                tracing::error!(container = %key.container_id, ips = ?released.iter().map(|(_, a, _)| a.ip).collect::<Vec<_>>(), error = %e, cause = %e.source, "DEL failed: the release could not be checkpointed and was undone");
+                return Err(checkpoint_unavailable(format!(
+                    "{e}: {}; the address was not released, retry",
+                    e.source
+                )));
+            }
+        }
+        self.shared.update_gauges();
+        self.shared.wake.notify_one();
+        self.shared.conntrack_wake.notify_one();
+        let main = released.iter().find(|(k, _, _)| *k == key);
+        let extra_interfaces: Vec<PodInterface> = released
+            .iter()
+            .filter(|(k, _, _)| *k != key)
+            .map(|(k, _, g)| self.pod_interface(k, g))
+            .collect();
+        for (k, a, _) in &released {
+            tracing::info!(container = %k.container_id, ifname = %k.if_name, ip = %a.ip, "released");
+        }
+        if let Some((_, a, _)) = main {
+            if self.shared.opts.annotate_pod_ip {
+                // As the VPC CNI: a failure fails the DEL (the address stays released; the
+                // runtime's retry finds nothing to release and succeeds).
+                if let Err(e) = self
+                    .clear_released(&r.k8s_pod_namespace, &r.k8s_pod_name, &a.ip.to_string())
+                    .await
+                {
+                    tracing::error!(container = %key.container_id, ip = %a.ip, "DEL: {e}");
+                    return Err(Status::unavailable(format!(
+                        "ANNOTATE_POD_IP: {e}; the address {} was released",
+                        a.ip
+                    )));
+                }
+            }
+        }
+        Ok(Response::new(match main {
+            Some((_, a, g)) => DelNetworkReply {
+                released: true,
+                ipv4_addr: a.ip.to_string(),
+                device_number: g.device_number,
+                route_table: Self::route_table(g.primary_eni, g.network_card, g.device_number),
+                extra_interfaces,
+            },
+            None => DelNetworkReply {
+                released: true,
+                extra_interfaces,
+                ..Default::default()
+            },
+        }))
     }
 
     async fn status(&self, _req: Request<StatusRequest>) -> Result<Response<StatusReply>, Status> {

@@ -20,8 +20,11 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeEni {
     pub mac: String,
-    /// Device number = route table id.
+    /// Attachment device number (on its card).
     pub device_number: u32,
+    /// Attachment network card: with the device number, the route table
+    /// ([`vpcnet_datapath::node::card_route_table`]).
+    pub network_card: u32,
     pub subnet: Ipv4Net,
     pub primary_ip: std::net::Ipv4Addr,
     pub mtu: u32,
@@ -198,6 +201,7 @@ impl NodeNetwork for NetlinkNode {
             let spec = vpcnet_datapath::node::EniSpec {
                 mac: eni.mac.clone(),
                 device_number: eni.device_number,
+                network_card: eni.network_card,
                 subnet: eni.subnet,
                 mtu: eni.mtu,
                 primary_ip: Some(eni.primary_ip),

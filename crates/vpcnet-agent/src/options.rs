@@ -40,6 +40,8 @@ pub struct Targets {
     pub prefix_delegation: bool,
     /// MAX_ENI.
     pub max_eni: Option<u32>,
+    /// ENABLE_MULTI_NIC: manage the ENIs of every network card, not card 0 alone.
+    pub multi_nic: bool,
 }
 
 impl Default for Targets {
@@ -51,6 +53,7 @@ impl Default for Targets {
             warm_prefix_target: 1,
             prefix_delegation: false,
             max_eni: None,
+            multi_nic: false,
         }
     }
 }
@@ -304,6 +307,7 @@ pub fn options_from_config(c: &Config) -> anyhow::Result<AgentOptions> {
             warm_prefix_target: c.warm_prefix_target.unwrap_or(1),
             prefix_delegation: c.enable_prefix_delegation,
             max_eni: c.max_eni,
+            multi_nic: c.enable_multi_nic,
         },
         cooldown: c.ip_cooldown(),
         reconcile_interval: c.reconcile_interval(),

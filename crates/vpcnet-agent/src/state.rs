@@ -71,8 +71,8 @@ pub struct Shared {
     pub ready: AtomicBool,
     /// ENI id → attachment id, from EC2 (needed to detach).
     pub attachments: Mutex<BTreeMap<String, String>>,
-    /// Device indexes taken by ENIs the agent does not manage.
-    pub foreign_devices: Mutex<Vec<u32>>,
+    /// (Network card, device index) pairs taken by ENIs the agent does not manage.
+    pub foreign_devices: Mutex<Vec<(u32, u32)>>,
     /// IDs of the attached ENIs the agent does not manage (from the last describe): the IMDS
     /// drift check skips them.
     pub foreign_enis: Mutex<std::collections::BTreeSet<String>>,

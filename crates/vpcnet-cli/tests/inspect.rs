@@ -181,6 +181,7 @@ async fn add_pods(c: &mut CniBackendClient<Channel>, n: usize) -> Vec<PodRec> {
             k8s_pod_namespace: "team-a".into(),
             k8s_pod_name: format!("web-{i}"),
             network_name: "aws-cni".into(),
+            requires_multi_nic_attachment: false,
         };
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         let reply = loop {

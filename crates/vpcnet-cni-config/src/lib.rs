@@ -90,6 +90,19 @@ pub struct PluginConf {
     pub plugin_log_level: Option<String>,
 }
 
+/// The capability by which the runtime passes a pod's annotations to the plugin
+/// (`runtimeConfig`), containerd's and CRI-O's name for it.
+pub const POD_ANNOTATIONS_CAPABILITY: &str = "io.kubernetes.cri.pod-annotations";
+
+/// The pod annotation asking for one interface per managed network card (ENABLE_MULTI_NIC),
+/// and the value that asks for it.
+pub const MULTI_NIC_ANNOTATION: (&str, &str) =
+    ("k8s.amazonaws.com/nicConfig", "multi-nic-attachment");
+
+/// Name prefix of a multi-homed pod's further interfaces in the pod (`mNicIf1`, ...), the VPC
+/// CNI's (`vpcnet_ipam` keys their addresses by the same names).
+pub const FURTHER_INTERFACE_PREFIX: &str = "mNicIf";
+
 /// What the agent puts in the conflist. `Default` gives the VPC CNI's defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConflistSettings {
@@ -162,7 +175,11 @@ pub fn render(settings: &ConflistSettings) -> String {
 /// [`render`] with `kept` (plugins others chained into the conflist, [`user_plugins`])
 /// after the agent's own.
 pub fn render_with(settings: &ConflistSettings, kept: &[Value]) -> String {
-    let mut plugins: Vec<Value> = vec![json!(settings.plugin_conf())];
+    let mut ours = json!(settings.plugin_conf());
+    // As the VPC CNI's entry: the runtime passes the pod's annotations (the multi-homed pods'
+    // k8s.amazonaws.com/nicConfig) in runtimeConfig.
+    ours["capabilities"] = json!({ POD_ANNOTATIONS_CAPABILITY: true });
+    let mut plugins: Vec<Value> = vec![ours];
     if settings.portmap {
         plugins.push(json!({
             "type": "portmap",

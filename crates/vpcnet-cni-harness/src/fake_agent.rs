@@ -115,6 +115,7 @@ impl CniBackend for Svc {
             use_external_snat: false,
             eni_id: format!("eni-fake{device}"),
             mtu: self.cfg.mtu,
+            extra_interfaces: Vec::new(),
         }))
     }
 
@@ -133,6 +134,7 @@ impl CniBackend for Svc {
                     ipv4_addr: self.ip(i).to_string(),
                     device_number: self.device(i),
                     route_table: self.route_table(i),
+                    extra_interfaces: Vec::new(),
                 }))
             }
             None => Ok(Response::new(DelNetworkReply::default())),

@@ -47,6 +47,31 @@ pub fn host_veth_name_for_container(prefix: &str, container_id: &str) -> String 
     format!("{prefix}{}", &hash[..HASH_DIGITS])
 }
 
+/// The host veth of a pod's interface `interface` ([`crate::pod::PodSpec::interface`]): from
+/// the pod's namespace and name when both are known, else from the container ID; a further
+/// interface n of a multi-homed pod hashes `<name>.<n>` (or `<container ID>.<n>`), as the VPC
+/// CNI names the host veths of its multi-homed pods.
+pub fn pod_host_veth_name(
+    prefix: &str,
+    pod_namespace: &str,
+    pod_name: &str,
+    container_id: &str,
+    interface: u32,
+) -> String {
+    let nth = |base: &str| {
+        if interface == 0 {
+            base.to_string()
+        } else {
+            format!("{base}.{interface}")
+        }
+    };
+    if !pod_namespace.is_empty() && !pod_name.is_empty() {
+        host_veth_name(prefix, pod_namespace, &nth(pod_name))
+    } else {
+        host_veth_name_for_container(prefix, &nth(container_id))
+    }
+}
+
 /// Whether `name` looks like a host veth we created: `prefix` + exactly 11 lowercase hex digits.
 pub fn is_host_veth_name(prefix: &str, name: &str) -> bool {
     name.strip_prefix(prefix).is_some_and(|rest| {
@@ -111,6 +136,23 @@ mod tests {
         assert_eq!(
             host_veth_name("eni", "kube-system", "coredns-5d78c9869d-7xk2p"),
             "eni76bbb1eb541"
+        );
+    }
+
+    // printf '%s' 'default.nginx.1' | sha1sum; printf '%s' 'abc123.2' | sha1sum
+    #[test]
+    fn further_interfaces_hash_the_name_with_their_index() {
+        assert_eq!(
+            pod_host_veth_name("eni", "default", "nginx", "abc123", 0),
+            "enic440f455693"
+        );
+        assert_eq!(
+            pod_host_veth_name("eni", "default", "nginx", "abc123", 1),
+            "enie48ae9c2f34"
+        );
+        assert_eq!(
+            pod_host_veth_name("eni", "", "", "abc123", 2),
+            "enid9ccc93763f"
         );
     }
 

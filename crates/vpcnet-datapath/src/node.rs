@@ -6,6 +6,9 @@
 //! whose IP lives on that ENI reach it through the rule `from <pod ip> lookup N + 1` (priority
 //! 1536, see [`crate::host`]). This mirrors the VPC CNI's `setupENINetwork`, numbering included,
 //! so a node swapped between the two agents keeps every pod's rule pointing at its own ENI.
+//! ENIs on network cards other than 0 (ENABLE_MULTI_NIC) get table 10000 + 100 × card +
+//! device number, the VPC CNI's (and amazon-ec2-net-utils') numbering for them
+//! ([`card_route_table`]).
 
 use std::net::Ipv4Addr;
 
@@ -33,6 +36,36 @@ pub const fn eni_route_table(device_number: u32) -> u32 {
     device_number.saturating_add(1)
 }
 
+/// Highest device number on a network card other than 0 with a table of its own (tables of
+/// card c are 10000 + 100 × c + 0..=99).
+pub const MAX_CARD_DEVICE_NUMBER: u32 = 99;
+
+/// The route table id of the ENI at `device_number` on network card `network_card`: on card 0
+/// [`eni_route_table`] (device number + 1), on card c > 0 10000 + 100 × c + device number, as
+/// the VPC CNI's `CalculateRouteTableId` numbers them. Defined for the device numbers
+/// [`EniSpec`] accepts.
+pub const fn card_route_table(network_card: u32, device_number: u32) -> u32 {
+    if network_card == 0 {
+        eni_route_table(device_number)
+    } else {
+        10_000u32
+            .saturating_add(network_card.saturating_mul(100))
+            .saturating_add(device_number)
+    }
+}
+
+fn check_device(network_card: u32, device_number: u32) -> Result<()> {
+    if network_card == 0 {
+        return check_device_number(device_number);
+    }
+    if device_number > MAX_CARD_DEVICE_NUMBER || network_card > 1_000 {
+        return Err(Error::Invalid(format!(
+            "device number {device_number} on network card {network_card} has no ENI route table of its own: use card 1..=1000, device 0..={MAX_CARD_DEVICE_NUMBER}"
+        )));
+    }
+    Ok(())
+}
+
 fn check_device_number(device_number: u32) -> Result<()> {
     if device_number == 0 || device_number > MAX_ENI_DEVICE_NUMBER {
         return Err(Error::Invalid(format!(
@@ -49,8 +82,11 @@ pub struct EniSpec {
     pub mac: String,
     /// Attachment device number (1 for eth1, ...); its route table is
     /// [`eni_route_table`] (device number + 1). Must be in 1..=[`MAX_ENI_DEVICE_NUMBER`] (the
-    /// primary ENI, 0, uses the main table and is not managed here).
+    /// primary ENI, 0, uses the main table and is not managed here). On a network card other
+    /// than 0: 0..=[`MAX_CARD_DEVICE_NUMBER`], table [`card_route_table`].
     pub device_number: u32,
+    /// Attachment network card (0 unless ENABLE_MULTI_NIC).
+    pub network_card: u32,
     /// The ENI's subnet CIDR, e.g. 10.0.1.0/24; the gateway is its first address.
     pub subnet: Ipv4Net,
     /// Interface MTU in bytes (`AWS_VPC_ENI_MTU`, default 9001).
@@ -67,8 +103,13 @@ impl EniSpec {
         Ipv4Addr::from(u32::from(self.subnet.network()) + 1)
     }
 
+    /// The ENI's route table ([`card_route_table`]).
+    pub fn table(&self) -> u32 {
+        card_route_table(self.network_card, self.device_number)
+    }
+
     fn check(&self) -> Result<[u8; 6]> {
-        check_device_number(self.device_number).map_err(|e| match e {
+        check_device(self.network_card, self.device_number).map_err(|e| match e {
             Error::Invalid(m) => Error::Invalid(format!("ENI {}: {m}", self.mac)),
             e => e,
         })?;
@@ -127,7 +168,7 @@ pub async fn setup_eni(h: &Handle, spec: &EniSpec) -> Result<EniLink> {
             spec.mac, spec.device_number
         ))
     })?;
-    let table = eni_route_table(spec.device_number);
+    let table = spec.table();
     let what = |s: &str| format!("ENI {} ({}): {s}", spec.mac, link.name);
 
     nl(
@@ -221,6 +262,10 @@ fn is_wanted(r: &Route, spec: &EniSpec, index: u32) -> bool {
 /// its rule (it checks pods before ENIs, so the same pass then removes these routes).
 async fn legacy_routes(h: &Handle, spec: &EniSpec, index: u32) -> Result<Vec<Route>> {
     let n = spec.device_number;
+    if spec.network_card != 0 {
+        // Never numbered otherwise.
+        return Ok(vec![]);
+    }
     let in_use = rules_v4(h).await?.iter().any(|r| {
         r.priority == PRIO_FROM_POD
             && r.table == n
@@ -245,15 +290,15 @@ pub async fn eni_table(h: &Handle, table: u32) -> Result<Vec<Route>> {
         .collect())
 }
 
-/// Removes the node state of ENI device `device_number`: flushes its table
-/// ([`eni_route_table`]). The interface itself is left alone (it disappears when EC2 detaches
-/// the ENI). Idempotent.
+/// Removes the node state of the ENI at `device_number` on `network_card`: flushes its table
+/// ([`card_route_table`]). The interface itself is left alone (it disappears when EC2
+/// detaches the ENI). Idempotent.
 ///
-/// Errors: [`Error::Invalid`] for device number 0 or above [`MAX_ENI_DEVICE_NUMBER`];
+/// Errors: [`Error::Invalid`] for a device without a table of its own (the primary ENI);
 /// [`Error::Netlink`].
-pub async fn teardown_eni(h: &Handle, device_number: u32) -> Result<()> {
-    check_device_number(device_number)?;
-    for r in eni_table(h, eni_route_table(device_number)).await? {
+pub async fn teardown_eni(h: &Handle, network_card: u32, device_number: u32) -> Result<()> {
+    check_device(network_card, device_number)?;
+    for r in eni_table(h, card_route_table(network_card, device_number)).await? {
         delete_route(h, &r).await?;
     }
     Ok(())
@@ -290,7 +335,7 @@ pub async fn verify_eni(h: &Handle, spec: &EniSpec) -> Result<Vec<String>> {
             ));
         }
     }
-    let t = eni_route_table(spec.device_number);
+    let t = spec.table();
     let table = eni_table(h, t).await?;
     if !table
         .iter()
@@ -333,10 +378,30 @@ mod tests {
         EniSpec {
             mac: "02:00:00:00:00:01".into(),
             device_number: 1,
+            network_card: 0,
             subnet: "10.0.1.0/24".parse().unwrap(),
             mtu: 9001,
             primary_ip: None,
         }
+    }
+
+    #[test]
+    fn tables_of_further_cards_follow_the_vpc_cnis_numbering() {
+        assert_eq!(card_route_table(0, 1), 2);
+        assert_eq!(card_route_table(1, 0), 10_100);
+        assert_eq!(card_route_table(2, 3), 10_203);
+        let card1 = EniSpec {
+            network_card: 1,
+            device_number: 0,
+            ..spec()
+        };
+        assert!(card1.check().is_ok());
+        assert_eq!(card1.table(), 10_100);
+        let too_far = EniSpec {
+            device_number: 100,
+            ..card1.clone()
+        };
+        assert!(too_far.check().is_err());
     }
 
     #[test]

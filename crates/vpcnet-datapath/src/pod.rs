@@ -27,6 +27,34 @@ pub struct PodSpec {
     pub mtu: u32,
     /// Table for traffic from the pod: 0 = main (primary ENI), N = ENI device N.
     pub route_table: u32,
+    /// Which of the pod's interfaces this is: 0 for CNI_IFNAME; n for the n-th further
+    /// interface of a multi-homed pod (ENABLE_MULTI_NIC, `mNicIf<n>`), whose gateway is
+    /// 169.254.1.(n + 1) and whose routes live in the pod's table n, looked up for its own
+    /// address by the pod rule `from <ip> lookup n` at priority 1, as the VPC CNI builds them.
+    pub interface: u32,
+}
+
+/// Priority of the pod-side rule `from <ip> lookup n` of a further interface (the VPC CNI's
+/// `FromInterfaceRulePriority`).
+pub const PRIO_FROM_INTERFACE: u32 = 1;
+
+/// The gateway of the pod's interface `n` ([`PodSpec::interface`]): 169.254.1.(n + 1), the
+/// VPC CNI's `CalculatePodIPv4GatewayIP`.
+pub fn pod_gateway(interface: u32) -> Ipv4Addr {
+    if interface == 0 {
+        POD_GATEWAY
+    } else {
+        Ipv4Addr::new(169, 254, 1, (interface.min(254) + 1) as u8)
+    }
+}
+
+/// The pod-side table of interface `n`: main for 0, n otherwise.
+fn pod_table(interface: u32) -> u32 {
+    if interface == 0 {
+        MAIN_TABLE
+    } else {
+        interface
+    }
 }
 
 /// The veth pair as built.
@@ -98,8 +126,12 @@ pub async fn create_veth(
 
 /// Configures the pod side, given a handle in the pod netns: interface up, `ip/32` on it, route
 /// `169.254.1.1 dev <if> scope link`, permanent neighbour `169.254.1.1 → host_mac`, default via
-/// `169.254.1.1`. Returns the pod interface index.
+/// `169.254.1.1`. A further interface ([`PodSpec::interface`] n > 0) has gateway
+/// [`pod_gateway`]`(n)` and both routes in table n, with the rule `from <ip> lookup n`.
+/// Returns the pod interface index.
 pub async fn configure_pod_side(pod: &Handle, spec: &PodSpec, host_mac: [u8; 6]) -> Result<u32> {
+    let gw = pod_gateway(spec.interface);
+    let table = pod_table(spec.interface);
     let link = link_by_name(pod, &spec.container_ifname)
         .await?
         .ok_or_else(|| {
@@ -133,33 +165,59 @@ pub async fn configure_pod_side(pod: &Handle, spec: &PodSpec, host_mac: [u8; 6])
     let neigh = async {
         nl(
             pod.neighbours()
-                .add(idx, IpAddr::V4(POD_GATEWAY))
+                .add(idx, IpAddr::V4(gw))
                 .link_layer_address(&host_mac)
                 .replace()
                 .execute()
                 .await,
-            || format!("add permanent neighbour {POD_GATEWAY} on {ifname}"),
+            || format!("add permanent neighbour {gw} on {ifname}"),
         )
     };
     let gw_route = async {
         let m = RouteMessageBuilder::<Ipv4Addr>::new()
-            .destination_prefix(POD_GATEWAY, 32)
+            .destination_prefix(gw, 32)
             .output_interface(idx)
             .scope(RouteScope::Link)
+            .table_id(table)
             .build();
         nl(pod.route().add(m).replace().execute().await, || {
-            format!("add route {POD_GATEWAY} dev {ifname} scope link")
+            format!("add route {gw} dev {ifname} scope link table {table}")
         })?;
         let m = RouteMessageBuilder::<Ipv4Addr>::new()
-            .gateway(POD_GATEWAY)
+            .gateway(gw)
             .output_interface(idx)
+            .table_id(table)
             .build();
         nl(pod.route().add(m).replace().execute().await, || {
-            format!("add default via {POD_GATEWAY} dev {ifname}")
+            format!("add default via {gw} dev {ifname} table {table}")
         })
     };
-    let (u, a, b, c) = futures::join!(up, addr, neigh, gw_route);
-    u.and(a).and(b).and(c)?;
+    let rule = async {
+        if spec.interface == 0 {
+            return Ok(());
+        }
+        let r = pod
+            .rule()
+            .add()
+            .v4()
+            .source_prefix(spec.ip, 32)
+            .table_id(table)
+            .priority(PRIO_FROM_INTERFACE)
+            .action(rtnetlink::packet_route::rule::RuleAction::ToTable)
+            .execute()
+            .await;
+        match r {
+            Err(e) if errno(&e) == Some(errnos::EEXIST) => Ok(()),
+            r => nl(r, || {
+                format!(
+                    "add pod rule from {} lookup {table} priority {PRIO_FROM_INTERFACE}",
+                    spec.ip
+                )
+            }),
+        }
+    };
+    let (u, a, b, c, d) = futures::join!(up, addr, neigh, gw_route, rule);
+    u.and(a).and(b).and(c).and(d)?;
     Ok(idx)
 }
 

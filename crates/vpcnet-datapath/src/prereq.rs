@@ -71,7 +71,7 @@ pub async fn check_eni(h: &Handle, spec: &EniSpec, repair: bool) -> Result<Vec<F
     };
     Ok(vec![finding(
         Kind::EniTable,
-        &format!("table {}", node::eni_route_table(spec.device_number)),
+        &format!("table {}", spec.table()),
         drift.join("; "),
         r,
     )])

@@ -35,6 +35,7 @@ fn eni_spec() -> node::EniSpec {
     node::EniSpec {
         mac: "02:00:00:00:01:02".into(),
         device_number: 2,
+        network_card: 0,
         subnet: "10.0.2.0/24".parse().unwrap(),
         mtu: 9001,
         primary_ip: None,
@@ -51,6 +52,7 @@ fn pod_on_eni(node_ns: &TestNetns, pod_ns: &TestNetns, veth: &str) -> (pod::PodS
         container_ifname: "eth0".into(),
         mtu: 9001,
         route_table: node::eni_route_table(2),
+        interface: 0,
     };
     rt().block_on(async {
         let node = handle(node_ns);

@@ -40,6 +40,7 @@ fn setup_eni_builds_table_n_plus_1_and_reconciles() {
     let spec = node::EniSpec {
         mac: "02:AA:BB:CC:DD:02".into(),
         device_number: 2,
+        network_card: 0,
         subnet: "10.0.2.0/24".parse().unwrap(),
         mtu: 9001,
         primary_ip: Some(Ipv4Addr::new(10, 0, 2, 10)),
@@ -146,10 +147,10 @@ fn setup_eni_builds_table_n_plus_1_and_reconciles() {
             2
         );
 
-        node::teardown_eni(&h, 2).await.unwrap();
+        node::teardown_eni(&h, 0, 2).await.unwrap();
         assert_eq!(ns.ip(&["-4", "route", "show", "table", "3"]), "");
         assert_eq!(ns.ip(&["-4", "route", "show", "table", "2"]), "");
-        node::teardown_eni(&h, 2).await.unwrap();
+        node::teardown_eni(&h, 0, 2).await.unwrap();
 
         let missing = node::EniSpec {
             mac: "02:00:00:00:00:99".into(),
@@ -170,6 +171,7 @@ fn pod_setup_check_and_remove() {
         container_ifname: "eth0".into(),
         mtu: 9001,
         route_table: node::eni_route_table(1),
+        interface: 0,
     };
     node_ns.ip(&[
         "link",
@@ -188,6 +190,7 @@ fn pod_setup_check_and_remove() {
         let eni = node::EniSpec {
             mac: "02:00:00:00:01:01".into(),
             device_number: 1,
+            network_card: 0,
             subnet: "10.0.1.0/24".parse().unwrap(),
             mtu: 9001,
             primary_ip: None,
@@ -311,6 +314,7 @@ fn pod_spec(ip: [u8; 4], host_veth: &str) -> pod::PodSpec {
         container_ifname: "eth0".into(),
         mtu: 9001,
         route_table: 0,
+        interface: 0,
     }
 }
 
@@ -420,6 +424,7 @@ fn failed_setup_leaves_nothing() {
         container_ifname: "eth0".into(),
         mtu: 1500,
         route_table: 0,
+        interface: 0,
     };
     rt().block_on(async {
         let node = handle(&node_ns);
@@ -435,4 +440,61 @@ fn failed_setup_leaves_nothing() {
         node_ns.ip(&["-4", "route"]),
     );
     assert_eq!(before, after);
+}
+
+#[test]
+fn a_further_interface_routes_its_own_address_through_its_own_table() {
+    let node_ns = TestNetns::new();
+    let pod_ns = TestNetns::new();
+    let eth0 = pod_spec([10, 0, 1, 60], "enitest0000060");
+    let further = pod::PodSpec {
+        ip: Ipv4Addr::new(10, 1, 0, 60),
+        host_veth: "enitest0000061".into(),
+        container_ifname: "mNicIf1".into(),
+        mtu: 9001,
+        route_table: node::card_route_table(1, 0),
+        interface: 1,
+    };
+    rt().block_on(async {
+        let node = handle(&node_ns);
+        let pod_fd = netns::open(&pod_ns.path()).unwrap();
+        pod::setup(&node, &pod_fd, &pod_ns.path(), &eth0)
+            .await
+            .unwrap();
+        pod::setup(&node, &pod_fd, &pod_ns.path(), &further)
+            .await
+            .unwrap();
+    });
+    // The pod: eth0 keeps main; mNicIf1's gateway 169.254.1.2 and default live in table 1,
+    // chosen for its own address by the rule at priority 1.
+    let main = pod_ns.ip(&["-4", "route", "show"]);
+    assert!(main.contains("default via 169.254.1.1 dev eth0"), "{main}");
+    assert!(!main.contains("mNicIf1"), "{main}");
+    let t1 = pod_ns.ip(&["-4", "route", "show", "table", "1"]);
+    assert!(t1.contains("default via 169.254.1.2 dev mNicIf1"), "{t1}");
+    assert!(
+        t1.lines()
+            .any(|l| l.starts_with("169.254.1.2 dev mNicIf1") && l.contains("scope link")),
+        "{t1}"
+    );
+    let rules = pod_ns.ip(&["-4", "rule"]);
+    assert!(rules.contains("1:\tfrom 10.1.0.60 lookup 1"), "{rules}");
+    let neigh = pod_ns.ip(&["-4", "neigh", "show", "dev", "mNicIf1"]);
+    assert!(
+        neigh.contains("169.254.1.2") && neigh.contains("PERMANENT"),
+        "{neigh}"
+    );
+    // The node: the address routes to its own veth, and leaves by the card-1 ENI's table.
+    let node_rules = node_ns.ip(&["-4", "rule"]);
+    assert!(
+        node_rules.contains("from 10.1.0.60 lookup 10100"),
+        "{node_rules}"
+    );
+    let routes = node_ns.ip(&["-4", "route"]);
+    assert!(routes.contains("10.1.0.60 dev enitest0000061"), "{routes}");
+    // The reply path in the pod really takes mNicIf1 for its own source.
+    let get = pod_ns.ip(&["-4", "route", "get", "192.0.2.1", "from", "10.1.0.60"]);
+    assert!(get.contains("dev mNicIf1"), "{get}");
+    let get0 = pod_ns.ip(&["-4", "route", "get", "192.0.2.1"]);
+    assert!(get0.contains("dev eth0"), "{get0}");
 }

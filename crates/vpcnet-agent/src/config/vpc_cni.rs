@@ -163,14 +163,6 @@ pub const SETTINGS: &[VpcCniSetting] = &[
         "vpcnet has no IPv6 mode yet: pods would get IPv4 addresses only",
         "remove it or set it to false; IPv6 clusters still need the VPC CNI",
     ),
-    refused(
-        "ENABLE_MULTI_NIC",
-        "false",
-        ONLY_FALSE,
-        "vpcnet manages ENIs on network card 0 only: a pod annotated \
-         k8s.amazonaws.com/nicConfig would get one interface",
-        REMOVE_OR_FALSE,
-    ),
     no_op(
         "ENABLE_NFTABLES",
         "false",
@@ -459,7 +451,7 @@ mod list_tests {
         }
         assert_eq!(implemented + SETTINGS.len(), names.len());
         assert!(
-            implemented > 25 && SETTINGS.len() > 20,
+            implemented > 25 && SETTINGS.len() >= 15,
             "{implemented} {}",
             SETTINGS.len()
         );

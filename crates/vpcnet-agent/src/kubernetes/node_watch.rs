@@ -190,6 +190,7 @@ mod tests {
             Action::CreateEni {
                 ips: 1,
                 prefixes: 0,
+                network_card: 0,
             },
             Action::DeleteEni { eni_id: eni() },
         ] {

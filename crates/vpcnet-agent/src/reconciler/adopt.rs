@@ -39,7 +39,7 @@ pub fn observation(
             network_card: a.map_or(0, |a| a.network_card_index),
             subnet_id: ni.subnet_id.clone(),
             subnet_cidr,
-            primary: a.is_some_and(|a| a.device_index == 0)
+            primary: a.is_some_and(|a| a.device_index == 0 && a.network_card_index == 0)
                 || ni.mac.eq_ignore_ascii_case(&shared.facts.primary_mac),
             primary_ip: ni.primary_ip,
         },
@@ -91,7 +91,7 @@ pub async fn adopt(
             if let Some(a) = &ni.attachment {
                 att.insert(ni.eni_id.clone(), a.attachment_id.clone());
                 if !manageable(ni) {
-                    foreign.push(a.device_index);
+                    foreign.push((a.network_card_index, a.device_index));
                     foreign_ids.insert(ni.eni_id.clone());
                     continue;
                 }

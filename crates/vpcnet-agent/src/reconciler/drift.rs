@@ -51,7 +51,8 @@ pub fn from_imds(shared: &Shared, i: &ImdsInterface) -> EniObservation {
             network_card: i.network_card,
             subnet_id: i.subnet_id.clone(),
             subnet_cidr: i.subnet_cidr,
-            primary: i.device_number == 0 || i.mac.eq_ignore_ascii_case(&shared.facts.primary_mac),
+            primary: (i.device_number == 0 && i.network_card == 0)
+                || i.mac.eq_ignore_ascii_case(&shared.facts.primary_mac),
             primary_ip,
         },
         secondary_ips: i.local_ipv4s.iter().skip(1).copied().collect(),

@@ -47,21 +47,33 @@ fn delete_retries() -> Backoff {
     Backoff::new(Duration::from_millis(200), Duration::from_secs(5)).with_max_attempts(5)
 }
 
-/// The lowest device index that no ENI of the instance uses (ours or foreign).
-fn next_device_index(shared: &Shared) -> u32 {
-    let mut used: BTreeSet<u32> = shared.pool().enis().map(|e| e.info.device_number).collect();
+/// The lowest device index on network card `card` that no ENI of the instance uses (ours or
+/// foreign): from 1 on card 0 (the primary ENI's 0), from 0 on the other cards (device
+/// indexes count per card, as EC2 and the VPC CNI's `awsGetFreeDeviceNumber` count them).
+fn next_device_index(shared: &Shared, card: u32) -> u32 {
+    let mut used: BTreeSet<u32> = shared
+        .pool()
+        .enis()
+        .filter(|e| e.info.network_card == card)
+        .map(|e| e.info.device_number)
+        .collect();
     used.extend(
         shared
             .foreign_devices
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
-            .copied(),
+            .filter(|(c, _)| *c == card)
+            .map(|(_, d)| *d),
     );
+    if card != 0 {
+        return (0..).find(|d| !used.contains(d)).unwrap_or(0);
+    }
     (1..).find(|d| !used.contains(d)).unwrap_or(1)
 }
 
-/// CreateNetworkInterface → AttachNetworkInterface → DeleteOnTermination=true → node setup.
+/// CreateNetworkInterface → AttachNetworkInterface (on network card `card`) →
+/// DeleteOnTermination=true → node setup.
 /// The ENI is created in the first subnet that takes it ([`super::placement::candidates`]:
 /// with subnet discovery a full subnet moves on to the next). An ENI that cannot be attached
 /// (or marked DeleteOnTermination) is detached/deleted again, so no ENI leaks.
@@ -70,6 +82,7 @@ pub(super) async fn create_eni(
     ec2: &dyn Ec2Api,
     ips: u32,
     prefixes: u32,
+    card: u32,
 ) -> Result<(), Ec2Error> {
     let f = &shared.facts;
     let candidates = super::placement::candidates(shared, ec2).await?;
@@ -131,9 +144,9 @@ pub(super) async fn create_eni(
         delete_with_retry(shared, ec2, &ni.eni_id).await;
         return Err(stopped(vpcnet_ec2::Action::AttachNetworkInterface));
     }
-    let device = next_device_index(shared);
+    let device = next_device_index(shared, card);
     let attachment = match ec2
-        .attach_network_interface(&ni.eni_id, &f.instance_id, device, 0)
+        .attach_network_interface(&ni.eni_id, &f.instance_id, device, card)
         .await
     {
         Ok(a) => a,
@@ -179,7 +192,7 @@ pub(super) async fn create_eni(
         attachment_id: attachment,
         instance_id: Some(f.instance_id.clone()),
         device_index: device,
-        network_card_index: 0,
+        network_card_index: card,
         status: "attached".into(),
         delete_on_termination: true,
     });
@@ -191,7 +204,7 @@ pub(super) async fn create_eni(
             tracing::error!(eni = %ni.eni_id, "node setup of the new ENI failed: {e:#}");
         }
     }
-    tracing::info!(eni = %ni.eni_id, device, ips = obs.secondary_ips.len(), prefixes = obs.prefixes.len(), "created and attached ENI");
+    tracing::info!(eni = %ni.eni_id, device, card, ips = obs.secondary_ips.len(), prefixes = obs.prefixes.len(), "created and attached ENI");
     shared.pool().add_eni(obs, now_ms());
     Ok(())
 }

@@ -134,7 +134,11 @@ async fn execute(shared: &Shared, ec2: &dyn Ec2Api, action: &Action) -> Result<(
                 .await?;
             shared.pool().add_prefixes(eni_id, &got.prefixes, now_ms());
         }
-        Action::CreateEni { ips, prefixes } => create_eni(shared, ec2, *ips, *prefixes).await?,
+        Action::CreateEni {
+            ips,
+            prefixes,
+            network_card,
+        } => create_eni(shared, ec2, *ips, *prefixes, *network_card).await?,
         Action::UnassignIps { eni_id, ips } => {
             ec2.unassign_private_ips(eni_id, &AddressRelease::SecondaryIps(ips.clone()))
                 .await?;

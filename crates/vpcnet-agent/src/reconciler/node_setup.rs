@@ -11,6 +11,7 @@ pub(crate) fn node_eni(e: &EniInfo, mtu: u32) -> NodeEni {
     NodeEni {
         mac: e.mac.clone(),
         device_number: e.device_number,
+        network_card: e.network_card,
         subnet: e.subnet_cidr,
         primary_ip: e.primary_ip,
         mtu,

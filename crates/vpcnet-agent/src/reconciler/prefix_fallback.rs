@@ -63,6 +63,7 @@ mod tests {
         let create = Action::CreateEni {
             ips: 0,
             prefixes: 2,
+            network_card: 0,
         };
         let ips = Action::AssignIps {
             eni_id: "eni-1".into(),

@@ -80,12 +80,7 @@ pub async fn reclaim_unrouted(shared: &Shared) {
         } else {
             format!(
                 "no host veth {}",
-                crate::datapath_audit::host_veth_of(
-                    prefix,
-                    &key.container_id,
-                    &a.pod.namespace,
-                    &a.pod.name
-                )
+                crate::datapath_audit::host_veth_of(prefix, key, &a.pod)
             )
         };
         tracing::warn!(

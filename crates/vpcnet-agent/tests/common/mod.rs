@@ -198,6 +198,7 @@ pub fn add_req(id: &str) -> AddNetworkRequest {
         k8s_pod_namespace: "default".into(),
         k8s_pod_name: format!("pod-{id}"),
         network_name: "aws-cni".into(),
+        requires_multi_nic_attachment: false,
     }
 }
 

@@ -78,6 +78,7 @@ pub async fn plugin_add(node_ns: &Netns, pod_ns: &Netns, id: &str, ip: Ipv4Addr,
         container_ifname: "eth0".into(),
         mtu,
         route_table: 0,
+        interface: 0,
     };
     let node = vpcnet_datapath::netns::connect_in(
         &vpcnet_datapath::netns::open(&node_ns.path()).unwrap(),

@@ -88,6 +88,7 @@ fn kernel_veth(node: &TestNetns, i: usize) -> anyhow::Result<(Duration, Duration
             container_ifname: "eth0".into(),
             mtu: 9001,
             route_table: 0,
+            interface: 0,
         };
         let t = Instant::now();
         pod::create_veth(&h, &pod_fd, &spec).await?;

@@ -30,6 +30,15 @@ struct Raw {
     prev_result: Option<Value>,
     #[serde(rename = "cni.dev/valid-attachments")]
     valid_attachments: Option<Vec<Attachment>>,
+    #[serde(rename = "runtimeConfig", default)]
+    runtime_config: RuntimeConfig,
+}
+
+/// `runtimeConfig`: what the runtime fills in for the capabilities the conflist asks for.
+#[derive(Deserialize, Default)]
+struct RuntimeConfig {
+    #[serde(rename = "io.kubernetes.cri.pod-annotations", default)]
+    pod_annotations: std::collections::BTreeMap<String, String>,
 }
 
 /// The parsed configuration with defaults applied.
@@ -53,6 +62,9 @@ pub struct NetConf {
     pub prev_result: Option<Value>,
     /// `cni.dev/valid-attachments` (GC).
     pub valid_attachments: Option<Vec<Attachment>>,
+    /// The pod is annotated `k8s.amazonaws.com/nicConfig: multi-nic-attachment` (from
+    /// `runtimeConfig`'s pod annotations): one interface per network card the agent manages.
+    pub multi_nic_attachment: bool,
 }
 
 fn invalid(msg: String, details: &str) -> CniError {
@@ -158,6 +170,11 @@ pub fn parse(stdin: &[u8]) -> Result<NetConf, CniError> {
         plugin_log_level: plugin.plugin_log_level.unwrap_or_else(|| "Info".into()),
         prev_result: raw.prev_result,
         valid_attachments: raw.valid_attachments,
+        multi_nic_attachment: raw
+            .runtime_config
+            .pod_annotations
+            .get(conflist::MULTI_NIC_ANNOTATION.0)
+            .is_some_and(|v| v == conflist::MULTI_NIC_ANNOTATION.1),
     })
 }
 

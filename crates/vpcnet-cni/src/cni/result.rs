@@ -5,6 +5,8 @@ use std::net::Ipv4Addr;
 use serde_json::{json, Value};
 
 use super::version;
+use crate::conflist::FURTHER_INTERFACE_PREFIX;
+use vpcnet_datapath::pod::pod_gateway;
 use vpcnet_datapath::POD_GATEWAY;
 
 /// What ADD built, for the result.
@@ -27,6 +29,13 @@ pub struct PodResult {
 /// `prev` result exists (we were chained after another plugin) its interfaces, ips, routes and
 /// dns are kept and ours are appended.
 pub fn render(r: &PodResult, cni_version: &str, prev: Option<&Value>) -> Value {
+    render_all(std::slice::from_ref(r), cni_version, prev)
+}
+
+/// [`render`] of a multi-homed pod: `pods[0]` is CNI_IFNAME, `pods[n]` its further interface n
+/// (`mNicIf<n>`), each with its host veth, its address and its gateway
+/// ([`vpcnet_datapath::pod::pod_gateway`]); the default route is CNI_IFNAME's alone.
+pub fn render_all(pods: &[PodResult], cni_version: &str, prev: Option<&Value>) -> Value {
     let mut interfaces: Vec<Value> = prev
         .and_then(|p| p.get("interfaces")?.as_array().cloned())
         .unwrap_or_default();
@@ -40,23 +49,25 @@ pub fn render(r: &PodResult, cni_version: &str, prev: Option<&Value>) -> Value {
         .and_then(|p| p.get("dns").cloned())
         .unwrap_or_else(|| json!({}));
     let with_mtu = version::has_status_and_gc(cni_version);
-    let mut host = json!({ "name": r.host_veth, "mac": r.host_mac });
-    let mut pod = json!({ "name": r.pod_ifname, "mac": r.pod_mac, "sandbox": r.netns });
-    if with_mtu {
-        host["mtu"] = json!(r.mtu);
-        pod["mtu"] = json!(r.mtu);
+    for (n, r) in pods.iter().enumerate() {
+        let mut host = json!({ "name": r.host_veth, "mac": r.host_mac });
+        let mut pod = json!({ "name": r.pod_ifname, "mac": r.pod_mac, "sandbox": r.netns });
+        if with_mtu {
+            host["mtu"] = json!(r.mtu);
+            pod["mtu"] = json!(r.mtu);
+        }
+        interfaces.push(host);
+        interfaces.push(pod);
+        let mut ip = json!({
+            "address": format!("{}/32", r.ip),
+            "gateway": pod_gateway(n as u32).to_string(),
+            "interface": interfaces.len() - 1,
+        });
+        if version::ips_have_version_field(cni_version) {
+            ip["version"] = json!("4");
+        }
+        ips.push(ip);
     }
-    interfaces.push(host);
-    interfaces.push(pod);
-    let mut ip = json!({
-        "address": format!("{}/32", r.ip),
-        "gateway": POD_GATEWAY.to_string(),
-        "interface": interfaces.len() - 1,
-    });
-    if version::ips_have_version_field(cni_version) {
-        ip["version"] = json!("4");
-    }
-    ips.push(ip);
     routes.push(json!({ "dst": "0.0.0.0/0", "gw": POD_GATEWAY.to_string() }));
     json!({
         "cniVersion": cni_version,
@@ -108,6 +119,27 @@ pub fn read_prev(prev: &Value, ifname: &str) -> Prev {
     }
 }
 
+/// The further interfaces of a multi-homed pod a `prevResult` lists (`mNicIf1`, `mNicIf2`,
+/// ... in the sandbox), each with its index and address.
+pub fn read_prev_further(prev: &Value) -> Vec<(u32, Ipv4Addr)> {
+    (1..)
+        .map(|n| {
+            (
+                n,
+                read_prev_exact(prev, &format!("{FURTHER_INTERFACE_PREFIX}{n}")),
+            )
+        })
+        .take_while(|(_, ip)| ip.is_some())
+        .filter_map(|(n, ip)| ip.map(|ip| (n, ip)))
+        .collect()
+}
+
+/// The address on the sandbox interface named `ifname`, only when the result lists it.
+fn read_prev_exact(prev: &Value, ifname: &str) -> Option<Ipv4Addr> {
+    let p = read_prev(prev, ifname);
+    p.has_pod_interface.then_some(p.ip).flatten()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,6 +177,26 @@ mod tests {
         assert_eq!(v["ips"][0]["version"], "4");
         let v = render(&sample(), "1.1.0", None);
         assert_eq!(v["interfaces"][1]["mtu"], 9001);
+    }
+
+    #[test]
+    fn a_multi_homed_pod_lists_each_interface_with_its_gateway() {
+        let further = PodResult {
+            host_veth: "enie48ae9c2f34".into(),
+            pod_ifname: "mNicIf1".into(),
+            ip: Ipv4Addr::new(10, 1, 0, 5),
+            ..sample()
+        };
+        let v = render_all(&[sample(), further], "1.0.0", None);
+        assert_eq!(v["interfaces"].as_array().unwrap().len(), 4);
+        assert_eq!(v["interfaces"][3]["name"], "mNicIf1");
+        assert_eq!(v["ips"][1]["address"], "10.1.0.5/32");
+        assert_eq!(v["ips"][1]["gateway"], "169.254.1.2");
+        assert_eq!(v["ips"][1]["interface"], 3);
+        assert_eq!(v["routes"].as_array().unwrap().len(), 1);
+        assert_eq!(read_prev(&v, "eth0").ip, Some(Ipv4Addr::new(10, 0, 1, 5)));
+        assert_eq!(read_prev_further(&v), vec![(1, Ipv4Addr::new(10, 1, 0, 5))]);
+        assert_eq!(read_prev_further(&render(&sample(), "1.0.0", None)), vec![]);
     }
 
     #[test]

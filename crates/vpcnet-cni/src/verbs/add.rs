@@ -1,11 +1,14 @@
 //! ADD: get an IP from the agent, build the datapath, answer the result. All or nothing: on any
 //! failure after the agent assigned an IP, the datapath is rolled back and the IP released.
+//! A multi-homed pod (annotated `k8s.amazonaws.com/nicConfig: multi-nic-attachment`, passed
+//! by the runtime in `runtimeConfig`) gets one more interface per further network card the
+//! agent manages, `mNicIf<n>`, built and rolled back the same way.
 
 use serde_json::Value;
-use vpcnet_datapath::{names::format_mac, netns, pod};
+use vpcnet_datapath::{host, names::format_mac, netns, pod};
 use vpcnet_proto::{AddNetworkRequest, DelNetworkRequest};
 
-use super::{datapath_error, host_veth, netns_path, Invocation};
+use super::{datapath_error, host_veth, host_veth_of, netns_path, Invocation};
 use crate::agent_client::Agent;
 use crate::cni::error::{code, CniError};
 use crate::cni::result::{self, PodResult};
@@ -35,6 +38,7 @@ pub async fn add(inv: &Invocation) -> Result<Value, CniError> {
             k8s_pod_namespace: env.pod_namespace.clone(),
             k8s_pod_name: env.pod_name.clone(),
             network_name: inv.conf.name.clone(),
+            requires_multi_nic_attachment: inv.conf.multi_nic_attachment,
         })
         .await?;
     tracing::info!(container = %env.container_id, ip = %reply.ipv4_addr, eni = %reply.eni_id,
@@ -56,37 +60,99 @@ pub async fn add(inv: &Invocation) -> Result<Value, CniError> {
         .mtu
         .or((reply.mtu != 0).then_some(reply.mtu))
         .unwrap_or(DEFAULT_MTU);
-    let spec = pod::PodSpec {
+    let mut specs = vec![pod::PodSpec {
         ip,
         host_veth: host_veth(inv),
         container_ifname: env.ifname.clone(),
         mtu,
         route_table: reply.route_table,
-    };
+        interface: 0,
+    }];
+    for (i, x) in reply.extra_interfaces.iter().enumerate() {
+        let Ok(further) = x.ipv4_addr.parse() else {
+            release(&mut agent, inv, reply.ipv4_addr.clone()).await;
+            return Err(CniError::new(
+                code::GENERIC,
+                format!(
+                    "the agent returned an invalid address {:?} for {}",
+                    x.ipv4_addr, x.if_name
+                ),
+                "this is a vpcnet-agent bug: report it with the agent log",
+            ));
+        };
+        let n = i as u32 + 1;
+        specs.push(pod::PodSpec {
+            ip: further,
+            host_veth: host_veth_of(inv, n),
+            container_ifname: x.if_name.clone(),
+            mtu,
+            route_table: x.route_table,
+            interface: n,
+        });
+    }
     let built = match pending.connect() {
-        Ok(pod_handle) => pod::setup_with(&node, &pod_ns, &pod_handle, &spec).await,
+        Ok(pod_handle) => build(&node, &pod_ns, &pod_handle, &specs).await,
         Err(e) => Err(e),
     };
     match built {
-        Ok(links) => Ok(result::render(
-            &PodResult {
-                host_veth: spec.host_veth,
-                host_mac: format_mac(&links.host_mac),
-                pod_ifname: spec.container_ifname,
-                pod_mac: format_mac(&links.pod_mac),
-                netns: env.netns.clone(),
-                ip,
-                mtu,
-            },
-            &inv.conf.cni_version,
-            inv.conf.prev_result.as_ref(),
-        )),
+        Ok(links) => {
+            let pods: Vec<PodResult> = specs
+                .iter()
+                .zip(&links)
+                .map(|(spec, l)| PodResult {
+                    host_veth: spec.host_veth.clone(),
+                    host_mac: format_mac(&l.host_mac),
+                    pod_ifname: spec.container_ifname.clone(),
+                    pod_mac: format_mac(&l.pod_mac),
+                    netns: env.netns.clone(),
+                    ip: spec.ip,
+                    mtu,
+                })
+                .collect();
+            Ok(result::render_all(
+                &pods,
+                &inv.conf.cni_version,
+                inv.conf.prev_result.as_ref(),
+            ))
+        }
         Err(e) => {
             tracing::error!(error = %e, "datapath setup failed; releasing {ip}");
             release(&mut agent, inv, ip.to_string()).await;
             Err(datapath_error("building the pod network", e))
         }
     }
+}
+
+/// Builds each interface's datapath in turn ([`pod::setup_with`], all or nothing per
+/// interface); when one fails, those built before it are removed again.
+async fn build(
+    node: &rtnetlink::Handle,
+    pod_ns: &std::os::fd::OwnedFd,
+    pod_handle: &rtnetlink::Handle,
+    specs: &[pod::PodSpec],
+) -> vpcnet_datapath::Result<Vec<pod::PodLinks>> {
+    let mut links = Vec::with_capacity(specs.len());
+    for spec in specs {
+        match pod::setup_with(node, pod_ns, pod_handle, spec).await {
+            Ok(l) => links.push(l),
+            Err(e) => {
+                for done in &specs[..links.len()] {
+                    let gone = host::remove(
+                        node,
+                        &done.host_veth,
+                        Some(done.ip),
+                        host::VethAction::Delete,
+                    )
+                    .await;
+                    if let Err(re) = gone {
+                        tracing::warn!(error = %re, veth = %done.host_veth, "rollback after failed setup");
+                    }
+                }
+                return Err(e);
+            }
+        }
+    }
+    Ok(links)
 }
 
 /// Gives the address back after a failed ADD (best effort: the agent's reconcile reclaims it

@@ -7,15 +7,16 @@
 //! its pod is replaced by the next ADD (see `vpcnet_datapath::pod::create_veth`); one that routes
 //! another IP belongs to a newer pod with the same name and is never touched. Succeeds with a
 //! missing or empty netns and with the agent unreachable (the agent reclaims the IP by
-//! reconciling after it restarts).
+//! reconciling after it restarts). A multi-homed pod's further interfaces (`mNicIf<n>`, from
+//! the agent's answer, else from prevResult) lose their node side the same way.
 
 use vpcnet_datapath::{host, netns, nl};
 use vpcnet_proto::DelNetworkRequest;
 
-use super::{datapath_error, host_veth, Invocation};
+use super::{datapath_error, host_veth, host_veth_of, Invocation};
 use crate::agent_client::Agent;
 use crate::cni::error::CniError;
-use crate::cni::result::read_prev;
+use crate::cni::result::{read_prev, read_prev_further};
 
 pub async fn del(inv: &Invocation) -> Result<(), CniError> {
     let env = &inv.env;
@@ -40,18 +41,39 @@ pub async fn del(inv: &Invocation) -> Result<(), CniError> {
         Ok(mut agent) => agent.del(req).await,
         Err(e) => Err(e),
     };
-    let agent_ip = match reply {
+    let (agent_ip, mut further) = match reply {
         Ok(r) => {
-            tracing::info!(released = r.released, ip = %r.ipv4_addr, "agent released address");
-            r.ipv4_addr.parse().ok()
+            tracing::info!(released = r.released, ip = %r.ipv4_addr, further = r.extra_interfaces.len(), "agent released address");
+            let further: Vec<(u32, std::net::Ipv4Addr)> = r
+                .extra_interfaces
+                .iter()
+                .enumerate()
+                .filter_map(|(i, x)| Some((i as u32 + 1, x.ipv4_addr.parse().ok()?)))
+                .collect();
+            (r.ipv4_addr.parse().ok(), further)
         }
         Err(e) => {
             tracing::warn!(error = %e, "address not released now; the agent reclaims it when it reconciles");
-            None
+            (None, Vec::new())
         }
     };
+    if further.is_empty() {
+        further = inv
+            .conf
+            .prev_result
+            .as_ref()
+            .map(read_prev_further)
+            .unwrap_or_default();
+    }
 
     let node = netns::connect().map_err(|e| datapath_error("open netlink", e))?;
+    for (n, ip) in further {
+        let veth = host_veth_of(inv, n);
+        let removed = host::remove(&node, &veth, Some(ip), host::VethAction::Keep)
+            .await
+            .map_err(|e| datapath_error("removing the pod network", e))?;
+        tracing::info!(container = %env.container_id, interface = n, ?removed, "datapath of a further interface removed");
+    }
     let ip = match prev_ip.or(agent_ip) {
         Some(ip) => Some(ip),
         // Neither prevResult nor agent: the veth's route names the IP, but only trust it when

@@ -59,12 +59,20 @@ pub async fn run(inv: &Invocation) -> Result<Option<Value>, CniError> {
 /// The host veth name of this pod: from K8S_POD_NAMESPACE/K8S_POD_NAME when both are set,
 /// else from the container ID.
 pub fn host_veth(inv: &Invocation) -> String {
+    host_veth_of(inv, 0)
+}
+
+/// The host veth name of the pod's interface `n` (0: CNI_IFNAME; n > 0: a multi-homed pod's
+/// further interface `mNicIf<n>`).
+pub fn host_veth_of(inv: &Invocation, n: u32) -> String {
     let e = &inv.env;
-    if !e.pod_namespace.is_empty() && !e.pod_name.is_empty() {
-        names::host_veth_name(&inv.conf.veth_prefix, &e.pod_namespace, &e.pod_name)
-    } else {
-        names::host_veth_name_for_container(&inv.conf.veth_prefix, &e.container_id)
-    }
+    names::pod_host_veth_name(
+        &inv.conf.veth_prefix,
+        &e.pod_namespace,
+        &e.pod_name,
+        &e.container_id,
+        n,
+    )
 }
 
 /// A datapath error as a CNI error.

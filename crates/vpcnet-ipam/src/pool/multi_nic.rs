@@ -25,9 +25,15 @@ impl PodKey {
 
     /// Whether this is a further interface of a multi-homed pod.
     pub fn is_extra_interface(&self) -> bool {
+        self.interface_index() > 0
+    }
+
+    /// Which of its pod's interfaces this is: n for the further interface `mNicIf<n>`, else 0.
+    pub fn interface_index(&self) -> u32 {
         self.if_name
             .strip_prefix(EXTRA_INTERFACE_PREFIX)
-            .is_some_and(|n| n.parse::<u32>().is_ok_and(|n| n > 0))
+            .and_then(|n| n.parse::<u32>().ok())
+            .unwrap_or(0)
     }
 }
 
@@ -74,11 +80,7 @@ impl Pool {
             .filter(|k| k.container_id == key.container_id && k.is_extra_interface())
             .cloned()
             .collect();
-        keys.sort_by_key(|k| {
-            k.if_name[EXTRA_INTERFACE_PREFIX.len()..]
-                .parse::<u32>()
-                .ok()
-        });
+        keys.sort_by_key(PodKey::interface_index);
         keys
     }
 
@@ -88,6 +90,16 @@ impl Pool {
         let mut keys = vec![key.clone()];
         keys.extend(self.extra_interfaces(key));
         self.release_all(keys, now_ms)
+    }
+
+    /// [`Pool::unassign`] of `key` and its further interfaces: an ADD that failed after the
+    /// addresses were handed out takes them all back.
+    pub fn unassign_pod(&mut self, key: &PodKey) -> Vec<(PodKey, Assignment)> {
+        let mut keys = vec![key.clone()];
+        keys.extend(self.extra_interfaces(key));
+        keys.into_iter()
+            .filter_map(|k| self.unassign(&k).map(|a| (k, a)))
+            .collect()
     }
 
     /// Whether `key` is vouched for by `valid` (a runtime's list of attachments): listed
