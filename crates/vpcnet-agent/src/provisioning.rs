@@ -394,10 +394,12 @@ mod tests {
         let a = n.attachment.as_ref().unwrap();
         assert_eq!((a.device_index, a.network_card_index), (1, 0));
         assert!(n.tags.is_empty() && n.interface_type.is_empty() && !n.requester_managed);
-        assert!(crate::reconciler::manageable(&n));
-        // An ENI on another network card is not the agent's, as with EC2's answer.
+        assert!(crate::reconciler::manageable(&n, &[0]));
+        // An ENI on another network card is not the agent's, as with EC2's answer, unless
+        // ENABLE_MULTI_NIC manages that card.
         let card1 = network_interface(&imds_eni(2, 1, &[[10, 0, 2, 5]], &[])).unwrap();
-        assert!(!crate::reconciler::manageable(&card1));
+        assert!(!crate::reconciler::manageable(&card1, &[0]));
+        assert!(crate::reconciler::manageable(&card1, &[0, 1]));
         // No address at all (IMDS mid-attach): not an ENI yet.
         assert_eq!(network_interface(&imds_eni(3, 0, &[], &[])), None);
     }

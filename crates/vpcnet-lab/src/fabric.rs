@@ -47,9 +47,21 @@ pub fn port_name(eni_id: &str) -> String {
     format!("p{tail}")
 }
 
-/// The node-side interface name for an ENI at `device_index`: "eth0", "eth1", ...
+/// The node-side interface name for an ENI at `device_index` on network card 0: "eth0",
+/// "eth1", ... ([`card_link_name`] for the other cards).
 pub fn node_link_name(device_index: u32) -> String {
-    format!("eth{device_index}")
+    card_link_name(0, device_index)
+}
+
+/// The node-side interface name for an ENI at `device_index` on `network_card`: `eth<d>` on
+/// card 0, `c<card>eth<d>` on the others (device indexes count per card). The agent finds
+/// interfaces by MAC, as on EC2, where the names follow the PCI slots.
+pub fn card_link_name(network_card: u32, device_index: u32) -> String {
+    if network_card == 0 {
+        format!("eth{device_index}")
+    } else {
+        format!("c{network_card}eth{device_index}")
+    }
 }
 
 /// Every /32 address covered by `cidr` (one for a /32, sixteen for a /28).
@@ -207,8 +219,10 @@ pub struct EniPort {
     pub bridge: String,
     /// Node namespace the ENI is attached to.
     pub node_netns: String,
-    /// EC2 device index (node-side interface `eth<index>`).
+    /// EC2 device index (node-side interface [`card_link_name`]).
     pub device_index: u32,
+    /// EC2 network card index.
+    pub network_card: u32,
 }
 
 /// Creates the ENI's veth pair: bridge side [`port_name`] enslaved to its bridge and up; node
@@ -218,7 +232,7 @@ pub struct EniPort {
 pub fn plug(vpc: &str, eni: &EniPort) -> Result<()> {
     let port = port_name(&eni.eni_id);
     ip_in_quiet(vpc, &["link", "del", &port]);
-    let node_link = node_link_name(eni.device_index);
+    let node_link = card_link_name(eni.network_card, eni.device_index);
     ip_in_quiet(&eni.node_netns, &["link", "del", &node_link]);
     ip_in(
         vpc,

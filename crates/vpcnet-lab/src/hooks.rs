@@ -90,9 +90,11 @@ impl LabHooks {
             let mut g = self.lock();
             match g.nodes.get(&ev.instance_id) {
                 Some(n) => Some(n.clone()),
-                None if ev.device_index == 0 => g.pending_nodes.pop_front().inspect(|n| {
-                    g.nodes.insert(ev.instance_id.clone(), n.clone());
-                }),
+                None if ev.device_index == 0 && ev.network_card == 0 => {
+                    g.pending_nodes.pop_front().inspect(|n| {
+                        g.nodes.insert(ev.instance_id.clone(), n.clone());
+                    })
+                }
                 None => None,
             }
         };
@@ -113,10 +115,11 @@ impl LabHooks {
             bridge: fabric::bridge_name(i),
             node_netns: netns.clone(),
             device_index: ev.device_index,
+            network_card: ev.network_card,
         };
         let port_name = fabric::port_name(&ev.eni_id);
         let r = fabric::plug(&self.vpc, &port).and_then(|()| {
-            if ev.device_index == 0 {
+            if ev.device_index == 0 && ev.network_card == 0 {
                 fabric::configure_primary(&netns, ev.primary_ip, ev.subnet_cidr)?;
             }
             let primary = Ipv4Net::new(ev.primary_ip, 32).expect("/32");

@@ -235,6 +235,7 @@ impl Shared {
                 bridge: bridge.clone(),
                 node_netns: lb.netns.clone(),
                 device_index: i as u32,
+                network_card: 0,
             };
             lb.ports.push((bridge.clone(), a.eni_id.clone(), a.ip));
             fabric::plug(&self.vpc, &port)?;

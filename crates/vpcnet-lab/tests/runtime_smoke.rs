@@ -70,6 +70,7 @@ fn run(dir: &std::path::Path, prefix: &str, node: &NodeRecord) {
             bridge: fabric::bridge_name(0),
             node_netns: node.netns.clone(),
             device_index: 0,
+            network_card: 0,
         },
     )
     .unwrap();

@@ -10,15 +10,16 @@ use crate::cloud::Ec2Api;
 use crate::options::TAG_NO_MANAGE;
 use crate::state::{now_ms, Shared};
 
-/// Whether EC2's ENI is one the agent may manage (card 0, a plain interface, not owned by
-/// an AWS service, not tagged no_manage).
-pub fn manageable(ni: &NetworkInterface) -> bool {
-    let card0 = ni
+/// Whether EC2's ENI is one the agent may manage (on a managed network card of `cards`:
+/// card 0, and the others with ENABLE_MULTI_NIC; a plain interface, not owned by an AWS
+/// service, not tagged no_manage).
+pub fn manageable(ni: &NetworkInterface, cards: &[u32]) -> bool {
+    let managed_card = ni
         .attachment
         .as_ref()
-        .is_some_and(|a| a.network_card_index == 0);
+        .is_some_and(|a| cards.contains(&a.network_card_index));
     let no_manage = ni.tags.get(TAG_NO_MANAGE).is_some_and(|v| v != "false");
-    card0
+    managed_card
         && !ni.requester_managed
         && !no_manage
         && (ni.interface_type.is_empty() || ni.interface_type == "interface")
@@ -67,11 +68,12 @@ pub async fn adopt(
     enis: Vec<NetworkInterface>,
     unknown: UnknownIpPolicy,
 ) -> Result<ReconcileReport, Ec2Error> {
+    let cards: Vec<u32> = shared.pool().config().cards().collect();
     let mut subnets: BTreeMap<String, ipnet::Ipv4Net> =
         [(shared.facts.subnet_id.clone(), shared.facts.subnet_cidr)].into();
     let unknown_subnets: Vec<String> = enis
         .iter()
-        .filter(|e| manageable(e) && !subnets.contains_key(&e.subnet_id))
+        .filter(|e| manageable(e, &cards) && !subnets.contains_key(&e.subnet_id))
         .map(|e| e.subnet_id.clone())
         .collect::<BTreeSet<_>>()
         .into_iter()
@@ -90,7 +92,7 @@ pub async fn adopt(
         for ni in &enis {
             if let Some(a) = &ni.attachment {
                 att.insert(ni.eni_id.clone(), a.attachment_id.clone());
-                if !manageable(ni) {
+                if !manageable(ni, &cards) {
                     foreign.push((a.network_card_index, a.device_index));
                     foreign_ids.insert(ni.eni_id.clone());
                     continue;
