@@ -128,6 +128,7 @@ pub enum UnknownIpPolicy {
 pub struct PoolSummary {
     /// Attached ENIs (the primary included).
     pub enis: u32,
+    /// ENIs the node may attach, over every managed network card.
     pub max_enis: u32,
     /// Pod addresses attached (secondary /32s plus prefix /32s).
     pub total_ips: u32,
@@ -449,10 +450,18 @@ impl Pool {
         }
         let growth = s.max_ips.saturating_sub(s.total_ips);
         // An ENI being deleted (or whose delete waits for a describe to settle) frees its
-        // attachment slot for a new ENI: the limit is not reached while one is.
-        let deleting = self.enis.values().filter(|e| e.deleting).count() as u32;
+        // attachment slot for a new ENI: the limit is not reached while one is. Each managed
+        // network card has its own limit.
+        let room_for_eni = self.cfg.cards().any(|card| {
+            let live = self
+                .enis
+                .values()
+                .filter(|e| e.info.network_card == card && !e.deleting)
+                .count() as u32;
+            live < self.cfg.for_card(card).max_enis()
+        });
         let can_grow = growth > 0
-            && (s.enis.saturating_sub(deleting) < s.max_enis
+            && (room_for_eni
                 || self.enis.values().any(|e| {
                     !e.deleting
                         && self.cfg.eni_for_pods(e.info.primary)
@@ -695,7 +704,11 @@ impl Pool {
         let stats = self.eni_stats(now_ms);
         PoolSummary {
             enis: self.enis.len() as u32,
-            max_enis: self.cfg.max_enis(),
+            max_enis: self
+                .cfg
+                .cards()
+                .map(|c| self.cfg.for_card(c).max_enis())
+                .sum(),
             total_ips: stats.iter().map(|s| s.total).sum(),
             assigned_ips: self.assignments.len() as u32,
             cooling_ips: stats.iter().map(|s| s.cooling).sum(),

@@ -63,17 +63,60 @@ fn config() -> impl Strategy<Value = WarmConfig> {
         prop::option::of(1u32..4),
         any::<bool>(),
         0u64..20_000,
+        prop::option::of(1u32..3),
     )
-        .prop_map(|(ty, warm_eni, warm_ip, min_ip, max_eni, prefix, hold)| {
-            let mut c = limits(ty);
-            c.warm_eni_target = warm_eni;
-            c.warm_ip_target = warm_ip;
-            c.minimum_ip_target = min_ip;
-            c.max_eni = max_eni;
-            c.prefix_delegation = prefix;
-            c.surplus_hold_ms = hold;
-            c
-        })
+        .prop_map(
+            |(ty, warm_eni, warm_ip, min_ip, max_eni, prefix, hold, card1)| {
+                let mut c = limits(ty);
+                c.warm_eni_target = warm_eni;
+                c.warm_ip_target = warm_ip;
+                c.minimum_ip_target = min_ip;
+                c.max_eni = max_eni;
+                c.prefix_delegation = prefix;
+                c.surplus_hold_ms = hold;
+                // ENABLE_MULTI_NIC with a second card of 1 or 2 ENIs.
+                if let Some(max_enis) = card1 {
+                    c.extra_cards = vec![NetworkCardLimit { index: 1, max_enis }];
+                }
+                c
+            },
+        )
+}
+
+/// One network card's share of the pool (each card keeps the warm targets, as the VPC CNI's
+/// datastore per card does).
+#[derive(Debug)]
+struct CardCounts {
+    /// Addresses on the card's ENIs.
+    total: u32,
+    assigned: u32,
+    /// Neither assigned nor cooling.
+    available: u32,
+    /// Prefixes none of whose addresses is assigned or cooling.
+    whole_free_prefixes: u32,
+}
+
+fn card_counts(pool: &Pool, card: u32, now: u64) -> CardCounts {
+    let assigned: BTreeSet<Ipv4Addr> = pool.assignments().map(|(_, a)| a.ip).collect();
+    let free = |ip: &Ipv4Addr| !assigned.contains(ip) && !pool.is_cooling(*ip, now);
+    let enis: Vec<&Eni> = pool
+        .enis()
+        .filter(|e| e.info.network_card == card && !e.deleting)
+        .collect();
+    let addrs: Vec<Ipv4Addr> = enis
+        .iter()
+        .flat_map(|e| e.addresses().map(|(ip, _)| ip).collect::<Vec<_>>())
+        .collect();
+    CardCounts {
+        total: addrs.len() as u32,
+        assigned: addrs.iter().filter(|ip| assigned.contains(ip)).count() as u32,
+        available: addrs.iter().filter(|ip| free(ip)).count() as u32,
+        whole_free_prefixes: enis
+            .iter()
+            .flat_map(|e| e.prefixes.keys().copied().collect::<Vec<_>>())
+            .filter(|p| Eni::prefix_addresses(*p).all(|ip| free(&ip)))
+            .count() as u32,
+    }
 }
 
 struct Model {
@@ -105,7 +148,10 @@ fn check_invariants(
     let uniq: BTreeSet<_> = ips.iter().collect();
     prop_assert_eq!(uniq.len(), ips.len(), "double assignment");
     // Limits.
-    prop_assert!(pool.enis().count() as u32 <= cfg.max_enis());
+    for card in cfg.cards() {
+        let n = pool.enis().filter(|e| e.info.network_card == card).count() as u32;
+        prop_assert!(n <= cfg.for_card(card).max_enis(), "card {card}: {n} ENIs");
+    }
     for e in pool.enis() {
         prop_assert!(
             e.slots_used() <= cfg.slots_per_eni(),
@@ -286,9 +332,11 @@ proptest! {
         match cfg.mode() {
             WarmMode::Eni { warm_enis } => {
                 prop_assert!(s.available_ips >= (warm_enis * cfg.ips_per_eni()).min(headroom));
-                // No ENI without pods beyond what the warm target needs.
-                let spare: u32 = s.available_ips.saturating_sub(warm_enis * cfg.ips_per_eni());
+                // No ENI without pods beyond what its card's warm target needs.
                 for e in pool.enis().filter(|e| !e.info.primary) {
+                    let spare: u32 = card_counts(&pool, e.info.network_card, now)
+                        .available
+                        .saturating_sub(warm_enis * cfg.ips_per_eni());
                     let n = e.addresses().count() as u32;
                     let used = pool.assignments().filter(|(_, a)| a.eni_id == e.info.id).count();
                     prop_assert!(used > 0 || n > spare, "ENI {} is surplus but kept", e.info.id);
@@ -297,20 +345,24 @@ proptest! {
             WarmMode::Ip { warm_ips, minimum_ips } => {
                 prop_assert!(s.available_ips >= warm_ips.min(headroom));
                 prop_assert!(s.total_ips >= minimum_ips.min(s.max_ips));
-                prop_assert!(s.total_ips <= (s.assigned_ips + warm_ips).max(minimum_ips), "surplus kept: {:?}", s);
+                for card in cfg.cards() {
+                    let c = card_counts(&pool, card, now);
+                    prop_assert!(c.total <= (c.assigned + warm_ips).max(minimum_ips), "surplus kept on card {card}: {c:?}");
+                }
             }
             WarmMode::Prefix { warm_prefixes } => {
-                let slots_left = cfg.max_enis() * cfg.slots_per_eni() - pool.enis().map(|e| e.slots_used()).sum::<u32>();
+                let slots_left = cfg.cards().map(|c| cfg.for_card(c).max_enis()).sum::<u32>() * cfg.slots_per_eni() - pool.enis().map(|e| e.slots_used()).sum::<u32>();
                 prop_assert!(s.available_ips >= (warm_prefixes * IPS_PER_PREFIX).min(headroom).min(s.available_ips + slots_left * IPS_PER_PREFIX));
             }
             WarmMode::PrefixIp { warm_ips, minimum_ips } => {
                 prop_assert!(s.available_ips >= warm_ips.min(headroom));
                 prop_assert!(s.total_ips >= minimum_ips.min(s.max_ips));
-                // No wholly free prefix could be returned without breaking a target.
-                let whole_free = pool.enis().flat_map(|e| e.prefixes.keys().copied().collect::<Vec<_>>()).filter(|p| {
-                    Eni::prefix_addresses(*p).all(|ip| !pool.assignments().any(|(_, a)| a.ip == ip) && !pool.is_cooling(ip, now))
-                }).count() as u32;
-                prop_assert!(whole_free == 0 || s.available_ips < warm_ips + IPS_PER_PREFIX || s.total_ips < minimum_ips + IPS_PER_PREFIX, "surplus kept: {:?}", s);
+                // No wholly free prefix could be returned without breaking a target of its
+                // card.
+                for card in cfg.cards() {
+                    let c = card_counts(&pool, card, now);
+                    prop_assert!(c.whole_free_prefixes == 0 || c.available < warm_ips + IPS_PER_PREFIX || c.total < minimum_ips + IPS_PER_PREFIX, "surplus kept on card {card}: {c:?}");
+                }
             }
         }
     }

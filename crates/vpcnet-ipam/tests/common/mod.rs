@@ -139,17 +139,35 @@ impl FakeEc2 {
                 );
                 pool.add_prefixes(eni_id, &ps, now);
             }
-            Action::CreateEni { ips, prefixes, .. } => {
+            Action::CreateEni {
+                ips,
+                prefixes,
+                network_card,
+            } => {
+                let card = *network_card;
                 assert!(
-                    self.enis.len() < self.cfg.max_enis() as usize,
-                    "AttachmentLimitExceeded"
+                    self.cfg.cards().any(|c| c == card),
+                    "CreateEni on unmanaged card {card}"
+                );
+                let on_card = |e: &&EniObservation| e.info.network_card == card;
+                assert!(
+                    self.enis.values().filter(on_card).count()
+                        < self.cfg.for_card(card).max_enis() as usize,
+                    "AttachmentLimitExceeded on card {card}"
                 );
                 assert!(
                     (*ips + *prefixes) as usize <= slots,
                     "PrivateIpAddressLimitExceeded on create"
                 );
-                let used: Vec<u32> = self.enis.values().map(|e| e.info.device_number).collect();
-                let device = (1..).find(|d| !used.contains(d)).unwrap();
+                let used: Vec<u32> = self
+                    .enis
+                    .values()
+                    .filter(on_card)
+                    .map(|e| e.info.device_number)
+                    .collect();
+                let device = (u32::from(card == 0)..)
+                    .find(|d| !used.contains(d))
+                    .unwrap();
                 let id = format!("eni-{}", self.next_eni);
                 self.next_eni += 1;
                 let primary = self.ip();
@@ -160,8 +178,11 @@ impl FakeEc2 {
                 };
                 let sec: Vec<Ipv4Addr> = (0..n).map(|_| self.ip()).collect();
                 let ps: Vec<Ipv4Net> = (0..*prefixes).map(|_| self.prefix()).collect();
+                let mut eni = info(&id, device, primary);
+                eni.network_card = card;
+                eni.primary = false;
                 let obs = EniObservation {
-                    info: info(&id, device, primary),
+                    info: eni,
                     secondary_ips: sec,
                     prefixes: ps,
                 };
