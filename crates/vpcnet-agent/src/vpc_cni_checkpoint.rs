@@ -10,6 +10,10 @@
 //!   stopped, writes its checkpoint in the VPC CNI's format, so ipamd, started next, adopts
 //!   the running pods (the rollback).
 //!
+//! With ENABLE_MULTI_NIC ipamd keeps one more file per further network card next to it
+//! (`ipam-nic-<card>.json`, [`vpc_cni::card_file_name`]): both directions read and write those
+//! too, so a multi-homed pod keeps every interface's address across the swap.
+//!
 //! The conversion itself is pure: [`vpcnet_ipam::vpc_cni`].
 
 use std::net::Ipv4Addr;
@@ -52,13 +56,22 @@ pub fn import_at_start(
             })
         }
     };
-    let theirs = VpcCniCheckpoint::from_json(&text).with_context(|| {
-        format!(
-            "the VPC CNI's checkpoint {} cannot be imported; move it away to start without it (running pods' addresses are then held only while their routes exist)",
-            vpc_cni_path.display()
-        )
-    })?;
-    let (ours, skipped) = vpc_cni::import(&theirs, |ip| eni_holding(enis, ip))
+    let parse = |path: &Path, text: &str| {
+        VpcCniCheckpoint::from_json(text).with_context(|| {
+            format!(
+                "the VPC CNI's checkpoint {} cannot be imported; move it away to start without it (running pods' addresses are then held only while their routes exist)",
+                path.display()
+            )
+        })
+    };
+    let mut files = vec![(0, parse(vpc_cni_path, &text)?)];
+    for (card, path) in card_files(vpc_cni_path) {
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading the VPC CNI's checkpoint {}", path.display()))?;
+        files.push((card, parse(&path, &text)?));
+    }
+    let cards: Vec<(u32, &VpcCniCheckpoint)> = files.iter().map(|(c, f)| (*c, f)).collect();
+    let (ours, skipped) = vpc_cni::import_cards(&cards, |ip| eni_holding(enis, ip))
         .with_context(|| format!("importing {}", vpc_cni_path.display()))?;
     for s in &skipped {
         tracing::warn!(container = %s.container_id, address = %s.address, reason = s.reason, "VPC CNI allocation not imported");
@@ -76,18 +89,48 @@ pub fn import_at_start(
     Ok(Some(ours))
 }
 
+/// ipamd's checkpoints of the network cards other than 0 next to its card-0 file `main`
+/// (`<main without .json>-nic-<card>.json`), by card.
+fn card_files(main: &Path) -> Vec<(u32, PathBuf)> {
+    let (Some(dir), Some(name)) = (main.parent(), main.file_name().and_then(|n| n.to_str())) else {
+        return Vec::new();
+    };
+    let prefix = format!("{}-nic-", name.trim_end_matches(".json"));
+    let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let n = e.file_name().to_str()?.to_string();
+            let card: u32 = n
+                .strip_prefix(&prefix)?
+                .strip_suffix(".json")?
+                .parse()
+                .ok()?;
+            (card > 0).then(|| (card, e.path()))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
 /// Writes vpcnet's checkpoint at `from` as the VPC CNI's checkpoint at `to` (atomically),
-/// under the network name `network_name`. Returns the number of allocations written.
-/// Errors: `from` is missing or invalid, or `to` cannot be written.
+/// under the network name `network_name`, plus one file per further network card holding
+/// assignments ([`vpc_cni::card_file_name`]). Returns the number of allocations written.
+/// Errors: `from` is missing or invalid, or a file cannot be written.
 pub fn export(from: &Path, to: &Path, network_name: &str) -> Result<usize> {
     let text = std::fs::read_to_string(from)
         .with_context(|| format!("reading vpcnet's checkpoint {}", from.display()))?;
     let ours = Checkpoint::from_json(&text)
         .with_context(|| format!("vpcnet's checkpoint {} is invalid", from.display()))?;
-    let theirs = vpc_cni::export(&ours, network_name);
-    checkpoint_file::write_atomic(to, theirs.to_json().as_bytes())
-        .with_context(|| format!("writing the VPC CNI's checkpoint {}", to.display()))?;
-    Ok(theirs.allocations.len())
+    let mut written = 0;
+    for (card, theirs) in vpc_cni::export_cards(&ours, network_name) {
+        let path = PathBuf::from(vpc_cni::card_file_name(&to.to_string_lossy(), card));
+        checkpoint_file::write_atomic(&path, theirs.to_json().as_bytes())
+            .with_context(|| format!("writing the VPC CNI's checkpoint {}", path.display()))?;
+        written += theirs.allocations.len();
+    }
+    Ok(written)
 }
 
 /// `vpcnet-agent export-vpc-cni-checkpoint [--from PATH] [--to PATH] [--network-name NAME]`
@@ -175,6 +218,41 @@ mod tests {
         assert_eq!(v["allocations"][0]["containerID"], "abc");
         assert_eq!(v["allocations"][0]["ipv4"], "10.0.1.30");
         assert_eq!(v["allocations"][0]["networkName"], "aws-cni");
+    }
+
+    #[test]
+    fn a_multi_homed_pods_card_file_is_imported_and_written_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = checkpoint_file::FileCheckpoint {
+            path: dir.path().join("vpcnet/ipam.json"),
+        };
+        let theirs = dir.path().join("ipam.json");
+        let alloc = |ip: &str| {
+            format!(
+                r#"{{"version":"vpc-cni-ipam/1","allocations":[{{"networkName":"aws-cni","containerID":"m","ifName":"eth0","ipv4":"{ip}","allocationTimestamp":1,"metadata":{{"k8sPodNamespace":"default","k8sPodName":"m","interfacesCount":2}}}}]}}"#
+            )
+        };
+        std::fs::write(&theirs, alloc("10.0.1.30")).unwrap();
+        std::fs::write(dir.path().join("ipam-nic-1.json"), alloc("10.0.2.30")).unwrap();
+        let enis = [eni("eni-0", &["10.0.1.30"]), eni("eni-c1", &["10.0.2.30"])];
+        let cp = import_at_start(&store, &theirs, &enis).unwrap().unwrap();
+        let mut keys: Vec<_> = cp
+            .assignments
+            .iter()
+            .map(|a| (a.if_name.as_str(), a.eni_id.as_str()))
+            .collect();
+        keys.sort();
+        assert_eq!(keys, vec![("eth0", "eni-0"), ("mNicIf1", "eni-c1")]);
+        // Back: the card-1 file again, keyed by the pod's own interface.
+        let back = dir.path().join("back/ipam.json");
+        assert_eq!(export(&store.path, &back, "aws-cni").unwrap(), 2);
+        let nic1: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.path().join("back/ipam-nic-1.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(nic1["allocations"][0]["ipv4"], "10.0.2.30");
+        assert_eq!(nic1["allocations"][0]["ifName"], "eth0");
+        assert_eq!(nic1["allocations"][0]["metadata"]["interfacesCount"], 2);
     }
 
     #[test]

@@ -34,6 +34,14 @@ pub struct CheckpointAssignment {
     /// See [`crate::Assignment::foreign_datapath`]; absent when false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub foreign_datapath: bool,
+    /// Network card of the ENI (ENABLE_MULTI_NIC); absent when 0. Informational: a restore
+    /// takes the ENI from `eni_id`; the export to the VPC CNI's per-card files uses it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub network_card: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// One released address.

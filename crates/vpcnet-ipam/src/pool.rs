@@ -1101,6 +1101,7 @@ impl Pool {
                     name: a.pod.name.clone(),
                     assigned_at_ms: a.assigned_at_ms,
                     foreign_datapath: a.foreign_datapath,
+                    network_card: self.enis.get(&a.eni_id).map_or(0, |e| e.info.network_card),
                 })
                 .collect(),
             cooldowns: self

@@ -14,6 +14,8 @@ use std::net::Ipv4Addr;
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::{Checkpoint, CheckpointAssignment, CheckpointError, CHECKPOINT_VERSION};
+use crate::model::PodKey;
+use crate::pool::EXTRA_INTERFACE_PREFIX;
 
 /// The VPC CNI's checkpoint format version (`CheckpointFormatVersion` in its datastore).
 pub const VPC_CNI_CHECKPOINT_VERSION: &str = "vpc-cni-ipam/1";
@@ -141,41 +143,63 @@ pub fn import(
     cp: &VpcCniCheckpoint,
     eni_of: impl Fn(Ipv4Addr) -> Option<String>,
 ) -> Result<(Checkpoint, Vec<Skipped>), VpcCniError> {
+    import_cards(&[(0, cp)], eni_of)
+}
+
+/// [`import`] of a node with ENABLE_MULTI_NIC: ipamd keeps one checkpoint per managed network
+/// card (`ipam.json` for card 0, `ipam-nic-<card>.json` for the others, [`card_file_name`]),
+/// each keyed by the pod's own interface. `cards` lists them by card, card 0 first; the n-th
+/// (from 0) is the pod's n-th interface, so an allocation of a multi-homed pod
+/// (`interfacesCount` > 1) on the n-th file becomes the assignment of its further interface
+/// `mNicIf<n>` ([`crate::PodKey::extra_interface`]); a plain pod whose one address came from
+/// another card keeps its own interface name.
+pub fn import_cards(
+    cards: &[(u32, &VpcCniCheckpoint)],
+    eni_of: impl Fn(Ipv4Addr) -> Option<String>,
+) -> Result<(Checkpoint, Vec<Skipped>), VpcCniError> {
     let mut assignments = Vec::new();
     let mut skipped = Vec::new();
-    for a in &cp.allocations {
-        let skip = |reason| Skipped {
-            container_id: a.container_id.clone(),
-            address: if a.ipv4.is_empty() {
-                a.ipv6.clone()
+    for (n, (card, cp)) in cards.iter().enumerate() {
+        for a in &cp.allocations {
+            let skip = |reason| Skipped {
+                container_id: a.container_id.clone(),
+                address: if a.ipv4.is_empty() {
+                    a.ipv6.clone()
+                } else {
+                    a.ipv4.clone()
+                },
+                reason,
+            };
+            if a.ipv4.is_empty() {
+                skipped.push(skip("IPv6"));
+                continue;
+            }
+            let Ok(ip) = a.ipv4.parse::<Ipv4Addr>() else {
+                skipped.push(skip("not an IPv4 address"));
+                continue;
+            };
+            let Some(eni_id) = eni_of(ip) else {
+                skipped.push(skip("on no ENI of the instance"));
+                continue;
+            };
+            let if_name = if n > 0 && a.metadata.interfaces_count > 1 {
+                format!("{EXTRA_INTERFACE_PREFIX}{n}")
             } else {
-                a.ipv4.clone()
-            },
-            reason,
-        };
-        if a.ipv4.is_empty() {
-            skipped.push(skip("IPv6"));
-            continue;
+                a.if_name.clone()
+            };
+            assignments.push(CheckpointAssignment {
+                container_id: a.container_id.clone(),
+                if_name,
+                ip,
+                eni_id,
+                namespace: a.metadata.pod_namespace.clone(),
+                name: a.metadata.pod_name.clone(),
+                assigned_at_ms: (a.allocation_timestamp.max(0) / 1_000_000) as u64,
+                // The VPC CNI built these pods' datapath (random host veth MACs).
+                foreign_datapath: true,
+                network_card: *card,
+            });
         }
-        let Ok(ip) = a.ipv4.parse::<Ipv4Addr>() else {
-            skipped.push(skip("not an IPv4 address"));
-            continue;
-        };
-        let Some(eni_id) = eni_of(ip) else {
-            skipped.push(skip("on no ENI of the instance"));
-            continue;
-        };
-        assignments.push(CheckpointAssignment {
-            container_id: a.container_id.clone(),
-            if_name: a.if_name.clone(),
-            ip,
-            eni_id,
-            namespace: a.metadata.pod_namespace.clone(),
-            name: a.metadata.pod_name.clone(),
-            assigned_at_ms: (a.allocation_timestamp.max(0) / 1_000_000) as u64,
-            // The VPC CNI built these pods' datapath (random host veth MACs).
-            foreign_datapath: true,
-        });
     }
     let out = Checkpoint {
         version: CHECKPOINT_VERSION,
@@ -186,33 +210,99 @@ pub fn import(
     Ok((out, skipped))
 }
 
+/// The name of ipamd's checkpoint of network card `card` next to `main` (its card-0 file):
+/// `main` itself for card 0, `<main without .json>-nic-<card>.json` otherwise.
+pub fn card_file_name(main: &str, card: u32) -> String {
+    if card == 0 {
+        main.to_string()
+    } else {
+        format!("{}-nic-{card}.json", main.trim_end_matches(".json"))
+    }
+}
+
 /// The VPC CNI's checkpoint from vpcnet's: one allocation per assignment, under the network
 /// name `network_name` (the VPC CNI's conflist name, [`VPC_CNI_NETWORK_NAME`], so its DEL finds
 /// the pods), one interface each. Addresses cooling down are not carried over (ipamd keeps no
 /// cooldown on disk; it holds every address released less than its cooldown ago in memory).
 /// Unknown pods vpcnet holds for routed addresses ([`crate::UNKNOWN_POD_PREFIX`]) are written
-/// without pod metadata, which makes ipamd keep them without checking for their veth.
+/// without pod metadata, which makes ipamd keep them without checking for their veth. Only
+/// card 0's assignments: [`export_cards`] writes every card's.
 pub fn export(cp: &Checkpoint, network_name: &str) -> VpcCniCheckpoint {
-    VpcCniCheckpoint {
-        version: VPC_CNI_CHECKPOINT_VERSION.to_string(),
-        allocations: cp
-            .assignments
+    export_cards(cp, network_name)
+        .into_iter()
+        .find(|(card, _)| *card == 0)
+        .map(|(_, c)| c)
+        .unwrap_or_else(|| VpcCniCheckpoint {
+            version: VPC_CNI_CHECKPOINT_VERSION.to_string(),
+            allocations: Vec::new(),
+        })
+}
+
+/// [`export`] as ipamd keeps it with ENABLE_MULTI_NIC: one checkpoint per network card that
+/// holds assignments (card 0's always), card 0 first. A multi-homed pod's further interfaces
+/// go to their cards' checkpoints under the pod's own interface name, with `interfacesCount`
+/// the pod's interfaces, as ipamd keys them.
+pub fn export_cards(cp: &Checkpoint, network_name: &str) -> Vec<(u32, VpcCniCheckpoint)> {
+    let mut by_card: std::collections::BTreeMap<u32, Vec<VpcCniAllocation>> =
+        [(0, Vec::new())].into();
+    let interfaces = |container: &str| {
+        cp.assignments
             .iter()
-            .map(|a| VpcCniAllocation {
+            .filter(|b| b.container_id == container)
+            .count() as u32
+    };
+    for a in &cp.assignments {
+        let key = PodKey::new(a.container_id.clone(), a.if_name.clone());
+        let multi = key.is_extra_interface()
+            || cp.assignments.iter().any(|b| {
+                b.container_id == a.container_id
+                    && PodKey::new(b.container_id.clone(), b.if_name.clone()).is_extra_interface()
+            });
+        let if_name = if key.is_extra_interface() {
+            cp.assignments
+                .iter()
+                .find(|b| {
+                    b.container_id == a.container_id
+                        && !PodKey::new(b.container_id.clone(), b.if_name.clone())
+                            .is_extra_interface()
+                })
+                .map_or_else(|| "eth0".to_string(), |b| b.if_name.clone())
+        } else {
+            a.if_name.clone()
+        };
+        by_card
+            .entry(a.network_card)
+            .or_default()
+            .push(VpcCniAllocation {
                 network_name: network_name.to_string(),
                 container_id: a.container_id.clone(),
-                if_name: a.if_name.clone(),
+                if_name,
                 ipv4: a.ip.to_string(),
                 ipv6: String::new(),
                 allocation_timestamp: (a.assigned_at_ms as i64).saturating_mul(1_000_000),
                 metadata: VpcCniMetadata {
                     pod_namespace: a.namespace.clone(),
                     pod_name: a.name.clone(),
-                    interfaces_count: 1,
+                    interfaces_count: if multi {
+                        interfaces(&a.container_id)
+                    } else {
+                        1
+                    },
                 },
-            })
-            .collect(),
+            });
     }
+    by_card
+        .into_iter()
+        .map(|(card, allocations)| {
+            (
+                card,
+                VpcCniCheckpoint {
+                    version: VPC_CNI_CHECKPOINT_VERSION.to_string(),
+                    allocations,
+                },
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -247,6 +337,7 @@ mod tests {
                     name: "web-1".into(),
                     assigned_at_ms: 1_764_586_000_123,
                     foreign_datapath: true,
+                    network_card: 0,
                 },
                 CheckpointAssignment {
                     container_id: "c2".into(),
@@ -257,6 +348,7 @@ mod tests {
                     name: "dns".into(),
                     assigned_at_ms: 1_764_586_001_000,
                     foreign_datapath: true,
+                    network_card: 0,
                 },
             ]
         );
@@ -268,6 +360,69 @@ mod tests {
             reasons,
             vec![("c3", "on no ENI of the instance"), ("c4", "IPv6")]
         );
+    }
+
+    #[test]
+    fn a_multi_homed_pods_further_interfaces_go_to_their_cards_files_and_back() {
+        let a = |cid: &str, if_name: &str, ip: &str, eni: &str, card: u32| CheckpointAssignment {
+            container_id: cid.into(),
+            if_name: if_name.into(),
+            ip: ip.parse().unwrap(),
+            eni_id: eni.into(),
+            namespace: "default".into(),
+            name: cid.into(),
+            assigned_at_ms: 1_000,
+            foreign_datapath: true,
+            network_card: card,
+        };
+        let ours = Checkpoint {
+            version: CHECKPOINT_VERSION,
+            assignments: vec![
+                a("multi", "eth0", "10.0.1.10", "eni-a", 0),
+                a("multi", "mNicIf1", "10.0.2.10", "eni-c1", 1),
+                // A plain pod whose address came from card 1 (card 0 had none free).
+                a("plain", "eth0", "10.0.2.11", "eni-c1", 1),
+            ],
+            cooldowns: vec![],
+        };
+        let files = export_cards(&ours, VPC_CNI_NETWORK_NAME);
+        assert_eq!(
+            files.iter().map(|(c, _)| *c).collect::<Vec<_>>(),
+            vec![0, 1]
+        );
+        let card1 = &files[1].1.allocations;
+        // ipamd keys each card's allocation by the pod's own interface.
+        assert_eq!(
+            card1
+                .iter()
+                .map(|x| (
+                    x.container_id.as_str(),
+                    x.if_name.as_str(),
+                    x.metadata.interfaces_count
+                ))
+                .collect::<Vec<_>>(),
+            vec![("multi", "eth0", 2), ("plain", "eth0", 1)]
+        );
+        assert_eq!(files[0].1.allocations[0].metadata.interfaces_count, 2);
+        assert_eq!(
+            card_file_name("/var/run/aws-node/ipam.json", 1),
+            "/var/run/aws-node/ipam-nic-1.json"
+        );
+        let eni_of = |ip: Ipv4Addr| {
+            ours.assignments
+                .iter()
+                .find(|x| x.ip == ip)
+                .map(|x| x.eni_id.clone())
+        };
+        let cards: Vec<(u32, &VpcCniCheckpoint)> = files.iter().map(|(c, f)| (*c, f)).collect();
+        let (back, skipped) = import_cards(&cards, eni_of).unwrap();
+        assert!(skipped.is_empty());
+        let key = |x: &CheckpointAssignment| (x.container_id.clone(), x.if_name.clone(), x.ip);
+        let mut want: Vec<_> = ours.assignments.iter().map(key).collect();
+        let mut got: Vec<_> = back.assignments.iter().map(key).collect();
+        want.sort();
+        got.sort();
+        assert_eq!(got, want);
     }
 
     #[test]
