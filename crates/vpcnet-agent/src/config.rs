@@ -370,7 +370,7 @@ settings! {
         /// numbers come from IMDS only. IMDS shows no tags, so an ENI tagged
         /// `node.k8s.amazonaws.com/no_manage=true` is used like any other, the node's subnet is
         /// never found tagged `kubernetes.io/role/cni=0`, and trunk and EFA ENIs cannot be told
-        /// apart (ENIs on network cards other than 0 are still left alone). The instance type
+        /// apart (ENIs on network cards the agent does not manage are still left alone). The instance type
         /// must be in the built-in limits table.
         enable_imds_only_mode: bool = "ENABLE_IMDS_ONLY_MODE", "false", Flag;
 
