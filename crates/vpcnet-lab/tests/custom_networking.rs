@@ -9,7 +9,6 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -101,18 +100,6 @@ fn http_get(netns: &str, ip: Ipv4Addr, port: u16) -> Result<String, String> {
         Ok(body)
     })
     .map_err(|e| format!("{e:#}"))
-}
-
-fn ping(netns: &str, ip: Ipv4Addr) -> bool {
-    Command::new("ip")
-        .args([
-            "netns", "exec", netns, "busybox", "ping", "-c", "1", "-W", "2",
-        ])
-        .arg(ip.to_string())
-        .output()
-        .unwrap()
-        .status
-        .success()
 }
 
 /// A TCP server on the outside host that answers every connection with the peer's address.
@@ -479,7 +466,7 @@ fn two_zones_eniconfigs_security_groups_and_the_outside_network() {
                 "ENI table {}: {table}",
                 dev + 1
             );
-            assert!(ping(&out.netns, ip_a), "outside pings web-a1 {ip_a}");
+            assert!(ping_from(&out.netns, ip_a), "outside pings web-a1 {ip_a}");
             let body = http_get(&out.netns, ip_a, 80);
             assert!(
                 body.as_ref().is_ok_and(|b| b.contains("hello from web-a1")),
@@ -506,7 +493,7 @@ fn two_zones_eniconfigs_security_groups_and_the_outside_network() {
             });
             assert_eq!(node_enis(lab, &n1), before, "existing ENIs kept");
             assert_eq!(running_ip(&k, "web-a1"), Some(ip_a));
-            assert!(ping(&out.netns, ip_a));
+            assert!(ping_from(&out.netns, ip_a));
             // A new ENI (one more warm ENI: the agent restarted with WARM_ENI_TARGET=2) goes
             // to the edited subnet.
             restart_agent(lab, "n1", &[("WARM_ENI_TARGET", "2")]);

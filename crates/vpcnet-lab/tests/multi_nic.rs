@@ -11,7 +11,6 @@
 //! binaries; skipped when not root.
 
 use std::net::Ipv4Addr;
-use std::process::Command;
 use std::time::Duration;
 
 use vpcnet_lab::kube::kubectl::Kubectl;
@@ -56,19 +55,6 @@ fn pod_addr(k: &Kubectl, name: &str, dev: &str) -> Option<Ipv4Addr> {
         .find_map(|l| l.trim().strip_prefix("inet "))
         .and_then(|r| r.split('/').next())
         .and_then(|ip| ip.parse().ok())
-}
-
-/// One ping from network namespace `netns` (busybox, as the lab image has it).
-fn ping_from(netns: &str, ip: Ipv4Addr) -> bool {
-    Command::new("ip")
-        .args([
-            "netns", "exec", netns, "busybox", "ping", "-c", "1", "-W", "2",
-        ])
-        .arg(ip.to_string())
-        .output()
-        .unwrap()
-        .status
-        .success()
 }
 
 #[test]

@@ -46,14 +46,7 @@ pub async fn add(inv: &Invocation) -> Result<Value, CniError> {
 
     let Ok(ip) = reply.ipv4_addr.parse() else {
         release(&mut agent, inv, reply.ipv4_addr.clone()).await;
-        return Err(CniError::new(
-            code::GENERIC,
-            format!(
-                "the agent returned an invalid address {:?}",
-                reply.ipv4_addr
-            ),
-            "this is a vpcnet-agent bug: report it with the agent log",
-        ));
+        return Err(invalid_address(&reply.ipv4_addr, &env.ifname));
     };
     let mtu = inv
         .conf
@@ -71,14 +64,7 @@ pub async fn add(inv: &Invocation) -> Result<Value, CniError> {
     for (i, x) in reply.extra_interfaces.iter().enumerate() {
         let Ok(further) = x.ipv4_addr.parse() else {
             release(&mut agent, inv, reply.ipv4_addr.clone()).await;
-            return Err(CniError::new(
-                code::GENERIC,
-                format!(
-                    "the agent returned an invalid address {:?} for {}",
-                    x.ipv4_addr, x.if_name
-                ),
-                "this is a vpcnet-agent bug: report it with the agent log",
-            ));
+            return Err(invalid_address(&x.ipv4_addr, &x.if_name));
         };
         let n = i as u32 + 1;
         specs.push(pod::PodSpec {
@@ -121,6 +107,15 @@ pub async fn add(inv: &Invocation) -> Result<Value, CniError> {
             Err(datapath_error("building the pod network", e))
         }
     }
+}
+
+/// The agent answered something that is not an IPv4 address for interface `ifname`.
+fn invalid_address(addr: &str, ifname: &str) -> CniError {
+    CniError::new(
+        code::GENERIC,
+        format!("the agent returned an invalid address {addr:?} for {ifname}"),
+        "this is a vpcnet-agent bug: report it with the agent log",
+    )
 }
 
 /// Builds each interface's datapath in turn ([`pod::setup_with`], all or nothing per

@@ -123,7 +123,7 @@ mod tests {
     }
 
     fn two_cards() -> Pool {
-        let mut cfg = WarmConfig::for_limits(&vpcnet_limits::lookup("m5.large").unwrap());
+        let mut cfg = WarmConfig::for_limits(vpcnet_limits::lookup("m5.large").unwrap());
         cfg.extra_cards = vec![NetworkCardLimit {
             index: 1,
             max_enis: 2,

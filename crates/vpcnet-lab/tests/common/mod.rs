@@ -148,6 +148,19 @@ pub fn node(lab: &Lab) -> NodeRecord {
     lab.state().unwrap().node("n1").unwrap().clone()
 }
 
+/// One ping (busybox's) from network namespace `netns` to `ip`, 2 s at most.
+pub fn ping_from(netns: &str, ip: Ipv4Addr) -> bool {
+    std::process::Command::new("ip")
+        .args([
+            "netns", "exec", netns, "busybox", "ping", "-c", "1", "-W", "2",
+        ])
+        .arg(ip.to_string())
+        .output()
+        .unwrap()
+        .status
+        .success()
+}
+
 /// `ip -n <node> args`.
 pub fn ipn(node: &NodeRecord, args: &[&str]) -> String {
     let mut v = vec!["-n", node.netns.as_str()];
