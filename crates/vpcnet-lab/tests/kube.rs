@@ -322,7 +322,7 @@ fn agent_healthy(lab: &Lab) -> bool {
 /// The VPC CNI change this project started from: with kube-proxy held back on a fresh node,
 /// IPAM does not wait for the API: the node turns Ready and pods get addresses at once. Without
 /// `CLUSTER_ENDPOINT` the agent reaches the API server only once kube-proxy has programmed the
-/// `kubernetes` Service; with it, within a second of its start. A wrong `CLUSTER_ENDPOINT` is a
+/// `kubernetes` Service; with it, at its first attempt. A wrong `CLUSTER_ENDPOINT` is a
 /// visible error, never a crash.
 #[test]
 fn cluster_endpoint_reaches_the_api_server_before_kube_proxy_and_ipam_never_waits() {
@@ -367,7 +367,7 @@ fn cluster_endpoint_reaches_the_api_server_before_kube_proxy_and_ipam_never_wait
             );
             assert!(after >= 29_000, "connected only after kube-proxy: {s}");
 
-            // With CLUSTER_ENDPOINT: the API server directly, within a second of start.
+            // With CLUSTER_ENDPOINT: the API server directly, at the first attempt.
             let cp = lab.control_plane().unwrap();
             let set = |v: &str| {
                 lab.stop_agent("n1").unwrap();
@@ -393,7 +393,9 @@ fn cluster_endpoint_reaches_the_api_server_before_kube_proxy_and_ipam_never_wait
             assert_eq!(s["source"], "CLUSTER_ENDPOINT", "{s}");
             let after = s["first_connected_after_ms"].as_u64().unwrap();
             eprintln!("with CLUSTER_ENDPOINT: connected {after} ms after agent start");
-            assert!(after < 1000, "within a second: {s}");
+            // Its first attempt reaches the API server: no retry waits for a route (a wall-time
+            // bound here failed under the suite's load, 1.8 s where 0.3 s is usual).
+            assert_eq!(s["attempts"], 1, "connected at the first attempt: {s}");
 
             // Unreachable: visible error, the agent serves and stays healthy.
             set("https://10.0.0.254:6443");
