@@ -22,7 +22,8 @@ use crate::checkpoint_file;
 use crate::metrics::Metrics;
 use crate::options::AgentOptions;
 use crate::provisioning::{ImdsOnlyEc2, Provisioning};
-use crate::state::{now_ms, NodeFacts, Shared};
+use crate::clock::now_ms;
+use crate::state::{NodeFacts, Shared};
 
 /// A running agent. Drop or [`AgentHandle::shutdown`] stops it.
 pub struct AgentHandle {

@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::state::{now_ms, Shared};
+use crate::clock::now_ms;
+use crate::state::Shared;
 
 /// First retry after a failed flush.
 pub const RETRY_MIN: Duration = Duration::from_secs(1);

@@ -32,7 +32,8 @@ use vpcnet_introspection as doc;
 use vpcnet_ipam::{PodKey, PodRef, UNKNOWN_POD_PREFIX};
 
 use crate::node::{AuditReport, AuditRequest, NetlinkNode};
-use crate::state::{now_ms, Shared};
+use crate::clock::now_ms;
+use crate::state::Shared;
 
 /// One audited pod, as the pool knows it.
 struct PodRow {

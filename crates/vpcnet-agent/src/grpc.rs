@@ -13,7 +13,8 @@ use vpcnet_ipam::{AssignError, Assignment, Granted, PodKey, PodRef};
 use vpcnet_proto::cni_backend_server::{CniBackend, CniBackendServer};
 use vpcnet_proto::*;
 
-use crate::state::{now_ms, Shared};
+use crate::clock::now_ms;
+use crate::state::Shared;
 
 /// The service.
 pub struct Backend {

@@ -14,7 +14,8 @@ use axum::{Json, Router};
 use vpcnet_introspection as doc;
 use vpcnet_ipam::{Assignment, PodKey, Pool};
 
-use crate::state::{now_ms, NodeFacts, Shared};
+use crate::clock::now_ms;
+use crate::state::{NodeFacts, Shared};
 
 pub fn router(shared: Arc<Shared>) -> Router {
     Router::new()

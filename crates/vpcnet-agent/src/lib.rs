@@ -10,6 +10,7 @@
 
 mod agent;
 pub mod checkpoint_file;
+pub mod clock;
 pub mod cloud;
 pub mod cni_cache;
 pub mod config;

@@ -28,7 +28,8 @@ use vpcnet_ipam::{Checkpoint, PodKey, PodRef, Pool, UnknownIpPolicy, WarmConfig}
 use crate::checkpoint_file::{CheckpointStore, Loaded};
 use crate::metrics::Metrics;
 use crate::options::AgentOptions;
-use crate::state::{now_ms, Shared};
+use crate::clock::now_ms;
+use crate::state::Shared;
 
 /// Where the starting pool came from.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,13 +4,13 @@ use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use ipnet::Ipv4Net;
 use tokio::sync::{watch, Notify};
 use vpcnet_ipam::Pool;
 
 use crate::checkpoint_file::{CheckpointStore, CheckpointWriteError, FileCheckpoint};
+use crate::clock::now_ms;
 use crate::options::AgentOptions;
 
 /// Facts about the node, read once at start (IMDS hints confirmed by EC2 where it matters).
@@ -34,29 +34,6 @@ pub struct NodeFacts {
     pub security_groups: Vec<String>,
 }
 
-/// Milliseconds since the Unix epoch, the core's clock: the wall clock, moved by how far
-/// tokio's clock is ahead of (or behind) the real monotonic clock. In production the two
-/// monotonic clocks agree and this is the wall clock; on a paused tokio clock (tests) it is
-/// the wall clock at the pause plus the time advanced, so cooldowns, reclaim graces and the
-/// leaked-ENI age guard run on the same clock as every timer of the agent.
-pub fn now_ms() -> u64 {
-    let wall = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i128)
-        .unwrap_or(0);
-    let tokio_now = tokio::time::Instant::now().into_std();
-    let real_now = std::time::Instant::now();
-    let skew = match tokio_now.checked_duration_since(real_now) {
-        Some(ahead) => ahead.as_millis() as i128,
-        None => -(real_now.duration_since(tokio_now).as_millis() as i128),
-    };
-    (wall + skew).max(0) as u64
-}
-
-/// [`now_ms`] as a UTC date (the `createdAt` tag of ENIs and the leaked-ENI age guard).
-pub fn wall_now() -> chrono::DateTime<chrono::Utc> {
-    chrono::DateTime::from_timestamp_millis(now_ms() as i64).unwrap_or_default()
-}
 
 /// Everything the agent's tasks share.
 pub struct Shared {

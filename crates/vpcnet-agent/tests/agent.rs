@@ -166,7 +166,7 @@ async fn warm_ip_target_rolls_cost_at_most_one_call_each() {
     let per_roll = calls.mutating as f64 / 100.0;
     println!("WARM_IP_TARGET=5 MINIMUM_IP_TARGET=10, 100 pod rolls: {} mutating EC2 calls = {per_roll:.2} per roll; by action: {:?}", calls.mutating, calls.per_action);
     assert!(per_roll <= 1.0, "{per_roll} mutating calls per roll");
-    let s = agent.shared.pool().summary(vpcnet_agent::state::now_ms());
+    let s = agent.shared.pool().summary(vpcnet_agent::clock::now_ms());
     assert_eq!(s.assigned_ips, 10);
     assert!(s.available_ips >= 5, "{s:?}");
     agent.shutdown().await;
@@ -254,7 +254,7 @@ async fn throttling_and_5xx_50_pods_no_leaks() {
             && agent
                 .shared
                 .pool()
-                .plan(vpcnet_agent::state::now_ms())
+                .plan(vpcnet_agent::clock::now_ms())
                 .is_empty()
     })
     .await;

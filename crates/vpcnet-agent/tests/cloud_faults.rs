@@ -288,7 +288,7 @@ async fn fill_to_third_eni(
 }
 
 fn checkpointed_pods(dir: &std::path::Path) -> BTreeSet<String> {
-    match vpcnet_agent::checkpoint_file::load(&dir.join("ipam.json"), vpcnet_agent::state::now_ms())
+    match vpcnet_agent::checkpoint_file::load(&dir.join("ipam.json"), vpcnet_agent::clock::now_ms())
     {
         vpcnet_agent::checkpoint_file::Loaded::Valid(cp) => cp
             .assignments

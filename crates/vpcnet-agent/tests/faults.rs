@@ -140,7 +140,7 @@ async fn checkpoint_write_failure_fails_the_del_and_reinstates_the_address() {
             "the address is reinstated to the pod"
         );
         assert!(
-            !pool.is_cooling(ip, vpcnet_agent::state::now_ms()),
+            !pool.is_cooling(ip, vpcnet_agent::clock::now_ms()),
             "a reinstated address is not cooling"
         );
     }
@@ -168,7 +168,7 @@ async fn checkpoint_write_failure_fails_the_del_and_reinstates_the_address() {
     assert!(agent
         .shared
         .pool()
-        .is_cooling(ip, vpcnet_agent::state::now_ms()));
+        .is_cooling(ip, vpcnet_agent::clock::now_ms()));
     agent.shutdown().await;
     let agent = vpcnet_agent::start(lab.options()).await.unwrap();
     assert!(agent.shared.pool().assignment(&key).is_none());
@@ -310,7 +310,7 @@ fn rfc3339(t: chrono::DateTime<chrono::Utc>) -> String {
 async fn leaked_eni_sweep_is_periodic_and_spares_young_enis() {
     let fake = FakeCloud::new("m5.large");
     let dir = tempfile::tempdir().unwrap();
-    let now = vpcnet_agent::state::wall_now();
+    let now = vpcnet_agent::clock::wall_now();
     let old = leaked_eni(&fake, Some(rfc3339(now - chrono::Duration::minutes(10))));
     let young = leaked_eni(&fake, Some(rfc3339(now)));
     let untagged = leaked_eni(&fake, None);
@@ -395,7 +395,7 @@ async fn reclaim_needs_route_and_veth_gone_after_the_grace() {
     assert!(agent
         .shared
         .pool()
-        .is_cooling(ip, vpcnet_agent::state::now_ms()));
+        .is_cooling(ip, vpcnet_agent::clock::now_ms()));
     agent.shutdown().await;
 }
 

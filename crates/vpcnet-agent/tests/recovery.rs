@@ -16,7 +16,7 @@ use std::time::Duration;
 use common::fake_cloud::{fake_options, FakeCloud};
 use common::fake_node::{remove_cni_cache, veth_of, write_cni_cache, FakeNode};
 use common::*;
-use vpcnet_agent::state::now_ms;
+use vpcnet_agent::clock::now_ms;
 use vpcnet_ipam::PodKey;
 
 #[derive(Clone, Copy, Debug)]

@@ -14,7 +14,7 @@ use vpcnet_introspection::{ApiServerDoc, ApiState, NodeCapacity};
 
 use super::capacity::CapacityCheck;
 use crate::metrics::Metrics;
-use crate::state::now_ms;
+use crate::clock::now_ms;
 
 /// Where a pod finds its service-account token, CA and namespace.
 pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";

@@ -8,7 +8,8 @@ use vpcnet_ipam::{EniInfo, EniObservation, ReconcileReport, UnknownIpPolicy};
 
 use crate::cloud::Ec2Api;
 use crate::options::TAG_NO_MANAGE;
-use crate::state::{now_ms, Shared};
+use crate::clock::now_ms;
+use crate::state::Shared;
 
 /// Whether EC2's ENI is one the agent may manage (on a managed network card of `cards`:
 /// card 0, and the others with ENABLE_MULTI_NIC; a plain interface, not owned by an AWS

@@ -12,7 +12,8 @@ use super::node_setup::node_eni;
 use crate::cloud::Ec2Api;
 use crate::errors::chain;
 use crate::options::{ENI_DESCRIPTION_PREFIX, TAG_CLUSTER_NAME, TAG_CREATED_AT, TAG_INSTANCE_ID};
-use crate::state::{now_ms, wall_now, Shared};
+use crate::clock::{now_ms, wall_now};
+use crate::state::Shared;
 
 /// How long a detaching ENI is polled before giving up until the next pass.
 const DETACH_WAIT: Duration = Duration::from_secs(30);

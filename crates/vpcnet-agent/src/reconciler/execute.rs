@@ -6,7 +6,8 @@ use vpcnet_ipam::Action;
 
 use super::eni::{create_eni, delete_eni};
 use crate::cloud::Ec2Api;
-use crate::state::{now_ms, Shared};
+use crate::clock::now_ms;
+use crate::state::Shared;
 
 /// Plans and executes until the pool is on target or an EC2 call fails. Returns whether
 /// anything changed. An assign refused because the ENI's subnet is full is not a failure:

@@ -12,7 +12,8 @@ use super::eni::delete_with_retry;
 use crate::cloud::Ec2Api;
 use crate::errors::chain;
 use crate::options::{ENI_DESCRIPTION_PREFIX, TAG_CREATED_AT, TAG_INSTANCE_ID};
-use crate::state::{now_ms, wall_now, Shared};
+use crate::clock::{now_ms, wall_now};
+use crate::state::Shared;
 
 /// Consecutive pod-datapath checks that must miss a pod before its address is reclaimed.
 pub const POD_RECLAIM_MISSES: u32 = 2;
