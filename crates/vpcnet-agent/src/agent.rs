@@ -19,10 +19,10 @@ use vpcnet_ipam::{UnknownIpPolicy, WarmConfig};
 use vpcnet_limits::InstanceLimits;
 
 use crate::checkpoint_file;
+use crate::clock::now_ms;
 use crate::metrics::Metrics;
 use crate::options::AgentOptions;
 use crate::provisioning::{ImdsOnlyEc2, Provisioning};
-use crate::clock::now_ms;
 use crate::state::{NodeFacts, Shared};
 
 /// A running agent. Drop or [`AgentHandle::shutdown`] stops it.

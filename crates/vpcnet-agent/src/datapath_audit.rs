@@ -31,8 +31,8 @@ use vpcnet_datapath::audit::{Finding, Kind, NodeView, PodExpect};
 use vpcnet_introspection as doc;
 use vpcnet_ipam::{PodKey, PodRef, UNKNOWN_POD_PREFIX};
 
-use crate::node::{AuditReport, AuditRequest, NetlinkNode};
 use crate::clock::now_ms;
+use crate::node::{AuditReport, AuditRequest, NetlinkNode};
 use crate::state::Shared;
 
 /// One audited pod, as the pool knows it.

@@ -31,8 +31,10 @@ fn key_of(container_id: &str, if_name: &str) -> Result<PodKey, Status> {
     Ok(PodKey::new(container_id, if_name))
 }
 
-/// How often a waiting ADD looks at the pool again (see `VPCNET_ADD_IP_WAIT`).
-const ADD_WAIT_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+/// How long a waiting ADD sleeps at most before it looks at the pool again (see
+/// `VPCNET_ADD_IP_WAIT`): it wakes at once when the pool grows ([`Shared::pool_grew`]); this
+/// catches what no event announces, an address whose cooldown ends.
+const ADD_WAIT_POLL: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// An `ANNOTATE_POD_IP` call under way ([`Backend::annotation_call`]).
 struct AnnotationCall {
@@ -260,6 +262,10 @@ impl CniBackend for Backend {
         let deadline = tokio::time::Instant::now() + self.shared.opts.add_ip_wait;
         let mut waited = false;
         let grants = loop {
+            // Listen before looking, so growth between the look and the wait is not missed.
+            let grew = self.shared.grew.notified();
+            tokio::pin!(grew);
+            grew.as_mut().enable();
             let result = self.assign(&key, &pod, multi_nic);
             // The reconciler looks at the pool now (no sleep on this path); once per ADD.
             if !waited {
@@ -276,7 +282,8 @@ impl CniBackend for Backend {
                         && tokio::time::Instant::now() < deadline =>
                 {
                     waited = true;
-                    tokio::time::sleep(ADD_WAIT_POLL).await;
+                    let wait = ADD_WAIT_POLL.min(deadline - tokio::time::Instant::now());
+                    let _ = tokio::time::timeout(wait, grew).await;
                 }
                 Err(e) => return Err(self.no_address(e, waited)),
             }

@@ -26,9 +26,9 @@ use vpcnet_ec2::NetworkInterface;
 use vpcnet_ipam::{Checkpoint, PodKey, PodRef, Pool, UnknownIpPolicy, WarmConfig};
 
 use crate::checkpoint_file::{CheckpointStore, Loaded};
+use crate::clock::now_ms;
 use crate::metrics::Metrics;
 use crate::options::AgentOptions;
-use crate::clock::now_ms;
 use crate::state::Shared;
 
 /// Where the starting pool came from.

@@ -34,7 +34,6 @@ pub struct NodeFacts {
     pub security_groups: Vec<String>,
 }
 
-
 /// Everything the agent's tasks share.
 pub struct Shared {
     pub opts: AgentOptions,
@@ -44,6 +43,8 @@ pub struct Shared {
     pub wake: Notify,
     /// Wakes the conntrack flush ([`crate::conntrack`]): an address was released.
     pub conntrack_wake: Notify,
+    /// Wakes the ADDs waiting for the pool to grow ([`Shared::pool_grew`]).
+    pub grew: Notify,
     /// The pool has been filled once: ADD may be served.
     pub ready: AtomicBool,
     /// ENI id → attachment id, from EC2 (needed to detach).
@@ -114,6 +115,7 @@ impl Shared {
             pool: Mutex::new(pool),
             wake: Notify::new(),
             conntrack_wake: Notify::new(),
+            grew: Notify::new(),
             ready: AtomicBool::new(false),
             attachments: Mutex::new(BTreeMap::new()),
             foreign_devices: Mutex::new(Vec::new()),
@@ -200,6 +202,11 @@ impl Shared {
 
     pub fn set_error(&self, e: Option<String>) {
         *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = e;
+    }
+
+    /// Addresses or an ENI were added to the pool: every waiting ADD looks again.
+    pub fn pool_grew(&self) {
+        self.grew.notify_waiters();
     }
 
     /// Pool gauges (`awscni_total_ip_addresses`, ...) after a change.

@@ -7,9 +7,9 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use vpcnet_agent::clock::now_ms;
 use vpcnet_agent::kubernetes::eniconfig::{EniConfigChoice, SelectedBy};
 use vpcnet_agent::kubernetes::eniconfig_watch::{condition_of, publish, EniConfigStatus, REJECTED};
-use vpcnet_agent::clock::now_ms;
 
 fn last_error(agent: &vpcnet_agent::AgentHandle) -> String {
     agent

@@ -13,8 +13,8 @@ use kube::Client;
 use vpcnet_introspection::{ApiServerDoc, ApiState, NodeCapacity};
 
 use super::capacity::CapacityCheck;
-use crate::metrics::Metrics;
 use crate::clock::now_ms;
+use crate::metrics::Metrics;
 
 /// Where a pod finds its service-account token, CA and namespace.
 pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";

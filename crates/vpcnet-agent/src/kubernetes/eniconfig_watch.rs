@@ -20,8 +20,8 @@ use tokio::sync::watch;
 
 use super::eniconfig::{resolve, EniConfig, EniConfigChoice, SelectionKeys, Unresolved};
 use super::node_report::{Condition, NodeReport};
-use crate::metrics::Metrics;
 use crate::clock::now_ms;
+use crate::metrics::Metrics;
 
 /// The Node condition vpcnet owns for custom networking.
 pub const CONDITION_TYPE: &str = "vpcnet.io/ENIConfigResolved";

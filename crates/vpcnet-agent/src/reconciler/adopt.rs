@@ -6,9 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use vpcnet_ec2::{Ec2Error, NetworkInterface};
 use vpcnet_ipam::{EniInfo, EniObservation, ReconcileReport, UnknownIpPolicy};
 
+use crate::clock::now_ms;
 use crate::cloud::Ec2Api;
 use crate::options::TAG_NO_MANAGE;
-use crate::clock::now_ms;
 use crate::state::Shared;
 
 /// Whether EC2's ENI is one the agent may manage (on a managed network card of `cards`:
@@ -134,6 +134,9 @@ pub async fn adopt(
         shared.metrics.inc_force_removed_enis(lost_enis as u64);
         report
     };
+    if !report.added_ips.is_empty() || !report.added_enis.is_empty() {
+        shared.pool_grew();
+    }
     if !report.orphaned.is_empty() {
         tracing::warn!(orphaned = ?report.orphaned, "EC2 no longer lists these assigned addresses on the node; the pods keep them until deleted, they are never handed out again");
     }

@@ -9,10 +9,10 @@ use vpcnet_ec2::{AddressRequest, CreateEni, Ec2Error, Tags};
 
 use super::adopt::observation;
 use super::node_setup::node_eni;
+use crate::clock::{now_ms, wall_now};
 use crate::cloud::Ec2Api;
 use crate::errors::chain;
 use crate::options::{ENI_DESCRIPTION_PREFIX, TAG_CLUSTER_NAME, TAG_CREATED_AT, TAG_INSTANCE_ID};
-use crate::clock::{now_ms, wall_now};
 use crate::state::Shared;
 
 /// How long a detaching ENI is polled before giving up until the next pass.

@@ -5,8 +5,8 @@ use vpcnet_ec2::{AddressRelease, AddressRequest, Ec2Error};
 use vpcnet_ipam::Action;
 
 use super::eni::{create_eni, delete_eni};
-use crate::cloud::Ec2Api;
 use crate::clock::now_ms;
+use crate::cloud::Ec2Api;
 use crate::state::Shared;
 
 /// Plans and executes until the pool is on target or an EC2 call fails. Returns whether
@@ -113,6 +113,9 @@ pub async fn fill(shared: &Shared, ec2: &dyn Ec2Api) -> Result<bool, Ec2Error> {
                 return Err(e);
             }
             changed = true;
+            if a.grows() {
+                shared.pool_grew();
+            }
         }
         // A failed write is logged by persist; the next change writes the pool again.
         let _ = shared.persist().await;

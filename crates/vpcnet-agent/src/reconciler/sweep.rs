@@ -9,10 +9,10 @@ use vpcnet_ec2::{NetworkInterface, Tags};
 use vpcnet_ipam::UNKNOWN_POD_PREFIX;
 
 use super::eni::delete_with_retry;
+use crate::clock::{now_ms, wall_now};
 use crate::cloud::Ec2Api;
 use crate::errors::chain;
 use crate::options::{ENI_DESCRIPTION_PREFIX, TAG_CREATED_AT, TAG_INSTANCE_ID};
-use crate::clock::{now_ms, wall_now};
 use crate::state::Shared;
 
 /// Consecutive pod-datapath checks that must miss a pod before its address is reclaimed.
