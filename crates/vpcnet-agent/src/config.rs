@@ -208,15 +208,16 @@ settings! {
         warm_eni_target: u32 = "WARM_ENI_TARGET", "1", Int::at_least(0);
         /// Free addresses to keep.
         warm_ip_target: Option<u32> = "WARM_IP_TARGET", "", Target;
-        /// Floor of total addresses on the node. Unlike the VPC CNI, set alone it keeps
-        /// growing the pool as pods arrive.
+        /// Floor of total addresses on the node (on network card 0 with `ENABLE_MULTI_NIC`).
+        /// Unlike the VPC CNI, set alone it keeps growing the pool as pods arrive.
         minimum_ip_target: Option<u32> = "MINIMUM_IP_TARGET", "", Target;
         /// Free /28 prefixes to keep in prefix mode (the agent uses 1 when unset); overridden
         /// by the IP targets.
         warm_prefix_target: Option<u32> = "WARM_PREFIX_TARGET", "", Target;
         /// Assign /28 prefixes instead of secondary IPs (Nitro types).
         enable_prefix_delegation: bool = "ENABLE_PREFIX_DELEGATION", "false", Flag;
-        /// Cap on attached ENIs, never above the instance type's limit.
+        /// Cap on attached ENIs, never above the instance type's limit (per network card with
+        /// `ENABLE_MULTI_NIC`).
         max_eni: Option<u32> = "MAX_ENI", "", Target;
         /// Seconds a released address stays unavailable. Persisted across restarts.
         ip_cooldown_period_secs: u64 = "IP_COOLDOWN_PERIOD", "30", Int::range(0, 86_400);
@@ -231,13 +232,15 @@ settings! {
         /// Each further refusal doubles the wait, up to 16 times this.
         prefix_retry_secs: u64 = "VPCNET_PREFIX_RETRY", "120", Int::range(1, 3600);
         /// Manage ENIs on every network card of the instance type (card 0 alone when false),
-        /// each card with its own warm pool under the same targets. A pod annotated
+        /// each card with its own warm pool: card 0 under the targets above, the others with
+        /// one warm and one minimum address, as the VPC CNI keeps them. A pod annotated
         /// `k8s.amazonaws.com/nicConfig: multi-nic-attachment` gets one interface per managed
         /// card (`eth0`, then `mNicIf1`, ... each with an address of its card's ENIs, as the
         /// VPC CNI's multi-homed pods); other pods take card 0's addresses first and another
         /// card's when card 0 has none free. Without it such a pod's ADD fails with a message
         /// naming this setting. Needs the runtime to pass pod annotations to the plugin (the
-        /// conflist asks for `io.kubernetes.cri.pod-annotations`; containerd 1.6+ does).
+        /// conflist asks for `io.kubernetes.cri.pod-annotations`; containerd 1.6+ and CRI-O
+        /// pass them). See docs/agent.md, "Multiple network cards".
         enable_multi_nic: bool = "ENABLE_MULTI_NIC", "false", Flag;
 
         ["custom-networking"]

@@ -86,6 +86,10 @@ pub struct WarmConfig {
     pub extra_cards: Vec<NetworkCardLimit>,
 }
 
+/// `WARM_IP_TARGET` and `MINIMUM_IP_TARGET` of every network card other than 0, fixed as in
+/// the VPC CNI (`DefaultWarmIPTarget`, `DefaultMinimumIPTarget`).
+pub const EXTRA_CARD_IP_TARGET: u32 = 1;
+
 /// A network card other than card 0 that the pool manages (ENABLE_MULTI_NIC).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NetworkCardLimit {
@@ -158,15 +162,19 @@ impl WarmConfig {
         std::iter::once(0).chain(self.extra_cards.iter().map(|c| c.index))
     }
 
-    /// The settings one card's share of the pool is planned with: for card 0 these, for an
-    /// extra card the same targets with that card's ENI limit (MAX_ENI caps every card, as
-    /// the VPC CNI applies it per card) and no primary ENI.
+    /// The settings one card's share of the pool is planned with: for card 0 these; for an
+    /// extra card that card's ENI limit (MAX_ENI caps every card, as the VPC CNI applies it per
+    /// card), no primary ENI, and the VPC CNI's fixed targets of the cards other than 0: one
+    /// warm and one minimum address (`WARM_IP_TARGET=1`, `MINIMUM_IP_TARGET=1`) whatever the
+    /// settings say, in /28 prefixes with prefix delegation.
     pub fn for_card(&self, card: u32) -> WarmConfig {
         let mut cfg = self.clone();
         cfg.extra_cards.clear();
         if let Some(c) = self.extra_cards.iter().find(|c| c.index == card) {
             cfg.eni_limit = c.max_enis;
             cfg.primary_eni_for_pods = true;
+            cfg.warm_ip_target = Some(EXTRA_CARD_IP_TARGET);
+            cfg.minimum_ip_target = Some(EXTRA_CARD_IP_TARGET);
         }
         cfg
     }

@@ -327,40 +327,37 @@ proptest! {
         }
         ec2.settle(&mut pool, now);
         check_invariants(&pool, &ec2, &model, now)?;
-        let s = pool.summary(now);
-        let headroom = s.max_ips - s.assigned_ips;
-        match cfg.mode() {
-            WarmMode::Eni { warm_enis } => {
-                prop_assert!(s.available_ips >= (warm_enis * cfg.ips_per_eni()).min(headroom));
-                // No ENI without pods beyond what its card's warm target needs.
-                for e in pool.enis().filter(|e| !e.info.primary) {
-                    let spare: u32 = card_counts(&pool, e.info.network_card, now)
-                        .available
-                        .saturating_sub(warm_enis * cfg.ips_per_eni());
-                    let n = e.addresses().count() as u32;
-                    let used = pool.assignments().filter(|(_, a)| a.eni_id == e.info.id).count();
-                    prop_assert!(used > 0 || n > spare, "ENI {} is surplus but kept", e.info.id);
+        // Every card keeps its own targets (cards other than 0 one warm and one minimum IP,
+        // as the VPC CNI keeps them).
+        for card in cfg.cards() {
+            let ccfg = cfg.for_card(card);
+            let c = card_counts(&pool, card, now);
+            let headroom = ccfg.max_ips().saturating_sub(c.assigned);
+            match ccfg.mode() {
+                WarmMode::Eni { warm_enis } => {
+                    prop_assert!(c.available >= (warm_enis * ccfg.ips_per_eni()).min(headroom), "card {card}: {c:?}");
+                    // No ENI without pods beyond what the warm target needs.
+                    let spare: u32 = c.available.saturating_sub(warm_enis * ccfg.ips_per_eni());
+                    for e in pool.enis().filter(|e| !e.info.primary && e.info.network_card == card) {
+                        let n = e.addresses().count() as u32;
+                        let used = pool.assignments().filter(|(_, a)| a.eni_id == e.info.id).count();
+                        prop_assert!(used > 0 || n > spare, "ENI {} is surplus but kept", e.info.id);
+                    }
                 }
-            }
-            WarmMode::Ip { warm_ips, minimum_ips } => {
-                prop_assert!(s.available_ips >= warm_ips.min(headroom));
-                prop_assert!(s.total_ips >= minimum_ips.min(s.max_ips));
-                for card in cfg.cards() {
-                    let c = card_counts(&pool, card, now);
+                WarmMode::Ip { warm_ips, minimum_ips } => {
+                    prop_assert!(c.available >= warm_ips.min(headroom), "card {card}: {c:?}");
+                    prop_assert!(c.total >= minimum_ips.min(ccfg.max_ips()), "card {card}: {c:?}");
                     prop_assert!(c.total <= (c.assigned + warm_ips).max(minimum_ips), "surplus kept on card {card}: {c:?}");
                 }
-            }
-            WarmMode::Prefix { warm_prefixes } => {
-                let slots_left = cfg.cards().map(|c| cfg.for_card(c).max_enis()).sum::<u32>() * cfg.slots_per_eni() - pool.enis().map(|e| e.slots_used()).sum::<u32>();
-                prop_assert!(s.available_ips >= (warm_prefixes * IPS_PER_PREFIX).min(headroom).min(s.available_ips + slots_left * IPS_PER_PREFIX));
-            }
-            WarmMode::PrefixIp { warm_ips, minimum_ips } => {
-                prop_assert!(s.available_ips >= warm_ips.min(headroom));
-                prop_assert!(s.total_ips >= minimum_ips.min(s.max_ips));
-                // No wholly free prefix could be returned without breaking a target of its
-                // card.
-                for card in cfg.cards() {
-                    let c = card_counts(&pool, card, now);
+                WarmMode::Prefix { warm_prefixes } => {
+                    let used: u32 = pool.enis().filter(|e| e.info.network_card == card).map(|e| e.slots_used()).sum();
+                    let slots_left = ccfg.max_enis() * ccfg.slots_per_eni() - used;
+                    prop_assert!(c.available >= (warm_prefixes * IPS_PER_PREFIX).min(headroom).min(c.available + slots_left * IPS_PER_PREFIX), "card {card}: {c:?}");
+                }
+                WarmMode::PrefixIp { warm_ips, minimum_ips } => {
+                    prop_assert!(c.available >= warm_ips.min(headroom), "card {card}: {c:?}");
+                    prop_assert!(c.total >= minimum_ips.min(ccfg.max_ips()), "card {card}: {c:?}");
+                    // No wholly free prefix could be returned without breaking a target.
                     prop_assert!(c.whole_free_prefixes == 0 || c.available < warm_ips + IPS_PER_PREFIX || c.total < minimum_ips + IPS_PER_PREFIX, "surplus kept on card {card}: {c:?}");
                 }
             }

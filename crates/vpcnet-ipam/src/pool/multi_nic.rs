@@ -190,6 +190,30 @@ mod tests {
     }
 
     #[test]
+    fn further_cards_keep_one_warm_and_one_minimum_address_whatever_the_targets() {
+        // WARM_ENI_TARGET=1 (the default): card 0 keeps a whole ENI's worth free; card 1, as
+        // in the VPC CNI, one address.
+        let mut cfg = WarmConfig::for_limits(vpcnet_limits::lookup("m5.large").unwrap());
+        cfg.extra_cards = vec![NetworkCardLimit {
+            index: 1,
+            max_enis: 2,
+        }];
+        let mut pool = Pool::new(cfg);
+        pool.add_eni(
+            eni("eni-0", 0, &[10, 11, 12, 13, 14, 15, 16, 17, 18], &[]),
+            0,
+        );
+        assert_eq!(
+            pool.plan(1),
+            vec![Action::CreateEni {
+                ips: 1,
+                prefixes: 0,
+                network_card: 1
+            }]
+        );
+    }
+
+    #[test]
     fn gc_keeps_the_further_interfaces_of_listed_pods() {
         let mut pool = two_cards();
         pool.add_eni(eni("eni-0", 0, &[10], &[]), 0);
