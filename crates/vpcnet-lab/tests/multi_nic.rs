@@ -21,13 +21,12 @@ use common::*;
 
 /// ENIs attached to `instance_id` on network card `card`.
 fn card_enis(lab: &Lab, instance_id: &str, card: u32) -> usize {
-    lab.enis()
-        .unwrap()
+    instance_enis(lab, instance_id)
         .into_iter()
         .filter(|e| {
             e.attachment
                 .as_ref()
-                .is_some_and(|a| a.instance_id == instance_id && a.network_card == card)
+                .is_some_and(|a| a.network_card == card)
         })
         .count()
 }

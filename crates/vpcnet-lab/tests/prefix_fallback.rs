@@ -29,14 +29,8 @@ fn running(k: &Kubectl, names: &[String]) -> usize {
 
 /// The node's (secondary /32s, /28 prefixes), per the emulator.
 fn addresses(lab: &Lab, instance_id: &str) -> (usize, usize) {
-    lab.enis()
-        .unwrap()
+    instance_enis(lab, instance_id)
         .into_iter()
-        .filter(|e| {
-            e.attachment
-                .as_ref()
-                .is_some_and(|a| a.instance_id == instance_id)
-        })
         .fold((0, 0), |(ips, ps), e| {
             (ips + e.secondary_ips.len(), ps + e.prefixes.len())
         })

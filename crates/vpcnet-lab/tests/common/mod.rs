@@ -148,6 +148,19 @@ pub fn node(lab: &Lab) -> NodeRecord {
     lab.state().unwrap().node("n1").unwrap().clone()
 }
 
+/// The ENIs attached to instance `instance_id`, per the emulator.
+pub fn instance_enis(lab: &Lab, instance_id: &str) -> Vec<vpcnet_lab::lab::EniInfo> {
+    lab.enis()
+        .unwrap()
+        .into_iter()
+        .filter(|e| {
+            e.attachment
+                .as_ref()
+                .is_some_and(|a| a.instance_id == instance_id)
+        })
+        .collect()
+}
+
 /// One ping (busybox's) from network namespace `netns` to `ip`, 2 s at most.
 pub fn ping_from(netns: &str, ip: Ipv4Addr) -> bool {
     std::process::Command::new("ip")
