@@ -223,9 +223,22 @@ impl Backend {
         }
     }
 
-    /// Takes back what an ADD handed out before it failed (no cooldown: no pod used it).
-    fn undo_add(&self, key: &PodKey) {
-        self.shared.pool().unassign_pod(key);
+    /// Takes back what this ADD newly handed out (`grants`, in the order of [`Self::assign`])
+    /// before it failed: no cooldown, no pod used them. Earlier assignments returned again stay.
+    fn undo_add(&self, key: &PodKey, grants: &[Granted]) {
+        {
+            let mut pool = self.shared.pool();
+            for (i, g) in grants.iter().enumerate() {
+                if !g.existing {
+                    let k = if i == 0 {
+                        key.clone()
+                    } else {
+                        key.extra_interface(i)
+                    };
+                    pool.unassign(&k);
+                }
+            }
+        }
         self.shared.update_gauges();
     }
 }
@@ -289,12 +302,14 @@ impl CniBackend for Backend {
             }
         };
         let g = grants[0].clone();
-        if !g.existing {
+        // A multi-homed pod's ADD may find its own address already there and get a further one.
+        let new = grants.iter().any(|x| !x.existing);
+        if new {
             if let Err(e) = self.shared.persist().await {
                 // Never hand out an address the checkpoint does not record: after a restart
                 // it would be adopted as free while this pod holds it. Undo and fail the ADD
                 // (the runtime retries it), as the VPC CNI does.
-                self.undo_add(&key);
+                self.undo_add(&key, &grants);
                 tracing::error!(container = %key.container_id, ip = %g.ip, error = %e, cause = %e.source, "ADD failed: the assignment could not be checkpointed and was undone");
                 return Err(checkpoint_unavailable(format!(
                     "{e}: {}; the address was not handed out, retry",
@@ -311,8 +326,8 @@ impl CniBackend for Backend {
             {
                 // As the VPC CNI: the ADD fails. The address was never handed out: take it
                 // back now (a retried ADD gets one again).
-                if !g.existing {
-                    self.undo_add(&key);
+                if new {
+                    self.undo_add(&key, &grants);
                     if let Err(pe) = self.shared.persist().await {
                         tracing::warn!(container = %key.container_id, ip = %g.ip, error = %pe, "the undone assignment could not be checkpointed; the pod reclaim frees it");
                     }

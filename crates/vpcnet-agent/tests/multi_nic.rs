@@ -139,3 +139,43 @@ async fn a_multi_homed_pod_gets_an_address_of_each_card_across_a_restart() {
     assert!(left.is_empty(), "{left:?}");
     agent.shutdown().await;
 }
+
+/// A pod whose own address is already assigned (its first ADD came without the annotation)
+/// gets its further address on the next ADD, checkpointed before the reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_further_address_added_to_an_existing_attachment_is_checkpointed() {
+    let lab = lab("hpc7a.12xlarge").await;
+    let mut o = lab.options();
+    o.targets.multi_nic = true;
+    o.targets.warm_ip_target = Some(1);
+    let agent = vpcnet_agent::start(o).await.unwrap();
+    eventually("a warm ENI on card 1", Duration::from_secs(10), || {
+        !on_card(&lab, 1).is_empty()
+    })
+    .await;
+    let mut c = client(&lab.socket()).await;
+    let first = add_retry(&mut c, "p1", Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(first.extra_interfaces.is_empty());
+    let r = loop {
+        match c.add_network(multi_req("p1")).await {
+            Ok(r) => break r.into_inner(),
+            Err(s) if s.code() == tonic::Code::Unavailable => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Err(s) => panic!("{s:?}"),
+        }
+    };
+    assert_eq!(r.ipv4_addr, first.ipv4_addr, "its own address is kept");
+    let further = &r.extra_interfaces[0];
+    let text = std::fs::read_to_string(lab.checkpoint()).unwrap();
+    let cp = vpcnet_ipam::Checkpoint::from_json(&text).unwrap();
+    assert!(
+        cp.assignments
+            .iter()
+            .any(|a| a.if_name == "mNicIf1" && a.ip.to_string() == further.ipv4_addr),
+        "{text}"
+    );
+    agent.shutdown().await;
+}

@@ -10,8 +10,8 @@ use vpcnet_limits::MaxPodsOptions;
 /// The VPC CNI's published table (`misc/eni-max-pods.txt` of aws/amazon-vpc-cni-k8s v1.23.1,
 /// Apache-2.0, kept with its header in `crates/vpcnet-limits/data/`).
 fn reference() -> BTreeMap<String, u32> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../vpcnet-limits/data/eni-max-pods.txt");
+    let p =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../vpcnet-limits/data/eni-max-pods.txt");
     let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
     text.lines()
         .map(str::trim)

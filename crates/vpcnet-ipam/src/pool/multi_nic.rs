@@ -92,16 +92,6 @@ impl Pool {
         self.release_all(keys, now_ms)
     }
 
-    /// [`Pool::unassign`] of `key` and its further interfaces: an ADD that failed after the
-    /// addresses were handed out takes them all back.
-    pub fn unassign_pod(&mut self, key: &PodKey) -> Vec<(PodKey, Assignment)> {
-        let mut keys = vec![key.clone()];
-        keys.extend(self.extra_interfaces(key));
-        keys.into_iter()
-            .filter_map(|k| self.unassign(&k).map(|a| (k, a)))
-            .collect()
-    }
-
     /// Whether `key` is vouched for by `valid` (a runtime's list of attachments): listed
     /// itself, or a further interface of a listed attachment of the same container.
     pub(crate) fn vouched(valid: &BTreeSet<PodKey>, key: &PodKey) -> bool {
