@@ -47,8 +47,14 @@ pub async fn del(inv: &Invocation) -> Result<(), CniError> {
             let further: Vec<(u32, std::net::Ipv4Addr)> = r
                 .extra_interfaces
                 .iter()
-                .enumerate()
-                .filter_map(|(i, x)| Some((i as u32 + 1, x.ipv4_addr.parse().ok()?)))
+                .filter_map(|x| {
+                    let n = x
+                        .if_name
+                        .strip_prefix(crate::conflist::FURTHER_INTERFACE_PREFIX)?
+                        .parse()
+                        .ok()?;
+                    Some((n, x.ipv4_addr.parse().ok()?))
+                })
                 .collect();
             (r.ipv4_addr.parse().ok(), further)
         }
