@@ -579,7 +579,7 @@ fn enis_text(d: &EnisDoc, now_ms: u64) -> String {
         "PREFIXES",
     ])];
     let mut enis: Vec<&Eni> = d.enis.iter().collect();
-    enis.sort_by_key(|e| e.device_number);
+    enis.sort_by_key(|e| (e.network_card, e.device_number));
     for e in &enis {
         let total = e.addresses.len();
         let assigned = e.addresses.iter().filter(|a| a.assigned.is_some()).count();
@@ -597,7 +597,12 @@ fn enis_text(d: &EnisDoc, now_ms: u64) -> String {
         }
         rows.push(vec![
             id,
-            e.device_number.to_string(),
+            // An ENI on a further network card (ENABLE_MULTI_NIC) as card/device.
+            if e.network_card == 0 {
+                e.device_number.to_string()
+            } else {
+                format!("{}/{}", e.network_card, e.device_number)
+            },
             e.mac.clone(),
             e.primary_ip.clone(),
             e.subnet_id.clone(),
@@ -742,6 +747,27 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("ATTEMPTS         7"), "{t}");
+    }
+
+    #[test]
+    fn an_eni_of_a_further_network_card_shows_as_card_slash_device() {
+        let eni = |id: &str, card: u32, device: u32| doc::Eni {
+            id: id.into(),
+            network_card: card,
+            device_number: device,
+            ..Default::default()
+        };
+        let d = EnisDoc {
+            enis: vec![eni("eni-c1", 1, 0), eni("eni-0", 0, 0), eni("eni-1", 0, 1)],
+            ..Default::default()
+        };
+        let t = enis_text(&d, 0);
+        let ids: Vec<String> = t
+            .lines()
+            .filter(|l| l.starts_with("eni-"))
+            .map(|l| l.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
+            .collect();
+        assert_eq!(ids, ["eni-0 0", "eni-1 1", "eni-c1 1/0"], "{t}");
     }
 
     #[test]

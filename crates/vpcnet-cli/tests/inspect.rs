@@ -135,7 +135,7 @@ impl Lab {
                     .enis()
                     .map(|e| (e.info.id.clone(), e.ips.keys().copied().collect()))
                     .collect();
-                (enis, pool.plan(vpcnet_agent::state::now_ms()).is_empty())
+                (enis, pool.plan(vpcnet_agent::clock::now_ms()).is_empty())
             };
             if idle && agent == ec2 {
                 return;
