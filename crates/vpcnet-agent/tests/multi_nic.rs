@@ -25,6 +25,22 @@ fn on_card(lab: &Lab, card: u32) -> Vec<vpcnet_emu::EniInfo> {
         .collect()
 }
 
+/// The lab's options with ENABLE_MULTI_NIC and WARM_IP_TARGET=1.
+fn multi_nic(lab: &Lab) -> vpcnet_agent::AgentOptions {
+    let mut o = lab.options();
+    o.targets.multi_nic = true;
+    o.targets.warm_ip_target = Some(1);
+    o
+}
+
+/// Waits for the agent's warm ENI on card 1.
+async fn card1_warm(lab: &Lab) {
+    eventually("a warm ENI on card 1", Duration::from_secs(10), || {
+        !on_card(lab, 1).is_empty()
+    })
+    .await;
+}
+
 fn multi_req(id: &str) -> vpcnet_proto::AddNetworkRequest {
     vpcnet_proto::AddNetworkRequest {
         requires_multi_nic_attachment: true,
@@ -58,29 +74,18 @@ async fn without_the_setting_card_1_is_left_alone_and_a_multi_homed_pod_is_refus
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_multi_homed_pod_gets_an_address_of_each_card_across_a_restart() {
     let lab = lab("hpc7a.12xlarge").await;
-    let mut o = lab.options();
-    o.targets.multi_nic = true;
-    o.targets.warm_ip_target = Some(1);
+    let mut o = multi_nic(&lab);
     o.reconcile_interval = Duration::from_secs(1);
     let agent = vpcnet_agent::start(o.clone()).await.unwrap();
-    eventually("a warm ENI on card 1", Duration::from_secs(10), || {
-        !on_card(&lab, 1).is_empty()
-    })
-    .await;
+    card1_warm(&lab).await;
     let card1 = on_card(&lab, 1);
     assert_eq!(card1.len(), 1);
     assert_eq!(card1[0].attachment.as_ref().unwrap().device_index, 0);
 
     let mut c = client(&lab.socket()).await;
-    let r = loop {
-        match c.add_network(multi_req("m1")).await {
-            Ok(r) => break r.into_inner(),
-            Err(s) if s.code() == tonic::Code::Unavailable => {
-                tokio::time::sleep(Duration::from_millis(20)).await
-            }
-            Err(s) => panic!("{s:?}"),
-        }
-    };
+    let r = add_retry_req(&mut c, multi_req("m1"), Duration::from_secs(10))
+        .await
+        .unwrap();
     assert_eq!(r.extra_interfaces.len(), 1, "{r:?}");
     let x = &r.extra_interfaces[0];
     assert_eq!(
@@ -145,28 +150,16 @@ async fn a_multi_homed_pod_gets_an_address_of_each_card_across_a_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_further_address_added_to_an_existing_attachment_is_checkpointed() {
     let lab = lab("hpc7a.12xlarge").await;
-    let mut o = lab.options();
-    o.targets.multi_nic = true;
-    o.targets.warm_ip_target = Some(1);
-    let agent = vpcnet_agent::start(o).await.unwrap();
-    eventually("a warm ENI on card 1", Duration::from_secs(10), || {
-        !on_card(&lab, 1).is_empty()
-    })
-    .await;
+    let agent = vpcnet_agent::start(multi_nic(&lab)).await.unwrap();
+    card1_warm(&lab).await;
     let mut c = client(&lab.socket()).await;
     let first = add_retry(&mut c, "p1", Duration::from_secs(10))
         .await
         .unwrap();
     assert!(first.extra_interfaces.is_empty());
-    let r = loop {
-        match c.add_network(multi_req("p1")).await {
-            Ok(r) => break r.into_inner(),
-            Err(s) if s.code() == tonic::Code::Unavailable => {
-                tokio::time::sleep(Duration::from_millis(20)).await
-            }
-            Err(s) => panic!("{s:?}"),
-        }
-    };
+    let r = add_retry_req(&mut c, multi_req("p1"), Duration::from_secs(10))
+        .await
+        .unwrap();
     assert_eq!(r.ipv4_addr, first.ipv4_addr, "its own address is kept");
     let further = &r.extra_interfaces[0];
     let text = std::fs::read_to_string(lab.checkpoint()).unwrap();

@@ -187,18 +187,6 @@ fn reconcile_count(node: &NodeRecord) -> f64 {
         .sum()
 }
 
-fn condition(k: &Kubectl, node: &str) -> Option<(String, String, String)> {
-    let n = k.json(&["get", "node", node]).ok()?;
-    n["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == CONDITION)
-        .map(|c| {
-            let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
-            (s("status"), s("reason"), s("message"))
-        })
-}
-
 fn agent_doc(lab: &Lab, node: &str, path: &str) -> Value {
     let (code, body) = lab.agent_get(node, path).unwrap();
     assert_eq!(code, 200, "{body}");
@@ -311,7 +299,7 @@ fn two_zones_eniconfigs_security_groups_and_the_outside_network() {
                 Duration::from_secs(60),
                 || {
                     [&n1, &n2].iter().all(|n| {
-                        condition(&k, &n.k8s_name)
+                        node_condition(&k, &n.k8s_name, CONDITION)
                             .is_some_and(|(s, r, _)| s == "False" && r == "ENIConfigNotFound")
                     })
                 },
@@ -595,7 +583,7 @@ fn two_zones_eniconfigs_security_groups_and_the_outside_network() {
                     Duration::from_secs(30),
                     || {
                         // On the Node (condition False) and in /v1/eniconfig.
-                        let cond = condition(&k, &n2.k8s_name).unwrap_or_default();
+                        let cond = node_condition(&k, &n2.k8s_name, CONDITION).unwrap_or_default();
                         let doc = agent_doc(lab, "n2", "/v1/eniconfig");
                         let doc = doc["message"].as_str().unwrap_or_default();
                         cond.0 == "False"
@@ -615,7 +603,8 @@ fn two_zones_eniconfigs_security_groups_and_the_outside_network() {
             ])
             .unwrap();
             wait_until("InvalidSelection", Duration::from_secs(30), || {
-                condition(&k, &n2.k8s_name).is_some_and(|(_, r, _)| r == "InvalidSelection")
+                node_condition(&k, &n2.k8s_name, CONDITION)
+                    .is_some_and(|(_, r, _)| r == "InvalidSelection")
             });
             // Nothing lost: the same ENIs, the pod still serves, the agent never restarted.
             assert_eq!(node_enis(lab, &n2), n2_enis);

@@ -216,9 +216,18 @@ pub async fn add_retry(
     id: &str,
     within: Duration,
 ) -> Result<AddNetworkReply, tonic::Status> {
+    add_retry_req(c, add_req(id), within).await
+}
+
+/// [`add_retry`] of request `req`.
+pub async fn add_retry_req(
+    c: &mut CniBackendClient<Channel>,
+    req: AddNetworkRequest,
+    within: Duration,
+) -> Result<AddNetworkReply, tonic::Status> {
     let deadline = tokio::time::Instant::now() + within;
     loop {
-        match c.add_network(add_req(id)).await {
+        match c.add_network(req.clone()).await {
             Ok(r) => return Ok(r.into_inner()),
             Err(s)
                 if s.code() == tonic::Code::Unavailable

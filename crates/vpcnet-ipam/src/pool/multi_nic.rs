@@ -112,14 +112,30 @@ mod tests {
         obs
     }
 
-    fn two_cards() -> Pool {
+    /// m5.large limits with a second card of 2 ENIs, default targets.
+    fn two_card_config() -> WarmConfig {
         let mut cfg = WarmConfig::for_limits(vpcnet_limits::lookup("m5.large").unwrap());
         cfg.extra_cards = vec![NetworkCardLimit {
             index: 1,
             max_enis: 2,
         }];
+        cfg
+    }
+
+    /// [`two_card_config`] with WARM_IP_TARGET=1.
+    fn two_cards() -> Pool {
+        let mut cfg = two_card_config();
         cfg.warm_ip_target = Some(1);
         Pool::new(cfg)
+    }
+
+    /// The plan's step creating an ENI with one address on card 1.
+    fn create_on_card_1() -> Action {
+        Action::CreateEni {
+            ips: 1,
+            prefixes: 0,
+            network_card: 1,
+        }
     }
 
     #[test]
@@ -162,14 +178,7 @@ mod tests {
         let mut pool = two_cards();
         pool.add_eni(eni("eni-0", 0, &[10, 11], &[]), 0);
         // Card 1 has no ENI: the plan creates one there, on card 1.
-        assert_eq!(
-            pool.plan(1),
-            vec![Action::CreateEni {
-                ips: 1,
-                prefixes: 0,
-                network_card: 1
-            }]
-        );
+        assert_eq!(pool.plan(1), vec![create_on_card_1()]);
         pool.add_eni(on_card(eni("eni-1", 0, &[20], &[]), 1), 2);
         assert_eq!(pool.plan(3), vec![]);
         // A plain pod takes card 0 first.
@@ -183,24 +192,12 @@ mod tests {
     fn further_cards_keep_one_warm_and_one_minimum_address_whatever_the_targets() {
         // WARM_ENI_TARGET=1 (the default): card 0 keeps a whole ENI's worth free; card 1, as
         // in the VPC CNI, one address.
-        let mut cfg = WarmConfig::for_limits(vpcnet_limits::lookup("m5.large").unwrap());
-        cfg.extra_cards = vec![NetworkCardLimit {
-            index: 1,
-            max_enis: 2,
-        }];
-        let mut pool = Pool::new(cfg);
+        let mut pool = Pool::new(two_card_config());
         pool.add_eni(
             eni("eni-0", 0, &[10, 11, 12, 13, 14, 15, 16, 17, 18], &[]),
             0,
         );
-        assert_eq!(
-            pool.plan(1),
-            vec![Action::CreateEni {
-                ips: 1,
-                prefixes: 0,
-                network_card: 1
-            }]
-        );
+        assert_eq!(pool.plan(1), vec![create_on_card_1()]);
     }
 
     #[test]
