@@ -22,6 +22,7 @@ mod multi_nic;
 mod prefix_fallback;
 
 pub use drift::Drift;
+pub(crate) use multi_nic::interface_index;
 pub use multi_nic::EXTRA_INTERFACE_PREFIX;
 pub use prefix_fallback::PrefixFallback;
 

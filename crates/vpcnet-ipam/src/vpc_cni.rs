@@ -9,13 +9,13 @@
 //! no ENI: ipamd finds each address's ENI in EC2's view at start, so the import takes that
 //! view as a lookup ([`import`]).
 
+use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::{Checkpoint, CheckpointAssignment, CheckpointError, CHECKPOINT_VERSION};
-use crate::model::PodKey;
-use crate::pool::EXTRA_INTERFACE_PREFIX;
+use crate::pool::{interface_index, EXTRA_INTERFACE_PREFIX};
 
 /// The VPC CNI's checkpoint format version (`CheckpointFormatVersion` in its datastore).
 pub const VPC_CNI_CHECKPOINT_VERSION: &str = "vpc-cni-ipam/1";
@@ -243,30 +243,30 @@ pub fn export(cp: &Checkpoint, network_name: &str) -> VpcCniCheckpoint {
 /// go to their cards' checkpoints under the pod's own interface name, with `interfacesCount`
 /// the pod's interfaces, as ipamd keys them.
 pub fn export_cards(cp: &Checkpoint, network_name: &str) -> Vec<(u32, VpcCniCheckpoint)> {
-    let mut by_card: std::collections::BTreeMap<u32, Vec<VpcCniAllocation>> =
-        [(0, Vec::new())].into();
-    let interfaces = |container: &str| {
-        cp.assignments
-            .iter()
-            .filter(|b| b.container_id == container)
-            .count() as u32
-    };
+    /// A container's assignments: how many, whether some is a further interface, and the
+    /// name of its own interface.
+    #[derive(Default)]
+    struct Pod<'a> {
+        interfaces: u32,
+        multi: bool,
+        own_if: Option<&'a str>,
+    }
+    let mut pods: BTreeMap<&str, Pod> = BTreeMap::new();
     for a in &cp.assignments {
-        let key = PodKey::new(a.container_id.clone(), a.if_name.clone());
-        let multi = key.is_extra_interface()
-            || cp.assignments.iter().any(|b| {
-                b.container_id == a.container_id
-                    && PodKey::new(b.container_id.clone(), b.if_name.clone()).is_extra_interface()
-            });
-        let if_name = if key.is_extra_interface() {
-            cp.assignments
-                .iter()
-                .find(|b| {
-                    b.container_id == a.container_id
-                        && !PodKey::new(b.container_id.clone(), b.if_name.clone())
-                            .is_extra_interface()
-                })
-                .map_or_else(|| "eth0".to_string(), |b| b.if_name.clone())
+        let p = pods.entry(a.container_id.as_str()).or_default();
+        p.interfaces += 1;
+        if interface_index(&a.if_name) > 0 {
+            p.multi = true;
+        } else {
+            p.own_if = Some(a.if_name.as_str());
+        }
+    }
+    let mut by_card: BTreeMap<u32, Vec<VpcCniAllocation>> = [(0, Vec::new())].into();
+    for a in &cp.assignments {
+        let pod = &pods[a.container_id.as_str()];
+        // ipamd keys every card's allocation by the pod's own interface.
+        let if_name = if interface_index(&a.if_name) > 0 {
+            pod.own_if.unwrap_or("eth0").to_string()
         } else {
             a.if_name.clone()
         };
@@ -283,11 +283,7 @@ pub fn export_cards(cp: &Checkpoint, network_name: &str) -> Vec<(u32, VpcCniChec
                 metadata: VpcCniMetadata {
                     pod_namespace: a.namespace.clone(),
                     pod_name: a.name.clone(),
-                    interfaces_count: if multi {
-                        interfaces(&a.container_id)
-                    } else {
-                        1
-                    },
+                    interfaces_count: if pod.multi { pod.interfaces } else { 1 },
                 },
             });
     }

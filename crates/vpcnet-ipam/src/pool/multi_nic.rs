@@ -14,6 +14,14 @@ use crate::pool::{AssignError, Granted};
 /// Name prefix of a multi-homed pod's further interfaces (`mNicIf1`, ...), the VPC CNI's.
 pub const EXTRA_INTERFACE_PREFIX: &str = "mNicIf";
 
+/// [`PodKey::interface_index`] of interface name `if_name`.
+pub(crate) fn interface_index(if_name: &str) -> u32 {
+    if_name
+        .strip_prefix(EXTRA_INTERFACE_PREFIX)
+        .and_then(|n| n.parse::<u32>().ok())
+        .unwrap_or(0)
+}
+
 impl PodKey {
     /// The key of the pod's further interface `n` (1 for the second managed card, ...).
     pub fn extra_interface(&self, n: usize) -> PodKey {
@@ -30,10 +38,7 @@ impl PodKey {
 
     /// Which of its pod's interfaces this is: n for the further interface `mNicIf<n>`, else 0.
     pub fn interface_index(&self) -> u32 {
-        self.if_name
-            .strip_prefix(EXTRA_INTERFACE_PREFIX)
-            .and_then(|n| n.parse::<u32>().ok())
-            .unwrap_or(0)
+        interface_index(&self.if_name)
     }
 }
 
