@@ -67,10 +67,8 @@ fn next_device_index(shared: &Shared, card: u32) -> u32 {
             .filter(|(c, _)| *c == card)
             .map(|(_, d)| *d),
     );
-    if card != 0 {
-        return (0..).find(|d| !used.contains(d)).unwrap_or(0);
-    }
-    (1..).find(|d| !used.contains(d)).unwrap_or(1)
+    let first = u32::from(card == 0);
+    (first..).find(|d| !used.contains(d)).unwrap_or(first)
 }
 
 /// CreateNetworkInterface → AttachNetworkInterface (on network card `card`) →
