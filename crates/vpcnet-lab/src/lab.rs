@@ -194,11 +194,22 @@ pub struct UpOptions {
 /// [`UpOptions::cni_timing`]); `/var/lib/cni` is node-private in the lab.
 pub const CNI_TIMING_LOG: &str = vpcnet_cni_harness::timing::DEFAULT_LOG;
 
-/// One plugin invocation the timing shim logged (re-exported for the benchmarks).
+/// One plugin invocation the timing shim logged (re-exported for `vpcnet-bench`).
 pub use vpcnet_cni_harness::timing::Record as CniTiming;
 
 /// The plugins the timing shim wraps when present ([`UpOptions::cni_timing`]).
 const TIMED_PLUGINS: [&str; 4] = ["vpcnet-cni", "aws-cni", "egress-cni", "portmap"];
+
+/// `--agent-env KEY=VALUE` arguments (of `vpcnet lab` and `vpcnet-bench`) as the pairs of
+/// [`UpOptions::agent_env`]; the error names a malformed one.
+pub fn parse_agent_env(kvs: &[String]) -> Result<Vec<(String, String)>> {
+    kvs.iter()
+        .map(|kv| match kv.split_once('=') {
+            Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+            _ => bail!("--agent-env {kv:?}: expected KEY=VALUE"),
+        })
+        .collect()
+}
 
 impl UpOptions {
     /// The CNI of node `name` (see [`UpOptions::cni`]).
@@ -1391,7 +1402,7 @@ impl Lab {
 }
 
 /// Builds a lab with `opts`, runs `f` on it and always tears it down (also when `f` fails or
-/// panics), for the one-shot commands (`lab demo`, `lab bench-pods`). Returns `f`'s result;
+/// panics), for the one-shot commands (`lab demo`, `vpcnet-bench`). Returns `f`'s result;
 /// when `f` succeeded, a teardown problem is the error.
 pub fn with_lab<T>(opts: &UpOptions, f: impl FnOnce(&Lab) -> Result<T>) -> Result<T> {
     let guard = LabGuard::new(Lab::up(opts)?);
