@@ -8,7 +8,7 @@
 //!
 //! Needs root, the workspace binaries, the Kubernetes binaries and aws-load-balancer-controller
 //! (`VPCNET_AWS_LBC_BIN_DIR`, else the newest build in the cache; scripts/test.sh builds it);
-//! skipped when not root.
+//! fails when not root.
 
 mod common;
 
