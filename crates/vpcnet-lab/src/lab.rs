@@ -894,13 +894,15 @@ impl Lab {
         let conflist = node.cni_conf_dir().join(VPC_CNI_CONFLIST);
         let _ = fs::remove_file(&conflist);
         let _ = fs::remove_file(node.cni_conf_dir().join(CONFLIST));
-        let mut c = Command::new(node.dir.join("bin/aws-k8s-agent"));
-        c.env_clear()
-            .env(
-                "PATH",
-                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            )
-            .envs(self.vpc_cni_env(&node, &extra)?);
+        // Only the DaemonSet's environment: `env -i` with the variables as arguments (the
+        // place's nsenter wrapper keeps the environment, not a cleared one).
+        let mut c = Command::new("env");
+        c.arg("-i")
+            .arg("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+        for (k, v) in self.vpc_cni_env(&node, &extra)? {
+            c.arg(format!("{k}={v}"));
+        }
+        c.arg(node.dir.join("bin/aws-k8s-agent"));
         let role = format!("agent {}", node.name);
         let log = self.logs().join(format!("{}.log", role.replace(' ', "-")));
         let p = self.start_process(&role, c, &node.place())?;
@@ -1014,7 +1016,7 @@ impl Lab {
             .filter(|p| p.role == role && p.alive())
             .collect();
         for p in &recs {
-            p.signal(libc::SIGKILL);
+            p.signal(nix::sys::signal::Signal::SIGKILL);
         }
         wait_for(
             &format!("vpcnet-agent on {node_name} to die of SIGKILL"),

@@ -2,7 +2,6 @@
 //! before each thing is created so `lab down` and failure paths can remove all of it.
 
 use std::fs::{self, File};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -221,14 +220,10 @@ pub fn update<T>(dir: &Path, f: impl FnOnce(&mut LabState) -> Result<T>) -> Resu
         .write(true)
         .open(dir.join("state.lock"))
         .with_context(|| format!("locking lab state in {}", dir.display()))?;
-    // SAFETY: flock(2) on an fd we own; released when `lock` is dropped.
-    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        bail!(
-            "flock {}: {}",
-            dir.display(),
-            std::io::Error::last_os_error()
-        );
-    }
+    // Released when `_lock` is dropped, after the state is saved.
+    let _lock = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| e)
+        .with_context(|| format!("flock {}", dir.join("state.lock").display()))?;
     let mut state = LabState::load(dir)?;
     let result = f(&mut state);
     state.save(dir)?;
