@@ -12,21 +12,10 @@ use anyhow::{Context, Result};
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::Pid;
-use serde::{Deserialize, Serialize};
 
 use crate::spawn::Place;
 
-/// A process the lab started: role (e.g. "containerd n1"), pid and start time in clock ticks
-/// since boot (field 22 of `/proc/<pid>/stat`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProcRecord {
-    /// What it is, for messages: "emulator", "containerd n1", "agent n1", "ctr c1".
-    pub role: String,
-    /// Process id.
-    pub pid: i32,
-    /// Start time in clock ticks since boot; identifies the process across pid reuse.
-    pub start_time: u64,
-}
+pub use crate::state::ProcRecord;
 
 /// Start time (clock ticks since boot) and state letter of `pid`, if it exists.
 fn stat(pid: i32) -> Option<(u64, char)> {

@@ -11,6 +11,7 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 
 use crate::netns;
+use crate::state::NodeRecord;
 
 /// Where a child process runs: a named network namespace and a persistent mount namespace.
 #[derive(Debug, Clone, Default)]
@@ -76,6 +77,13 @@ impl Place {
         }
         *cmd = w;
         Ok(())
+    }
+}
+
+impl NodeRecord {
+    /// Where the node's processes run: its network and mount namespaces.
+    pub fn place(&self) -> Place {
+        Place::netns(&self.netns).mount_ns(&self.mntns)
     }
 }
 
