@@ -270,7 +270,8 @@ pub fn run(args: Args) -> Result<()> {
             let lab = Lab::open(&name.name)?;
             let netns = lab.state()?.node(&node)?.netns.clone();
             // The lab's agents listen on 127.0.0.1:61679 of their node's namespace.
-            let ep = crate::inspect::Endpoint::parse(crate::inspect::DEFAULT_ENDPOINT)?;
+            use vpcnet_introspection::client::{Endpoint, DEFAULT_ENDPOINT};
+            let ep = Endpoint::parse(DEFAULT_ENDPOINT)?;
             let fetched =
                 vpcnet_lab::spawn::in_netns(&netns, move || crate::inspect::fetch(&ep, view))?;
             crate::inspect::show(view, &fetched)

@@ -13,6 +13,8 @@
 
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "client")]
+pub mod client;
 mod datapath;
 pub mod text;
 

@@ -934,32 +934,20 @@ impl Lab {
         Ok(())
     }
 
-    /// GETs `path` (e.g. `/v1/enis`) from the node's agent introspection (127.0.0.1:61679 in
-    /// the node's network namespace) and returns the status code and body.
+    /// GETs `path` (e.g. `/v1/enis`) from the node's agent introspection (its default
+    /// address, 127.0.0.1:61679, in the node's network namespace) through the introspection
+    /// client, within 5 s, and returns the status code and body.
     pub fn agent_get(&self, node_name: &str, path: &str) -> Result<(u16, String)> {
+        use vpcnet_introspection::client::{get_blocking, Endpoint, DEFAULT_ENDPOINT};
         let netns = self.state()?.node(node_name)?.netns.clone();
         let path = path.to_string();
         crate::spawn::in_netns(&netns, move || {
-            use std::io::{Read, Write};
-            let mut s = std::net::TcpStream::connect_timeout(
-                &"127.0.0.1:61679".parse().expect("constant"),
+            let r = get_blocking(
+                &Endpoint::parse(DEFAULT_ENDPOINT)?,
+                &path,
                 Duration::from_secs(5),
-            )
-            .context("connecting to the agent's introspection")?;
-            s.set_read_timeout(Some(Duration::from_secs(5)))?;
-            write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
-            let mut text = String::new();
-            s.read_to_string(&mut text)?;
-            let code = text
-                .split_whitespace()
-                .nth(1)
-                .and_then(|c| c.parse().ok())
-                .context("no HTTP status line from the agent")?;
-            let body = text
-                .split_once("\r\n\r\n")
-                .map(|(_, b)| b.to_string())
-                .unwrap_or_default();
-            Ok((code, body))
+            )?;
+            Ok((r.status, r.body))
         })
     }
 
