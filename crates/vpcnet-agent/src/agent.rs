@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Context};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use vpcnet_ec2::{Ec2, Ec2Options, Imds, NetworkInterface};
+use vpcnet_ec2::{Ec2, Ec2Options, NetworkInterface};
+use vpcnet_imds::Imds;
 
 use crate::cloud::{CloudApis, Ec2Api, MetadataApi};
 use vpcnet_ipam::{UnknownIpPolicy, WarmConfig};

@@ -1,6 +1,7 @@
 //! The EC2 actions vpcnet needs, as typed async methods on [`Ec2`]. Every method runs under
-//! the client's [`crate::CallSettings`] (token bucket, deadline, retries) and reports to its
-//! [`crate::Ec2Observer`].
+//! the client's [`crate::CallSettings`] (token bucket, deadline, retries) on the shared call
+//! loop ([`vpcnet_aws::Caller`]; paginated describes through [`vpcnet_aws::Caller::pages`])
+//! and reports to its [`crate::Ec2Observer`].
 
 use std::net::Ipv4Addr;
 
@@ -141,31 +142,29 @@ impl Ec2 {
                 .iter()
                 .map(|t| sdk::InstanceType::from(t.as_ref()))
                 .collect();
-            let mut token: Option<String> = None;
-            loop {
-                let out = self
-                    .caller
-                    .run(action, || async {
-                        self.client
+            let wanted = &wanted;
+            let page = self
+                .caller
+                .pages(
+                    action,
+                    |token| {
+                        let sent = self
+                            .client
                             .describe_instance_types()
                             .set_instance_types(Some(wanted.clone()))
-                            .set_next_token(token.clone())
-                            .send()
-                            .await
-                            .map_err(|e| sdk_error(action, e))
-                    })
-                    .await?;
-                for t in out.instance_types() {
-                    all.push(convert::instance_limits(action, t)?);
-                }
-                token = out
-                    .next_token()
-                    .filter(|t| !t.is_empty())
-                    .map(str::to_string);
-                if token.is_none() {
-                    break;
-                }
-            }
+                            .set_next_token(token)
+                            .send();
+                        async move { sent.await.map_err(|e| sdk_error(action, e)) }
+                    },
+                    |out, items| {
+                        for t in out.instance_types() {
+                            items.push(convert::instance_limits(action, t)?);
+                        }
+                        Ok(out.next_token().map(str::to_string))
+                    },
+                )
+                .await?;
+            all.extend(page);
         }
         Ok(all)
     }
@@ -207,32 +206,27 @@ impl Ec2 {
             Filter::new("vpc-id", [vpc_id]),
             Filter::new("availability-zone", [zone]),
         ]);
-        let mut all = Vec::new();
-        let mut token: Option<String> = None;
-        loop {
-            let out = self
-                .caller
-                .run(action, || async {
-                    self.client
+        let filters = &filters;
+        self.caller
+            .pages(
+                action,
+                |token| {
+                    let sent = self
+                        .client
                         .describe_subnets()
                         .set_filters(Some(filters.clone()))
-                        .set_next_token(token.clone())
-                        .send()
-                        .await
-                        .map_err(|e| sdk_error(action, e))
-                })
-                .await?;
-            for s in out.subnets() {
-                all.push(convert::subnet(action, s)?);
-            }
-            token = out
-                .next_token()
-                .filter(|t| !t.is_empty())
-                .map(str::to_string);
-            if token.is_none() {
-                return Ok(all);
-            }
-        }
+                        .set_next_token(token)
+                        .send();
+                    async move { sent.await.map_err(|e| sdk_error(action, e)) }
+                },
+                |out, items| {
+                    for s in out.subnets() {
+                        items.push(convert::subnet(action, s)?);
+                    }
+                    Ok(out.next_token().map(str::to_string))
+                },
+            )
+            .await
     }
 
     /// `DescribeSubnets` for one subnet (CIDR, zone, VPC, free addresses).
@@ -260,34 +254,29 @@ impl Ec2 {
         let action = Action::DescribeNetworkInterfaces;
         let filters = sdk_filters(filters);
         // EC2 accepts MaxResults 5..=1000.
-        let page_size = self.caller.settings.describe_page_size.clamp(5, 1000) as i32;
-        let mut all = Vec::new();
-        let mut token: Option<String> = None;
-        loop {
-            let out = self
-                .caller
-                .run(action, || async {
-                    self.client
+        let page_size = self.caller.settings().describe_page_size.clamp(5, 1000) as i32;
+        let filters = &filters;
+        self.caller
+            .pages(
+                action,
+                |token| {
+                    let sent = self
+                        .client
                         .describe_network_interfaces()
                         .set_filters(Some(filters.clone()))
                         .max_results(page_size)
-                        .set_next_token(token.clone())
-                        .send()
-                        .await
-                        .map_err(|e| sdk_error(action, e))
-                })
-                .await?;
-            for e in out.network_interfaces() {
-                all.push(convert::network_interface(action, e)?);
-            }
-            token = out
-                .next_token()
-                .filter(|t| !t.is_empty())
-                .map(str::to_string);
-            if token.is_none() {
-                return Ok(all);
-            }
-        }
+                        .set_next_token(token)
+                        .send();
+                    async move { sent.await.map_err(|e| sdk_error(action, e)) }
+                },
+                |out, items| {
+                    for e in out.network_interfaces() {
+                        items.push(convert::network_interface(action, e)?);
+                    }
+                    Ok(out.next_token().map(str::to_string))
+                },
+            )
+            .await
     }
 
     /// Every ENI attached to `instance_id` (filter `attachment.instance-id`), sorted by
@@ -631,7 +620,7 @@ mod tests {
         let e = sdk_error(Action::AssignPrivateIpAddresses, sdk);
         assert!(matches!(e, Ec2Error::Transport { .. }), "{e:?}");
         assert!(e.is_retryable());
-        let chain = crate::error_chain(&e);
+        let chain = vpcnet_aws::error_chain(&e);
         assert!(
             chain.starts_with("EC2 AssignPrivateIpAddresses: transport error")
                 && chain.contains("Connection refused (os error 111)"),
@@ -648,6 +637,6 @@ mod tests {
         }
         assert!(found, "the io::Error is in the chain");
         // A clone keeps it too (the error is shared by retries and observers).
-        assert_eq!(crate::error_chain(&e.clone()), chain);
+        assert_eq!(vpcnet_aws::error_chain(&e.clone()), chain);
     }
 }
