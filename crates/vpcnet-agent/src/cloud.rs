@@ -3,7 +3,8 @@
 //! ([`vpcnet_ec2::Ec2`], [`vpcnet_imds::Imds`]) implementing them. Tests give the agent an
 //! in-process fake cloud instead ([`AgentOptions::cloud`](crate::AgentOptions::cloud)).
 //!
-//! The traits speak vpcnet-ec2's plain domain types ([`NetworkInterface`], [`Ec2Error`], ...),
+//! The traits speak vpcnet-ec2's and vpcnet-imds's plain domain types ([`NetworkInterface`],
+//! [`Ec2Error`], [`ImdsInterface`], ...),
 //! none of the SDK's: an implementation needs no AWS SDK type.
 
 use std::net::Ipv4Addr;

@@ -249,3 +249,49 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_call_that_gets_no_answer_ends_at_the_deadline_as_a_transient_error() {
+        // Accepts connections and never answers.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let held = tokio::spawn(async move {
+            let mut conns = Vec::new();
+            while let Ok((c, _)) = listener.accept().await {
+                conns.push(c);
+            }
+        });
+        let eks = Eks::connect(EksOptions {
+            region: Some("us-east-1".into()),
+            endpoint_url: Some(endpoint),
+            credentials: Some(StaticCredentials {
+                access_key_id: "AKID".into(),
+                secret_access_key: "secret".into(),
+                session_token: None,
+            }),
+            timeout: Some(Duration::from_millis(300)),
+            ..EksOptions::default()
+        })
+        .await
+        .unwrap();
+        let t0 = std::time::Instant::now();
+        let e = eks.describe_cluster("c").await.unwrap_err();
+        assert_eq!(
+            e,
+            EksError::Transport(
+                "EKS DescribeCluster did not complete within 300ms (1 attempt(s))".into()
+            )
+        );
+        assert!(e.is_transient());
+        let took = t0.elapsed();
+        assert!(
+            took >= Duration::from_millis(300) && took < Duration::from_secs(3),
+            "one attempt, no retries: {took:?}"
+        );
+        held.abort();
+    }
+}
