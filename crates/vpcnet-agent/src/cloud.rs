@@ -4,8 +4,8 @@
 //! in-process fake cloud instead ([`AgentOptions::cloud`](crate::AgentOptions::cloud)).
 //!
 //! The traits speak vpcnet-ec2's and vpcnet-imds's plain domain types ([`NetworkInterface`],
-//! [`Ec2Error`], [`ImdsInterface`], ...),
-//! none of the SDK's: an implementation needs no AWS SDK type.
+//! [`Ec2Error`], [`ImdsInterface`], ...), none of the SDK's: an implementation needs no AWS SDK
+//! type.
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;
