@@ -23,6 +23,7 @@ mod ec2;
 mod error;
 mod model;
 mod observer;
+mod send;
 
 pub use action::{Action, ActionClass};
 pub use client::{Ec2, Ec2Options};
