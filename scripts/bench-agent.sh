@@ -5,9 +5,7 @@
 #   scripts/bench-agent.sh                 # all scenarios, release profile
 #   scripts/bench-agent.sh latency         # one of: startup latency rss rolls
 #   PROFILE=dev scripts/bench-agent.sh     # dev profile (slower, no release build needed)
-set -euo pipefail
-cd "$(dirname "$0")/.."
-profile="${PROFILE:-release}"
+source "$(dirname "$0")/lib/bench.sh"
 if [ "$profile" = release ]; then
   exec cargo bench -p vpcnet-agent --bench agent -- "$@"
 else

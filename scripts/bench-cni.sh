@@ -7,14 +7,12 @@
 # Needs root (creates and deletes its own network namespaces; never touches the root namespace).
 #
 # Usage: scripts/bench-cni.sh [ITERATIONS]   (default 50)
-set -euo pipefail
-cd "$(dirname "$0")/.."
+source "$(dirname "$0")/lib/bench.sh"
 iterations="${1:-50}"
-[ "$(id -u)" = 0 ] || { echo "bench-cni.sh: run as root (it creates network namespaces)" >&2; exit 1; }
+bench_need_root "it creates network namespaces"
 [ -x /usr/lib/cni/ptp ] || { echo "bench-cni.sh: /usr/lib/cni/ptp missing: apt-get install containernetworking-plugins" >&2; exit 1; }
-# Release build of the plugin only (what a runtime executes).
-cargo build --release -p vpcnet-cni
-# The driver (not timed) stays in the dev profile.
-cargo build -p vpcnet-cni-harness --bin vpcnet-cni-bench
-target_dir="$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
-exec "$target_dir/debug/vpcnet-cni-bench" --plugin "$target_dir/release/vpcnet-cni" --iterations "$iterations"
+# The plugin in $profile (release by default: what a runtime executes); the driver (not timed)
+# in the dev profile.
+bench_build vpcnet-cni
+cargo build -p vpcnet-bench >&2
+exec "$target_dir/debug/vpcnet-bench" cni --plugin "$out/vpcnet-cni" --iterations "$iterations"

@@ -7,12 +7,10 @@
 #   scripts/bench-lb.sh                      # release build of the vpcnet binaries
 #   PROFILE=dev scripts/bench-lb.sh          # dev build (target/debug)
 #   SECONDS_EACH=20 CONNECTIONS="1 8 32" scripts/bench-lb.sh
-set -euo pipefail
-cd "$(dirname "$0")/.."
-profile="${PROFILE:-release}"
-dir=$([ "$profile" = dev ] && echo debug || echo "$profile")
-cargo build --profile "$profile" -p vpcnet-cli -p vpcnet-agent -p vpcnet-cni >&2
-vpcnet="target/$dir/vpcnet"
+source "$(dirname "$0")/lib/bench.sh"
+bench_need_root "network namespaces"
+bench_build vpcnet-cli vpcnet-agent vpcnet-cni
+vpcnet="$out/vpcnet"
 name="bench-lb-$$"
 trap '"$vpcnet" lab down --name "$name" >&2 || true' EXIT
 "$vpcnet" lab up --name "$name" --nodes 2 >&2

@@ -14,20 +14,9 @@
 #                         [--kernel-state DIR]   (the kernel state one pod leaves, per node)
 #                         [--timings DIR]   (every CNI plugin call of the single pods, per node)
 # Release build by default; BENCH_PROFILE=dev uses the debug build the tests already made.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-[ "$(id -u)" = 0 ] || { echo "bench-peer.sh needs root (network namespaces)" >&2; exit 1; }
-./scripts/install-deps.sh
-VPCNET_K8S_BIN_DIR=$(./scripts/build-k8s.sh | tail -n 1)
-export VPCNET_K8S_BIN_DIR
-profile=${BENCH_PROFILE:-release}
-case $profile in
-  release) dir=release ;;
-  dev) dir=debug ;;
-  *) echo "bench-peer.sh: BENCH_PROFILE must be release or dev, not $profile" >&2; exit 2 ;;
-esac
-cargo build --profile "$profile" -p vpcnet-cli -p vpcnet-agent -p vpcnet-cni -p vpcnet-bootstrap
-# The timing shim the lab puts in front of both nodes' CNI plugins (plugin-level ADD/DEL, RSS).
-cargo build --profile "$profile" -p vpcnet-cni-harness --bin vpcnet-cni-timing
-echo "bench-peer: $profile build (${CARGO_TARGET_DIR:-target}/$dir)" >&2
-exec "${CARGO_TARGET_DIR:-target}/$dir/vpcnet" lab bench-peer --name "bench-peer-$$" "$@"
+source "$(dirname "$0")/lib/bench.sh"
+bench_need_root "network namespaces"
+bench_lab_parts
+# With the timing shim the lab puts in front of both nodes' CNI plugins (plugin-level ADD/DEL, RSS).
+bench_build "${LAB_PACKAGES[@]}" vpcnet-cni-harness
+exec "$out/vpcnet-bench" peer --name "bench-peer-$$" "$@"

@@ -7,18 +7,8 @@
 # Release build by default. BENCH_PROFILE=dev uses the debug build the tests already made
 # (saves a release build of the AWS SDK, ~20 CPU-minutes; pod start-up is dominated by kubelet
 # and containerd, not by vpcnet's code paths).
-set -euo pipefail
-cd "$(dirname "$0")/.."
-[ "$(id -u)" = 0 ] || { echo "bench-pods.sh needs root (network namespaces)" >&2; exit 1; }
-./scripts/install-deps.sh
-VPCNET_K8S_BIN_DIR=$(./scripts/build-k8s.sh | tail -n 1)
-export VPCNET_K8S_BIN_DIR
-profile=${BENCH_PROFILE:-release}
-case $profile in
-  release) dir=release ;;
-  dev) dir=debug ;;
-  *) echo "bench-pods.sh: BENCH_PROFILE must be release or dev, not $profile" >&2; exit 2 ;;
-esac
-cargo build --profile "$profile" -p vpcnet-cli -p vpcnet-agent -p vpcnet-cni -p vpcnet-bootstrap
-echo "bench-pods: $profile build (target/$dir)" >&2
-exec "target/$dir/vpcnet" lab bench-pods --name "bench-pods-$$" "$@"
+source "$(dirname "$0")/lib/bench.sh"
+bench_need_root "network namespaces"
+bench_lab_parts
+bench_build "${LAB_PACKAGES[@]}"
+exec "$out/vpcnet-bench" pods --name "bench-pods-$$" "$@"

@@ -10,19 +10,10 @@
 #   scripts/bench-targets.sh [--replicas N] [--scale-to N] [--connections N] [--max-load-secs S]
 #                            [--logs DIR]   (both controllers' logs, copied before teardown)
 # Release build by default; BENCH_PROFILE=dev uses the debug build the tests already made.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-[ "$(id -u)" = 0 ] || { echo "bench-targets.sh needs root (network namespaces)" >&2; exit 1; }
-./scripts/install-deps.sh
-VPCNET_K8S_BIN_DIR=$(./scripts/build-k8s.sh | tail -n 1)
+source "$(dirname "$0")/lib/bench.sh"
+bench_need_root "network namespaces"
+bench_lab_parts
 VPCNET_AWS_LBC_BIN_DIR=$(./scripts/build-aws-lbc.sh | tail -n 1)
-export VPCNET_K8S_BIN_DIR VPCNET_AWS_LBC_BIN_DIR
-profile=${BENCH_PROFILE:-release}
-case $profile in
-  release) dir=release ;;
-  dev) dir=debug ;;
-  *) echo "bench-targets.sh: BENCH_PROFILE must be release or dev, not $profile" >&2; exit 2 ;;
-esac
-cargo build --profile "$profile" -p vpcnet-cli -p vpcnet-agent -p vpcnet-cni -p vpcnet-bootstrap -p vpcnet-targets
-echo "bench-targets: $profile build (${CARGO_TARGET_DIR:-target}/$dir)" >&2
-exec "${CARGO_TARGET_DIR:-target}/$dir/vpcnet" lab bench-targets --name "bench-targets-$$" "$@"
+export VPCNET_AWS_LBC_BIN_DIR
+bench_build "${LAB_PACKAGES[@]}" vpcnet-targets
+exec "$out/vpcnet-bench" targets --name "bench-targets-$$" "$@"

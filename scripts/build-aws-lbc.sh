@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds aws-load-balancer-controller, unmodified, from the Go module pinned in
 # lab/aws-load-balancer-controller (a `tool` of that wrapper module): the peer of vpcnet-targets
-# in `vpcnet lab bench-targets` (scripts/bench-targets.sh) and in the lab test
+# in `vpcnet-bench targets` (scripts/bench-targets.sh) and in the lab test
 # tests/aws_lbc.rs. Kept apart from scripts/build-k8s.sh so that pinning or bumping it never
 # changes the Kubernetes cache key (which would relink every Kubernetes binary).
 #

@@ -10,5 +10,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CHAOS_LAB_OPS="${CHAOS_LAB_OPS:-150}" CHAOS_LAB_KILLS="${CHAOS_LAB_KILLS:-15}" \
     CHAOS_LAB_SEED="${CHAOS_LAB_SEED:-13}"
-cargo build --workspace --bins
+cargo build --workspace --all-targets
 exec cargo test -p vpcnet-lab --test chaos_lab -- --nocapture

@@ -8,6 +8,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// monotonic clocks agree and this is the wall clock; on a paused tokio clock (tests) it is
 /// the wall clock at the pause plus the time advanced, so cooldowns, reclaim graces and the
 /// leaked-ENI age guard run on the same clock as every timer of the agent.
+// The one place the agent reads std's clocks: the wall time is the point, and the skew between
+// the two monotonic clocks is what makes it follow a paused tokio clock.
+#[allow(clippy::disallowed_methods)]
 pub fn now_ms() -> u64 {
     let wall = SystemTime::now()
         .duration_since(UNIX_EPOCH)

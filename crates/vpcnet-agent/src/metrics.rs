@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use prometheus_client::encoding::{EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::family::Family;
@@ -27,6 +27,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::{Metric, Registry};
+use tokio::time::Instant;
 use vpcnet_ec2::{Action, Ec2Error, Ec2Observer};
 
 /// HTTP `Content-Type` of [`Metrics::encode`]'s output.

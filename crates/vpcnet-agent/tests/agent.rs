@@ -1,5 +1,8 @@
 //! Issue 3 acceptance: in-process emulator + in-process agent + gRPC over a temp Unix socket.
 
+// std's clocks (banned by the workspace clippy.toml): the agent runs as a real process here; the test waits for it on the wall clock.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::collections::BTreeSet;

@@ -19,6 +19,9 @@
 //! `scripts/chaos-agent.sh` runs the full size (1,000 operations, 12 kills). Seed:
 //! `CHAOS_SEED`.
 
+// std's clocks (banned by the workspace clippy.toml): real agent processes, SIGKILLed and restarted: wall time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -3,6 +3,9 @@
 //! cloud on tokio's paused clock (the tests that wait: reclaim grace, sweep age); the node's
 //! datapath is a fake ([`FakeNode`]) so no namespace is touched.
 
+// std's clocks (banned by the workspace clippy.toml): the real agent process: wall time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::collections::BTreeSet;

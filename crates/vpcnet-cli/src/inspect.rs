@@ -14,6 +14,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
+use vpcnet_introspection::text::table;
 use vpcnet_introspection::{self as doc, Address, Eni, EnisDoc, EnvSettings, Pod, Pods};
 
 mod datapath;
@@ -691,31 +692,6 @@ fn rfc3339(ms: u64) -> String {
     chrono::DateTime::from_timestamp_millis(ms as i64)
         .map(|t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string())
         .unwrap_or_else(|| ms.to_string())
-}
-
-/// Formats rows as left-aligned columns separated by two spaces (also `vpcnet lab`).
-pub(crate) fn table(rows: &[Vec<String>]) -> String {
-    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..cols)
-        .map(|i| {
-            rows.iter()
-                .filter_map(|r| r.get(i))
-                .map(|c| c.chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    for r in rows {
-        let line: Vec<String> = r
-            .iter()
-            .enumerate()
-            .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
-            .collect();
-        out.push_str(line.join("  ").trim_end());
-        out.push('\n');
-    }
-    out
 }
 
 #[cfg(test)]

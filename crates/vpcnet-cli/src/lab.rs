@@ -2,18 +2,15 @@
 //! control plane, per-node containerd, kubelet, kube-proxy and vpcnet-agent come from the
 //! `vpcnet-lab` crate; this module is the command line and the tables, `demo` the demo.
 
-mod bench;
-mod bench_peer;
-mod bench_targets;
 mod demo;
 mod requests;
 
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 
-use crate::inspect::table;
 use anyhow::{bail, Context, Result};
 use clap::{Args as ClapArgs, Subcommand};
+use vpcnet_introspection::text::table;
 use vpcnet_lab::lab::{progress, ContainerInfo, Lab, UpOptions};
 
 #[derive(ClapArgs)]
@@ -149,16 +146,6 @@ enum LabCommand {
         #[arg(long, default_value_t = 12)]
         count: usize,
     },
-    /// Pod start-up benchmark: vpcnet vs Debian's bridge + host-local on the same kubelet
-    /// (a burst Deployment, then single pods), one lab, one run; prints a table with ratios.
-    BenchPods(bench::Args),
-    /// vpcnet against AWS's VPC CNI: two nodes of one type, `n1` on the VPC CNI, `n2` on
-    /// vpcnet, one run; prints a table with ratios (scripts/bench-peer.sh).
-    BenchPeer(bench_peer::Args),
-    /// vpcnet-targets against aws-load-balancer-controller: one lab, the same
-    /// TargetGroupBinding, rollout and load for each, one after the other; prints a table with
-    /// ratios (scripts/bench-targets.sh).
-    BenchTargets(bench_targets::Args),
     /// (internal) The lab cloud daemon, run by `lab up` inside the VPC namespace.
     #[command(hide = true)]
     Serve {
@@ -181,7 +168,7 @@ fn up_options(a: &UpArgs, default_nodes: usize) -> Result<UpOptions> {
     o.kubernetes = !a.no_kubernetes;
     o.k8s_bin_dir = a.k8s_bin_dir.clone();
     o.cluster_endpoint = a.cluster_endpoint;
-    o.agent_env = parse_env(&a.agent_env)?;
+    o.agent_env = vpcnet_lab::lab::parse_agent_env(&a.agent_env)?;
     o.cni = parse_cni(&a.cni)?;
     if a.two_zones {
         o.layout = vpcnet_lab::lab::VpcLayout::TwoZones;
@@ -198,16 +185,6 @@ fn parse_cni(args: &[String]) -> Result<Vec<(String, vpcnet_lab::state::NodeCni)
                 node.to_string(),
                 cni.parse().with_context(|| format!("--cni {a:?}"))?,
             ))
-        })
-        .collect()
-}
-
-/// `--agent-env KEY=VALUE` arguments as pairs; errors name a malformed one.
-pub(crate) fn parse_env(kvs: &[String]) -> Result<Vec<(String, String)>> {
-    kvs.iter()
-        .map(|kv| match kv.split_once('=') {
-            Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
-            _ => bail!("--agent-env {kv:?}: expected KEY=VALUE"),
         })
         .collect()
 }
@@ -325,9 +302,6 @@ pub fn run(args: Args) -> Result<()> {
                 demo::run(&up_options(&up, 2)?, count)
             }
         }
-        LabCommand::BenchPods(a) => bench::run(&a),
-        LabCommand::BenchPeer(a) => bench_peer::run(&a),
-        LabCommand::BenchTargets(a) => bench_targets::run(&a),
         LabCommand::Serve { dir } => vpcnet_lab::daemon::serve(&dir),
         LabCommand::CsrApprover { dir } => vpcnet_lab::kube::csr::run(&Lab { dir }.kubectl()?),
     }
@@ -495,30 +469,4 @@ fn demo_steps(lab: &Lab, count: usize) -> Result<usize> {
     print!("{}", table(&rows));
     println!();
     Ok(failed)
-}
-
-/// A benchmark table's ratio cell, ours / theirs to two decimals: `=` when both are 0, `-`
-/// when only theirs is (no ratio).
-pub(crate) fn ratio(ours: f64, theirs: f64) -> String {
-    if theirs == 0.0 {
-        if ours == 0.0 {
-            "=".into()
-        } else {
-            "-".into()
-        }
-    } else {
-        format!("{:.2}", ours / theirs)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::ratio;
-
-    #[test]
-    fn ratios_handle_zero_counts() {
-        assert_eq!(ratio(0.0, 0.0), "=");
-        assert_eq!(ratio(1.0, 0.0), "-");
-        assert_eq!(ratio(1.0, 4.0), "0.25");
-    }
 }

@@ -11,7 +11,7 @@ use vpcnet_lab::lab::Lab;
 use vpcnet_lab::lbctl::{LabLb, LbSettings};
 use vpcnet_lab::load::LoadReport;
 
-use crate::inspect::table;
+use vpcnet_introspection::text::table;
 
 #[derive(ClapArgs)]
 pub struct Args {

@@ -470,15 +470,11 @@ impl Drop for LabDown {
 }
 
 /// `vpcnet lab inspect` reaches the agent inside the node's network namespace. Needs root and
-/// the workspace binaries (`cargo build --workspace --bins`); skipped when not root.
+/// the workspace binaries (`cargo build --workspace --all-targets`); fails when not root.
 #[cfg(feature = "lab")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lab_inspect_reads_the_node_agent() {
-    let uid = std::process::Command::new("id").arg("-u").output().unwrap();
-    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
-        eprintln!("skipped: needs root");
-        return;
-    }
+    vpcnet_cni_harness::netns::require_root();
     let name = format!("e2e-inspect-{}-0", std::process::id());
     let _down = LabDown(name.clone());
     stdout(&vpcnet(&["lab", "up", "--no-kubernetes", "--name", &name]).await);

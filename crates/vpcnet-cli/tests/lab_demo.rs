@@ -3,16 +3,13 @@
 //! runs a Deployment of 12 httpd pods behind a Service, prints the nodes, the pods, the
 //! pod/IP/ENI/device table with a second ENI in use, the ENIs, the ping and ClusterIP results,
 //! and tears everything down. Needs root, the workspace binaries and the Kubernetes binaries
-//! (scripts/test.sh provides both); skipped when not root.
+//! (scripts/test.sh provides both); fails when not root.
 
 use std::process::Command;
 
 #[test]
 fn lab_demo_prints_nodes_pods_enis_and_checks_and_leaves_nothing() {
-    if !is_root() {
-        eprintln!("skipped: needs root");
-        return;
-    }
+    vpcnet_cni_harness::netns::require_root();
     let name = format!("e2e-clidemo-{}-0", std::process::id());
     let out = Command::new(env!("CARGO_BIN_EXE_vpcnet"))
         .args(["lab", "demo", "--name", &name])
@@ -64,12 +61,4 @@ fn lab_demo_prints_nodes_pods_enis_and_checks_and_leaves_nothing() {
         !std::path::Path::new("/run/vpcnet-lab").join(&name).exists(),
         "lab state left behind"
     );
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false)
 }

@@ -1,7 +1,7 @@
 //! `vpcnet lab lb ...` as an operator types it: a lab with two httpd containers, a network load
 //! balancer created, targets registered, health listed until healthy, load sent through it and
 //! reported, the load balancer deleted, the lab removed (always, even on failure). Needs root,
-//! haproxy and the workspace binaries (`cargo build --workspace --bins`); skipped when not root.
+//! haproxy and the workspace binaries (`cargo build --workspace --all-targets`); fails when not root.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -47,10 +47,7 @@ impl Drop for Session {
 
 #[test]
 fn an_operator_creates_a_load_balancer_registers_checks_and_loads_it() {
-    if !is_root() {
-        eprintln!("skipped: needs root");
-        return;
-    }
+    vpcnet_cni_harness::netns::require_root();
     let s = Session {
         name: format!("e2e-clilb-{}-0", std::process::id()),
     };
@@ -105,10 +102,4 @@ fn an_operator_creates_a_load_balancer_registers_checks_and_loads_it() {
     s.vpcnet(&["lb", "delete", "web"]);
     let list = s.vpcnet(&["lb", "list"]);
     assert!(!list.lines().any(|l| l.starts_with("web")), "{list}");
-}
-
-/// Effective root: `/proc/self` belongs to the effective user.
-fn is_root() -> bool {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }

@@ -7,6 +7,16 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
+/// Fails the calling test, naming the fix, unless it runs as root: tests that create network
+/// namespaces never pass without having run (`scripts/test.sh` runs them as root).
+pub fn require_root() {
+    assert!(
+        nix::unistd::Uid::effective().is_root(),
+        "this test needs root (it creates network namespaces and processes in them): run it as \
+         root, as scripts/test.sh does"
+    );
+}
+
 /// A network namespace owned by the current test; deleted on drop.
 #[derive(Debug)]
 pub struct TestNetns {

@@ -1,5 +1,8 @@
 //! Kernel tests of the datapath, each inside namespaces it creates (needs root).
 
+// std's clocks (banned by the workspace clippy.toml): the real kernel: wall time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::net::Ipv4Addr;

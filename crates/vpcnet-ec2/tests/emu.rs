@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use ipnet::Ipv4Net;
 use vpcnet_ec2::{

@@ -278,7 +278,7 @@ mod tests {
         })
         .await
         .unwrap();
-        let t0 = std::time::Instant::now();
+        let t0 = tokio::time::Instant::now();
         let e = eks.describe_cluster("c").await.unwrap_err();
         assert_eq!(
             e,

@@ -1,7 +1,12 @@
 //! The adapter against vpcnet-emu: typed results, every page of paginated describes, retries on
 //! `Throttling` only, deadlines, and the error predicates.
 
-use std::time::{Duration, Instant};
+// std's clocks (banned by the workspace clippy.toml): the emulator serves over HTTP on the wall clock.
+#![allow(clippy::disallowed_methods)]
+
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use vpcnet_elbv2::{
     CallSettings, Elbv2, Elbv2Options, HealthCheck, HealthState, LoadBalancerType, NewLoadBalancer,

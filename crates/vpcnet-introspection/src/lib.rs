@@ -14,6 +14,7 @@
 use serde::{Deserialize, Serialize};
 
 mod datapath;
+pub mod text;
 
 pub use datapath::{DatapathDoc, Finding, PodCheck, Repair, DATAPATH};
 pub use vpcnet_ipam::{Action, PoolSummary, PrefixFallback};

@@ -194,11 +194,22 @@ pub struct UpOptions {
 /// [`UpOptions::cni_timing`]); `/var/lib/cni` is node-private in the lab.
 pub const CNI_TIMING_LOG: &str = vpcnet_cni_harness::timing::DEFAULT_LOG;
 
-/// One plugin invocation the timing shim logged (re-exported for the benchmarks).
+/// One plugin invocation the timing shim logged (re-exported for `vpcnet-bench`).
 pub use vpcnet_cni_harness::timing::Record as CniTiming;
 
 /// The plugins the timing shim wraps when present ([`UpOptions::cni_timing`]).
 const TIMED_PLUGINS: [&str; 4] = ["vpcnet-cni", "aws-cni", "egress-cni", "portmap"];
+
+/// `--agent-env KEY=VALUE` arguments (of `vpcnet lab` and `vpcnet-bench`) as the pairs of
+/// [`UpOptions::agent_env`]; the error names a malformed one.
+pub fn parse_agent_env(kvs: &[String]) -> Result<Vec<(String, String)>> {
+    kvs.iter()
+        .map(|kv| match kv.split_once('=') {
+            Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+            _ => bail!("--agent-env {kv:?}: expected KEY=VALUE"),
+        })
+        .collect()
+}
 
 impl UpOptions {
     /// The CNI of node `name` (see [`UpOptions::cni`]).
@@ -883,13 +894,15 @@ impl Lab {
         let conflist = node.cni_conf_dir().join(VPC_CNI_CONFLIST);
         let _ = fs::remove_file(&conflist);
         let _ = fs::remove_file(node.cni_conf_dir().join(CONFLIST));
-        let mut c = Command::new(node.dir.join("bin/aws-k8s-agent"));
-        c.env_clear()
-            .env(
-                "PATH",
-                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            )
-            .envs(self.vpc_cni_env(&node, &extra)?);
+        // Only the DaemonSet's environment: `env -i` with the variables as arguments (the
+        // place's nsenter wrapper keeps the environment, not a cleared one).
+        let mut c = Command::new("env");
+        c.arg("-i")
+            .arg("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+        for (k, v) in self.vpc_cni_env(&node, &extra)? {
+            c.arg(format!("{k}={v}"));
+        }
+        c.arg(node.dir.join("bin/aws-k8s-agent"));
         let role = format!("agent {}", node.name);
         let log = self.logs().join(format!("{}.log", role.replace(' ', "-")));
         let p = self.start_process(&role, c, &node.place())?;
@@ -1003,7 +1016,7 @@ impl Lab {
             .filter(|p| p.role == role && p.alive())
             .collect();
         for p in &recs {
-            p.signal(libc::SIGKILL);
+            p.signal(nix::sys::signal::Signal::SIGKILL);
         }
         wait_for(
             &format!("vpcnet-agent on {node_name} to die of SIGKILL"),
@@ -1391,7 +1404,7 @@ impl Lab {
 }
 
 /// Builds a lab with `opts`, runs `f` on it and always tears it down (also when `f` fails or
-/// panics), for the one-shot commands (`lab demo`, `lab bench-pods`). Returns `f`'s result;
+/// panics), for the one-shot commands (`lab demo`, `vpcnet-bench`). Returns `f`'s result;
 /// when `f` succeeded, a teardown problem is the error.
 pub fn with_lab<T>(opts: &UpOptions, f: impl FnOnce(&Lab) -> Result<T>) -> Result<T> {
     let guard = LabGuard::new(Lab::up(opts)?);

@@ -62,11 +62,7 @@ pub const KUBELET_TUNABLES: &[(&str, &str)] = &[
     ("kernel/keys/root_maxbytes", "25000000"),
 ];
 
-/// Host-side path of the node path `node_path` (e.g. `/etc/cni/net.d`) for a node whose root
-/// directory is `root`: `root` + `node_path`.
-pub fn host_path(root: &Path, node_path: &str) -> PathBuf {
-    root.join(node_path.trim_start_matches('/'))
-}
+pub use crate::state::host_path;
 
 /// The directory of persistent mount namespace files of the lab in `lab_dir`.
 pub fn ns_dir(lab_dir: &Path) -> PathBuf {

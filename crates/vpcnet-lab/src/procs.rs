@@ -9,21 +9,13 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
+use nix::sys::signal::{kill, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag};
+use nix::unistd::Pid;
 
 use crate::spawn::Place;
 
-/// A process the lab started: role (e.g. "containerd n1"), pid and start time in clock ticks
-/// since boot (field 22 of `/proc/<pid>/stat`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProcRecord {
-    /// What it is, for messages: "emulator", "containerd n1", "agent n1", "ctr c1".
-    pub role: String,
-    /// Process id.
-    pub pid: i32,
-    /// Start time in clock ticks since boot; identifies the process across pid reuse.
-    pub start_time: u64,
-}
+pub use crate::state::ProcRecord;
 
 /// Start time (clock ticks since boot) and state letter of `pid`, if it exists.
 fn stat(pid: i32) -> Option<(u64, char)> {
@@ -44,21 +36,20 @@ impl ProcRecord {
     }
 
     /// Sends `signal` if this exact process is still running.
-    pub fn signal(&self, signal: i32) {
+    pub fn signal(&self, signal: Signal) {
         if self.alive() {
-            // SAFETY: plain kill(2) on a pid we verified by start time.
-            unsafe { libc::kill(self.pid, signal) };
+            let _ = kill(Pid::from_raw(self.pid), signal);
         }
     }
 
     /// SIGTERM, wait up to `grace`, then SIGKILL and wait up to 5 s more. Returns whether the
     /// process is gone.
     pub fn stop(&self, grace: Duration) -> bool {
-        self.signal(libc::SIGTERM);
+        self.signal(Signal::SIGTERM);
         if wait_gone(self, grace) {
             return true;
         }
-        self.signal(libc::SIGKILL);
+        self.signal(Signal::SIGKILL);
         wait_gone(self, Duration::from_secs(5))
     }
 }
@@ -77,15 +68,14 @@ fn wait_gone(p: &ProcRecord, timeout: Duration) -> bool {
 /// Collects `pid`'s exit status if it is our child (no effect otherwise), so it does not
 /// linger as a zombie.
 pub fn reap(pid: i32) {
-    let mut status = 0;
-    // SAFETY: waitpid with WNOHANG on one pid; ECHILD when it is not our child.
-    unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+    // ECHILD when it is not our child.
+    let _ = waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG));
 }
 
 /// Kills a pid (SIGKILL) that was found by a scan (namespace or cgroup), not recorded.
 pub fn kill_pid(pid: i32) {
-    // SAFETY: kill(2); the pid was just found in one of the lab's own namespaces or cgroups.
-    unsafe { libc::kill(pid, libc::SIGKILL) };
+    // The pid was just found in one of the lab's own namespaces or cgroups.
+    let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
     reap(pid);
 }
 
@@ -98,11 +88,12 @@ pub fn spawn(role: &str, mut cmd: Command, place: &Place, log: &Path) -> Result<
         .append(true)
         .open(log)
         .with_context(|| format!("opening log {}", log.display()))?;
+    // Placed first: the place's wrapper becomes the command that the settings below apply to.
+    place.apply(&mut cmd)?;
     cmd.stdin(Stdio::null())
         .stdout(log_file.try_clone()?)
         .stderr(log_file)
         .process_group(0);
-    place.apply(&mut cmd)?;
     let child = cmd
         .spawn()
         .with_context(|| format!("starting {role} ({:?})", cmd.get_program()))?;

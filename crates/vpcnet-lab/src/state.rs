@@ -1,14 +1,12 @@
 //! The lab's record of everything it created (`/run/vpcnet-lab/<name>/state.json`), written
-//! before each thing is created so `lab down` and failure paths can remove all of it.
+//! before each thing is created so `lab down` and failure paths can remove all of it. Records
+//! only: this module imports nothing of the lab, every other part stands on it.
 
 use std::fs::{self, File};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
-
-use crate::procs::ProcRecord;
 
 /// Root of all lab state directories.
 pub const LAB_ROOT: &str = "/run/vpcnet-lab";
@@ -25,9 +23,9 @@ pub struct NodeRecord {
     /// Primary private IPv4 address of the instance (on `eth0`).
     pub primary_ip: String,
     /// Node directory: `root/` (what the node sees at its standard paths, see
-    /// [`crate::machine`]), `bin/`, scratch files.
+    /// `machine`), `bin/`, scratch files.
     pub dir: PathBuf,
-    /// The node's persistent mount namespace (see [`crate::machine`]).
+    /// The node's persistent mount namespace (see the `machine` module).
     #[serde(default)]
     pub mntns: PathBuf,
     /// The Kubernetes node name (the instance's EC2 private DNS name), once known.
@@ -73,11 +71,7 @@ impl NodeRecord {
     }
     /// Host path of the node path `node_path` (e.g. `/etc/cni/net.d`).
     pub fn path(&self, node_path: &str) -> PathBuf {
-        crate::machine::host_path(&self.root(), node_path)
-    }
-    /// Where the node's processes run: its network and mount namespaces.
-    pub fn place(&self) -> crate::spawn::Place {
-        crate::spawn::Place::netns(&self.netns).mount_ns(&self.mntns)
+        host_path(&self.root(), node_path)
     }
     /// containerd's gRPC socket of this node (host path of `/run/containerd/containerd.sock`).
     pub fn containerd_socket(&self) -> PathBuf {
@@ -136,8 +130,8 @@ pub struct LabState {
     pub ec2_endpoint: Option<String>,
     /// The Kubernetes control plane, in a lab with Kubernetes.
     #[serde(default)]
-    pub control_plane: Option<crate::kube::control_plane::ControlPlaneRecord>,
-    /// The host outside the VPC (layout [`crate::lab::VpcLayout::TwoZones`]).
+    pub control_plane: Option<ControlPlaneRecord>,
+    /// The host outside the VPC (the two-zone layout).
     #[serde(default)]
     pub outside: Option<OutsideRecord>,
 }
@@ -221,18 +215,49 @@ pub fn update<T>(dir: &Path, f: impl FnOnce(&mut LabState) -> Result<T>) -> Resu
         .write(true)
         .open(dir.join("state.lock"))
         .with_context(|| format!("locking lab state in {}", dir.display()))?;
-    // SAFETY: flock(2) on an fd we own; released when `lock` is dropped.
-    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        bail!(
-            "flock {}: {}",
-            dir.display(),
-            std::io::Error::last_os_error()
-        );
-    }
+    // Released when `_lock` is dropped, after the state is saved.
+    let _lock = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| e)
+        .with_context(|| format!("flock {}", dir.join("state.lock").display()))?;
     let mut state = LabState::load(dir)?;
     let result = f(&mut state);
     state.save(dir)?;
     result
+}
+
+/// A process the lab started: role (e.g. "containerd n1"), pid and start time in clock ticks
+/// since boot (field 22 of `/proc/<pid>/stat`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcRecord {
+    /// What it is, for messages: "emulator", "containerd n1", "agent n1", "ctr c1".
+    pub role: String,
+    /// Process id.
+    pub pid: i32,
+    /// Start time in clock ticks since boot; identifies the process across pid reuse.
+    pub start_time: u64,
+}
+
+/// What the lab records about its control plane.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControlPlaneRecord {
+    /// Network namespace of the control-plane host.
+    pub netns: String,
+    /// Its EC2 instance ID in the lab cloud.
+    pub instance_id: String,
+    /// Its address (the API server endpoint is `https://<ip>:6443`).
+    pub ip: String,
+    /// Directory of the Kubernetes binaries used.
+    pub bin_dir: PathBuf,
+    /// Admin kubeconfig (`system:masters`).
+    pub admin_kubeconfig: PathBuf,
+    /// The cluster CA certificate (PEM file).
+    pub ca_file: PathBuf,
+}
+
+/// Host path of the node path `node_path` in a node whose root directory is `root` (node path
+/// `/x` is `root/x`).
+pub fn host_path(root: &Path, node_path: &str) -> PathBuf {
+    root.join(node_path.trim_start_matches('/'))
 }
 
 /// Names of the labs that have a state directory.

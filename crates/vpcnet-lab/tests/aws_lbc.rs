@@ -4,11 +4,11 @@
 //! readiness gates turn True, requests flow through the load balancer, a scale-down
 //! deregisters, and every EC2/ELBv2 call it made was answered with a success (the emulator's
 //! request log, by the access key it signs with). The peer of `vpcnet-targets` in
-//! `vpcnet lab bench-targets`.
+//! `vpcnet-bench targets`.
 //!
 //! Needs root, the workspace binaries, the Kubernetes binaries and aws-load-balancer-controller
 //! (`VPCNET_AWS_LBC_BIN_DIR`, else the newest build in the cache; scripts/test.sh builds it);
-//! skipped when not root.
+//! fails when not root.
 
 mod common;
 

@@ -13,7 +13,7 @@
 //!   through the conflist in place, without bandwidth), as `ENABLE_BANDWIDTH_PLUGIN`'s
 //!   documentation says.
 //!
-//! Needs root, the workspace binaries and the Kubernetes binaries; skipped when not root.
+//! Needs root, the workspace binaries and the Kubernetes binaries; fails when not root.
 
 use std::net::Ipv4Addr;
 use std::time::Duration;

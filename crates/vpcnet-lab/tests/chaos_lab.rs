@@ -13,7 +13,7 @@
 //!
 //! CI size: 36 container operations, 4 kills, seed 13 (`CHAOS_LAB_OPS`, `CHAOS_LAB_KILLS`,
 //! `CHAOS_LAB_SEED` change it; `scripts/chaos-lab.sh` runs a bigger one). Needs root and the
-//! workspace binaries; skipped when not root. The lab (its namespaces) is created and removed
+//! workspace binaries; fails when not root. The lab (its namespaces) is created and removed
 //! by the test, also on failure.
 
 use std::collections::{BTreeMap, BTreeSet};

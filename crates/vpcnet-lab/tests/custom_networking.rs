@@ -5,7 +5,7 @@
 //! the node unless excluded); an ENIConfig edited while ENIs exist; the annotation beating the
 //! label; bad input named without losing anything. One lab for all (a lab cluster is slow to
 //! start), phases in order. Needs root, the workspace binaries and the Kubernetes binaries;
-//! skipped when not root.
+//! fails when not root.
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};

@@ -1,7 +1,7 @@
 //! End-to-end acceptance of issue 4 on the whole system: lab cloud (vpcnet-emu) + VPC fabric,
 //! a node namespace with containerd and vpcnet-agent, containers started by `ctr run --cni`
 //! (which executes vpcnet-cni). Needs root and the workspace binaries (`cargo build --workspace
-//! --bins`, as scripts/test.sh does); skipped when not root.
+//! --bins`, as scripts/test.sh does); fails when not root.
 //!
 //! Every test builds its own lab (unique name), tears it down even on failure, and checks that
 //! the root network namespace's links, routes and rules are unchanged and no namespace of the
@@ -335,10 +335,7 @@ fn two_nodes_pods_reach_each_other_across_the_fabric() {
 
 #[test]
 fn failed_up_removes_everything_and_quotes_the_failing_component() {
-    if !is_root() {
-        eprintln!("skipped: needs root");
-        return;
-    }
+    vpcnet_cni_harness::netns::require_root();
     remove_stale_test_labs();
     let before = root_snapshot();
     let real = bin_dir();

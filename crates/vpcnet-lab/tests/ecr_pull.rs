@@ -6,7 +6,7 @@
 //!
 //! Needs root, the built binaries, the Kubernetes binaries (`VPCNET_K8S_BIN_DIR`), the provider
 //! (`VPCNET_ECR_CREDENTIAL_PROVIDER`, from `scripts/build-ecr-credential-provider.sh`) and the
-//! registry (`VPCNET_REGISTRY_BIN_DIR`, from `scripts/build-registry.sh`); skipped without.
+//! registry (`VPCNET_REGISTRY_BIN_DIR`, from `scripts/build-registry.sh`); fails without them.
 
 mod common;
 
@@ -44,11 +44,11 @@ fn a_private_ecr_image_is_pulled_through_ecr_credential_provider_and_not_without
         std::env::var_os(registry::PROVIDER_ENV),
         std::env::var_os("VPCNET_REGISTRY_BIN_DIR"),
     ) else {
-        eprintln!(
-            "skipped: set {} and VPCNET_REGISTRY_BIN_DIR (scripts/test.sh does)",
+        panic!(
+            "this test needs {} and VPCNET_REGISTRY_BIN_DIR: scripts/test.sh builds both and \
+             sets them (scripts/build-ecr-credential-provider.sh, scripts/build-registry.sh)",
             registry::PROVIDER_ENV
         );
-        return;
     };
     let reg_bin = PathBuf::from(reg_bin);
     with_kube_lab(

@@ -2,7 +2,7 @@
 //! serves the ENIConfig CRD the lab installs, the agent watches its Node and the ENIConfigs,
 //! reports a missing or malformed choice on the Node (condition + Event), in introspection
 //! and metrics, and fills its pool once the ENIConfig appears. Needs root, the workspace
-//! binaries and the Kubernetes binaries; skipped when not root.
+//! binaries and the Kubernetes binaries; fails when not root.
 
 use std::time::{Duration, Instant};
 

@@ -63,10 +63,7 @@ fn wait(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
 
 #[test]
 fn http_mode_checks_path_and_matcher_and_routes_to_healthy_targets() {
-    if !nix::unistd::Uid::effective().is_root() {
-        eprintln!("skipped: needs root");
-        return;
-    }
+    vpcnet_cni_harness::netns::require_root();
     let ns = Ns(format!("vlhx{}", std::process::id()));
     let tmp = tempfile::tempdir().unwrap();
     netns::create(&ns.0).unwrap();

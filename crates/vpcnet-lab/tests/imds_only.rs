@@ -5,7 +5,7 @@
 //! An address assigned later by someone else (this test, through EC2) serves a pod after the
 //! next reconcile.
 //!
-//! Needs root, the workspace binaries and the Kubernetes binaries; skipped when not root.
+//! Needs root, the workspace binaries and the Kubernetes binaries; fails when not root.
 
 use std::net::Ipv4Addr;
 use std::time::Duration;

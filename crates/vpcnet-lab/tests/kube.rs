@@ -260,10 +260,7 @@ fn without_the_api_server_the_agent_fills_its_pool_and_serves_add_and_del() {
 
 #[test]
 fn a_control_plane_component_that_fails_is_named_and_everything_is_removed() {
-    if !is_root() {
-        eprintln!("skipped: needs root");
-        return;
-    }
+    vpcnet_cni_harness::netns::require_root();
     remove_stale_test_labs();
     let before = root_snapshot();
     let real =

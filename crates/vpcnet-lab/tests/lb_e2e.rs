@@ -1,8 +1,8 @@
 //! End-to-end acceptance of the lab's load balancers: ELBv2 on the lab cloud through
 //! aws-sdk-elasticloadbalancingv2, HAProxy carrying the traffic inside the lab's namespaces,
 //! three `httpd` containers on two nodes registered by IP behind a `network` load balancer.
-//! Needs root, `haproxy` and the workspace binaries (`cargo build --workspace --bins`); skipped
-//! when not root.
+//! Needs root, `haproxy` and the workspace binaries (`cargo build --workspace --all-targets`);
+//! fails when not root.
 
 mod common;
 

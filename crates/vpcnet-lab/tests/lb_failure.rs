@@ -1,7 +1,7 @@
 //! A load balancer whose HAProxy cannot start: the load balancer is `failed` with HAProxy's own
 //! words as the reason, and nothing of its data plane is left — no process, no namespace, no
 //! entry in the lab state. `haproxy` is replaced by a failing one on PATH for this lab (its own
-//! test binary: the environment is the process's). Needs root; skipped otherwise.
+//! test binary: the environment is the process's). Needs root (fails otherwise).
 
 mod common;
 

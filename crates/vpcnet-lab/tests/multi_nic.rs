@@ -8,7 +8,7 @@
 //! an ENI that does not own its source address, so the VPC reaching `mNicIf1`'s address proves
 //! the reply path. A plain pod gets one interface. Deleting the multi-homed pod releases both
 //! addresses and removes both node sides. Needs root, the workspace binaries and the Kubernetes
-//! binaries; skipped when not root.
+//! binaries; fails when not root.
 
 use std::net::Ipv4Addr;
 use std::time::Duration;

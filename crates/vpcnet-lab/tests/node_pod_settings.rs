@@ -8,7 +8,7 @@
 //!   CreateNetworkInterface, AttachNetworkInterface or AssignPrivateIpAddresses from the node;
 //!   uncordoned, the pool grows (a second ENI) and every pod runs.
 //!
-//! Needs root, the workspace binaries and the Kubernetes binaries; skipped when not root.
+//! Needs root, the workspace binaries and the Kubernetes binaries; fails when not root.
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! `vpcnet.io/PrefixBlocksAvailable=False`, reason `InsufficientCidrBlocks`, a Warning Event).
 //! Once the subnet has /28 blocks again the node gets a prefix and the condition turns `True`
 //! with a Normal Event. Needs root, the workspace binaries and the Kubernetes binaries;
-//! skipped when not root.
+//! fails when not root.
 
 use std::time::Duration;
 

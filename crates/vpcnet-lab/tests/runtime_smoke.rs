@@ -1,6 +1,6 @@
 //! Runtime plumbing without vpcnet: a node namespace plugged into the VPC fabric, its own
 //! containerd, the locally built busybox image, and a container networked by Debian's reference
-//! `ptp` + `host-local` plugins through `ctr run --cni`. Needs root; skipped otherwise.
+//! `ptp` + `host-local` plugins through `ctr run --cni`. Needs root (fails otherwise).
 
 use std::fs;
 use std::time::Duration;
@@ -12,16 +12,9 @@ use vpcnet_lab::netns;
 use vpcnet_lab::state::{self, LabState, NodeRecord};
 use vpcnet_lab::teardown;
 
-fn is_root() -> bool {
-    nix::unistd::Uid::effective().is_root()
-}
-
 #[test]
 fn ptp_container_reaches_its_node_and_the_vpc_router() {
-    if !is_root() {
-        eprintln!("skipped: needs root");
-        return;
-    }
+    vpcnet_cni_harness::netns::require_root();
     let name = format!("smoke-{}", std::process::id());
     let prefix = format!("vs{:x}", std::process::id());
     let dir = state::lab_dir(&name);

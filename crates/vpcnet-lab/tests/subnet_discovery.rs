@@ -4,7 +4,7 @@
 //! a) is tagged `kubernetes.io/role/cni=1`, `pods-a3` (zone a) is tagged for another cluster,
 //! `pods-a` (zone a) is untagged and `pods-b` (zone b) is tagged. The node's next ENI lands in
 //! `pods-a2`, and a container on it reaches, and is reached from, a container of the other
-//! zone's node through the VPC router. Needs root and the workspace binaries; skipped when not
+//! zone's node through the VPC router. Needs root and the workspace binaries; fails when not
 //! root.
 
 use std::net::Ipv4Addr;

@@ -1,8 +1,8 @@
 //! End-to-end acceptance of `vpcnet-targets` in the Kubernetes lab: the real API server,
 //! kubelets and kube-proxy, pods networked by vpcnet, the lab cloud's ELBv2 with its HAProxy
 //! data plane, the controller run as a lab process (see `vpcnet_lab::kube::targets`). Needs
-//! root, the workspace binaries (`cargo build --workspace --bins`) and the Kubernetes binaries;
-//! skipped when not root.
+//! root, the workspace binaries (`cargo build --workspace --all-targets`) and the Kubernetes binaries;
+//! fails when not root.
 
 mod common;
 

@@ -4,7 +4,7 @@
 //! ipamd makes is answered as EC2 answers it (the emulator's request log). Then the in-place
 //! swap of a node with running pods, VPC CNI → vpcnet → VPC CNI, under a prober.
 //!
-//! Needs root, the workspace binaries and the Kubernetes + VPC CNI binaries; skipped when not
+//! Needs root, the workspace binaries and the Kubernetes + VPC CNI binaries; fails when not
 //! root. Every test builds its own lab (unique name) and tears it down even on failure.
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -193,7 +193,7 @@ pub async fn reconcile<S: Sink>(
         arn: arn.to_string(),
         source,
     };
-    let t0 = std::time::Instant::now();
+    let t0 = tokio::time::Instant::now();
     let health = elb.target_health(arn, &[]).await;
     metrics.call(
         "DescribeTargetHealth",

@@ -5,6 +5,9 @@
 //! load balancer does not enable keeps its gate shut; a failed `DescribeTargetGroups` keeps
 //! gates shut and says why; the task opens the gates of a rollout's new pods on its own.
 
+// std's clocks (banned by the workspace clippy.toml): the emulator serves over HTTP on the wall clock.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::net::Ipv4Addr;

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use k8s_openapi::api::core::v1::Node;
@@ -184,7 +184,7 @@ pub async fn run(
     settings: ApiSettings,
     status: SharedStatus,
     metrics: Arc<Metrics>,
-    started: Instant,
+    started: tokio::time::Instant,
     capacity: CapacityInput,
     clients: tokio::sync::watch::Sender<Option<Client>>,
 ) {

@@ -294,7 +294,7 @@ async fn watch_node(
     let mut configs = Mirror::new();
     let mut reporter = NodeReport::new(client.clone(), node, CONDITION_TYPE, "ResolveENIConfig");
     while let Some(seen) = events.next().await {
-        let arrived = std::time::Instant::now();
+        let arrived = tokio::time::Instant::now();
         let resource = match &seen {
             Seen::Node(_) => "Node",
             Seen::Config(_) => "ENIConfig",

@@ -11,7 +11,7 @@ use anyhow::{bail, Result};
 use vpcnet_lab::kube::workload::{httpd_manifest, Placement, PodInfo};
 use vpcnet_lab::lab::{progress, Lab, UpOptions};
 
-use crate::inspect::table;
+use vpcnet_introspection::text::table;
 
 /// The demo Deployment's and Service's name.
 pub const APP: &str = "web";

@@ -8,7 +8,7 @@ use clap::Args as ClapArgs;
 use vpcnet_lab::lab::Lab;
 use vpcnet_lab::lab::{Api, RequestRecord};
 
-use crate::inspect::table;
+use vpcnet_introspection::text::table;
 
 #[derive(ClapArgs)]
 pub struct Args {

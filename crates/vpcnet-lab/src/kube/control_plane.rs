@@ -10,7 +10,6 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
 
 use super::kubectl::Kubectl;
 use super::manifests;
@@ -28,22 +27,7 @@ pub const API_PORT: u16 = 6443;
 /// Name of the lab's cluster (ENI tags, cloud controller cluster ID, NodeConfig).
 pub const CLUSTER_NAME: &str = "vpcnet-lab";
 
-/// What the lab records about its control plane.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ControlPlaneRecord {
-    /// Network namespace of the control-plane host.
-    pub netns: String,
-    /// Its EC2 instance ID in the lab cloud.
-    pub instance_id: String,
-    /// Its address (the API server endpoint is `https://<ip>:6443`).
-    pub ip: String,
-    /// Directory of the Kubernetes binaries used.
-    pub bin_dir: PathBuf,
-    /// Admin kubeconfig (`system:masters`).
-    pub admin_kubeconfig: PathBuf,
-    /// The cluster CA certificate (PEM file).
-    pub ca_file: PathBuf,
-}
+pub use crate::state::ControlPlaneRecord;
 
 impl ControlPlaneRecord {
     /// `https://<ip>:6443`.

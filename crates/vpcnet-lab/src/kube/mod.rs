@@ -4,7 +4,6 @@
 //! through `vpcnet-bootstrap` as EKS nodes are ([`node`]), with the lab's PKI ([`pki`]).
 
 pub mod aws_lbc;
-pub mod bench;
 pub mod bins;
 pub mod cluster;
 pub mod control_plane;

@@ -128,6 +128,13 @@ impl Lab {
         ))
     }
 
+    /// Waits until no pod matches `selector`.
+    pub fn wait_pods_gone(&self, selector: &str, timeout: Duration) -> Result<()> {
+        crate::wait::wait_for(&format!("pods {selector} to go"), timeout, || {
+            Ok(self.pods(selector)?.is_empty().then_some(()))
+        })
+    }
+
     /// Waits until `count` pods match `selector`, all Running and Ready with an IP.
     pub fn wait_pods_ready(
         &self,

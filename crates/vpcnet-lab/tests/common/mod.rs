@@ -17,10 +17,6 @@ use vpcnet_lab::state::NodeRecord;
 
 pub static SEQ: AtomicU32 = AtomicU32::new(0);
 
-pub fn is_root() -> bool {
-    nix::unistd::Uid::effective().is_root()
-}
-
 /// target/debug, where the workspace binaries are (the test binary is in target/debug/deps).
 pub fn bin_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
@@ -28,7 +24,7 @@ pub fn bin_dir() -> PathBuf {
     for b in ["vpcnet", "vpcnet-agent", "vpcnet-cni"] {
         assert!(
             dir.join(b).is_file(),
-            "{} missing: run `cargo build --workspace --bins` first",
+            "{} missing: run `cargo build --workspace --all-targets` first",
             dir.join(b).display()
         );
     }
@@ -86,10 +82,7 @@ pub fn with_kube_lab(tag: &str, tweak: impl FnOnce(&mut UpOptions), f: impl FnOn
 }
 
 fn run_lab(tag: &str, kubernetes: bool, tweak: impl FnOnce(&mut UpOptions), f: impl FnOnce(&Lab)) {
-    if !is_root() {
-        eprintln!("skipped: needs root");
-        return;
-    }
+    vpcnet_cni_harness::netns::require_root();
     remove_stale_test_labs();
     let before = root_snapshot();
     let name = format!(

@@ -1,4 +1,4 @@
-//! `vpcnet-cni-bench`: ADD and DEL latency of vpcnet-cni (warm pool from the fake agent) against
+//! `vpcnet-bench cni`: ADD and DEL latency of vpcnet-cni (warm pool from the fake agent) against
 //! the reference `ptp` + `host-local` plugins, same namespaces, same run, interleaved.
 //!
 //! Each iteration creates a pod namespace (not timed), then times the plugin's ADD and DEL as the
@@ -9,14 +9,14 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use clap::Parser;
+use clap::Args as ClapArgs;
 use serde_json::json;
 use vpcnet_cni_harness::fake_agent::{FakeAgent, FakeConfig};
 use vpcnet_cni_harness::netns::TestNetns;
 use vpcnet_cni_harness::runtime::{dir_of, Attachment, Runtime};
 
-#[derive(Parser)]
-struct Args {
+#[derive(ClapArgs)]
+pub struct Args {
     /// The vpcnet-cni binary (build it with `cargo build --release -p vpcnet-cni`).
     #[arg(long)]
     plugin: PathBuf,
@@ -72,12 +72,13 @@ fn one(rt: &Runtime, name: &str, i: usize) -> anyhow::Result<(Duration, Duration
 
 /// The kernel's share: one veth pair created (peer straight into a pod namespace) and deleted
 /// over netlink from inside this process (no fork/exec), as vpcnet-cni does it.
-fn kernel_veth(node: &TestNetns, i: usize) -> anyhow::Result<(Duration, Duration)> {
+fn kernel_veth(
+    rt: &tokio::runtime::Runtime,
+    node: &TestNetns,
+    i: usize,
+) -> anyhow::Result<(Duration, Duration)> {
     use vpcnet_datapath::{netns, nl, pod};
     let pod_ns = TestNetns::create()?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
     rt.block_on(async {
         let node_fd = netns::open(&node.path())?;
         let h = netns::connect_in(&node_fd, &node.path())?;
@@ -102,8 +103,10 @@ fn kernel_veth(node: &TestNetns, i: usize) -> anyhow::Result<(Duration, Duration
     })
 }
 
-fn main() -> anyhow::Result<()> {
-    let a = Args::parse();
+pub fn run(a: &Args) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     let node = TestNetns::create()?;
     let tmp = tempfile_dir()?;
     let _agent = FakeAgent::start(
@@ -197,7 +200,7 @@ fn main() -> anyhow::Result<()> {
         both: vec![],
     };
     for i in 0..a.iterations {
-        let (c, d) = kernel_veth(&node, i)?;
+        let (c, d) = kernel_veth(&rt, &node, i)?;
         kernel.add.push(c);
         kernel.del.push(d);
         kernel.both.push(c + d);

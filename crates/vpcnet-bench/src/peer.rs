@@ -1,4 +1,4 @@
-//! `vpcnet lab bench-peer`: vpcnet against AWS's VPC CNI (v1.23.2, unmodified) in one
+//! `vpcnet-bench peer`: vpcnet against AWS's VPC CNI (v1.23.2, unmodified) in one
 //! Kubernetes lab, one run: two nodes of the same instance type against the same emulated EC2,
 //! `n1` on the VPC CNI, `n2` on vpcnet; each figure is taken on both nodes the same way
 //! (scripts/bench-peer.sh). EC2 calls come from the lab cloud's request log, per instance.
@@ -10,16 +10,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Args as ClapArgs;
-use vpcnet_lab::kube::bench::quantile;
+use vpcnet_introspection::text::table;
 use vpcnet_lab::kube::workload::{httpd_manifest, Placement};
 use vpcnet_lab::lab::{
-    progress, Api, CniTiming as Record, Lab, UpOptions, CONFLIST, VPC_CNI_CONFLIST,
+    progress, with_lab, Api, CniTiming as Record, Lab, UpOptions, CONFLIST, VPC_CNI_CONFLIST,
 };
 use vpcnet_lab::state::NodeCni;
 use vpcnet_lab::wait::wait_for;
 
-use super::ratio;
-use crate::inspect::table;
+use crate::pod_timing::{self, quantile};
+use crate::report::ratio;
 
 #[derive(ClapArgs)]
 pub struct Args {
@@ -159,7 +159,7 @@ pub fn run(a: &Args) -> Result<()> {
     o.nodes = 2;
     o.cni = vec![("n1".into(), NodeCni::VpcCni)];
     o.cni_timing = true;
-    let figs = vpcnet_lab::lab::with_lab(&o, |lab| measure(lab, a))?;
+    let figs = with_lab(&o, |lab| measure(lab, a))?;
     print!("{}", render(a, &figs));
     Ok(())
 }
@@ -346,7 +346,13 @@ fn measure(lab: &Lab, a: &Args) -> Result<Vec<(&'static str, Figures)>> {
 
         progress(&format!("{label} ({node}): {} single pods", a.singles));
         let seen = lab.cni_timings(node)?.len();
-        let singles = lab.bench_single(&format!("single-{tag}"), a.singles, Some(node), timeout)?;
+        let singles = pod_timing::singles(
+            lab,
+            &format!("single-{tag}"),
+            a.singles,
+            Some(node),
+            timeout,
+        )?;
         let running: Vec<Duration> = singles.iter().filter_map(|t| t.running).collect();
         let deleted: Vec<Duration> = singles.iter().filter_map(|t| t.deleted).collect();
         f.add_p50 = quantile(&running, 0.5);

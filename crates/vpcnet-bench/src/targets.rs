@@ -1,4 +1,4 @@
-//! `vpcnet lab bench-targets`: vpcnet-targets against aws-load-balancer-controller (unmodified,
+//! `vpcnet-bench targets`: vpcnet-targets against aws-load-balancer-controller (unmodified,
 //! built by scripts/build-aws-lbc.sh) in one Kubernetes lab, one run, one controller at a time
 //! (scripts/bench-targets.sh). Each controller gets the same work: its own network load
 //! balancer (same health check and deregistration delay), the same gated `httpd` Deployment +
@@ -17,14 +17,14 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args as ClapArgs;
 use vpcnet_elbv2::HealthState;
+use vpcnet_introspection::text::table;
 use vpcnet_lab::kube::aws_lbc::{self, AwsLbcOptions};
-use vpcnet_lab::kube::bench::quantile;
 use vpcnet_lab::kube::targets::{gated_httpd_manifest, httpd_nlb, TargetsOptions};
-use vpcnet_lab::lab::{progress, Api, Lab, UpOptions};
+use vpcnet_lab::lab::{progress, with_lab, Api, Lab, UpOptions};
 use vpcnet_lab::procs::ProcRecord;
 
-use super::ratio;
-use crate::inspect::table;
+use crate::pod_timing::quantile;
+use crate::report::ratio;
 
 #[derive(ClapArgs)]
 pub struct Args {
@@ -106,7 +106,7 @@ pub fn run(a: &Args) -> Result<()> {
     let lbc = aws_lbc::locate(a.aws_lbc_bin_dir.as_deref())?;
     let mut o = UpOptions::new(&a.name);
     o.nodes = 2;
-    let figs = vpcnet_lab::lab::with_lab(&o, |lab| {
+    let figs = with_lab(&o, |lab| {
         lab.install_targetgroupbinding_crd()?;
         lab.install_aws_lbc_crds(&lbc)?;
         let mut out = Vec::new();
