@@ -13,7 +13,8 @@ use anyhow::{anyhow, Context};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use vpcnet_ec2::{Ec2, Ec2Options, Imds, NetworkInterface};
+use vpcnet_ec2::{Ec2, Ec2Options, NetworkInterface};
+use vpcnet_imds::Imds;
 
 use crate::cloud::{CloudApis, Ec2Api, MetadataApi};
 use vpcnet_ipam::{UnknownIpPolicy, WarmConfig};

@@ -1,18 +1,20 @@
 //! The agent's cloud seams (docs/architecture.md, principle 1): exactly the EC2 actions and IMDS
 //! facts the agent uses, as two small object-safe traits, with the real adapters
-//! ([`vpcnet_ec2::Ec2`], [`vpcnet_ec2::Imds`]) implementing them. Tests give the agent an
+//! ([`vpcnet_ec2::Ec2`], [`vpcnet_imds::Imds`]) implementing them. Tests give the agent an
 //! in-process fake cloud instead ([`AgentOptions::cloud`](crate::AgentOptions::cloud)).
 //!
-//! The traits speak vpcnet-ec2's plain domain types ([`NetworkInterface`], [`Ec2Error`], ...),
-//! none of the SDK's: an implementation needs no AWS SDK type.
+//! The traits speak vpcnet-ec2's and vpcnet-imds's plain domain types ([`NetworkInterface`],
+//! [`Ec2Error`], [`ImdsInterface`], ...), none of the SDK's: an implementation needs no AWS SDK
+//! type.
 
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use vpcnet_ec2::{
-    AddressRelease, AddressRequest, Assigned, CreateEni, Ec2, Ec2Error, Imds, ImdsError,
-    ImdsInterface, NetworkInterface, Subnet, Tags,
+    AddressRelease, AddressRequest, Assigned, CreateEni, Ec2, Ec2Error, NetworkInterface, Subnet,
+    Tags,
 };
+use vpcnet_imds::{Imds, ImdsError, ImdsInterface};
 use vpcnet_limits::InstanceLimits;
 
 pub use crate::node::BoxFuture;

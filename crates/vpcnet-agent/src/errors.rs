@@ -2,8 +2,8 @@
 
 /// `error: cause: cause ...`, the error's [`std::error::Error::source`] chain on one line
 /// (what `{:#}` shows for an [`anyhow::Error`]), so a log line keeps why an EC2 call failed,
-/// not only that it did. See [`vpcnet_ec2::error_chain`].
-pub use vpcnet_ec2::error_chain as chain;
+/// not only that it did. See [`vpcnet_aws::error_chain`].
+pub use vpcnet_aws::error_chain as chain;
 
 #[cfg(test)]
 mod tests {

@@ -17,8 +17,9 @@ use std::sync::Arc;
 use serde::Serialize;
 use vpcnet_ec2::{
     Action, AddressRelease, AddressRequest, Assigned, CreateEni, Ec2Error, EniAttachment,
-    ImdsInterface, NetworkInterface, Subnet, Tags,
+    NetworkInterface, Subnet, Tags,
 };
+use vpcnet_imds::ImdsInterface;
 use vpcnet_limits::InstanceLimits;
 
 use crate::cloud::{Ec2Api, Ec2Result, MetadataApi};
@@ -217,7 +218,7 @@ impl ImdsOnlyEc2 {
 }
 
 /// The error of a describe IMDS cannot answer.
-fn imds_failed(action: Action, e: vpcnet_ec2::ImdsError) -> Ec2Error {
+fn imds_failed(action: Action, e: vpcnet_imds::ImdsError) -> Ec2Error {
     Ec2Error::Request {
         action,
         message: format!(

@@ -1,6 +1,6 @@
 //! The cloud services bootstrap reads, behind small traits: IMDSv2, EC2 and EKS.
 //!
-//! The real adapters are `vpcnet-ec2`'s [`vpcnet_ec2::Imds`], [`AwsEc2`] (a lazily built
+//! The real adapters are `vpcnet-imds`'s [`vpcnet_imds::Imds`], [`AwsEc2`] (a lazily built
 //! [`vpcnet_ec2::Ec2`], with its deadlines, retries and rate limits) and [`AwsEks`] (a lazily
 //! built [`vpcnet_eks::Eks`]); tests point them at the emulator, or implement the traits with
 //! fakes.
@@ -9,7 +9,8 @@ use std::fmt;
 use std::time::Duration;
 
 use tokio::sync::OnceCell;
-use vpcnet_ec2::{CallSettings, Ec2Error, Ec2Options, ImdsError};
+use vpcnet_ec2::{CallSettings, Ec2Error, Ec2Options};
+use vpcnet_imds::ImdsError;
 use vpcnet_limits::InstanceLimits;
 
 /// A failed cloud call: the action, EC2's error code when there is one, and the message.
@@ -87,7 +88,7 @@ pub trait Ec2 {
     async fn private_dns_name(&self, instance_id: &str) -> Result<String, CloudError>;
 }
 
-impl Imds for vpcnet_ec2::Imds {
+impl Imds for vpcnet_imds::Imds {
     async fn get(&self, path: &str) -> Result<Option<String>, CloudError> {
         self.get_opt(path)
             .await
@@ -95,7 +96,7 @@ impl Imds for vpcnet_ec2::Imds {
     }
 
     async fn user_data(&self) -> Result<Option<String>, CloudError> {
-        vpcnet_ec2::Imds::user_data(self)
+        vpcnet_imds::Imds::user_data(self)
             .await
             .map_err(|e| imds_error("/latest/user-data", &e))
     }

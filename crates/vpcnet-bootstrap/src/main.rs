@@ -31,7 +31,7 @@ fn main() -> std::process::ExitCode {
         return std::process::ExitCode::from(2);
     }
     let result = rt.block_on(async {
-        let imds = vpcnet_ec2::Imds::new();
+        let imds = vpcnet_imds::Imds::new();
         // IMDS may refuse connections early in boot: wait for it (bounded), then call EC2 and
         // EKS in the instance's own region. Clients are only built if needed.
         let region =

@@ -113,7 +113,7 @@ async fn execute(args: Args, out: &mut impl Write, warn: &mut impl Write) -> any
         .map(|t| t.trim().to_ascii_lowercase())
         .collect();
     if args.instance_type_from_imds {
-        let imds = vpcnet_ec2::Imds::new();
+        let imds = vpcnet_imds::Imds::new();
         types.push(
             imds.instance_type()
                 .await

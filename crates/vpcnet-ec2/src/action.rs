@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+pub use vpcnet_aws::ActionClass;
+
 /// One EC2 API action (the `Action=` parameter of the EC2 Query API).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Action {
@@ -17,16 +19,6 @@ pub enum Action {
     AssignPrivateIpAddresses,
     UnassignPrivateIpAddresses,
     CreateTags,
-}
-
-/// Which client-side token bucket an action draws from, mirroring EC2's request-token
-/// model (non-mutating "Describe" actions and mutating actions have separate buckets).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ActionClass {
-    /// Non-mutating actions (`Describe*`).
-    Describe,
-    /// Actions that change state (create, attach, assign, tag, ...).
-    Mutating,
 }
 
 impl Action {
@@ -78,6 +70,12 @@ impl Action {
     /// Whether the action changes EC2 state.
     pub fn is_mutating(self) -> bool {
         self.class() == ActionClass::Mutating
+    }
+}
+
+impl vpcnet_aws::AwsAction for Action {
+    fn class(self) -> ActionClass {
+        Action::class(self)
     }
 }
 

@@ -1,38 +1,17 @@
-//! Building an [`Ec2`] client the standard SDK way.
+//! Building an [`Ec2`] client from the shared SDK configuration ([`vpcnet_aws::sdk_config`]).
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_config::imds::region::ImdsRegionProvider;
-use aws_config::meta::region::RegionProviderChain;
-use aws_config::retry::RetryConfig;
-use aws_config::timeout::TimeoutConfig;
-use aws_config::{BehaviorVersion, SdkConfig};
-use aws_credential_types::Credentials;
-use aws_types::region::Region;
+use aws_sdk_ec2::config::retry::RetryConfig;
+use vpcnet_aws::{
+    region_of, sdk_config, CallSettings, ConfigError, RegionLookup, SdkConfig, SdkOptions,
+    StaticCredentials,
+};
 
-use crate::call::{CallSettings, Caller};
+use crate::call::{caller, Caller};
 use crate::{Ec2Error, Ec2Observer, NoopObserver};
-
-/// Access key credentials given explicitly (tests, the lab). In production leave
-/// [`Ec2Options::credentials`] unset: the SDK's default chain then reads the environment
-/// (`AWS_ACCESS_KEY_ID`, ...), web identity (IRSA), ECS/EKS Pod Identity or IMDS.
-#[derive(Clone, PartialEq, Eq)]
-pub struct StaticCredentials {
-    pub access_key_id: String,
-    pub secret_access_key: String,
-    pub session_token: Option<String>,
-}
-
-impl fmt::Debug for StaticCredentials {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StaticCredentials")
-            .field("access_key_id", &self.access_key_id)
-            .field("secret_access_key", &"** redacted **")
-            .finish()
-    }
-}
 
 /// How to reach EC2.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -64,7 +43,7 @@ impl fmt::Debug for Ec2 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Ec2")
             .field("region", &self.region)
-            .field("settings", &*self.caller.settings)
+            .field("settings", self.caller.settings())
             .finish()
     }
 }
@@ -89,17 +68,17 @@ impl Ec2 {
         calls: CallSettings,
         observer: Arc<dyn Ec2Observer>,
     ) -> Result<Ec2, Ec2Error> {
-        let region = sdk.region().map(|r| r.to_string()).ok_or_else(|| {
-            Ec2Error::config(
-                "no AWS region: set AWS_REGION, or run where IMDS answers placement/region",
-            )
-        })?;
+        let region = region_of(
+            sdk,
+            "no AWS region: set AWS_REGION, or run where IMDS answers placement/region",
+        )
+        .map_err(config_error)?;
         let conf = aws_sdk_ec2::config::Builder::from(sdk)
             .retry_config(RetryConfig::disabled())
             .build();
         Ok(Ec2 {
             client: aws_sdk_ec2::Client::from_conf(conf),
-            caller: Caller::new(calls, observer),
+            caller: caller(calls, observer),
             region,
         })
     }
@@ -116,19 +95,16 @@ impl Ec2 {
 
     /// Deadlines, retries and rate limits in force.
     pub fn settings(&self) -> &CallSettings {
-        &self.caller.settings
+        self.caller.settings()
     }
 }
 
-fn imds_client(endpoint: Option<&str>) -> Result<aws_config::imds::Client, Ec2Error> {
-    let builder = aws_config::imds::Client::builder();
-    let builder = match endpoint {
-        Some(url) => builder.endpoint(url).map_err(|e| {
-            Ec2Error::config(format!("bad IMDS endpoint {url:?}")).with_cause(e.into())
-        })?,
-        None => builder,
-    };
-    Ok(builder.build())
+/// The shared layer's configuration error as [`Ec2Error::Config`].
+fn config_error(e: ConfigError) -> Ec2Error {
+    Ec2Error::Config {
+        message: e.message,
+        source: e.source,
+    }
 }
 
 /// The endpoint to set on the SDK loader when none is given explicitly: `AWS_EC2_ENDPOINT`
@@ -143,74 +119,26 @@ fn endpoint_from_env(var: impl Fn(&str) -> Option<String>) -> Option<String> {
     set("AWS_EC2_ENDPOINT").map(|v| v.trim().to_string())
 }
 
-/// Load the SDK configuration: region explicit > env > IMDS, endpoint explicit >
-/// `AWS_ENDPOINT_URL_EC2` > `AWS_EC2_ENDPOINT` > `AWS_ENDPOINT_URL`, credentials explicit >
-/// default chain.
+/// Load the SDK configuration ([`vpcnet_aws::sdk_config`]): region explicit > env > IMDS,
+/// endpoint explicit > `AWS_ENDPOINT_URL_EC2` > `AWS_EC2_ENDPOINT` > `AWS_ENDPOINT_URL`,
+/// credentials explicit > default chain.
 async fn load_sdk_config(options: &Ec2Options) -> Result<SdkConfig, Ec2Error> {
     let endpoint = options
         .endpoint_url
         .clone()
         .or_else(|| endpoint_from_env(|name| std::env::var(name).ok()));
-    sdk_config(
-        "EC2",
-        options.region.clone(),
-        options.imds_endpoint.as_deref(),
-        endpoint.as_deref(),
-        options.credentials.as_ref(),
-        options.calls.attempt_timeout.min(Duration::from_secs(5)),
-    )
+    sdk_config(&SdkOptions {
+        service: "EC2",
+        region: options.region.clone(),
+        region_lookup: RegionLookup::EnvironmentThenImds {
+            imds_endpoint: options.imds_endpoint.clone(),
+        },
+        endpoint_url: endpoint,
+        credentials: options.credentials.clone(),
+        connect_timeout: options.calls.attempt_timeout.min(Duration::from_secs(5)),
+    })
     .await
-}
-
-/// The SDK configuration every vpcnet AWS adapter starts from: region `region` >
-/// `AWS_REGION`/`AWS_DEFAULT_REGION` > IMDS `placement/region` (at `imds_endpoint`, else
-/// `AWS_EC2_METADATA_SERVICE_ENDPOINT` or the link-local default); endpoint `endpoint_url` when
-/// given (else the SDK's own `AWS_ENDPOINT_URL_<SERVICE>`, then `AWS_ENDPOINT_URL`);
-/// `credentials` when given (else the default chain); the SDK's own retries off (callers retry
-/// under their own budget); connections time out after `connect_timeout`.
-///
-/// Errors: [`Ec2Error::Config`] for a malformed IMDS endpoint, or an endpoint URL that is not
-/// http(s) (`service`, e.g. `EKS`, names it).
-pub async fn sdk_config(
-    service: &str,
-    region: Option<String>,
-    imds_endpoint: Option<&str>,
-    endpoint_url: Option<&str>,
-    credentials: Option<&StaticCredentials>,
-    connect_timeout: Duration,
-) -> Result<SdkConfig, Ec2Error> {
-    let imds_region = ImdsRegionProvider::builder()
-        .imds_client(imds_client(imds_endpoint)?)
-        .build();
-    let region = RegionProviderChain::first_try(region.map(Region::new))
-        .or_else(aws_config::environment::region::EnvironmentVariableRegionProvider::new())
-        .or_else(imds_region);
-    let mut loader = aws_config::defaults(BehaviorVersion::latest())
-        .region(region)
-        .retry_config(RetryConfig::disabled())
-        .timeout_config(
-            TimeoutConfig::builder()
-                .connect_timeout(connect_timeout)
-                .build(),
-        );
-    if let Some(url) = endpoint_url {
-        if !(url.starts_with("http://") || url.starts_with("https://")) {
-            return Err(Ec2Error::config(format!(
-                "{service} endpoint URL {url:?} must start with http:// or https://"
-            )));
-        }
-        loader = loader.endpoint_url(url);
-    }
-    if let Some(c) = credentials {
-        loader = loader.credentials_provider(Credentials::new(
-            c.access_key_id.clone(),
-            c.secret_access_key.clone(),
-            c.session_token.clone(),
-            None,
-            "vpcnet-static",
-        ));
-    }
-    Ok(loader.load().await)
+    .map_err(config_error)
 }
 
 #[cfg(test)]
@@ -285,15 +213,5 @@ mod tests {
             None
         );
         assert_eq!(endpoint_from_env(env(&[("AWS_EC2_ENDPOINT", " ")])), None);
-    }
-
-    #[test]
-    fn credentials_debug_redacts_the_secret() {
-        let c = StaticCredentials {
-            access_key_id: "AKID".into(),
-            secret_access_key: "s3cr3t".into(),
-            session_token: None,
-        };
-        assert!(!format!("{c:?}").contains("s3cr3t"));
     }
 }

@@ -1,12 +1,11 @@
-//! The EC2 actions vpcnet needs, as typed async methods on [`Ec2`]. Every method runs under
-//! the client's [`crate::CallSettings`] (token bucket, deadline, retries) and reports to its
-//! [`crate::Ec2Observer`].
+//! The EC2 actions vpcnet needs, as typed async methods on [`Ec2`]. Every method is sent by
+//! `send.rs` under the client's [`crate::CallSettings`] (token bucket, deadline, retries) on
+//! the shared call loop ([`vpcnet_aws::Caller`]; paginated describes through
+//! [`vpcnet_aws::Caller::pages`]) and reports to its [`crate::Ec2Observer`].
 
 use std::net::Ipv4Addr;
 
-use aws_sdk_ec2::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_ec2::types as sdk;
-use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use vpcnet_limits::InstanceLimits;
 
 use crate::convert::{self, invalid};
@@ -17,52 +16,6 @@ use crate::{
 
 /// Instance types per `DescribeInstanceTypes` request (EC2's maximum is 100).
 const TYPES_PER_REQUEST: usize = 100;
-
-/// Map an SDK error to [`Ec2Error`], keeping EC2's error code and HTTP status.
-pub(crate) fn sdk_error<E>(action: Action, err: SdkError<E, HttpResponse>) -> Ec2Error
-where
-    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-{
-    // EC2's own error document carries the code and message; every other error keeps the
-    // SDK's error as its source, so its chain (connector, I/O, ...) reaches the logs.
-    match &err {
-        SdkError::ServiceError(ctx) => {
-            let status = ctx.raw().status().as_u16();
-            let code = err.code().unwrap_or("Unknown").to_string();
-            let message = err.message().unwrap_or_default().to_string();
-            Ec2Error::api(action, code, message, Some(status))
-        }
-        SdkError::ResponseError(ctx) => {
-            let status = ctx.raw().status().as_u16();
-            if status >= 500 || status == 429 {
-                Ec2Error::api(
-                    action,
-                    format!("HTTP{status}"),
-                    format!("HTTP {status} without an EC2 error document"),
-                    Some(status),
-                )
-                .with_source(err)
-            } else {
-                invalid(action, format!("HTTP {status}")).with_source(err)
-            }
-        }
-        SdkError::DispatchFailure(_) => Ec2Error::Transport {
-            action,
-            message: "the request could not be delivered".into(),
-            source: Some(std::sync::Arc::new(err)),
-        },
-        SdkError::TimeoutError(_) => Ec2Error::Transport {
-            action,
-            message: "no answer in time".into(),
-            source: Some(std::sync::Arc::new(err)),
-        },
-        _ => Ec2Error::Request {
-            action,
-            message: "the SDK refused the request".into(),
-            source: Some(std::sync::Arc::new(err)),
-        },
-    }
-}
 
 fn sdk_filters(filters: &[Filter]) -> Vec<sdk::Filter> {
     filters
@@ -108,14 +61,11 @@ impl Ec2 {
     pub async fn describe_instance(&self, instance_id: &str) -> Result<Instance, Ec2Error> {
         let action = Action::DescribeInstances;
         let out = self
-            .caller
-            .run(action, || async {
+            .send(action, || {
                 self.client
                     .describe_instances()
                     .instance_ids(instance_id)
                     .send()
-                    .await
-                    .map_err(|e| sdk_error(action, e))
             })
             .await?;
         let found = out
@@ -141,31 +91,26 @@ impl Ec2 {
                 .iter()
                 .map(|t| sdk::InstanceType::from(t.as_ref()))
                 .collect();
-            let mut token: Option<String> = None;
-            loop {
-                let out = self
-                    .caller
-                    .run(action, || async {
+            let wanted = &wanted;
+            let page = self
+                .pages(
+                    action,
+                    |token| {
                         self.client
                             .describe_instance_types()
                             .set_instance_types(Some(wanted.clone()))
-                            .set_next_token(token.clone())
+                            .set_next_token(token)
                             .send()
-                            .await
-                            .map_err(|e| sdk_error(action, e))
-                    })
-                    .await?;
-                for t in out.instance_types() {
-                    all.push(convert::instance_limits(action, t)?);
-                }
-                token = out
-                    .next_token()
-                    .filter(|t| !t.is_empty())
-                    .map(str::to_string);
-                if token.is_none() {
-                    break;
-                }
-            }
+                    },
+                    |out, items| {
+                        for t in out.instance_types() {
+                            items.push(convert::instance_limits(action, t)?);
+                        }
+                        Ok(out.next_token().map(str::to_string))
+                    },
+                )
+                .await?;
+            all.extend(page);
         }
         Ok(all)
     }
@@ -178,14 +123,11 @@ impl Ec2 {
         let action = Action::DescribeSubnets;
         let subnet_ids = owned(subnet_ids);
         let out = self
-            .caller
-            .run(action, || async {
+            .send(action, || {
                 self.client
                     .describe_subnets()
                     .set_subnet_ids(Some(subnet_ids.clone()))
                     .send()
-                    .await
-                    .map_err(|e| sdk_error(action, e))
             })
             .await?;
         out.subnets()
@@ -207,32 +149,24 @@ impl Ec2 {
             Filter::new("vpc-id", [vpc_id]),
             Filter::new("availability-zone", [zone]),
         ]);
-        let mut all = Vec::new();
-        let mut token: Option<String> = None;
-        loop {
-            let out = self
-                .caller
-                .run(action, || async {
-                    self.client
-                        .describe_subnets()
-                        .set_filters(Some(filters.clone()))
-                        .set_next_token(token.clone())
-                        .send()
-                        .await
-                        .map_err(|e| sdk_error(action, e))
-                })
-                .await?;
-            for s in out.subnets() {
-                all.push(convert::subnet(action, s)?);
-            }
-            token = out
-                .next_token()
-                .filter(|t| !t.is_empty())
-                .map(str::to_string);
-            if token.is_none() {
-                return Ok(all);
-            }
-        }
+        let filters = &filters;
+        self.pages(
+            action,
+            |token| {
+                self.client
+                    .describe_subnets()
+                    .set_filters(Some(filters.clone()))
+                    .set_next_token(token)
+                    .send()
+            },
+            |out, items| {
+                for s in out.subnets() {
+                    items.push(convert::subnet(action, s)?);
+                }
+                Ok(out.next_token().map(str::to_string))
+            },
+        )
+        .await
     }
 
     /// `DescribeSubnets` for one subnet (CIDR, zone, VPC, free addresses).
@@ -260,34 +194,26 @@ impl Ec2 {
         let action = Action::DescribeNetworkInterfaces;
         let filters = sdk_filters(filters);
         // EC2 accepts MaxResults 5..=1000.
-        let page_size = self.caller.settings.describe_page_size.clamp(5, 1000) as i32;
-        let mut all = Vec::new();
-        let mut token: Option<String> = None;
-        loop {
-            let out = self
-                .caller
-                .run(action, || async {
-                    self.client
-                        .describe_network_interfaces()
-                        .set_filters(Some(filters.clone()))
-                        .max_results(page_size)
-                        .set_next_token(token.clone())
-                        .send()
-                        .await
-                        .map_err(|e| sdk_error(action, e))
-                })
-                .await?;
-            for e in out.network_interfaces() {
-                all.push(convert::network_interface(action, e)?);
-            }
-            token = out
-                .next_token()
-                .filter(|t| !t.is_empty())
-                .map(str::to_string);
-            if token.is_none() {
-                return Ok(all);
-            }
-        }
+        let page_size = self.caller.settings().describe_page_size.clamp(5, 1000) as i32;
+        let filters = &filters;
+        self.pages(
+            action,
+            |token| {
+                self.client
+                    .describe_network_interfaces()
+                    .set_filters(Some(filters.clone()))
+                    .max_results(page_size)
+                    .set_next_token(token)
+                    .send()
+            },
+            |out, items| {
+                for e in out.network_interfaces() {
+                    items.push(convert::network_interface(action, e)?);
+                }
+                Ok(out.next_token().map(str::to_string))
+            },
+        )
+        .await
     }
 
     /// Every ENI attached to `instance_id` (filter `attachment.instance-id`), sorted by
@@ -341,14 +267,11 @@ impl Ec2 {
         let action = Action::DescribeNetworkInterfaces;
         let eni_ids = owned(eni_ids);
         let out = self
-            .caller
-            .run(action, || async {
+            .send(action, || {
                 self.client
                     .describe_network_interfaces()
                     .set_network_interface_ids(Some(eni_ids.clone()))
                     .send()
-                    .await
-                    .map_err(|e| sdk_error(action, e))
             })
             .await?;
         out.network_interfaces()
@@ -386,8 +309,7 @@ impl Ec2 {
                 .build()
         });
         let out = self
-            .caller
-            .run(action, || async {
+            .send(action, || {
                 self.client
                     .create_network_interface()
                     .subnet_id(&req.subnet_id)
@@ -401,8 +323,6 @@ impl Ec2 {
                     .set_ipv4_prefix_count(prefixes)
                     .client_token(&token)
                     .send()
-                    .await
-                    .map_err(|e| sdk_error(action, e))
             })
             .await?;
         let eni = out
@@ -427,8 +347,7 @@ impl Ec2 {
         let device = count_i32(action, device_index, "device index")?;
         let card = count_i32(action, network_card_index, "network card index")?;
         let out = self
-            .caller
-            .run(action, || async {
+            .send(action, || {
                 self.client
                     .attach_network_interface()
                     .network_interface_id(eni_id)
@@ -436,8 +355,6 @@ impl Ec2 {
                     .device_index(device)
                     .network_card_index(card)
                     .send()
-                    .await
-                    .map_err(|e| sdk_error(action, e))
             })
             .await?;
         out.attachment_id()
@@ -458,17 +375,14 @@ impl Ec2 {
             .attachment_id(attachment_id)
             .delete_on_termination(delete)
             .build();
-        self.caller
-            .run(action, || async {
-                self.client
-                    .modify_network_interface_attribute()
-                    .network_interface_id(eni_id)
-                    .attachment(change.clone())
-                    .send()
-                    .await
-                    .map_err(|e| sdk_error(action, e))
-            })
-            .await?;
+        self.send(action, || {
+            self.client
+                .modify_network_interface_attribute()
+                .network_interface_id(eni_id)
+                .attachment(change.clone())
+                .send()
+        })
+        .await?;
         Ok(())
     }
 
@@ -481,17 +395,14 @@ impl Ec2 {
         force: bool,
     ) -> Result<(), Ec2Error> {
         let action = Action::DetachNetworkInterface;
-        self.caller
-            .run(action, || async {
-                self.client
-                    .detach_network_interface()
-                    .attachment_id(attachment_id)
-                    .force(force)
-                    .send()
-                    .await
-                    .map_err(|e| sdk_error(action, e))
-            })
-            .await?;
+        self.send(action, || {
+            self.client
+                .detach_network_interface()
+                .attachment_id(attachment_id)
+                .force(force)
+                .send()
+        })
+        .await?;
         Ok(())
     }
 
@@ -501,16 +412,13 @@ impl Ec2 {
     /// / `IncorrectState` while still attached or detaching.
     pub async fn delete_network_interface(&self, eni_id: &str) -> Result<(), Ec2Error> {
         let action = Action::DeleteNetworkInterface;
-        self.caller
-            .run(action, || async {
-                self.client
-                    .delete_network_interface()
-                    .network_interface_id(eni_id)
-                    .send()
-                    .await
-                    .map_err(|e| sdk_error(action, e))
-            })
-            .await?;
+        self.send(action, || {
+            self.client
+                .delete_network_interface()
+                .network_interface_id(eni_id)
+                .send()
+        })
+        .await?;
         Ok(())
     }
 
@@ -532,16 +440,13 @@ impl Ec2 {
             AddressRequest::Prefixes(n) => (None, Some(count_i32(action, n, "prefix count")?)),
         };
         let out = self
-            .caller
-            .run(action, || async {
+            .send(action, || {
                 self.client
                     .assign_private_ip_addresses()
                     .network_interface_id(eni_id)
                     .set_secondary_private_ip_address_count(ips)
                     .set_ipv4_prefix_count(prefixes)
                     .send()
-                    .await
-                    .map_err(|e| sdk_error(action, e))
             })
             .await?;
         Ok(Assigned {
@@ -575,18 +480,15 @@ impl Ec2 {
             }
             AddressRelease::Prefixes(v) => (None, Some(v.iter().map(|p| p.to_string()).collect())),
         };
-        self.caller
-            .run(action, || async {
-                self.client
-                    .unassign_private_ip_addresses()
-                    .network_interface_id(eni_id)
-                    .set_private_ip_addresses(ips.clone())
-                    .set_ipv4_prefixes(prefixes.clone())
-                    .send()
-                    .await
-                    .map_err(|e| sdk_error(action, e))
-            })
-            .await?;
+        self.send(action, || {
+            self.client
+                .unassign_private_ip_addresses()
+                .network_interface_id(eni_id)
+                .set_private_ip_addresses(ips.clone())
+                .set_ipv4_prefixes(prefixes.clone())
+                .send()
+        })
+        .await?;
         Ok(())
     }
 
@@ -599,55 +501,14 @@ impl Ec2 {
         let action = Action::CreateTags;
         let resource_ids = owned(resource_ids);
         let tags = sdk_tags(tags);
-        self.caller
-            .run(action, || async {
-                self.client
-                    .create_tags()
-                    .set_resources(Some(resource_ids.clone()))
-                    .set_tags(Some(tags.clone()))
-                    .send()
-                    .await
-                    .map_err(|e| sdk_error(action, e))
-            })
-            .await?;
+        self.send(action, || {
+            self.client
+                .create_tags()
+                .set_resources(Some(resource_ids.clone()))
+                .set_tags(Some(tags.clone()))
+                .send()
+        })
+        .await?;
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use aws_sdk_ec2::operation::assign_private_ip_addresses::AssignPrivateIpAddressesError;
-    use aws_smithy_runtime_api::client::result::ConnectorError;
-
-    #[test]
-    fn a_transport_errors_cause_chain_survives() {
-        let io = std::io::Error::new(
-            std::io::ErrorKind::ConnectionRefused,
-            "tcp connect error: Connection refused (os error 111)",
-        );
-        let sdk: SdkError<AssignPrivateIpAddressesError, HttpResponse> =
-            SdkError::dispatch_failure(ConnectorError::io(Box::new(io)));
-        let e = sdk_error(Action::AssignPrivateIpAddresses, sdk);
-        assert!(matches!(e, Ec2Error::Transport { .. }), "{e:?}");
-        assert!(e.is_retryable());
-        let chain = crate::error_chain(&e);
-        assert!(
-            chain.starts_with("EC2 AssignPrivateIpAddresses: transport error")
-                && chain.contains("Connection refused (os error 111)"),
-            "{chain}"
-        );
-        // The I/O error itself is reachable through source(), not only its text.
-        let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(&e);
-        let mut found = false;
-        while let Some(c) = cur {
-            found |= c
-                .downcast_ref::<std::io::Error>()
-                .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused);
-            cur = c.source();
-        }
-        assert!(found, "the io::Error is in the chain");
-        // A clone keeps it too (the error is shared by retries and observers).
-        assert_eq!(crate::error_chain(&e.clone()), chain);
     }
 }

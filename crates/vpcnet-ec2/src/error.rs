@@ -1,86 +1,13 @@
-//! The typed error of every EC2 call, and the classification of EC2 error codes into
-//! throttling, transient (retryable) and permanent errors.
+//! The typed error of every EC2 call and EC2's own predicates (`is_limit`, `is_not_found`,
+//! ...); the classification of error codes into throttling, transient and permanent errors is
+//! the shared one ([`vpcnet_aws::classify`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use vpcnet_aws::{classify, Cause, Retry};
+
 use crate::Action;
-
-/// The underlying cause of an [`Ec2Error`] (the SDK's error with its own chain, an I/O
-/// error, ...), shared so that the error stays `Clone`. Shown by `{:#}` / error-chain
-/// formatters through [`std::error::Error::source`].
-pub type Cause = Arc<dyn std::error::Error + Send + Sync + 'static>;
-
-/// `error: cause: cause ...`: an error and its [`std::error::Error::source`] chain on one
-/// line (what `{:#}` shows for an `anyhow::Error`), for log lines that must say why a call
-/// failed, not only that it did. A cause whose text the line already holds is not repeated.
-pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let s = c.to_string();
-        if !out.contains(&s) {
-            out.push_str(": ");
-            out.push_str(&s);
-        }
-        cur = c.source();
-    }
-    out
-}
-
-/// How an error code / HTTP status should be treated by the retry loop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Retry {
-    /// EC2 throttled the request (`RequestLimitExceeded`, ...): retry after backoff.
-    Throttle,
-    /// A server-side or transport fault (5xx, `InternalError`, ...): retry after backoff.
-    Transient,
-    /// A client error (validation, not found, limits): retrying cannot help.
-    Never,
-}
-
-/// Error codes EC2 (and the SDK family) use for throttling.
-const THROTTLE_CODES: &[&str] = &[
-    "RequestLimitExceeded",
-    "Throttling",
-    "ThrottlingException",
-    "ThrottledException",
-    "RequestThrottled",
-    "RequestThrottledException",
-    "TooManyRequestsException",
-    "ProvisionedThroughputExceededException",
-    "TransactionInProgressException",
-    "SlowDown",
-    "PriorRequestNotComplete",
-    "EC2ThrottledException",
-    "BandwidthLimitExceeded",
-];
-
-/// Error codes that mean "the service failed, try again".
-const TRANSIENT_CODES: &[&str] = &[
-    "InternalError",
-    "InternalFailure",
-    "ServiceUnavailable",
-    "Unavailable",
-    "RequestTimeout",
-    "RequestTimeoutException",
-    "IDPCommunicationError",
-];
-
-/// Classify an EC2 error code and HTTP status (if any) for the retry loop.
-///
-/// Throttling codes win over the status; then known transient codes; then any 5xx status
-/// (and HTTP 429) counts as transient; everything else (4xx validation, `*.NotFound`,
-/// limit errors) is never retried.
-pub fn classify(code: &str, status: Option<u16>) -> Retry {
-    if THROTTLE_CODES.contains(&code) || status == Some(429) {
-        Retry::Throttle
-    } else if TRANSIENT_CODES.contains(&code) || status.is_some_and(|s| (500..600).contains(&s)) {
-        Retry::Transient
-    } else {
-        Retry::Never
-    }
-}
 
 /// Error of an EC2 call made through [`crate::Ec2`].
 #[derive(Debug, Clone, thiserror::Error)]

@@ -5,7 +5,8 @@ use std::time::Duration;
 use crate::{Action, Ec2Error};
 
 /// Receives one event per HTTP attempt and one per logical call, so metrics can count EC2
-/// requests, errors and latencies by action. Methods must be cheap and must not block.
+/// requests, errors and latencies by action. Methods must be cheap and must not block. (The
+/// shared call loop reports to it through [`vpcnet_aws::Observer`].)
 pub trait Ec2Observer: Send + Sync + 'static {
     /// One request was sent to EC2 and answered (or failed/timed out) after `latency`.
     /// `error` is `None` on success. Retries produce one event each.

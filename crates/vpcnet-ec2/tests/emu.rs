@@ -4,14 +4,17 @@
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use ipnet::Ipv4Net;
 use vpcnet_ec2::{
     Action, AddressRelease, AddressRequest, CallSettings, CreateEni, Ec2, Ec2Error, Ec2Observer,
-    Ec2Options, Filter, Imds, RetryPolicy, StaticCredentials,
+    Ec2Options, Filter, RetryPolicy, StaticCredentials,
 };
 use vpcnet_emu::{ActionFaults, EmuServer, Emulator, InstanceInfo, RunInstance};
+use vpcnet_imds::Imds;
 
 #[derive(Default)]
 struct Recorder {

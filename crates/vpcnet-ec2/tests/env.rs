@@ -3,8 +3,9 @@
 //! from IMDS found through `AWS_EC2_METADATA_SERVICE_ENDPOINT`. One test in its own binary,
 //! because it sets process environment variables.
 
-use vpcnet_ec2::{Ec2, Ec2Options, Imds};
+use vpcnet_ec2::{Ec2, Ec2Options};
 use vpcnet_emu::{Emulator, RunInstance};
+use vpcnet_imds::Imds;
 
 #[tokio::test]
 async fn endpoint_credentials_and_region_come_from_the_environment() {

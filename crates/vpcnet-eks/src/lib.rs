@@ -3,18 +3,23 @@
 //! bootstrap.sh looks up when the endpoint or CA is not given: endpoint, CA, service CIDRs,
 //! IP family, and the cluster ID and Outpost ARNs of a local cluster on Outposts.
 //!
-//! [`Eks::connect`] builds the client from [`vpcnet_ec2::sdk_config`]: region explicit, else
-//! env, else IMDS; endpoint explicit, else `AWS_ENDPOINT_URL_EKS`, else `AWS_ENDPOINT_URL`;
-//! credentials explicit, else the default chain. [`Eks::describe_cluster`] returns a plain
-//! [`ClusterInfo`]. The SDK's own retries are off: the caller retries under its own budget
-//! ([`EksError::is_transient`]).
+//! [`Eks::connect`] builds the client from the shared [`vpcnet_aws::sdk_config`]: region
+//! explicit, else env, else IMDS; endpoint explicit, else `AWS_ENDPOINT_URL_EKS`, else
+//! `AWS_ENDPOINT_URL`; credentials explicit, else the default chain. [`Eks::describe_cluster`]
+//! returns a plain [`ClusterInfo`]. Calls run on the shared call loop ([`vpcnet_aws::Caller`]:
+//! client-side token bucket, deadline) with one attempt each: the SDK's own retries are off and
+//! the caller retries under its own budget ([`EksError::is_transient`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_eks::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use serde::{Deserialize, Serialize};
-pub use vpcnet_ec2::StaticCredentials;
+pub use vpcnet_aws::StaticCredentials;
+use vpcnet_aws::{
+    classify, CallError, CallSettings, NoObserver, RegionLookup, Retry, RetryPolicy, SdkOptions,
+};
 
 /// The cluster as DescribeCluster reports it (the fields node bootstrap needs).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -102,10 +107,41 @@ impl EksError {
     }
 }
 
+impl CallError<&'static str> for EksError {
+    fn is_retryable(&self) -> bool {
+        self.is_transient()
+    }
+
+    fn is_throttle(&self) -> bool {
+        matches!(self, EksError::Api { code, status, .. } if classify(code, Some(*status)) == Retry::Throttle)
+    }
+
+    fn timeout(action: &'static str, after: Duration, attempts: u32) -> Self {
+        EksError::Transport(format!(
+            "EKS {action} did not complete within {after:?} ({attempts} attempt(s))"
+        ))
+    }
+}
+
 /// The EKS client.
 #[derive(Debug, Clone)]
 pub struct Eks {
     client: aws_sdk_eks::Client,
+    caller: vpcnet_aws::Caller<&'static str, EksError>,
+}
+
+/// One attempt per call under `timeout`, with the default token buckets: node bootstrap
+/// retries under its own budget.
+fn call_settings(timeout: Duration) -> CallSettings {
+    CallSettings {
+        operation_timeout: timeout,
+        attempt_timeout: timeout,
+        retry: RetryPolicy {
+            max_attempts: 1,
+            ..RetryPolicy::default()
+        },
+        ..CallSettings::default()
+    }
 }
 
 impl Eks {
@@ -115,14 +151,16 @@ impl Eks {
     /// endpoint URL is malformed.
     pub async fn connect(options: EksOptions) -> Result<Eks, EksError> {
         let timeout = options.timeout.unwrap_or(Duration::from_secs(10));
-        let sdk = vpcnet_ec2::sdk_config(
-            "EKS",
-            options.region.clone(),
-            options.imds_endpoint.as_deref(),
-            options.endpoint_url.as_deref(),
-            options.credentials.as_ref(),
-            timeout.min(Duration::from_secs(5)),
-        )
+        let sdk = vpcnet_aws::sdk_config(&SdkOptions {
+            service: "EKS",
+            region: options.region.clone(),
+            region_lookup: RegionLookup::EnvironmentThenImds {
+                imds_endpoint: options.imds_endpoint.clone(),
+            },
+            endpoint_url: options.endpoint_url.clone(),
+            credentials: options.credentials.clone(),
+            connect_timeout: timeout.min(Duration::from_secs(5)),
+        })
         .await
         .map_err(|e| EksError::Config(e.to_string()))?;
         if sdk.region().is_none() {
@@ -130,16 +168,9 @@ impl Eks {
                 "no AWS region: set AWS_REGION, or run where IMDS answers placement/region".into(),
             ));
         }
-        let conf = aws_sdk_eks::config::Builder::from(&sdk)
-            .timeout_config(
-                aws_sdk_eks::config::timeout::TimeoutConfig::builder()
-                    .connect_timeout(timeout.min(Duration::from_secs(5)))
-                    .operation_timeout(timeout)
-                    .build(),
-            )
-            .build();
         Ok(Eks {
-            client: aws_sdk_eks::Client::from_conf(conf),
+            client: aws_sdk_eks::Client::new(&sdk),
+            caller: vpcnet_aws::Caller::new("EKS", call_settings(timeout), Arc::new(NoObserver)),
         })
     }
 
@@ -149,12 +180,12 @@ impl Eks {
     /// `AccessDeniedException` without `eks:DescribeCluster`), [`EksError::Transport`].
     pub async fn describe_cluster(&self, name: &str) -> Result<ClusterInfo, EksError> {
         let out = self
-            .client
-            .describe_cluster()
-            .name(name)
-            .send()
-            .await
-            .map_err(sdk_error)?;
+            .caller
+            .run("DescribeCluster", || {
+                let sent = self.client.describe_cluster().name(name).send();
+                async move { sent.await.map_err(sdk_error) }
+            })
+            .await?;
         let c = out.cluster().ok_or_else(|| EksError::Api {
             code: "EmptyResponse".into(),
             message: format!("DescribeCluster {name} answered without a cluster"),
@@ -216,5 +247,51 @@ where
                 .map_or(text.as_str(), |(i, _)| &text[..i]);
             EksError::Transport(short.trim().to_string())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_call_that_gets_no_answer_ends_at_the_deadline_as_a_transient_error() {
+        // Accepts connections and never answers.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let held = tokio::spawn(async move {
+            let mut conns = Vec::new();
+            while let Ok((c, _)) = listener.accept().await {
+                conns.push(c);
+            }
+        });
+        let eks = Eks::connect(EksOptions {
+            region: Some("us-east-1".into()),
+            endpoint_url: Some(endpoint),
+            credentials: Some(StaticCredentials {
+                access_key_id: "AKID".into(),
+                secret_access_key: "secret".into(),
+                session_token: None,
+            }),
+            timeout: Some(Duration::from_millis(300)),
+            ..EksOptions::default()
+        })
+        .await
+        .unwrap();
+        let t0 = tokio::time::Instant::now();
+        let e = eks.describe_cluster("c").await.unwrap_err();
+        assert_eq!(
+            e,
+            EksError::Transport(
+                "EKS DescribeCluster did not complete within 300ms (1 attempt(s))".into()
+            )
+        );
+        assert!(e.is_transient());
+        let took = t0.elapsed();
+        assert!(
+            took >= Duration::from_millis(300) && took < Duration::from_secs(3),
+            "one attempt, no retries: {took:?}"
+        );
+        held.abort();
     }
 }

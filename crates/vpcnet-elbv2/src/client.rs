@@ -1,15 +1,16 @@
-//! Building an [`Elbv2`] client the standard SDK way.
+//! Building an [`Elbv2`] client from the shared SDK configuration ([`vpcnet_aws::sdk_config`]).
 
-use aws_config::meta::region::RegionProviderChain;
-use aws_config::retry::RetryConfig;
-use aws_config::timeout::TimeoutConfig;
-use aws_config::{BehaviorVersion, SdkConfig};
-use aws_credential_types::Credentials;
-use aws_types::region::Region;
-use vpcnet_ec2::{CallSettings, StaticCredentials};
+use aws_sdk_elasticloadbalancingv2::config::retry::RetryConfig;
+use vpcnet_aws::{
+    region_of, sdk_config, CallSettings, NoObserver, RegionLookup, SdkConfig, SdkOptions,
+    StaticCredentials,
+};
 
-use crate::call::Caller;
 use crate::Elbv2Error;
+
+/// The call loop of an [`Elbv2`] client: the shared one, with ELBv2's action names (a
+/// `Describe*` action draws from the Describe bucket, the rest from the mutating one).
+pub(crate) type Caller = vpcnet_aws::Caller<&'static str, Elbv2Error>;
 
 /// How to reach ELBv2.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -22,8 +23,8 @@ pub struct Elbv2Options {
     /// Explicit credentials; None = the SDK's default chain (environment, web identity, Pod
     /// Identity, IMDS).
     pub credentials: Option<StaticCredentials>,
-    /// Deadlines, retries and client-side rate limits (vpcnet-ec2's; `describe_page_size` is
-    /// capped at ELBv2's 400).
+    /// Deadlines, retries and client-side rate limits (the shared
+    /// [`CallSettings`]; `describe_page_size` is capped at ELBv2's 400).
     pub calls: CallSettings,
 }
 
@@ -40,7 +41,7 @@ impl std::fmt::Debug for Elbv2 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Elbv2")
             .field("region", &self.region)
-            .field("settings", &*self.caller.settings)
+            .field("settings", self.caller.settings())
             .finish()
     }
 }
@@ -51,53 +52,33 @@ impl Elbv2 {
     /// Errors: [`Elbv2Error::Config`] when no region is set (set `AWS_REGION`) or the endpoint
     /// URL is not `http://` or `https://`.
     pub async fn connect(options: Elbv2Options) -> Result<Elbv2, Elbv2Error> {
-        let region = RegionProviderChain::first_try(options.region.clone().map(Region::new))
-            .or_else(aws_config::environment::region::EnvironmentVariableRegionProvider::new());
-        let connect_timeout = options
-            .calls
-            .attempt_timeout
-            .min(std::time::Duration::from_secs(5));
-        let mut loader = aws_config::defaults(BehaviorVersion::latest())
-            .region(region)
-            .retry_config(RetryConfig::disabled())
-            .timeout_config(
-                TimeoutConfig::builder()
-                    .connect_timeout(connect_timeout)
-                    .build(),
-            );
-        if let Some(url) = &options.endpoint_url {
-            if !(url.starts_with("http://") || url.starts_with("https://")) {
-                return Err(Elbv2Error::Config(format!(
-                    "ELBv2 endpoint URL {url:?} must start with http:// or https://"
-                )));
-            }
-            loader = loader.endpoint_url(url);
-        }
-        if let Some(c) = &options.credentials {
-            loader = loader.credentials_provider(Credentials::new(
-                c.access_key_id.clone(),
-                c.secret_access_key.clone(),
-                c.session_token.clone(),
-                None,
-                "vpcnet-static",
-            ));
-        }
-        Elbv2::from_sdk_config(&loader.load().await, options.calls)
+        let sdk = sdk_config(&SdkOptions {
+            service: "ELBv2",
+            region: options.region.clone(),
+            region_lookup: RegionLookup::Environment,
+            endpoint_url: options.endpoint_url.clone(),
+            credentials: options.credentials.clone(),
+            connect_timeout: options
+                .calls
+                .attempt_timeout
+                .min(std::time::Duration::from_secs(5)),
+        })
+        .await
+        .map_err(|e| Elbv2Error::Config(e.to_string()))?;
+        Elbv2::from_sdk_config(&sdk, options.calls)
     }
 
     /// Build a client from a loaded SDK configuration; the SDK's own retries are turned off
     /// ([`CallSettings`] governs them).
     pub fn from_sdk_config(sdk: &SdkConfig, calls: CallSettings) -> Result<Elbv2, Elbv2Error> {
-        let region = sdk
-            .region()
-            .map(|r| r.to_string())
-            .ok_or_else(|| Elbv2Error::Config("no AWS region: set AWS_REGION".into()))?;
+        let region = region_of(sdk, "no AWS region: set AWS_REGION")
+            .map_err(|e| Elbv2Error::Config(e.to_string()))?;
         let conf = aws_sdk_elasticloadbalancingv2::config::Builder::from(sdk)
             .retry_config(RetryConfig::disabled())
             .build();
         Ok(Elbv2 {
             client: aws_sdk_elasticloadbalancingv2::Client::from_conf(conf),
-            caller: Caller::new(calls),
+            caller: Caller::new("ELBv2", calls, std::sync::Arc::new(NoObserver)),
             region,
         })
     }
@@ -109,11 +90,11 @@ impl Elbv2 {
 
     /// Deadlines, retries and rate limits in force.
     pub fn settings(&self) -> &CallSettings {
-        &self.caller.settings
+        self.caller.settings()
     }
 
     /// Page size of paginated describes: the settings' Describe page size, at most 400.
     pub(crate) fn page_size(&self) -> i32 {
-        self.caller.settings.describe_page_size.clamp(1, 400) as i32
+        self.caller.settings().describe_page_size.clamp(1, 400) as i32
     }
 }

@@ -1,5 +1,5 @@
 //! The ELBv2 actions as typed async methods on [`Elbv2`]; each runs under the client's
-//! [`vpcnet_ec2::CallSettings`] (token bucket, deadlines, retries).
+//! [`vpcnet_aws::CallSettings`] (token bucket, deadlines, retries).
 
 use std::future::Future;
 
@@ -39,7 +39,7 @@ fn pairs(attrs: &[sdk::TargetGroupAttribute]) -> Vec<(String, String)> {
 
 impl Elbv2 {
     /// One logical call: `request()` builds and sends the request (once per attempt) under the
-    /// client's [`vpcnet_ec2::CallSettings`]; SDK errors become [`Elbv2Error`]s.
+    /// client's [`vpcnet_aws::CallSettings`]; SDK errors become [`Elbv2Error`]s.
     async fn send<O, E, F, Fut>(&self, action: &'static str, request: F) -> Result<O, Elbv2Error>
     where
         F: Fn() -> Fut,
@@ -54,8 +54,9 @@ impl Elbv2 {
             .await
     }
 
-    /// Every page of a Marker-paginated Describe: `call(marker)` sends one request, `split`
-    /// converts the page's items and returns its NextMarker.
+    /// Every page of a Marker-paginated Describe ([`vpcnet_aws::Caller::pages`]):
+    /// `call(marker)` sends one request, `split` converts the page's items and returns its
+    /// NextMarker.
     async fn all_pages<O, E, T, F, Fut>(
         &self,
         action: &'static str,
@@ -67,17 +68,20 @@ impl Elbv2 {
         Fut: Future<Output = Result<O, SdkError<E, HttpResponse>>>,
         E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
-        let mut out = Vec::new();
-        let mut marker: Option<String> = None;
-        loop {
-            let page = self.send(action, || call(marker.clone())).await?;
-            let (items, next) = split(&page);
-            out.extend(items?);
-            match next {
-                Some(m) => marker = Some(m),
-                None => return Ok(out),
-            }
-        }
+        self.caller
+            .pages(
+                action,
+                |marker| {
+                    let sent = call(marker);
+                    async move { sent.await.map_err(|e| sdk_error(action, e)) }
+                },
+                |page, out| {
+                    let (items, next) = split(&page);
+                    out.extend(items?);
+                    Ok(next)
+                },
+            )
+            .await
     }
 
     /// `CreateLoadBalancer`. Errors: `DuplicateLoadBalancerName`, `SubnetNotFound`,

@@ -1,12 +1,12 @@
-//! The typed error of every ELBv2 call. Retry classification is EC2's
-//! ([`vpcnet_ec2::classify`]): ELBv2 throttles with `Throttling` (HTTP 400), which counts as
-//! throttling; 5xx and transport faults are transient; everything else is final.
+//! The typed error of every ELBv2 call and ELBv2's own predicates. Retry classification is the
+//! shared one ([`vpcnet_aws::classify`]): ELBv2 throttles with `Throttling` (HTTP 400), which
+//! counts as throttling; 5xx and transport faults are transient; everything else is final.
 
 use std::time::Duration;
 
 use aws_sdk_elasticloadbalancingv2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
-use vpcnet_ec2::{classify, Retry};
+use vpcnet_aws::{classify, CallError, Retry};
 
 /// Error of an ELBv2 call made through [`crate::Elbv2`]. `action` is the ELBv2 action name.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -116,6 +116,24 @@ impl Elbv2Error {
     /// `TooManyListeners`, `TooManyTags`).
     pub fn is_quota(&self) -> bool {
         self.code().starts_with("TooMany")
+    }
+}
+
+impl CallError<&'static str> for Elbv2Error {
+    fn is_retryable(&self) -> bool {
+        Elbv2Error::is_retryable(self)
+    }
+
+    fn is_throttle(&self) -> bool {
+        Elbv2Error::is_throttle(self)
+    }
+
+    fn timeout(action: &'static str, after: Duration, attempts: u32) -> Self {
+        Elbv2Error::Timeout {
+            action,
+            after,
+            attempts,
+        }
     }
 }
 

@@ -6,24 +6,20 @@
 //!   listeners, target registration and health, tags) returning plain structs
 //!   ([`LoadBalancer`], [`TargetGroup`], [`Listener`], [`TargetHealth`]). Every call passes a
 //!   client-side token bucket, has a deadline, and is retried with jittered exponential backoff
-//!   on throttling (`Throttling`), 5xx and transport faults only — vpcnet-ec2's
-//!   [`vpcnet_ec2::CallSettings`].
+//!   on throttling (`Throttling`), 5xx and transport faults only: the shared call loop of
+//!   `vpcnet-aws` under [`CallSettings`]; paginated describes follow every page through it.
 //! - [`Elbv2Error`]: ELBv2's error code with `is_throttle` / `is_not_found` /
 //!   `is_invalid_target` / `is_quota`.
 
-mod call;
 mod client;
 mod elbv2;
 mod error;
 mod model;
 
-pub use call::class;
 pub use client::{Elbv2, Elbv2Options};
 pub use error::Elbv2Error;
 pub use model::{
     HealthCheck, HealthState, Listener, LoadBalancer, LoadBalancerType, LoadBalancerZone,
     NewLoadBalancer, NewTargetGroup, Target, TargetGroup, TargetHealth, TargetType,
 };
-pub use vpcnet_ec2::{CallSettings, StaticCredentials};
-
-pub use aws_sdk_elasticloadbalancingv2;
+pub use vpcnet_aws::{CallSettings, StaticCredentials};

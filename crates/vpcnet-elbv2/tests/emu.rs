@@ -4,7 +4,9 @@
 // std's clocks (banned by the workspace clippy.toml): the emulator serves over HTTP on the wall clock.
 #![allow(clippy::disallowed_methods)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use vpcnet_elbv2::{
     CallSettings, Elbv2, Elbv2Options, HealthCheck, HealthState, LoadBalancerType, NewLoadBalancer,

@@ -4,11 +4,11 @@ mod common;
 
 use std::net::Ipv4Addr;
 
-use common::{code, lab};
-use vpcnet_ec2::aws_sdk_ec2::types::{
+use aws_sdk_ec2::types::{
     AttributeBooleanValue, AttributeValue, Filter, InstanceType, NetworkInterfaceAttachmentChanges,
     ResourceType, Tag, TagSpecification,
 };
+use common::{code, lab};
 
 fn filter(name: &str, values: &[&str]) -> Filter {
     let mut f = Filter::builder().name(name);

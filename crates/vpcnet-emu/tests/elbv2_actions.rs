@@ -5,13 +5,13 @@ mod common;
 
 use std::time::Duration;
 
+use aws_sdk_elasticloadbalancingv2 as elb;
 use common::elbv2::{forward, lab, target};
 use common::{code, status};
 use elb::types::{
     LoadBalancerSchemeEnum, LoadBalancerTypeEnum, Matcher, ProtocolEnum, SubnetMapping, Tag,
     TargetGroupAttribute, TargetTypeEnum,
 };
-use vpcnet_elbv2::aws_sdk_elasticloadbalancingv2 as elb;
 use vpcnet_emu::elbv2::Limits;
 use vpcnet_emu::RunInstance;
 

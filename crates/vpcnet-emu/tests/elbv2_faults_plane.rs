@@ -211,15 +211,15 @@ async fn ec2_and_elbv2_share_the_endpoint() {
     assert!(!of(vpcnet_emu::Api::Elbv2, "DescribeTags"));
 }
 
-fn vpcnet_ec2_client(endpoint: &str) -> vpcnet_ec2::aws_sdk_ec2::Client {
-    use vpcnet_ec2::aws_sdk_ec2::config::{BehaviorVersion, Credentials, Region};
-    let cfg = vpcnet_ec2::aws_sdk_ec2::Config::builder()
+fn vpcnet_ec2_client(endpoint: &str) -> aws_sdk_ec2::Client {
+    use aws_sdk_ec2::config::{BehaviorVersion, Credentials, Region};
+    let cfg = aws_sdk_ec2::Config::builder()
         .behavior_version(BehaviorVersion::latest())
         .endpoint_url(endpoint)
         .region(Region::new("us-east-1"))
         .credentials_provider(Credentials::new("AKIDEMU", "secret", None, None, "tests"))
         .build();
-    vpcnet_ec2::aws_sdk_ec2::Client::from_conf(cfg)
+    aws_sdk_ec2::Client::from_conf(cfg)
 }
 
 /// A plane that records what it is given and reports scripted check results; `fail` makes

@@ -6,9 +6,9 @@ mod common;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use aws_config::imds::Client as Imds;
 use common::lab;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use vpcnet_ec2::aws_config::imds::Client as Imds;
 use vpcnet_emu::{ActionFaults, Emulator, RunInstance};
 
 /// One raw HTTP/1.1 exchange from `from` (or any local address): (status, headers, body).
@@ -568,7 +568,7 @@ async fn user_data_as_launched() {
         let emu = lab.emu.clone();
         async move {
             let url = emu.imds_endpoint(&id).await.unwrap();
-            vpcnet_ec2::Imds::with_endpoint(&url, None)
+            vpcnet_imds::Imds::with_endpoint(&url, None)
                 .unwrap()
                 .user_data()
                 .await

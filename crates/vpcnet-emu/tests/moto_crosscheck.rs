@@ -20,11 +20,11 @@ mod common;
 
 use std::net::Ipv4Addr;
 
+use aws_sdk_ec2::types::{Filter, InstanceType, ResourceType, Tag, TagSpecification};
+use aws_sdk_ec2::Client;
 use common::moto::{assert_same_trace, start_moto, vpc_with_subnet, Trace};
 use common::{client, code};
 use ipnet::Ipv4Net;
-use vpcnet_ec2::aws_sdk_ec2::types::{Filter, InstanceType, ResourceType, Tag, TagSpecification};
-use vpcnet_ec2::aws_sdk_ec2::Client;
 use vpcnet_emu::{Emulator, RunInstance};
 
 fn filter(name: &str, value: &str) -> Filter {

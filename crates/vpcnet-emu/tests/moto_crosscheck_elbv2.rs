@@ -28,6 +28,7 @@
 
 mod common;
 
+use aws_sdk_elasticloadbalancingv2 as elb;
 use common::code;
 use common::moto::{assert_same_trace, start_moto, vpc_with_subnet, Trace};
 use elb::types::{
@@ -35,7 +36,6 @@ use elb::types::{
     TargetDescription, TargetGroupAttribute, TargetTypeEnum,
 };
 use elb::Client;
-use vpcnet_elbv2::aws_sdk_elasticloadbalancingv2 as elb;
 use vpcnet_emu::Emulator;
 
 /// IDs the sequence runs against.

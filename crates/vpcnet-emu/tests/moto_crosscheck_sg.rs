@@ -8,10 +8,10 @@
 
 mod common;
 
+use aws_sdk_ec2::types::{Filter, IpPermission, IpRange, UserIdGroupPair};
+use aws_sdk_ec2::Client;
 use common::moto::{assert_same_trace, start_moto, vpc_with_subnet, Trace};
 use common::{client, code};
-use vpcnet_ec2::aws_sdk_ec2::types::{Filter, IpPermission, IpRange, UserIdGroupPair};
-use vpcnet_ec2::aws_sdk_ec2::Client;
 use vpcnet_emu::Emulator;
 
 fn tcp(port: i32, cidr: &str) -> IpPermission {

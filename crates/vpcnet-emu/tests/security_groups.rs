@@ -7,10 +7,10 @@ mod common;
 
 use std::sync::{Arc, Mutex};
 
-use common::{code, lab};
-use vpcnet_ec2::aws_sdk_ec2::types::{
+use aws_sdk_ec2::types::{
     Filter, IpPermission, IpRange, ResourceType, Tag, TagSpecification, UserIdGroupPair,
 };
+use common::{code, lab};
 use vpcnet_emu::model::Source;
 use vpcnet_emu::{FabricHooks, HookFuture, IngressRulesChanged};
 

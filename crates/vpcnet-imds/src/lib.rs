@@ -1,8 +1,20 @@
-//! Instance metadata (IMDS) answers as data: the error type, the per-MAC ENI model and the
-//! parsing of the text IMDS returns under `/latest/meta-data/`. Pure (no I/O, no AWS SDK),
-//! so the parsers can be fuzzed; the IMDSv2 client that fetches the text is
-//! `vpcnet_ec2::Imds`. IMDS is a hint that may lag EC2; never free or hand out an address on
-//! IMDS evidence alone.
+//! Instance metadata (IMDS): the error type, the per-MAC ENI model and the parsing of the text
+//! IMDS returns under `/latest/meta-data/`, and, behind the cargo feature `client`, the IMDSv2
+//! client (`Imds`) that fetches that text. IMDS is a hint that may lag EC2; never free or
+//! hand out an address on IMDS evidence alone.
+//!
+//! Why a feature: without it the crate is pure (no I/O, no AWS SDK), so the parsers can be
+//! fuzzed (`fuzz/`, `tests/fuzz_regressions.rs`) and any crate, the CNI plugin or the pure
+//! core included, can use the IMDS model without linking aws-config. The client needs
+//! aws-config's IMDS client (IMDSv2 session tokens, retries, endpoint from
+//! `AWS_EC2_METADATA_SERVICE_ENDPOINT`), so only the crates that read IMDS (the agent, node
+//! bootstrap, the CLI) turn `client` on. Keeping the client next to the parsers, rather than in
+//! an AWS adapter, keeps each path and its parser in one place.
+
+#[cfg(feature = "client")]
+mod client;
+#[cfg(feature = "client")]
+pub use client::Imds;
 
 use std::net::Ipv4Addr;
 use std::str::FromStr;
@@ -27,7 +39,8 @@ pub enum ImdsError {
     Request {
         path: String,
         message: String,
-        /// The client's error (the SDK's, in vpcnet-ec2), with its chain.
+        /// The client's error (aws-config's, in `Imds` with feature `client`), with its
+        /// chain.
         #[source]
         source: Option<Cause>,
     },

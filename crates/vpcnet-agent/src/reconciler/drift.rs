@@ -4,7 +4,7 @@
 //! outcome left unknown, or the safety interval leads to a `DescribeNetworkInterfaces`; EC2's
 //! answer, never IMDS's, is what the pool adopts (docs/architecture.md, principle 2).
 
-use vpcnet_ec2::{ImdsError, ImdsInterface};
+use vpcnet_imds::{ImdsError, ImdsInterface};
 use vpcnet_ipam::{Drift, EniInfo, EniObservation};
 
 use crate::cloud::MetadataApi;

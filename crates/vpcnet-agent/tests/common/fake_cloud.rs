@@ -14,9 +14,10 @@ use rand::{Rng, SeedableRng};
 use vpcnet_agent::cloud::{CloudApis, Ec2Api, Ec2Result, ImdsResult, MetadataApi};
 use vpcnet_ec2::{
     Action, AddressRelease, AddressRequest, Assigned, CreateEni, Ec2Error, EniAttachment,
-    ImdsError, ImdsInterface, NetworkInterface, Subnet, Tags,
+    NetworkInterface, Subnet, Tags,
 };
 use vpcnet_emu::model::{self, AssignRequest, CreateEniRequest, ModifyEniRequest};
+use vpcnet_imds::{ImdsError, ImdsInterface};
 use vpcnet_limits::InstanceLimits;
 
 /// What one EC2 call does.

@@ -1,5 +1,5 @@
 //! Test cloud for bootstrap tests: one instance in vpcnet-emu, reached through the real
-//! adapters (`vpcnet_ec2::Imds` on the instance's IMDSv2 endpoint, `AwsEc2` and `AwsEks` on the
+//! adapters (`vpcnet_imds::Imds` on the instance's IMDSv2 endpoint, `AwsEc2` and `AwsEks` on the
 //! emulator's endpoint); a fake host (CPUs, kubelet version, DNS, bpffs, files under the root);
 //! a recording system (systemctl); and the golden-file check.
 #![allow(dead_code)]
@@ -156,7 +156,7 @@ impl Cloud {
             );
         }
         let endpoint = emu.imds_endpoint(&instance.instance_id).await.unwrap();
-        let base = vpcnet_ec2::Imds::with_endpoint(&endpoint, None).unwrap();
+        let base = vpcnet_imds::Imds::with_endpoint(&endpoint, None).unwrap();
 
         if spec.deny_describe_instance_types {
             emu.set_action_faults(
@@ -224,7 +224,7 @@ impl Cloud {
 
 /// The emulator's IMDS with a few paths answered differently (what the emulator does not model).
 pub struct OverlayImds {
-    pub base: vpcnet_ec2::Imds,
+    pub base: vpcnet_imds::Imds,
     pub extra: HashMap<String, String>,
 }
 

@@ -3,13 +3,13 @@
 
 use std::time::Duration;
 
+use aws_sdk_elasticloadbalancingv2 as elb;
 use elb::config::{BehaviorVersion, Region};
 use elb::types::{
     Action, ActionTypeEnum, LoadBalancerSchemeEnum, LoadBalancerTypeEnum, ProtocolEnum,
     TargetDescription, TargetGroupAttribute, TargetTypeEnum,
 };
 use elb::{Client, Config};
-use vpcnet_elbv2::aws_sdk_elasticloadbalancingv2 as elb;
 use vpcnet_emu::{EmuServer, Emulator, VpcInfo};
 
 /// An ELBv2 client for `endpoint`; `attempts` = 1 disables the SDK's retries.

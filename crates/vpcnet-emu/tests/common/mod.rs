@@ -6,10 +6,10 @@ pub mod moto;
 
 use std::time::Duration;
 
-use vpcnet_ec2::aws_sdk_ec2::config::retry::RetryConfig;
-use vpcnet_ec2::aws_sdk_ec2::config::{BehaviorVersion, Credentials, Region};
-use vpcnet_ec2::aws_sdk_ec2::error::{ProvideErrorMetadata, SdkError};
-use vpcnet_ec2::aws_sdk_ec2::{Client, Config};
+use aws_sdk_ec2::config::retry::RetryConfig;
+use aws_sdk_ec2::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_ec2::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_ec2::{Client, Config};
 use vpcnet_emu::{EmuServer, Emulator, RunInstance, VpcInfo};
 
 /// The SDKs' retry settings for tests: `attempts` = 1 disables retries, else the standard
@@ -98,6 +98,6 @@ pub fn code<E: ProvideErrorMetadata + std::fmt::Debug, R: std::fmt::Debug>(
 }
 
 /// HTTP status of an SDK error's raw response.
-pub fn status<E>(e: &SdkError<E, vpcnet_ec2::aws_sdk_ec2::config::http::HttpResponse>) -> u16 {
+pub fn status<E>(e: &SdkError<E, aws_sdk_ec2::config::http::HttpResponse>) -> u16 {
     e.raw_response().map(|r| r.status().as_u16()).unwrap_or(0)
 }

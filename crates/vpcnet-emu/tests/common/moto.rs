@@ -86,10 +86,7 @@ pub fn assert_same_trace(moto: &Trace, emu: &Trace, at_least: usize) {
 
 /// A VPC 10.0.0.0/16 with subnet `subnet_cidr` in us-east-1a, made in moto through EC2:
 /// (VPC ID, subnet ID).
-pub async fn vpc_with_subnet(
-    ec2: &vpcnet_ec2::aws_sdk_ec2::Client,
-    subnet_cidr: &str,
-) -> (String, String) {
+pub async fn vpc_with_subnet(ec2: &aws_sdk_ec2::Client, subnet_cidr: &str) -> (String, String) {
     let vpc = ec2
         .create_vpc()
         .cidr_block("10.0.0.0/16")

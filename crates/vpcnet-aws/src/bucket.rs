@@ -1,9 +1,32 @@
-//! Client-side token buckets, one per action class, so the agent rate-limits itself before
-//! EC2 has to (EC2 itself meters every account with the same algorithm).
+//! Client-side token buckets, one per action class, so a client rate-limits itself before
+//! the service has to (EC2 itself meters every account with the same algorithm). Time is
+//! tokio's clock ([`tokio::time::Instant`]), so the buckets run on a paused clock in tests.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::ActionClass;
+use tokio::time::Instant;
+
+/// Which client-side token bucket an action draws from, mirroring EC2's request-token
+/// model (non-mutating "Describe" actions and mutating actions have separate buckets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ActionClass {
+    /// Non-mutating actions (`Describe*`).
+    Describe,
+    /// Actions that change state (create, attach, assign, tag, ...).
+    Mutating,
+}
+
+impl ActionClass {
+    /// The class of an action by its name: `Describe*` actions the Describe bucket, every
+    /// other action the mutating one.
+    pub fn of_name(action: &str) -> ActionClass {
+        if action.starts_with("Describe") {
+            ActionClass::Describe
+        } else {
+            ActionClass::Mutating
+        }
+    }
+}
 
 /// Size and refill rate of one token bucket.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -71,7 +94,7 @@ impl TokenBucket {
         }
     }
 
-    /// EC2 throttled us anyway (other nodes share the account's bucket): drop the tokens
+    /// The service throttled us anyway (other nodes share the account's bucket): drop the tokens
     /// saved up, so the next callers wait for refills instead of bursting into the throttle.
     /// Outstanding reservations are kept.
     pub fn drain(&mut self, now: Instant) {
@@ -86,7 +109,7 @@ impl TokenBucket {
     }
 }
 
-/// The two buckets of an [`crate::Ec2`] client, shared by all its calls.
+/// The two buckets of one client (a [`crate::Caller`]), shared by all its calls.
 #[derive(Debug)]
 pub struct RateLimiter {
     describe: std::sync::Mutex<TokenBucket>,
@@ -124,7 +147,7 @@ impl RateLimiter {
         wait
     }
 
-    /// Drain the saved-up tokens of `class` after EC2 throttled a call (see
+    /// Drain the saved-up tokens of `class` after the service throttled a call (see
     /// [`TokenBucket::drain`]).
     pub fn penalize(&self, class: ActionClass) {
         self.bucket(class).drain(Instant::now());
@@ -221,7 +244,7 @@ mod tests {
         assert!(b.reserve(t0) > Duration::ZERO);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn penalize_makes_the_next_caller_wait_for_a_refill() {
         let l = RateLimiter::new(
             BucketConfig {
@@ -232,13 +255,16 @@ mod tests {
         );
         assert_eq!(l.acquire(ActionClass::Describe).await, Duration::ZERO);
         l.penalize(ActionClass::Describe);
+        let t0 = Instant::now();
         let w = l.acquire(ActionClass::Describe).await;
-        // One refill (100 ms) plus at most 10 ms of jitter, minus the time since the drain.
-        assert!(w >= ms(50) && w <= ms(111), "{w:?}");
+        // One refill (100 ms) plus at most 10 ms of jitter, on tokio's (paused) clock.
+        assert!(w >= ms(100) && w <= ms(110), "{w:?}");
+        // Slept on tokio's clock, whose timer rounds up to the next millisecond.
+        assert!(t0.elapsed() >= w && t0.elapsed() <= w + ms(1), "{w:?}");
         assert_eq!(l.acquire(ActionClass::Mutating).await, Duration::ZERO);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn limiter_separates_classes() {
         let l = RateLimiter::new(
             BucketConfig {
@@ -254,6 +280,39 @@ mod tests {
         // Mutating is now empty for 2 s, but Describe is unaffected.
         assert_eq!(l.acquire(ActionClass::Describe).await, Duration::ZERO);
         let w = l.acquire(ActionClass::Describe).await;
-        assert!(w <= ms(2), "{w:?}");
+        assert!(w >= ms(1) && w <= Duration::from_micros(1100), "{w:?}");
+        let w = l.acquire(ActionClass::Mutating).await;
+        // 2 s from the first reservation, 1 ms of which has passed; plus at most 100 ms jitter.
+        assert!(w >= ms(1998) && w <= ms(2100), "{w:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn concurrent_callers_are_served_in_arrival_order_at_the_refill_rate() {
+        let l = std::sync::Arc::new(RateLimiter::new(
+            BucketConfig {
+                capacity: 1,
+                refill_per_sec: 10.0,
+            },
+            BucketConfig::MUTATING,
+        ));
+        let t0 = Instant::now();
+        let tasks: Vec<_> = (0..4)
+            .map(|_| {
+                let l = l.clone();
+                tokio::spawn(async move {
+                    l.acquire(ActionClass::Describe).await;
+                    t0.elapsed()
+                })
+            })
+            .collect();
+        let mut done = Vec::new();
+        for t in tasks {
+            done.push(t.await.unwrap());
+        }
+        // Reservations at 0, 100, 200 and 300 ms, each with at most 10 % jitter.
+        for (i, at) in done.iter().enumerate() {
+            let due = ms(100 * i as u64);
+            assert!(*at >= due && *at <= due + due / 10, "caller {i}: {at:?}");
+        }
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use vpcnet_ec2::Imds;
+use vpcnet_imds::Imds;
 
 /// Serves IMDSv2 (token on PUT, `i-reset` on GET) but resets the connection of the first
 /// `resets` GETs (zero linger, then close: the peer sees ECONNRESET).

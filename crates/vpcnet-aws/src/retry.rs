@@ -1,20 +1,20 @@
-//! The retry policy of EC2 calls, as a [`vpcnet_backoff::Backoff`] (pure: the random draw is
+//! The retry policy of AWS calls, as a [`vpcnet_backoff::Backoff`] (pure: the random draw is
 //! passed in).
 
 use std::time::Duration;
 
 use vpcnet_backoff::{Backoff, Jitter};
 
-/// Retry policy of every EC2 call: at most `max_attempts` attempts, with a jittered
+/// Retry policy of every AWS call: at most `max_attempts` attempts, with a jittered
 /// exponential delay between them; only throttling, 5xx, transport faults and attempt
-/// timeouts are retried (see [`crate::Ec2Error::is_retryable`]).
+/// timeouts are retried (see [`crate::CallError::is_retryable`] and [`crate::classify`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetryPolicy {
     /// Attempts in total, the first included (≥ 1). Default 8.
     pub max_attempts: u32,
     /// Base delay after a 5xx/transport fault. Default 100 ms.
     pub base_delay: Duration,
-    /// Base delay after throttling (EC2 asks for longer pauses). Default 500 ms.
+    /// Base delay after throttling (AWS asks for longer pauses). Default 500 ms.
     pub throttle_base_delay: Duration,
     /// Upper bound of any single delay. Default 10 s.
     pub max_delay: Duration,

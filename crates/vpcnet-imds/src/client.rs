@@ -1,15 +1,15 @@
-//! Instance metadata (IMDSv2) through aws-config's IMDS client: identity, placement and the
-//! per-MAC view of attached ENIs. IMDS is a hint that may lag EC2; never free or hand out an
-//! address on IMDS evidence alone.
+//! The IMDSv2 client (feature `client`): identity, placement and the per-MAC view of attached
+//! ENIs through aws-config's IMDS client, parsed by this crate's parsers. IMDS is a hint that
+//! may lag EC2; never free or hand out an address on IMDS evidence alone.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 use std::time::Duration;
 
 use aws_config::imds::client::error::ImdsError as SdkImdsError;
+use aws_smithy_types::error::display::DisplayErrorContext;
 
-use vpcnet_imds::{parse_value, InterfaceTexts, META};
-pub use vpcnet_imds::{ImdsError, ImdsInterface};
+use crate::{parse_value, ImdsError, ImdsInterface, InterfaceTexts, META};
 
 /// Reader of the instance metadata service (IMDSv2, session token handled by aws-config).
 #[derive(Debug, Clone)]
@@ -74,7 +74,7 @@ impl Imds {
                 path: full,
                 // The whole chain with the SDK's dump, which vpcnet-bootstrap reads the
                 // failed step and status from; the error itself is kept as the source.
-                message: aws_sdk_ec2::error::DisplayErrorContext(&e).to_string(),
+                message: DisplayErrorContext(&e).to_string(),
                 source: Some(std::sync::Arc::new(e)),
             }),
         }
@@ -94,7 +94,7 @@ impl Imds {
                 path: PATH.into(),
                 // The whole chain with the SDK's dump, which vpcnet-bootstrap reads the
                 // failed step and status from; the error itself is kept as the source.
-                message: aws_sdk_ec2::error::DisplayErrorContext(&e).to_string(),
+                message: DisplayErrorContext(&e).to_string(),
                 source: Some(std::sync::Arc::new(e)),
             }),
         }
@@ -157,17 +157,17 @@ impl Imds {
 
     /// MACs of every attached ENI (`network/interfaces/macs/`), lower-case, IMDS order.
     pub async fn macs(&self) -> Result<Vec<String>, ImdsError> {
-        Ok(vpcnet_imds::parse_macs(
+        Ok(crate::parse_macs(
             &self.get("network/interfaces/macs/").await?,
         ))
     }
 
     /// The ENI with MAC `mac` as IMDS sees it (its items are read concurrently, then parsed
-    /// by [`vpcnet_imds::parse_interface`]).
+    /// by [`crate::parse_interface`]).
     pub async fn interface(&self, mac: &str) -> Result<ImdsInterface, ImdsError> {
-        let p = |leaf: &str| vpcnet_imds::interface_path(mac, leaf);
+        let p = |leaf: &str| crate::interface_path(mac, leaf);
         let [device_number, network_card, interface_id, subnet_id, subnet_cidr, vpc_id, vpc_cidrs, security_group_ids, local_ipv4s, ipv4_prefixes] =
-            vpcnet_imds::INTERFACE_ITEMS.map(p);
+            crate::INTERFACE_ITEMS.map(p);
         let (
             device_number,
             network_card,
@@ -191,7 +191,7 @@ impl Imds {
             self.get_opt(&local_ipv4s),
             self.get_opt(&ipv4_prefixes),
         )?;
-        vpcnet_imds::parse_interface(
+        crate::parse_interface(
             mac,
             &InterfaceTexts {
                 device_number,
