@@ -713,11 +713,12 @@ async fn imds_reads_identity_and_interfaces() {
 
 #[tokio::test]
 async fn region_comes_from_imds_when_not_given() {
-    if std::env::var_os("AWS_REGION").is_some() || std::env::var_os("AWS_DEFAULT_REGION").is_some()
-    {
-        eprintln!("skipped: AWS_REGION is set in this environment");
-        return;
-    }
+    // The region must come from nowhere but IMDS here: a test that cannot run fails.
+    assert!(
+        std::env::var_os("AWS_REGION").is_none()
+            && std::env::var_os("AWS_DEFAULT_REGION").is_none(),
+        "this test needs AWS_REGION and AWS_DEFAULT_REGION unset (it checks the region lookup)"
+    );
     let lab = lab(fast_calls()).await;
     let url = lab
         .emu
