@@ -2,7 +2,6 @@
 //! the Unix socket, with errors that say what to do. Used by `vpcnet inspect` and the lab.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use http_body_util::{BodyExt, Empty};
@@ -146,21 +145,6 @@ fn connect_error(ep: &Endpoint, e: std::io::Error) -> anyhow::Error {
         ),
         _ => anyhow!("cannot reach the vpcnet agent's introspection at {ep}: {e}"),
     }
-}
-
-/// [`get`] on a runtime of its own, within `timeout` (for callers without one, such as the
-/// lab's thread inside a node's network namespace).
-pub fn get_blocking(ep: &Endpoint, path: &str, timeout: Duration) -> Result<Reply> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    rt.block_on(async {
-        tokio::time::timeout(timeout, get(ep, path))
-            .await
-            .map_err(|_| {
-                anyhow!("GET {path} from the agent at {ep}: no answer within {timeout:?}")
-            })?
-    })
 }
 
 #[cfg(test)]

@@ -14,8 +14,8 @@ use hyper_util::rt::TokioIo;
 /// Deadline of one request, connect to last body byte.
 const TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Sends one request and returns (status code, body). Blocking: it runs on a runtime of its
-/// own, so call it from synchronous code. Errors: the daemon is not running (no socket), no
+/// Sends one request and returns (status code, body). Blocking: it runs on the lab's runtime
+/// ([`crate::runtime`]), so call it from synchronous code. Errors: the daemon is not running (no socket), no
 /// answer within 30 s, or the answer is not HTTP.
 pub fn request(
     socket: &Path,
@@ -31,10 +31,7 @@ pub fn request(
         .header(hyper::header::CONTENT_TYPE, content_type)
         .body(Full::new(Bytes::copy_from_slice(body)))
         .with_context(|| format!("{method} {path}: not a valid request"))?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    rt.block_on(async {
+    crate::runtime::block_on(async {
         tokio::time::timeout(TIMEOUT, send(socket, req))
             .await
             .with_context(|| {
@@ -43,7 +40,7 @@ pub fn request(
                     TIMEOUT.as_secs()
                 )
             })?
-    })
+    })?
 }
 
 async fn send(socket: &Path, req: hyper::Request<Full<Bytes>>) -> Result<(u16, String)> {

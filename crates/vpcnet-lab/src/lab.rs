@@ -938,15 +938,16 @@ impl Lab {
     /// address, 127.0.0.1:61679, in the node's network namespace) through the introspection
     /// client, within 5 s, and returns the status code and body.
     pub fn agent_get(&self, node_name: &str, path: &str) -> Result<(u16, String)> {
-        use vpcnet_introspection::client::{get_blocking, Endpoint, DEFAULT_ENDPOINT};
+        use vpcnet_introspection::client::{get, Endpoint, DEFAULT_ENDPOINT};
         let netns = self.state()?.node(node_name)?.netns.clone();
         let path = path.to_string();
-        crate::spawn::in_netns(&netns, move || {
-            let r = get_blocking(
-                &Endpoint::parse(DEFAULT_ENDPOINT)?,
-                &path,
-                Duration::from_secs(5),
-            )?;
+        crate::spawn::in_netns_async(&netns, move || async move {
+            let ep = Endpoint::parse(DEFAULT_ENDPOINT)?;
+            let r = tokio::time::timeout(Duration::from_secs(5), get(&ep, &path))
+                .await
+                .map_err(|_| {
+                    anyhow::anyhow!("GET {path} from the agent at {ep}: no answer within 5 s")
+                })??;
             Ok((r.status, r.body))
         })
     }

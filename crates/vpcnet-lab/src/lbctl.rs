@@ -80,27 +80,22 @@ impl Lab {
         let endpoint = s
             .ec2_endpoint
             .context("the lab has no cloud endpoint yet")?;
-        crate::spawn::in_netns(&vpc, move || {
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?
-                .block_on(async move {
-                    let client = Elbv2::connect(Elbv2Options {
-                        region: Some(daemon::REGION.into()),
-                        endpoint_url: Some(endpoint),
-                        credentials: Some(StaticCredentials {
-                            access_key_id: "AKIDVPCNETLAB".into(),
-                            secret_access_key: "vpcnet-lab".into(),
-                            session_token: None,
-                        }),
-                        calls: CallSettings {
-                            operation_timeout: Duration::from_secs(60),
-                            ..CallSettings::default()
-                        },
-                    })
-                    .await?;
-                    f(client).await
-                })
+        crate::spawn::in_netns_async(&vpc, move || async move {
+            let client = Elbv2::connect(Elbv2Options {
+                region: Some(daemon::REGION.into()),
+                endpoint_url: Some(endpoint),
+                credentials: Some(StaticCredentials {
+                    access_key_id: "AKIDVPCNETLAB".into(),
+                    secret_access_key: "vpcnet-lab".into(),
+                    session_token: None,
+                }),
+                calls: CallSettings {
+                    operation_timeout: Duration::from_secs(60),
+                    ..CallSettings::default()
+                },
+            })
+            .await?;
+            f(client).await
         })
     }
 

@@ -24,6 +24,7 @@ pub mod machine;
 pub mod netns;
 pub mod procs;
 pub mod registry;
+pub mod runtime;
 pub mod security_groups;
 pub mod spawn;
 pub mod state;

@@ -182,12 +182,7 @@ pub async fn run(opts: &LoadOptions) -> Result<LoadReport> {
 /// Runs [`run`] on a thread inside network namespace `netns` (a lab node's, say), with its own
 /// runtime, so every packet stays in the lab.
 pub fn run_in_netns(netns: &str, opts: LoadOptions) -> Result<LoadReport> {
-    crate::spawn::in_netns(netns, move || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?
-            .block_on(run(&opts))
-    })
+    crate::spawn::in_netns_async(netns, move || async move { run(&opts).await })
 }
 
 #[cfg(test)]

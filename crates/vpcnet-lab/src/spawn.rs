@@ -111,3 +111,21 @@ pub fn in_netns<T: Send + 'static>(
     .join()
     .map_err(|_| anyhow::anyhow!("thread in the lab namespace panicked"))?
 }
+
+/// [`in_netns`] for async work: the future `f` makes runs on a current-thread runtime of that
+/// thread, so every task and socket of it stays in the namespace. (A runtime shared with other
+/// threads would open some sockets from worker threads outside the namespace: this is why the
+/// lab keeps one runtime per namespace call besides its host-side one, [`crate::runtime`].)
+pub fn in_netns_async<T, F>(name: &str, f: impl FnOnce() -> F + Send + 'static) -> Result<T>
+where
+    T: Send + 'static,
+    F: std::future::Future<Output = Result<T>>,
+{
+    in_netns(name, move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("a runtime for the lab namespace")?
+            .block_on(f())
+    })
+}
