@@ -12,10 +12,9 @@ use anyhow::{Context, Result};
 use clap::Args as ClapArgs;
 use vpcnet_introspection::text::table;
 use vpcnet_lab::kube::workload::{httpd_manifest, Placement};
-use vpcnet_lab::lab::{
-    progress, with_lab, Api, CniTiming as Record, Lab, UpOptions, CONFLIST, VPC_CNI_CONFLIST,
-};
+use vpcnet_lab::lab::{progress, with_lab, Api, CniTiming as Record, Lab, UpOptions, CONFLIST};
 use vpcnet_lab::state::NodeCni;
+use vpcnet_lab::vpc_cni::VPC_CNI_CONFLIST;
 use vpcnet_lab::wait::wait_for;
 
 use crate::pod_timing::{self, quantile};

@@ -34,6 +34,7 @@ use crate::fabric::{self, EniPort};
 use crate::haproxy::{self, Files, Present};
 use crate::procs::{self, ProcRecord};
 use crate::spawn::Place;
+use crate::wait::log_tail;
 use crate::{cmd, netns, state};
 
 /// How often the poller reads HAProxy's check states.
@@ -167,12 +168,6 @@ fn poll_once(s: &Shared) {
             }
         }
     }
-}
-
-fn log_tail(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(10)..].join("\n")
 }
 
 impl Shared {

@@ -30,5 +30,6 @@ pub mod spawn;
 pub mod state;
 pub mod swap;
 pub mod teardown;
+pub mod vpc_cni;
 pub mod wait;
 pub mod web;

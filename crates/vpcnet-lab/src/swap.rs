@@ -15,8 +15,9 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use crate::lab::{progress, Lab, CONFLIST, VPC_CNI_CONFLIST};
+use crate::lab::{progress, Lab, CONFLIST};
 use crate::state::{self, NodeCni};
+use crate::vpc_cni::VPC_CNI_CONFLIST;
 
 /// Node path of the VPC CNI's checkpoint (ipamd's fixed path).
 pub const VPC_CNI_CHECKPOINT: &str = "/var/run/aws-node/ipam.json";
