@@ -14,13 +14,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use ipnet::Ipv4Net;
 pub use vpcnet_emu::{Api, EniInfo, RequestLog, RequestRecord};
 
 use crate::containerd;
-use crate::daemon::{self, DaemonSpec, NodeSpec, Ready};
+use crate::daemon;
 use crate::image;
-use crate::netns;
 use crate::procs::{self, ProcRecord};
 use crate::spawn::Place;
 use crate::state::{self, ContainerRecord, LabState, NodeCni, NodeRecord};
@@ -127,7 +125,7 @@ pub const CNI_TIMING_LOG: &str = vpcnet_cni_harness::timing::DEFAULT_LOG;
 pub use vpcnet_cni_harness::timing::Record as CniTiming;
 
 /// The plugins the timing shim wraps when present ([`UpOptions::cni_timing`]).
-const TIMED_PLUGINS: [&str; 4] = ["vpcnet-cni", "aws-cni", "egress-cni", "portmap"];
+pub(crate) const TIMED_PLUGINS: [&str; 4] = ["vpcnet-cni", "aws-cni", "egress-cni", "portmap"];
 
 /// `--agent-env KEY=VALUE` arguments (of `vpcnet lab` and `vpcnet-bench`) as the pairs of
 /// [`UpOptions::agent_env`]; the error names a malformed one.
@@ -395,280 +393,6 @@ impl Lab {
         })
     }
 
-    fn build(&self, opts: &UpOptions, prefix: &str, k8s_bin_dir: Option<&Path>) -> Result<()> {
-        let dir = &self.dir;
-        fs::write(
-            self.dir.join("bin_dir"),
-            opts.bin_dir.as_os_str().as_encoded_bytes(),
-        )?;
-        let vpc_ns = format!("{prefix}-vpc");
-        let (layout, node_subnet) = opts.subnets();
-        let subnets: Vec<Ipv4Net> = layout
-            .iter()
-            .map(|(_, c, _)| c.parse().expect("constant"))
-            .collect();
-        progress(&format!(
-            "creating VPC namespace {vpc_ns} (bridge per subnet {}, router at each subnet's first address)",
-            subnets.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", ")
-        ));
-        state::update(dir, |s| {
-            s.namespaces.push(vpc_ns.clone());
-            Ok(())
-        })?;
-        netns::create(&vpc_ns)?;
-        fabric::setup_vpc(&vpc_ns, &subnets)?;
-        if opts.layout == VpcLayout::TwoZones {
-            fabric::isolate_enis(&vpc_ns)?;
-            let out_ns = format!("{prefix}-out");
-            let cidr: Ipv4Net = OUTSIDE_CIDR.parse().expect("constant");
-            progress(&format!(
-                "outside network {cidr}: host {OUTSIDE_HOST} in {out_ns}, routed by the VPC router"
-            ));
-            state::update(dir, |s| {
-                s.namespaces.push(out_ns.clone());
-                s.outside = Some(state::OutsideRecord {
-                    netns: out_ns.clone(),
-                    ip: OUTSIDE_HOST,
-                    cidr,
-                });
-                Ok(())
-            })?;
-            netns::create(&out_ns)?;
-            fabric::connect_outside(&vpc_ns, &out_ns, cidr, OUTSIDE_HOST)?;
-        }
-
-        let mut nodes = Vec::new();
-        for i in 1..=opts.nodes {
-            let mut node = NodeRecord {
-                name: format!("n{i}"),
-                netns: format!("{prefix}-n{i}"),
-                dir: dir.join(format!("n{i}")),
-                mntns: crate::machine::ns_dir(dir).join(format!("n{i}")),
-                cni: opts.cni_of(&format!("n{i}")),
-                ..Default::default()
-            };
-            state::update(dir, |s| {
-                s.namespaces.push(node.netns.clone());
-                s.nodes.push(node.clone());
-                Ok(())
-            })?;
-            netns::create(&node.netns)?;
-            // The instance OS forwards (EKS AMIs set this): pods route through the node.
-            crate::cmd::sysctl_in(&node.netns, "net.ipv4.ip_forward", "1")?;
-            fs::create_dir_all(node.dir.join("bin"))?;
-            node.mntns = crate::machine::create(dir, &node.name, &node.root())?;
-            fs::copy(
-                opts.bin_dir.join("vpcnet-cni"),
-                node.cni_bin_dir().join("vpcnet-cni"),
-            )
-            .context("copying vpcnet-cni into the node's CNI bin dir")?;
-            if node.cni == NodeCni::VpcCni {
-                let peer = crate::kube::bins::locate_peer(opts.k8s_bin_dir.as_deref())?;
-                for b in ["aws-cni", "egress-cni"] {
-                    fs::copy(peer.join(b), node.cni_bin_dir().join(b))
-                        .with_context(|| format!("copying {b} into the node's CNI bin dir"))?;
-                }
-                fs::copy(
-                    peer.join("aws-k8s-agent"),
-                    node.dir.join("bin/aws-k8s-agent"),
-                )
-                .context("copying aws-k8s-agent into the node's bin dir")?;
-            }
-            // The reference plugins the conflists chain (portmap always, bandwidth and tuning
-            // with ENABLE_BANDWIDTH_PLUGIN and DISABLE_POD_V6) and those of the bare lab's
-            // tests.
-            for p in [
-                "portmap",
-                "bandwidth",
-                "tuning",
-                "loopback",
-                "bridge",
-                "host-local",
-            ] {
-                fs::copy(format!("/usr/lib/cni/{p}"), node.cni_bin_dir().join(p)).with_context(
-                    || format!("/usr/lib/cni/{p} missing: install containernetworking-plugins (scripts/install-deps.sh)"),
-                )?;
-            }
-            if opts.cni_timing {
-                let shim = opts.bin_dir.join("vpcnet-cni-timing");
-                for p in TIMED_PLUGINS {
-                    if node.cni_bin_dir().join(p).is_file() {
-                        vpcnet_cni_harness::timing::install_in_place(&node.cni_bin_dir(), p, &shim)
-                            .context("build it with `cargo build -p vpcnet-cni-harness --bin vpcnet-cni-timing`")?;
-                    }
-                }
-            }
-            nodes.push(node);
-        }
-        let cp_ns = format!("{prefix}-cp");
-        if opts.kubernetes {
-            state::update(dir, |s| {
-                s.namespaces.push(cp_ns.clone());
-                Ok(())
-            })?;
-            netns::create(&cp_ns)?;
-        }
-
-        progress(&format!(
-            "starting the lab cloud (vpcnet-emu) in {vpc_ns}: {} x {}{}",
-            opts.nodes,
-            opts.instance_type,
-            if opts.kubernetes {
-                " and the control-plane host"
-            } else {
-                ""
-            }
-        ));
-        let mut specs: Vec<NodeSpec> = nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| NodeSpec {
-                name: n.name.clone(),
-                netns: n.netns.clone(),
-                instance_type: opts.instance_type.clone(),
-                subnet: node_subnet(i + 1),
-            })
-            .collect();
-        if opts.kubernetes {
-            specs.push(NodeSpec {
-                name: CONTROL_PLANE_NAME.into(),
-                netns: cp_ns.clone(),
-                instance_type: "m5.large".into(),
-                subnet: 1,
-            });
-        }
-        let spec = DaemonSpec {
-            vpc_netns: vpc_ns.clone(),
-            vpc_cidr: VPC_CIDR.parse().expect("constant"),
-            subnets: subnets.clone(),
-            nodes: specs,
-            seed: rand::random(),
-            extra_cidrs: match opts.layout {
-                VpcLayout::Basic => Vec::new(),
-                VpcLayout::TwoZones => vec![SECONDARY_CIDR.parse().expect("constant")],
-            },
-            zones: layout.iter().map(|(_, _, z)| z.to_string()).collect(),
-            subnet_names: layout.iter().map(|(n, _, _)| n.to_string()).collect(),
-            enforce_security_groups: opts.layout == VpcLayout::TwoZones,
-        };
-        fs::write(daemon::spec_path(dir), serde_json::to_vec_pretty(&spec)?)?;
-        let mut c = Command::new(opts.bin_dir.join("vpcnet"));
-        c.args(["lab", "serve", "--dir"]).arg(dir);
-        let log = self.logs().join("emulator.log");
-        let p = procs::spawn("emulator", c, &Place::netns(&vpc_ns), &log)?;
-        state::update(dir, |s| {
-            s.processes.push(p.clone());
-            Ok(())
-        })?;
-        let ready: Ready = wait_for("the lab cloud", Duration::from_secs(30), || {
-            if let Ok(b) = fs::read(daemon::ready_path(dir)) {
-                return Ok(Some(serde_json::from_slice(&b)?));
-            }
-            if !p.alive() {
-                bail!("the lab cloud exited:\n{}", log_tail(&log));
-            }
-            Ok(None)
-        })?;
-        state::update(dir, |s| {
-            for n in &mut s.nodes {
-                if let Some(i) = ready.instances.get(&n.name) {
-                    n.instance_id = i.instance_id.clone();
-                    n.primary_ip = i.private_ip.to_string();
-                    n.k8s_name = i.private_dns_name.clone();
-                    n.zone = i.availability_zone.clone();
-                }
-            }
-            s.ec2_endpoint = ready.ec2_endpoints.first().cloned();
-            Ok(())
-        })?;
-
-        progress("building the images (busybox from /bin/busybox; pause from lab/pause/pause.c)");
-        let busybox = dir.join("busybox.tar");
-        image::build(&busybox)?;
-        let pause = dir.join("pause.tar");
-        if opts.kubernetes {
-            image::build_pause(&pause, &dir.join("pause-build"))?;
-        }
-
-        let k8s = match k8s_bin_dir {
-            Some(bins) => {
-                let cp = ready
-                    .instances
-                    .get(CONTROL_PLANE_NAME)
-                    .context("the lab cloud launched no control-plane host")?;
-                let ca = crate::kube::pki::Ca::new()?;
-                let record = crate::kube::control_plane::start(
-                    self,
-                    &ca,
-                    &crate::kube::control_plane::Spec {
-                        netns: &cp_ns,
-                        instance_id: &cp.instance_id,
-                        ip: cp.private_ip,
-                        bin_dir: bins,
-                        vpc_id: &ready.vpc_id,
-                        subnet_id: &ready.subnet_ids[1],
-                        ec2_endpoint: &ready.ec2_endpoints[1],
-                        annotate_pod_ip: opts.agent_env.iter().any(|(k, v)| {
-                            k == "ANNOTATE_POD_IP"
-                                && ["1", "t", "T", "TRUE", "true", "True"].contains(&v.as_str())
-                        }),
-                    },
-                )?;
-                Some((ca, record))
-            }
-            None => None,
-        };
-
-        let nodes = self.state()?.nodes;
-        for node in &nodes {
-            progress(&format!(
-                "node {}: {} {} eth0 {}",
-                node.name, node.instance_id, opts.instance_type, node.primary_ip
-            ));
-            if let Some((ca, cp)) = &k8s {
-                progress(&format!(
-                    "node {}: vpcnet-bootstrap (IMDS + EC2 → kubelet and containerd configuration, kubeconfig, units)",
-                    node.name
-                ));
-                self.bootstrap_node(node, ca, cp)?;
-            }
-            let cd = containerd::start(node, &self.logs())?;
-            state::update(dir, |s| {
-                s.processes.push(cd);
-                Ok(())
-            })?;
-            containerd::import(node, &node.ctr_namespace(), &busybox)?;
-            if k8s.is_some() {
-                containerd::import(node, containerd::CRI_NAMESPACE, &busybox)?;
-                containerd::import(node, containerd::CRI_NAMESPACE, &pause)?;
-            }
-            match node.cni {
-                NodeCni::Vpcnet => {
-                    progress(&format!("node {}: starting vpcnet-agent", node.name));
-                    self.start_agent_with(node, opts)?;
-                }
-                // With Kubernetes ipamd starts once kubelet has registered the Node (it reads
-                // the Node at start and exits without it), as its DaemonSet pod does on EKS.
-                NodeCni::VpcCni if k8s.is_some() => self.save_agent_env(node, opts)?,
-                NodeCni::VpcCni => self.start_vpc_cni_with(node, opts)?,
-            }
-        }
-        if k8s.is_some() {
-            let peers: Vec<&NodeRecord> =
-                nodes.iter().filter(|n| n.cni == NodeCni::VpcCni).collect();
-            self.join_nodes(opts.kube_proxy, opts.wait_ready && peers.is_empty())?;
-            for node in &peers {
-                self.wait_node_registered(node, Duration::from_secs(120))?;
-                self.start_vpc_cni_with(node, opts)?;
-            }
-            if opts.wait_ready && !peers.is_empty() {
-                progress("waiting for the nodes to turn Ready and be initialized");
-                self.wait_nodes_ready(Duration::from_secs(180))?;
-            }
-        }
-        Ok(())
-    }
-
     /// What any node agent needs to reach the lab's cloud: the AWS SDK settings for the lab's
     /// EC2 endpoint and IMDS at its link-local address (both SDKs read these variables).
     pub(crate) fn cloud_env(&self) -> Result<BTreeMap<String, String>> {
@@ -746,7 +470,7 @@ impl Lab {
         Ok(())
     }
 
-    fn start_agent_with(&self, node: &NodeRecord, opts: &UpOptions) -> Result<()> {
+    pub(crate) fn start_agent_with(&self, node: &NodeRecord, opts: &UpOptions) -> Result<()> {
         self.save_agent_env(node, opts)?;
         fs::write(
             self.dir.join("cluster_endpoint"),

@@ -8,6 +8,7 @@
 //! namespace is never changed.
 
 pub mod api;
+mod build;
 pub mod cmd;
 pub mod containerd;
 pub mod daemon;

@@ -1,0 +1,400 @@
+//! `lab up` as the steps it prints: the VPC (namespace, fabric, outside network), the nodes'
+//! namespaces and files, the control-plane host, the lab cloud, the images, the Kubernetes
+//! control plane, each node's services, and the nodes joining the cluster. Every step records
+//! what it creates before creating it ([`crate::state`]); [`Lab::up`] tears everything down when
+//! a step fails.
+
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use ipnet::Ipv4Net;
+
+use crate::containerd;
+use crate::daemon::{self, DaemonSpec, NodeSpec, Ready};
+use crate::image;
+use crate::kube::control_plane::{self, ControlPlaneRecord};
+use crate::kube::pki::Ca;
+use crate::lab::{
+    progress, Lab, LabSubnet, UpOptions, VpcLayout, CONTROL_PLANE_NAME, OUTSIDE_CIDR, OUTSIDE_HOST,
+    SECONDARY_CIDR, TIMED_PLUGINS, VPC_CIDR,
+};
+use crate::netns;
+use crate::procs;
+use crate::spawn::Place;
+use crate::state::{self, NodeCni, NodeRecord};
+use crate::wait::{log_tail, wait_for};
+
+/// The reference plugins copied into every node: those the conflists chain (portmap always,
+/// bandwidth and tuning with ENABLE_BANDWIDTH_PLUGIN and DISABLE_POD_V6) and those of the bare
+/// lab's tests.
+const REFERENCE_PLUGINS: [&str; 6] = [
+    "portmap",
+    "bandwidth",
+    "tuning",
+    "loopback",
+    "bridge",
+    "host-local",
+];
+
+/// The VPC as built: its namespace and subnets in bridge order.
+struct Vpc {
+    netns: String,
+    layout: Vec<LabSubnet>,
+    subnets: Vec<Ipv4Net>,
+}
+
+/// The images every node imports.
+struct Images {
+    busybox: std::path::PathBuf,
+    pause: std::path::PathBuf,
+}
+
+impl Lab {
+    /// Builds the lab `opts` describes, step by step, with names prefixed `prefix`.
+    pub(crate) fn build(
+        &self,
+        opts: &UpOptions,
+        prefix: &str,
+        k8s_bin_dir: Option<&Path>,
+    ) -> Result<()> {
+        fs::write(
+            self.dir.join("bin_dir"),
+            opts.bin_dir.as_os_str().as_encoded_bytes(),
+        )?;
+        let vpc = self.build_vpc(opts, prefix)?;
+        let nodes = self.create_nodes(opts, prefix)?;
+        let cp_ns = format!("{prefix}-cp");
+        if opts.kubernetes {
+            self.create_netns(&cp_ns)?;
+        }
+        let ready = self.start_cloud(opts, &vpc, &nodes, &cp_ns)?;
+        let images = self.build_images(opts)?;
+        let k8s = match k8s_bin_dir {
+            Some(bins) => Some(self.start_control_plane(opts, &ready, &cp_ns, bins)?),
+            None => None,
+        };
+        let nodes = self.state()?.nodes;
+        for node in &nodes {
+            self.start_node(node, opts, k8s.as_ref(), &images)?;
+        }
+        if k8s.is_some() {
+            self.join_cluster(opts, &nodes)?;
+        }
+        Ok(())
+    }
+
+    /// A network namespace, recorded first.
+    fn create_netns(&self, name: &str) -> Result<()> {
+        state::update(&self.dir, |s| {
+            s.namespaces.push(name.to_string());
+            Ok(())
+        })?;
+        netns::create(name)
+    }
+
+    /// The VPC namespace with a bridge per subnet and the router, and, in the two-zone layout,
+    /// the network outside the VPC.
+    fn build_vpc(&self, opts: &UpOptions, prefix: &str) -> Result<Vpc> {
+        let vpc_ns = format!("{prefix}-vpc");
+        let (layout, _) = opts.subnets();
+        let subnets: Vec<Ipv4Net> = layout
+            .iter()
+            .map(|(_, c, _)| c.parse().expect("constant"))
+            .collect();
+        progress(&format!(
+            "creating VPC namespace {vpc_ns} (bridge per subnet {}, router at each subnet's first address)",
+            subnets.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(", ")
+        ));
+        self.create_netns(&vpc_ns)?;
+        crate::fabric::setup_vpc(&vpc_ns, &subnets)?;
+        if opts.layout == VpcLayout::TwoZones {
+            crate::fabric::isolate_enis(&vpc_ns)?;
+            let out_ns = format!("{prefix}-out");
+            let cidr: Ipv4Net = OUTSIDE_CIDR.parse().expect("constant");
+            progress(&format!(
+                "outside network {cidr}: host {OUTSIDE_HOST} in {out_ns}, routed by the VPC router"
+            ));
+            state::update(&self.dir, |s| {
+                s.namespaces.push(out_ns.clone());
+                s.outside = Some(state::OutsideRecord {
+                    netns: out_ns.clone(),
+                    ip: OUTSIDE_HOST,
+                    cidr,
+                });
+                Ok(())
+            })?;
+            netns::create(&out_ns)?;
+            crate::fabric::connect_outside(&vpc_ns, &out_ns, cidr, OUTSIDE_HOST)?;
+        }
+        Ok(Vpc {
+            netns: vpc_ns,
+            layout,
+            subnets,
+        })
+    }
+
+    /// Each node's network namespace (forwarding on, as EKS AMIs set it), mount namespace and
+    /// files: the plugins of its CNI, the reference plugins, the timing shim when asked.
+    fn create_nodes(&self, opts: &UpOptions, prefix: &str) -> Result<Vec<NodeRecord>> {
+        let dir = &self.dir;
+        let mut nodes = Vec::new();
+        for i in 1..=opts.nodes {
+            let mut node = NodeRecord {
+                name: format!("n{i}"),
+                netns: format!("{prefix}-n{i}"),
+                dir: dir.join(format!("n{i}")),
+                mntns: crate::machine::ns_dir(dir).join(format!("n{i}")),
+                cni: opts.cni_of(&format!("n{i}")),
+                ..Default::default()
+            };
+            state::update(dir, |s| {
+                s.namespaces.push(node.netns.clone());
+                s.nodes.push(node.clone());
+                Ok(())
+            })?;
+            netns::create(&node.netns)?;
+            crate::cmd::sysctl_in(&node.netns, "net.ipv4.ip_forward", "1")?;
+            fs::create_dir_all(node.dir.join("bin"))?;
+            node.mntns = crate::machine::create(dir, &node.name, &node.root())?;
+            install_plugins(&node, opts)?;
+            nodes.push(node);
+        }
+        Ok(nodes)
+    }
+
+    /// The lab cloud (`vpcnet lab serve`) in the VPC namespace, launching the nodes' and the
+    /// control-plane host's instances; their instance IDs, addresses and zones are recorded.
+    fn start_cloud(
+        &self,
+        opts: &UpOptions,
+        vpc: &Vpc,
+        nodes: &[NodeRecord],
+        cp_ns: &str,
+    ) -> Result<Ready> {
+        let dir = &self.dir;
+        progress(&format!(
+            "starting the lab cloud (vpcnet-emu) in {}: {} x {}{}",
+            vpc.netns,
+            opts.nodes,
+            opts.instance_type,
+            if opts.kubernetes {
+                " and the control-plane host"
+            } else {
+                ""
+            }
+        ));
+        let (_, node_subnet) = opts.subnets();
+        let mut specs: Vec<NodeSpec> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| NodeSpec {
+                name: n.name.clone(),
+                netns: n.netns.clone(),
+                instance_type: opts.instance_type.clone(),
+                subnet: node_subnet(i + 1),
+            })
+            .collect();
+        if opts.kubernetes {
+            specs.push(NodeSpec {
+                name: CONTROL_PLANE_NAME.into(),
+                netns: cp_ns.to_string(),
+                instance_type: "m5.large".into(),
+                subnet: 1,
+            });
+        }
+        let spec = DaemonSpec {
+            vpc_netns: vpc.netns.clone(),
+            vpc_cidr: VPC_CIDR.parse().expect("constant"),
+            subnets: vpc.subnets.clone(),
+            nodes: specs,
+            seed: rand::random(),
+            extra_cidrs: match opts.layout {
+                VpcLayout::Basic => Vec::new(),
+                VpcLayout::TwoZones => vec![SECONDARY_CIDR.parse().expect("constant")],
+            },
+            zones: vpc.layout.iter().map(|(_, _, z)| z.to_string()).collect(),
+            subnet_names: vpc.layout.iter().map(|(n, _, _)| n.to_string()).collect(),
+            enforce_security_groups: opts.layout == VpcLayout::TwoZones,
+        };
+        fs::write(daemon::spec_path(dir), serde_json::to_vec_pretty(&spec)?)?;
+        let mut c = Command::new(opts.bin_dir.join("vpcnet"));
+        c.args(["lab", "serve", "--dir"]).arg(dir);
+        let log = self.logs().join("emulator.log");
+        let p = procs::spawn("emulator", c, &Place::netns(&vpc.netns), &log)?;
+        state::update(dir, |s| {
+            s.processes.push(p.clone());
+            Ok(())
+        })?;
+        let ready: Ready = wait_for("the lab cloud", Duration::from_secs(30), || {
+            if let Ok(b) = fs::read(daemon::ready_path(dir)) {
+                return Ok(Some(serde_json::from_slice(&b)?));
+            }
+            if !p.alive() {
+                bail!("the lab cloud exited:\n{}", log_tail(&log));
+            }
+            Ok(None)
+        })?;
+        state::update(dir, |s| {
+            for n in &mut s.nodes {
+                if let Some(i) = ready.instances.get(&n.name) {
+                    n.instance_id = i.instance_id.clone();
+                    n.primary_ip = i.private_ip.to_string();
+                    n.k8s_name = i.private_dns_name.clone();
+                    n.zone = i.availability_zone.clone();
+                }
+            }
+            s.ec2_endpoint = ready.ec2_endpoints.first().cloned();
+            Ok(())
+        })?;
+        Ok(ready)
+    }
+
+    /// The busybox image and, with Kubernetes, the pause image, as OCI archives.
+    fn build_images(&self, opts: &UpOptions) -> Result<Images> {
+        progress("building the images (busybox from /bin/busybox; pause from lab/pause/pause.c)");
+        let images = Images {
+            busybox: self.dir.join("busybox.tar"),
+            pause: self.dir.join("pause.tar"),
+        };
+        image::build(&images.busybox)?;
+        if opts.kubernetes {
+            image::build_pause(&images.pause, &self.dir.join("pause-build"))?;
+        }
+        Ok(images)
+    }
+
+    /// The Kubernetes control plane on its host, with a new cluster CA.
+    fn start_control_plane(
+        &self,
+        opts: &UpOptions,
+        ready: &Ready,
+        cp_ns: &str,
+        bins: &Path,
+    ) -> Result<(Ca, ControlPlaneRecord)> {
+        let cp = ready
+            .instances
+            .get(CONTROL_PLANE_NAME)
+            .context("the lab cloud launched no control-plane host")?;
+        let ca = Ca::new()?;
+        let record = control_plane::start(
+            self,
+            &ca,
+            &control_plane::Spec {
+                netns: cp_ns,
+                instance_id: &cp.instance_id,
+                ip: cp.private_ip,
+                bin_dir: bins,
+                vpc_id: &ready.vpc_id,
+                subnet_id: &ready.subnet_ids[1],
+                ec2_endpoint: &ready.ec2_endpoints[1],
+                annotate_pod_ip: opts.agent_env.iter().any(|(k, v)| {
+                    k == "ANNOTATE_POD_IP"
+                        && ["1", "t", "T", "TRUE", "true", "True"].contains(&v.as_str())
+                }),
+            },
+        )?;
+        Ok((ca, record))
+    }
+
+    /// One node's services: with Kubernetes vpcnet-bootstrap first, then containerd with the
+    /// images, then its CNI's agent (the VPC CNI's ipamd waits for the Node when there is a
+    /// cluster, [`Self::join_cluster`]).
+    fn start_node(
+        &self,
+        node: &NodeRecord,
+        opts: &UpOptions,
+        k8s: Option<&(Ca, ControlPlaneRecord)>,
+        images: &Images,
+    ) -> Result<()> {
+        progress(&format!(
+            "node {}: {} {} eth0 {}",
+            node.name, node.instance_id, opts.instance_type, node.primary_ip
+        ));
+        if let Some((ca, cp)) = k8s {
+            progress(&format!(
+                "node {}: vpcnet-bootstrap (IMDS + EC2 → kubelet and containerd configuration, kubeconfig, units)",
+                node.name
+            ));
+            self.bootstrap_node(node, ca, cp)?;
+        }
+        let cd = containerd::start(node, &self.logs())?;
+        state::update(&self.dir, |s| {
+            s.processes.push(cd);
+            Ok(())
+        })?;
+        containerd::import(node, &node.ctr_namespace(), &images.busybox)?;
+        if k8s.is_some() {
+            containerd::import(node, containerd::CRI_NAMESPACE, &images.busybox)?;
+            containerd::import(node, containerd::CRI_NAMESPACE, &images.pause)?;
+        }
+        match node.cni {
+            NodeCni::Vpcnet => {
+                progress(&format!("node {}: starting vpcnet-agent", node.name));
+                self.start_agent_with(node, opts)
+            }
+            // With Kubernetes ipamd starts once kubelet has registered the Node (it reads the
+            // Node at start and exits without it), as its DaemonSet pod does on EKS.
+            NodeCni::VpcCni if k8s.is_some() => self.save_agent_env(node, opts),
+            NodeCni::VpcCni => self.start_vpc_cni_with(node, opts),
+        }
+    }
+
+    /// kubelet and kube-proxy on every node; the VPC CNI's ipamd on its nodes once their Node
+    /// is registered; then, when asked, all nodes Ready.
+    fn join_cluster(&self, opts: &UpOptions, nodes: &[NodeRecord]) -> Result<()> {
+        let peers: Vec<&NodeRecord> = nodes.iter().filter(|n| n.cni == NodeCni::VpcCni).collect();
+        self.join_nodes(opts.kube_proxy, opts.wait_ready && peers.is_empty())?;
+        for node in &peers {
+            self.wait_node_registered(node, Duration::from_secs(120))?;
+            self.start_vpc_cni_with(node, opts)?;
+        }
+        if opts.wait_ready && !peers.is_empty() {
+            progress("waiting for the nodes to turn Ready and be initialized");
+            self.wait_nodes_ready(Duration::from_secs(180))?;
+        }
+        Ok(())
+    }
+}
+
+/// Copies the node's plugins into its `/opt/cni/bin`: vpcnet-cni, the VPC CNI's plugins and
+/// ipamd on a VPC CNI node, the reference plugins, and the timing shim in front of the timed
+/// ones when asked.
+fn install_plugins(node: &NodeRecord, opts: &UpOptions) -> Result<()> {
+    let bin = node.cni_bin_dir();
+    fs::copy(opts.bin_dir.join("vpcnet-cni"), bin.join("vpcnet-cni"))
+        .context("copying vpcnet-cni into the node's CNI bin dir")?;
+    if node.cni == NodeCni::VpcCni {
+        let peer = crate::kube::bins::locate_peer(opts.k8s_bin_dir.as_deref())?;
+        for b in ["aws-cni", "egress-cni"] {
+            fs::copy(peer.join(b), bin.join(b))
+                .with_context(|| format!("copying {b} into the node's CNI bin dir"))?;
+        }
+        fs::copy(
+            peer.join("aws-k8s-agent"),
+            node.dir.join("bin/aws-k8s-agent"),
+        )
+        .context("copying aws-k8s-agent into the node's bin dir")?;
+    }
+    for p in REFERENCE_PLUGINS {
+        fs::copy(format!("/usr/lib/cni/{p}"), bin.join(p)).with_context(|| {
+            format!(
+                "/usr/lib/cni/{p} missing: install containernetworking-plugins \
+                 (scripts/install-deps.sh)"
+            )
+        })?;
+    }
+    if opts.cni_timing {
+        let shim = opts.bin_dir.join("vpcnet-cni-timing");
+        for p in TIMED_PLUGINS {
+            if bin.join(p).is_file() {
+                vpcnet_cni_harness::timing::install_in_place(&bin, p, &shim).context(
+                    "build it with `cargo build -p vpcnet-cni-harness --bin vpcnet-cni-timing`",
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
