@@ -1,6 +1,9 @@
-//! Issue 3 acceptance: in-process emulator + in-process agent + gRPC over a temp Unix socket.
+//! Issue 3 acceptance, the contract test over HTTP: the in-process agent against the emulator
+//! over its HTTP API (EC2 Query, IMDSv2), gRPC over a temp Unix socket. Restart and cooldown
+//! run on the paused clock with the fake cloud (`tests/restart.rs`).
 
-// std's clocks (banned by the workspace clippy.toml): the agent runs as a real process here; the test waits for it on the wall clock.
+// std's clocks (banned by the workspace clippy.toml): the emulator serves over HTTP on the wall
+// clock.
 #![allow(clippy::disallowed_methods)]
 
 mod common;
@@ -172,66 +175,6 @@ async fn warm_ip_target_rolls_cost_at_most_one_call_each() {
     let s = agent.shared.pool().summary(vpcnet_agent::clock::now_ms());
     assert_eq!(s.assigned_ips, 10);
     assert!(s.available_ips >= 5, "{s:?}");
-    agent.shutdown().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn restart_keeps_assignments_and_cooldown() {
-    let lab = lab("m5.large").await;
-    let mut o = lab.options();
-    // One ENI (9 pod IPs) so the only free IP is the released one; 8 s cooldown.
-    o.targets.max_eni = Some(1);
-    o.cooldown = Duration::from_secs(8);
-    let agent = vpcnet_agent::start(o.clone()).await.unwrap();
-    let mut c = client(&lab.socket()).await;
-    let mut held = Vec::new();
-    for i in 0..9 {
-        held.push(
-            add_retry(&mut c, &format!("k{i}"), Duration::from_secs(10))
-                .await
-                .unwrap()
-                .ipv4_addr,
-        );
-    }
-    let released = c.del_network(del_req("k8")).await.unwrap().into_inner();
-    assert!(released.released);
-    let released_at = Instant::now();
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    agent.shutdown().await;
-    drop(c);
-
-    let agent = vpcnet_agent::start(o).await.unwrap();
-    let mut c = client(&lab.socket()).await;
-    for (i, ip) in held.iter().enumerate().take(8) {
-        let r = c
-            .add_network(add_req(&format!("k{i}")))
-            .await
-            .unwrap()
-            .into_inner();
-        assert_eq!(
-            &r.ipv4_addr, ip,
-            "assignment of k{i} changed across restart"
-        );
-    }
-    assert_eq!(agent.shared.pool().assignments().count(), 8);
-    // The released IP cools down until 8 s after its release, across the restart.
-    let mut first_ok = None;
-    while released_at.elapsed() < Duration::from_secs(12) {
-        match c.add_network(add_req("new")).await {
-            Ok(r) => {
-                first_ok = Some((released_at.elapsed(), r.into_inner().ipv4_addr));
-                break;
-            }
-            Err(s) => assert_eq!(s.code(), tonic::Code::Unavailable, "{s:?}"),
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let (after, ip) = first_ok.expect("the cooled-down IP is handed out after its cooldown");
-    assert_eq!(ip, released.ipv4_addr);
-    assert!(
-        after >= Duration::from_secs(8),
-        "handed out {after:?} after release, cooldown is 8 s"
-    );
     agent.shutdown().await;
 }
 
