@@ -2,16 +2,12 @@
 //! over its HTTP API (EC2 Query, IMDSv2), gRPC over a temp Unix socket. Restart and cooldown
 //! run on the paused clock with the fake cloud (`tests/restart.rs`).
 
-// std's clocks (banned by the workspace clippy.toml): the emulator serves over HTTP on the wall
-// clock.
-#![allow(clippy::disallowed_methods)]
-
 mod common;
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 use std::os::unix::fs::PermissionsExt;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use vpcnet_agent::Targets;
