@@ -20,7 +20,6 @@ use crate::cloud::{CloudApis, Ec2Api, MetadataApi};
 use vpcnet_ipam::{UnknownIpPolicy, WarmConfig};
 use vpcnet_limits::InstanceLimits;
 
-use crate::checkpoint_file;
 use crate::clock::now_ms;
 use crate::metrics::Metrics;
 use crate::options::AgentOptions;
@@ -206,12 +205,7 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
     metrics.set_provisioning_mode([(opts.provisioning.label(), 1)]);
     let found = discover(&opts, metrics.clone(), started).await?;
     let limits = instance_limits(found.ec2.as_ref(), &found.facts).await?;
-    let store: Arc<dyn checkpoint_file::CheckpointStore> =
-        opts.checkpoint_store.clone().unwrap_or_else(|| {
-            Arc::new(checkpoint_file::FileCheckpoint {
-                path: opts.checkpoint_path.clone(),
-            })
-        });
+    let store = opts.store();
     let restored = crate::recovery::restore(
         &opts,
         store.as_ref(),
@@ -223,9 +217,7 @@ pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
     let policy = restored.origin.unknown_policy(settle_ms);
     let pool = restored.pool;
     let ec2 = found.ec2;
-    let mut opts = opts;
-    opts.checkpoint_store = Some(store);
-    let mut shared = Shared::new(opts.clone(), found.facts, pool, metrics);
+    let mut shared = Shared::new(opts.clone(), found.facts, pool, metrics, store);
     shared.stop = stop_rx.clone().into();
     // The API client's connections, from before the first ADD (ANNOTATE_POD_IP waits on it).
     let (kube_clients, kube_clients_rx) = watch::channel(None);

@@ -219,6 +219,18 @@ impl std::fmt::Debug for AgentOptions {
     }
 }
 
+impl AgentOptions {
+    /// The checkpoint store these options name: the injected [`Self::checkpoint_store`], else
+    /// the file at `checkpoint_path`. Built once, at start.
+    pub fn store(&self) -> Arc<dyn crate::checkpoint_file::CheckpointStore> {
+        self.checkpoint_store.clone().unwrap_or_else(|| {
+            Arc::new(crate::checkpoint_file::FileCheckpoint {
+                path: self.checkpoint_path.clone(),
+            })
+        })
+    }
+}
+
 impl Default for AgentOptions {
     fn default() -> Self {
         AgentOptions {

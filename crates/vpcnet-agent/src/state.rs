@@ -9,7 +9,7 @@ use ipnet::Ipv4Net;
 use tokio::sync::{watch, Notify};
 use vpcnet_ipam::Pool;
 
-use crate::checkpoint_file::{CheckpointStore, CheckpointWriteError, FileCheckpoint};
+use crate::checkpoint_file::{CheckpointStore, CheckpointWriteError};
 use crate::clock::now_ms;
 use crate::options::AgentOptions;
 
@@ -58,7 +58,7 @@ pub struct Shared {
     pub last_error: Mutex<Option<String>>,
     /// Serialises checkpoint writes so an older snapshot never overwrites a newer one.
     persist_lock: tokio::sync::Mutex<()>,
-    /// Where the checkpoint lives ([`AgentOptions::checkpoint_store`], else the file at
+    /// Where the checkpoint lives ([`AgentOptions::store`]: the injected store, else the file at
     /// `checkpoint_path`).
     pub store: Arc<dyn CheckpointStore>,
     /// Why an essential task stopped (the agent is unhealthy and the process exits).
@@ -99,12 +99,8 @@ impl Shared {
         facts: NodeFacts,
         pool: Pool,
         metrics: std::sync::Arc<crate::metrics::Metrics>,
+        store: Arc<dyn CheckpointStore>,
     ) -> Self {
-        let store: Arc<dyn CheckpointStore> = opts.checkpoint_store.clone().unwrap_or_else(|| {
-            Arc::new(FileCheckpoint {
-                path: opts.checkpoint_path.clone(),
-            })
-        });
         let eniconfig = opts.custom_networking.as_ref().map(|_| {
             watch::channel(crate::kubernetes::eniconfig_watch::EniConfigTracked::initial(now_ms()))
                 .0

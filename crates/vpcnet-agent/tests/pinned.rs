@@ -143,7 +143,8 @@ fn known_shared() -> Shared {
         ],
         ..AgentOptions::default()
     };
-    let shared = Shared::new(opts, facts, pool, Arc::new(Metrics::new()));
+    let store = opts.store();
+    let shared = Shared::new(opts, facts, pool, Arc::new(Metrics::new()), store);
     shared.set_error(Some("RequestLimitExceeded: Request limit exceeded.".into()));
     shared
 }
