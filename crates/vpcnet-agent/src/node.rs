@@ -10,7 +10,7 @@ use std::pin::Pin;
 
 use anyhow::Context;
 use ipnet::Ipv4Net;
-use vpcnet_datapath::audit::{Finding, PodExpect};
+use vpcnet_datapath::audit::{Finding, Kind, NodeView, PodExpect};
 use vpcnet_datapath::link_watch::RemovedLink;
 
 /// A boxed future (object-safe async trait methods).
@@ -280,11 +280,7 @@ impl NodeNetwork for NetlinkNode {
         &'a self,
         req: &'a AuditRequest,
     ) -> BoxFuture<'a, anyhow::Result<Option<AuditReport>>> {
-        Box::pin(async move {
-            crate::datapath_audit::netlink_audit(self, req)
-                .await
-                .map(Some)
-        })
+        Box::pin(async move { netlink_audit(self, req).await.map(Some) })
     }
 
     fn tracks_connections(&self) -> bool {
@@ -309,4 +305,66 @@ impl NodeNetwork for NetlinkNode {
             self.netns.as_deref(),
         )?))
     }
+}
+
+/// The audit over netlink in the node's namespace ([`NetlinkNode::audit`]). A prerequisite
+/// whose check itself fails is an unrepaired finding naming the error.
+async fn netlink_audit(node: &NetlinkNode, req: &AuditRequest) -> anyhow::Result<AuditReport> {
+    use vpcnet_datapath::prereq;
+    let h = node.handle()?;
+    let netns = node.netns.as_deref();
+    let mut report = AuditReport::default();
+    let failed = |kind: Kind, object: &str, e: &dyn std::fmt::Display| Finding {
+        kind,
+        object: object.to_string(),
+        problem: format!("could not be checked: {e}"),
+        unrepaired: Some(e.to_string()),
+    };
+    match prereq::check_forwarding(netns, req.repair).await {
+        Ok(f) => report.node.extend(f),
+        Err(e) => report
+            .node
+            .push(failed(Kind::IpForward, prereq::IP_FORWARD, &e)),
+    }
+    for eni in &req.enis {
+        let spec = vpcnet_datapath::node::EniSpec {
+            mac: eni.mac.clone(),
+            device_number: eni.device_number,
+            network_card: eni.network_card,
+            subnet: eni.subnet,
+            mtu: eni.mtu,
+            primary_ip: Some(eni.primary_ip),
+        };
+        match prereq::check_eni(&h, &spec, req.repair).await {
+            Ok(f) => report.node.extend(f),
+            Err(e) => report.node.push(failed(Kind::EniTable, &eni.mac, &e)),
+        }
+    }
+    let fw = &req.firewall;
+    match vpcnet_datapath::node::find_link_by_mac(&h, &fw.primary_mac).await {
+        Ok(Some(link)) => {
+            match prereq::check_firewall(&h, netns, &fw.spec(&link.name), req.repair).await {
+                Ok(f) => report.node.extend(f),
+                Err(e) => report
+                    .node
+                    .push(failed(Kind::FirewallTable, "table ip vpcnet", &e)),
+            }
+        }
+        Ok(None) => report.node.push(failed(
+            Kind::FirewallTable,
+            "table ip vpcnet",
+            &format!("no interface has the primary ENI's MAC {}", fw.primary_mac),
+        )),
+        Err(e) => report
+            .node
+            .push(failed(Kind::FirewallTable, "table ip vpcnet", &e)),
+    }
+    let view = NodeView::read(&h).await?;
+    for p in &req.pods {
+        let repair = req.repair && (req.still_assigned)(p.ip);
+        report
+            .pods
+            .push(vpcnet_datapath::audit::check_pod(&h, &view, p, repair).await);
+    }
+    Ok(report)
 }
