@@ -25,10 +25,10 @@ use serde::{Deserialize, Serialize};
 /// Prefix of every metadata path.
 pub const META: &str = "/latest/meta-data/";
 
-/// Error of an IMDS read; always names the metadata path.
 /// The cause of an [`ImdsError`]: any error, shared so the error stays `Clone`.
 pub type Cause = std::sync::Arc<dyn std::error::Error + Send + Sync + 'static>;
 
+/// Error of an IMDS read; always names the metadata path.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ImdsError {
     /// IMDS answered 404: the item does not exist (yet) for this instance.
