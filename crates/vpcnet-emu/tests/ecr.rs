@@ -131,11 +131,11 @@ async fn wrong_scope_unknown_operation_and_faults_answer_ecr_errors() {
 
 /// kubelet's side of the exchange with the real provider: a CredentialProviderRequest for an
 /// image of the emulator's registry on stdin, the emulator as ECR (`AWS_ENDPOINT_URL_ECR`);
-/// the response carries the registry's credentials. Needs the binary:
-/// `VPCNET_ECR_CREDENTIAL_PROVIDER=$(scripts/build-ecr-credential-provider.sh)/ecr-credential-provider
-/// cargo test -p vpcnet-emu --test ecr -- --ignored`.
+/// the response carries the registry's credentials. Needs the binary, and fails without it
+/// (scripts/test.sh builds it and sets the variable):
+/// `VPCNET_ECR_CREDENTIAL_PROVIDER=$(scripts/build-ecr-credential-provider.sh | tail -n 1)/ecr-credential-provider
+/// cargo test -p vpcnet-emu --test ecr`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs VPCNET_ECR_CREDENTIAL_PROVIDER (scripts/build-ecr-credential-provider.sh)"]
 async fn real_ecr_credential_provider_gets_the_registry_credentials() {
     let bin = std::env::var("VPCNET_ECR_CREDENTIAL_PROVIDER").expect(
         "set VPCNET_ECR_CREDENTIAL_PROVIDER to the binary scripts/build-ecr-credential-provider.sh builds",
