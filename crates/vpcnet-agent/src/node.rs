@@ -30,6 +30,20 @@ pub struct NodeEni {
     pub mtu: u32,
 }
 
+impl NodeEni {
+    /// The datapath's view of this ENI (its interface, route table and rules).
+    pub fn spec(&self) -> vpcnet_datapath::node::EniSpec {
+        vpcnet_datapath::node::EniSpec {
+            mac: self.mac.clone(),
+            device_number: self.device_number,
+            network_card: self.network_card,
+            subnet: self.subnet,
+            mtu: self.mtu,
+            primary_ip: Some(self.primary_ip),
+        }
+    }
+}
+
 /// The node firewall as the agent knows it: the VPC CNI settings plus the static facts. The
 /// primary ENI's interface is found by `primary_mac` (it is `eth0` on older AMIs, `ens5` on
 /// newer ones).
@@ -198,14 +212,7 @@ impl NodeNetwork for NetlinkNode {
     fn setup_eni<'a>(&'a self, eni: &'a NodeEni) -> BoxFuture<'a, anyhow::Result<()>> {
         Box::pin(async move {
             let handle = self.handle()?;
-            let spec = vpcnet_datapath::node::EniSpec {
-                mac: eni.mac.clone(),
-                device_number: eni.device_number,
-                network_card: eni.network_card,
-                subnet: eni.subnet,
-                mtu: eni.mtu,
-                primary_ip: Some(eni.primary_ip),
-            };
+            let spec = eni.spec();
             // The interface may show up a moment after EC2 reports the attachment: poll for it
             // every ENI_POLL up to `wait`; any other error is final.
             let policy = vpcnet_backoff::Backoff::new(ENI_POLL, ENI_POLL)
@@ -327,14 +334,7 @@ async fn netlink_audit(node: &NetlinkNode, req: &AuditRequest) -> anyhow::Result
             .push(failed(Kind::IpForward, prereq::IP_FORWARD, &e)),
     }
     for eni in &req.enis {
-        let spec = vpcnet_datapath::node::EniSpec {
-            mac: eni.mac.clone(),
-            device_number: eni.device_number,
-            network_card: eni.network_card,
-            subnet: eni.subnet,
-            mtu: eni.mtu,
-            primary_ip: Some(eni.primary_ip),
-        };
+        let spec = eni.spec();
         match prereq::check_eni(&h, &spec, req.repair).await {
             Ok(f) => report.node.extend(f),
             Err(e) => report.node.push(failed(Kind::EniTable, &eni.mac, &e)),
