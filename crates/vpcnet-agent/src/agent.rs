@@ -21,6 +21,7 @@ use vpcnet_ipam::{UnknownIpPolicy, WarmConfig};
 use vpcnet_limits::InstanceLimits;
 
 use crate::clock::now_ms;
+use crate::deps::AgentDeps;
 use crate::metrics::Metrics;
 use crate::options::AgentOptions;
 use crate::provisioning::{ImdsOnlyEc2, Provisioning};
@@ -197,27 +198,34 @@ impl Tasks {
 /// Errors: IMDS unreachable, EC2 client configuration, unknown instance type, the socket
 /// or a listener cannot be bound, the VPC CNI's checkpoint cannot be imported. A lost or
 /// corrupt checkpoint is not an error ([`crate::recovery`]).
-pub async fn start(opts: AgentOptions) -> anyhow::Result<AgentHandle> {
+pub async fn start(opts: AgentOptions, deps: AgentDeps) -> anyhow::Result<AgentHandle> {
     let started = Instant::now();
     let (stop, stop_rx) = watch::channel(false);
     let listener = crate::grpc::bind(&opts.socket_path)?;
     let metrics = Arc::new(Metrics::new());
     metrics.set_provisioning_mode([(opts.provisioning.label(), 1)]);
-    let found = discover(&opts, metrics.clone(), started).await?;
+    let found = discover(&opts, &deps, metrics.clone(), started).await?;
     let limits = instance_limits(found.ec2.as_ref(), &found.facts).await?;
-    let store = opts.store();
+    let store = deps.store(&opts);
     let restored = crate::recovery::restore(
         &opts,
         store.as_ref(),
         &found.enis,
-        warm_config(&opts, &limits, found.primary_excluded)?,
+        warm_config(&opts, &deps, &limits, found.primary_excluded)?,
         &metrics,
     )?;
     let settle_ms = opts.pod_reclaim_grace.as_millis() as u64;
     let policy = restored.origin.unknown_policy(settle_ms);
     let pool = restored.pool;
     let ec2 = found.ec2;
-    let mut shared = Shared::new(opts.clone(), found.facts, pool, metrics, store);
+    let mut shared = Shared::new(
+        opts.clone(),
+        found.facts,
+        pool,
+        metrics,
+        store,
+        deps.node_network.clone(),
+    );
     shared.stop = stop_rx.clone().into();
     // The API client's connections, from before the first ADD (ANNOTATE_POD_IP waits on it).
     let (kube_clients, kube_clients_rx) = watch::channel(None);
@@ -304,8 +312,8 @@ fn test_hook_end_task(handle: &AgentHandle) {
 /// Runs the agent until SIGINT/SIGTERM, or until an essential task stops unexpectedly
 /// (then the error is [`EssentialTaskFailed`], naming the task, and the caller exits
 /// non-zero).
-pub async fn run(opts: AgentOptions) -> anyhow::Result<()> {
-    let handle = start(opts).await?;
+pub async fn run(opts: AgentOptions, deps: AgentDeps) -> anyhow::Result<()> {
+    let handle = start(opts, deps).await?;
     #[cfg(debug_assertions)]
     test_hook_end_task(&handle);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -339,10 +347,11 @@ struct Discovered {
 /// second round (the primary ENI's facts).
 async fn discover(
     opts: &AgentOptions,
+    deps: &AgentDeps,
     metrics: Arc<Metrics>,
     started: Instant,
 ) -> anyhow::Result<Discovered> {
-    let imds: Arc<dyn MetadataApi> = match &opts.cloud {
+    let imds: Arc<dyn MetadataApi> = match &deps.cloud {
         Some(c) => c.metadata.clone(),
         None => Arc::new(match &opts.imds_endpoint {
             Some(e) => Imds::with_endpoint(e, Some(Duration::from_secs(2)))
@@ -355,7 +364,7 @@ async fn discover(
     // The EC2 client, once built, for the subnet check that follows the IMDS facts.
     let (ec2_tx, ec2_rx) = tokio::sync::oneshot::channel::<Arc<dyn Ec2Api>>();
     let ec2_and_enis = async {
-        let ec2: Arc<dyn Ec2Api> = match (&opts.cloud, opts.provisioning) {
+        let ec2: Arc<dyn Ec2Api> = match (&deps.cloud, opts.provisioning) {
             // No EC2 client at all: the ENIs come from IMDS.
             (_, Provisioning::ImdsOnly) => Arc::new(ImdsOnlyEc2::new(imds.clone())),
             (Some(CloudApis { ec2, .. }), p) => p.wrap(ec2.clone()),
@@ -531,6 +540,7 @@ fn multi_nic_cards(limits: &InstanceLimits) -> Vec<vpcnet_ipam::NetworkCardLimit
 /// discovery on ([`crate::reconciler::subnet_discovery::primary_eni_excluded`]).
 fn warm_config(
     opts: &AgentOptions,
+    deps: &AgentDeps,
     limits: &InstanceLimits,
     primary_excluded: bool,
 ) -> anyhow::Result<WarmConfig> {
@@ -554,7 +564,7 @@ fn warm_config(
     // DISABLE_NETWORK_RESOURCE_PROVISIONING / ENABLE_IMDS_ONLY_MODE: no plan, ever.
     c.provisioning = opts.provisioning.provisions();
     // Released addresses wait for the node's conntrack entries of them to be deleted.
-    c.conntrack_flush = opts
+    c.conntrack_flush = deps
         .node_network
         .as_ref()
         .is_some_and(|n| n.tracks_connections());
@@ -649,7 +659,7 @@ fn spawn_background(
         stop,
         crate::reconciler::run(shared.clone(), ec2.clone(), imds.clone(), stop.clone()),
     );
-    if shared.opts.node_network.is_some() {
+    if shared.node_network().is_some() {
         let (s, mut st) = (shared.clone(), stop.clone());
         tasks.essential("pod-reclaim", shared, stop, async move {
             loop {

@@ -40,7 +40,7 @@ pub enum Round {
 /// at start (before the pool is filled: addresses restored from the checkpoint whose cooldown
 /// is over are flushed before any can be handed out) and by [`run`].
 pub async fn flush_due(shared: &Shared) -> Round {
-    let Some(node) = shared.opts.node_network.clone() else {
+    let Some(node) = shared.node_network().cloned() else {
         return Round::Done;
     };
     let started = now_ms();

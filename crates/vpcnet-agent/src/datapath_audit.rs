@@ -92,7 +92,7 @@ fn pods_to_audit(shared: &Shared, now: u64) -> Vec<PodRow> {
 /// One audit pass (see the module docs). Does nothing without a node datapath or when the
 /// node network does not audit.
 pub async fn run_pass(shared: &Arc<Shared>) {
-    let Some(node) = &shared.opts.node_network else {
+    let Some(node) = shared.node_network() else {
         return;
     };
     let rows = pods_to_audit(shared, now_ms());
@@ -276,7 +276,7 @@ pub fn link_watcher(
     shared: &Arc<Shared>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
-    let node = shared.opts.node_network.as_ref()?;
+    let node = shared.node_network()?;
     let mut rx = match node.removed_links() {
         Ok(rx) => rx?,
         Err(e) => {

@@ -4,9 +4,11 @@
 //! Kubernetes API in the background (never waiting for it).
 //!
 //! Entry points: [`start`] (in-process, returns an [`AgentHandle`] once the pool can serve;
-//! used by the integration tests) and [`run`] (until SIGTERM; the binary). Options:
-//! [`AgentOptions`], built from the environment by [`options_from_config`] +
-//! [`config::Config::from_process_env`].
+//! used by the integration tests) and [`run`] (until SIGTERM; the binary), each handed the
+//! settings ([`AgentOptions`], values only, built from the environment by
+//! [`options_from_config`] + [`config::Config::from_process_env`]) and the dependencies
+//! ([`AgentDeps`]: cloud, node network, checkpoint store; [`AgentDeps::from_config`] in
+//! production, fakes in tests).
 
 mod agent;
 pub mod checkpoint_file;
@@ -16,6 +18,7 @@ pub mod cni_cache;
 pub mod config;
 pub mod conntrack;
 pub mod datapath_audit;
+pub mod deps;
 mod docs;
 pub mod errors;
 pub mod grpc;
@@ -32,4 +35,5 @@ pub mod state;
 pub mod vpc_cni_checkpoint;
 
 pub use agent::{run, start, AgentHandle, EssentialTaskFailed};
+pub use deps::AgentDeps;
 pub use options::{options_from_config, AgentOptions, Targets};

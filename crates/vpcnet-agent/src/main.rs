@@ -128,7 +128,7 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    match vpcnet_agent::run(opts).await {
+    match vpcnet_agent::run(opts, vpcnet_agent::AgentDeps::from_config(&config)).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         // Already said in the one error line of the task's supervisor.
         Err(e) if e.is::<vpcnet_agent::EssentialTaskFailed>() => std::process::ExitCode::FAILURE,

@@ -4,13 +4,11 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use vpcnet_ec2::{CallSettings, StaticCredentials};
 
 use crate::config::{BindAddress, Config, RandomizeSnat};
-use crate::node::NodeNetwork;
 
 /// Default checkpoint path.
 pub const DEFAULT_CHECKPOINT: &str = "/var/run/vpcnet/ipam.json";
@@ -58,8 +56,9 @@ impl Default for Targets {
     }
 }
 
-/// Agent settings.
-#[derive(Clone)]
+/// Agent settings: values only. What the agent talks to (cloud, node network, checkpoint
+/// store) is handed in beside them as [`crate::AgentDeps`].
+#[derive(Debug, Clone, PartialEq)]
 pub struct AgentOptions {
     pub targets: Targets,
     /// Cooldown of a released address before reuse (IP_COOLDOWN_PERIOD, default 30 s).
@@ -137,9 +136,6 @@ pub struct AgentOptions {
     pub credentials: Option<StaticCredentials>,
     /// Deadlines, retries and client-side rate limits of EC2 calls.
     pub ec2_calls: CallSettings,
-    /// Node-side setup of secondary ENIs (interface, MTU, route table N) and the node firewall
-    /// (SNAT, connmark); `None` = off (emulator-only tests). The lab and production use [`crate::node::NetlinkNode`].
-    pub node_network: Option<Arc<dyn NodeNetwork>>,
     /// Environment shown by /v1/env-settings (name → value).
     pub env_settings: Vec<(String, String)>,
     /// ADDITIONAL_ENI_TAGS: extra tags on created ENIs.
@@ -161,17 +157,10 @@ pub struct AgentOptions {
     /// Period of the pod-datapath check behind the reclaim (a route and link dump; default
     /// 5 s). An address is freed only after two consecutive checks miss its pod.
     pub pod_reclaim_interval: Duration,
-    /// Where the checkpoint is kept; `None` = the file at `checkpoint_path` (tests inject
-    /// failing stores here).
-    pub checkpoint_store: Option<Arc<dyn crate::checkpoint_file::CheckpointStore>>,
     /// The Kubernetes API client's endpoint and credentials (`CLUSTER_ENDPOINT`, the pod's
     /// `KUBERNETES_SERVICE_HOST`/`_PORT` and service account, `MY_NODE_NAME`); by default none
     /// (the client stays disabled).
     pub api: crate::kubernetes::ApiSettings,
-    /// The cloud to talk to; `None` = the real adapters: IMDS at `imds_endpoint` and EC2
-    /// through the SDK (`ec2_endpoint`, `region`, `credentials`, `ec2_calls`). Tests pass an
-    /// in-process fake cloud here.
-    pub cloud: Option<crate::cloud::CloudApis>,
     /// How long EC2 work in flight may go on after the stop signal (SIGTERM) before it is
     /// dropped (VPCNET_SHUTDOWN_TIMEOUT, default 5 s; well under a pod's 30 s grace). An ENI
     /// created but not yet attached when its work is dropped is left detached with its tags
@@ -192,43 +181,6 @@ pub struct AgentOptions {
     /// provisions ENIs and addresses, and whether it calls EC2 at all
     /// ([`crate::provisioning`]).
     pub provisioning: crate::provisioning::Provisioning,
-}
-
-impl std::fmt::Debug for AgentOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AgentOptions")
-            .field("targets", &self.targets)
-            .field("cooldown", &self.cooldown)
-            .field("socket_path", &self.socket_path)
-            .field("checkpoint_path", &self.checkpoint_path)
-            .field("vpc_cni_checkpoint", &self.vpc_cni_checkpoint)
-            .field("cni_cache_dir", &self.cni_cache_dir)
-            .field("introspection_addr", &self.introspection_addr)
-            .field("metrics_addr", &self.metrics_addr)
-            .field("node_network", &self.node_network.is_some())
-            .field("cloud", &self.cloud.is_some())
-            .field("shutdown_timeout", &self.shutdown_timeout)
-            .field("custom_networking", &self.custom_networking)
-            .field("annotate_pod_ip", &self.annotate_pod_ip)
-            .field(
-                "manage_enis_non_schedulable",
-                &self.manage_enis_non_schedulable,
-            )
-            .field("provisioning", &self.provisioning)
-            .finish_non_exhaustive()
-    }
-}
-
-impl AgentOptions {
-    /// The checkpoint store these options name: the injected [`Self::checkpoint_store`], else
-    /// the file at `checkpoint_path`. Built once, at start.
-    pub fn store(&self) -> Arc<dyn crate::checkpoint_file::CheckpointStore> {
-        self.checkpoint_store.clone().unwrap_or_else(|| {
-            Arc::new(crate::checkpoint_file::FileCheckpoint {
-                path: self.checkpoint_path.clone(),
-            })
-        })
-    }
 }
 
 impl Default for AgentOptions {
@@ -266,7 +218,6 @@ impl Default for AgentOptions {
             region: None,
             credentials: None,
             ec2_calls: CallSettings::default(),
-            node_network: None,
             env_settings: Vec::new(),
             additional_eni_tags: Default::default(),
             sweep_leaked_enis: true,
@@ -274,13 +225,11 @@ impl Default for AgentOptions {
             leaked_eni_min_age: Duration::from_secs(300),
             pod_reclaim_grace: Duration::from_secs(60),
             pod_reclaim_interval: Duration::from_secs(5),
-            checkpoint_store: None,
             custom_networking: None,
             api: crate::kubernetes::ApiSettings {
                 service_account_dir: PathBuf::from(crate::kubernetes::client::SERVICE_ACCOUNT_DIR),
                 ..Default::default()
             },
-            cloud: None,
             shutdown_timeout: Duration::from_secs(5),
             annotate_pod_ip: false,
             manage_enis_non_schedulable: true,
@@ -361,11 +310,6 @@ pub fn options_from_config(c: &Config) -> anyhow::Result<AgentOptions> {
             .ok()
             .filter(|s| !s.is_empty()),
         ec2_calls: c.ec2_call_settings(),
-        node_network: if c.node_datapath {
-            Some(Arc::new(crate::node::NetlinkNode::default()))
-        } else {
-            None
-        },
         env_settings: c
             .env_settings()
             .into_iter()

@@ -201,7 +201,7 @@ pub async fn gather(shared: &Shared) -> Evidence {
             }
         }
     }
-    if let Some(node) = &shared.opts.node_network {
+    if let Some(node) = shared.node_network() {
         match tokio::try_join!(node.pod_route_ips(), node.pod_rule_ips()) {
             Ok((routes, rules)) => {
                 ev.routes = routes;

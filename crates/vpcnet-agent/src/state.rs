@@ -58,7 +58,7 @@ pub struct Shared {
     pub last_error: Mutex<Option<String>>,
     /// Serialises checkpoint writes so an older snapshot never overwrites a newer one.
     persist_lock: tokio::sync::Mutex<()>,
-    /// Where the checkpoint lives ([`AgentOptions::store`]: the injected store, else the file at
+    /// Where the checkpoint lives ([`crate::AgentDeps::store`]: the injected store, else the file at
     /// `checkpoint_path`).
     pub store: Arc<dyn CheckpointStore>,
     /// Why an essential task stopped (the agent is unhealthy and the process exits).
@@ -71,6 +71,8 @@ pub struct Shared {
     /// sees (and deletes) an ENI the reconciler is about to attach.
     pub eni_lifecycle: tokio::sync::Mutex<()>,
     pub metrics: std::sync::Arc<crate::metrics::Metrics>,
+    /// The node's network ([`crate::AgentDeps::node_network`]); `None` = no node-side setup.
+    node_network: Option<Arc<dyn crate::node::NodeNetwork>>,
     /// The Kubernetes API client's state (`/v1/apiserver`), written by its task.
     pub api: crate::kubernetes::client::SharedStatus,
     /// The agent's stop signal (SIGTERM): retries and polls of EC2 work end early at it.
@@ -100,6 +102,7 @@ impl Shared {
         pool: Pool,
         metrics: std::sync::Arc<crate::metrics::Metrics>,
         store: Arc<dyn CheckpointStore>,
+        node_network: Option<Arc<dyn crate::node::NodeNetwork>>,
     ) -> Self {
         let eniconfig = opts.custom_networking.as_ref().map(|_| {
             watch::channel(crate::kubernetes::eniconfig_watch::EniConfigTracked::initial(now_ms()))
@@ -124,6 +127,7 @@ impl Shared {
             need_describe: AtomicBool::new(false),
             eni_lifecycle: tokio::sync::Mutex::new(()),
             metrics,
+            node_network,
             api: Default::default(),
             stop: vpcnet_backoff::Cancel::never(),
             eniconfig,
@@ -137,6 +141,11 @@ impl Shared {
     /// The pool, locked (keep the guard short; never across an await).
     pub fn pool(&self) -> MutexGuard<'_, Pool> {
         self.pool.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The node's network, when the agent sets up the node ([`crate::AgentDeps`]).
+    pub fn node_network(&self) -> Option<&Arc<dyn crate::node::NodeNetwork>> {
+        self.node_network.as_ref()
     }
 
     pub fn is_ready(&self) -> bool {

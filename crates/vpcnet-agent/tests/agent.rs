@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
+use vpcnet_agent::AgentDeps;
 
 use common::*;
 use vpcnet_agent::Targets;
@@ -15,7 +16,9 @@ use vpcnet_agent::Targets;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn m5_large_defaults_fill_27_pods_then_limit() {
     let lab = lab("m5.large").await;
-    let agent = vpcnet_agent::start(lab.options()).await.unwrap();
+    let agent = vpcnet_agent::start(lab.options(), AgentDeps::default())
+        .await
+        .unwrap();
     // m5.large: 3 ENIs × 10 IPv4 (9 for pods each); WARM_ENI_TARGET=1 keeps one ENI's worth
     // (9) of free IPs. Fresh node: the primary ENI with 9 secondary IPs, nothing else.
     let enis = lab.ec2_enis();
@@ -144,7 +147,7 @@ async fn warm_ip_target_rolls_cost_at_most_one_call_each() {
     o.cooldown = Duration::from_secs(1);
     o.surplus_hold = Duration::from_secs(2);
     o.reconcile_interval = Duration::from_secs(1);
-    let agent = vpcnet_agent::start(o).await.unwrap();
+    let agent = vpcnet_agent::start(o, AgentDeps::default()).await.unwrap();
     let mut c = client(&lab.socket()).await;
     for i in 0..10 {
         add_retry(&mut c, &format!("p{i}"), Duration::from_secs(10))
@@ -181,7 +184,7 @@ async fn throttling_and_5xx_50_pods_no_leaks() {
     lab.endpoint = front;
     let mut o = lab.options();
     o.ec2_calls.retry.max_attempts = 8;
-    let agent = vpcnet_agent::start(o).await.unwrap();
+    let agent = vpcnet_agent::start(o, AgentDeps::default()).await.unwrap();
     let mut c = client(&lab.socket()).await;
     let mut ips = BTreeSet::new();
     for i in 0..50 {
@@ -228,7 +231,9 @@ async fn imds_lag_never_hands_out_unlisted_ips() {
     let lab = lab("m5.large").await;
     lab.emu
         .set_imds_lag(Some(&lab.instance.instance_id), Duration::from_secs(10));
-    let agent = vpcnet_agent::start(lab.options()).await.unwrap();
+    let agent = vpcnet_agent::start(lab.options(), AgentDeps::default())
+        .await
+        .unwrap();
     let mut c = client(&lab.socket()).await;
     let mut held = Vec::new();
     for i in 0..20 {
@@ -256,7 +261,9 @@ async fn imds_lag_never_hands_out_unlisted_ips() {
 async fn bad_input_and_corrupt_checkpoint() {
     let lab = lab("m5.large").await;
     std::fs::write(lab.checkpoint(), "{ this is not json").unwrap();
-    let agent = vpcnet_agent::start(lab.options()).await.unwrap();
+    let agent = vpcnet_agent::start(lab.options(), AgentDeps::default())
+        .await
+        .unwrap();
     let aside: Vec<_> = std::fs::read_dir(lab.dir.path())
         .unwrap()
         .filter_map(|e| e.ok())
@@ -315,7 +322,7 @@ async fn introspection_and_metrics() {
     o.introspection_addr = Some("127.0.0.1:0".parse().unwrap());
     o.metrics_addr = Some("127.0.0.1:0".parse().unwrap());
     o.env_settings = vec![("WARM_ENI_TARGET".into(), "1".into())];
-    let agent = vpcnet_agent::start(o).await.unwrap();
+    let agent = vpcnet_agent::start(o, AgentDeps::default()).await.unwrap();
     let mut c = client(&lab.socket()).await;
     let r = add_retry(&mut c, "i1", Duration::from_secs(10))
         .await
@@ -351,7 +358,7 @@ async fn prefix_delegation_hands_out_addresses_from_28_prefixes() {
     let lab = lab("m5.large").await;
     let mut o = lab.options();
     o.targets.prefix_delegation = true;
-    let agent = vpcnet_agent::start(o).await.unwrap();
+    let agent = vpcnet_agent::start(o, AgentDeps::default()).await.unwrap();
     // WARM_PREFIX_TARGET=1: one /28 on the primary ENI at start.
     let prefixes: Vec<ipnet::Ipv4Net> = lab
         .emu
@@ -383,7 +390,9 @@ async fn prefix_delegation_hands_out_addresses_from_28_prefixes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_attach_deletes_the_new_eni() {
     let lab = lab("m5.large").await;
-    let agent = vpcnet_agent::start(lab.options()).await.unwrap();
+    let agent = vpcnet_agent::start(lab.options(), AgentDeps::default())
+        .await
+        .unwrap();
     lab.emu
         .set_action_faults(
             "AttachNetworkInterface",
@@ -439,10 +448,13 @@ async fn failed_attach_deletes_the_new_eni() {
 async fn a_burst_beyond_the_warm_pool_waits_for_the_next_eni() {
     for wait in [Duration::from_secs(5), Duration::ZERO] {
         let lab = lab("m5.large").await;
-        let agent = vpcnet_agent::start(vpcnet_agent::AgentOptions {
-            add_ip_wait: wait,
-            ..lab.options()
-        })
+        let agent = vpcnet_agent::start(
+            vpcnet_agent::AgentOptions {
+                add_ip_wait: wait,
+                ..lab.options()
+            },
+            AgentDeps::default(),
+        )
         .await
         .unwrap();
         lab.emu

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use common::fake_cloud::{fake_options, FakeCloud, Outcome, Rates};
+use common::fake_cloud::{fake_deps, fake_options, FakeCloud, Outcome, Rates};
 use common::*;
 use vpcnet_ec2::Action;
 
@@ -60,10 +60,10 @@ async fn adds_in_window(
 async fn a_lost_unassign_reply_keeps_the_addresses_out_of_service_until_a_describe() {
     let fake = FakeCloud::new("m5.large");
     let dir = tempfile::tempdir().unwrap();
-    let mut opts = fake_options(&fake, dir.path());
+    let mut opts = fake_options(dir.path());
     opts.targets.warm_ip_target = Some(2);
     opts.add_ip_wait = Duration::from_secs(1);
-    let agent = vpcnet_agent::start(opts).await.unwrap();
+    let agent = vpcnet_agent::start(opts, fake_deps(&fake)).await.unwrap();
     let mut c = client(&dir.path().join("agent.sock")).await;
     let ids: Vec<String> = (0..6).map(|i| format!("p{i}")).collect();
     add_all(&mut c, ids.clone(), Duration::from_secs(30)).await;
@@ -109,9 +109,9 @@ async fn a_lost_unassign_reply_keeps_the_addresses_out_of_service_until_a_descri
 async fn a_lost_delete_eni_reply_keeps_its_addresses_out_of_service_until_a_describe() {
     let fake = FakeCloud::new("m5.large");
     let dir = tempfile::tempdir().unwrap();
-    let mut opts = fake_options(&fake, dir.path());
+    let mut opts = fake_options(dir.path());
     opts.add_ip_wait = Duration::from_secs(1);
-    let agent = vpcnet_agent::start(opts).await.unwrap();
+    let agent = vpcnet_agent::start(opts, fake_deps(&fake)).await.unwrap();
     let mut c = client(&dir.path().join("agent.sock")).await;
     // Enough pods for a third ENI (9 secondary addresses each).
     let ids: Vec<String> = (0..12).map(|i| format!("p{i}")).collect();
@@ -157,7 +157,7 @@ async fn a_lost_delete_eni_reply_keeps_its_addresses_out_of_service_until_a_desc
 async fn throttling_backs_off_with_jitter_and_converges() {
     let fake = FakeCloud::new("m5.large");
     let dir = tempfile::tempdir().unwrap();
-    let agent = vpcnet_agent::start(fake_options(&fake, dir.path()))
+    let agent = vpcnet_agent::start(fake_options(dir.path()), fake_deps(&fake))
         .await
         .unwrap();
     let mut c = client(&dir.path().join("agent.sock")).await;
@@ -212,9 +212,9 @@ async fn throttling_backs_off_with_jitter_and_converges() {
 async fn a_lost_create_eni_reply_does_not_leak_the_eni() {
     let fake = FakeCloud::new("m5.large");
     let dir = tempfile::tempdir().unwrap();
-    let mut opts = fake_options(&fake, dir.path());
+    let mut opts = fake_options(dir.path());
     opts.leaked_eni_sweep_interval = Duration::from_secs(300);
-    let agent = vpcnet_agent::start(opts).await.unwrap();
+    let agent = vpcnet_agent::start(opts, fake_deps(&fake)).await.unwrap();
     let mut c = client(&dir.path().join("agent.sock")).await;
     fake.script(Action::CreateNetworkInterface, [Outcome::LostReply]);
     let ids: Vec<String> = (0..15).map(|i| format!("p{i}")).collect();
@@ -243,9 +243,9 @@ async fn a_lost_create_eni_reply_does_not_leak_the_eni() {
 async fn the_sweep_waits_for_an_eni_being_attached() {
     let fake = FakeCloud::new("m5.large");
     let dir = tempfile::tempdir().unwrap();
-    let mut opts = fake_options(&fake, dir.path());
+    let mut opts = fake_options(dir.path());
     opts.leaked_eni_sweep_interval = Duration::from_secs(60);
-    let agent = vpcnet_agent::start(opts).await.unwrap();
+    let agent = vpcnet_agent::start(opts, fake_deps(&fake)).await.unwrap();
     let mut c = client(&dir.path().join("agent.sock")).await;
     // The second ENI attaches at once; the third's attachment takes 7 minutes.
     fake.script(
@@ -303,9 +303,9 @@ fn checkpointed_pods(dir: &std::path::Path) -> BTreeSet<String> {
 async fn sigterm_during_a_hanging_create_stops_within_the_bound() {
     let fake = FakeCloud::new("m5.large");
     let dir = tempfile::tempdir().unwrap();
-    let mut opts = fake_options(&fake, dir.path());
+    let mut opts = fake_options(dir.path());
     opts.shutdown_timeout = Duration::from_secs(5);
-    let agent = vpcnet_agent::start(opts).await.unwrap();
+    let agent = vpcnet_agent::start(opts, fake_deps(&fake)).await.unwrap();
     let mut c = client(&dir.path().join("agent.sock")).await;
     fake.script(Action::CreateNetworkInterface, [Outcome::Ok, Outcome::Hang]);
     let ids = fill_to_third_eni(&fake, &mut c).await;
@@ -331,9 +331,11 @@ async fn sigterm_during_a_hanging_create_stops_within_the_bound() {
 async fn an_eni_created_but_not_attached_at_shutdown_is_left_for_the_sweep() {
     let fake = FakeCloud::new("m5.large");
     let dir = tempfile::tempdir().unwrap();
-    let mut opts = fake_options(&fake, dir.path());
+    let mut opts = fake_options(dir.path());
     opts.shutdown_timeout = Duration::from_secs(5);
-    let agent = vpcnet_agent::start(opts.clone()).await.unwrap();
+    let agent = vpcnet_agent::start(opts.clone(), fake_deps(&fake))
+        .await
+        .unwrap();
     let mut c = client(&dir.path().join("agent.sock")).await;
     // EC2 creates the ENI at once but answers after a minute: the agent is stopped first.
     fake.script(
@@ -357,9 +359,8 @@ async fn an_eni_created_but_not_attached_at_shutdown_is_left_for_the_sweep() {
         "tagged for the sweep: {tags:?}"
     );
     // The next agent keeps the pods and sweeps the ENI once it is 5 minutes old.
-    let mut opts = opts;
     opts.leaked_eni_sweep_interval = Duration::from_secs(60);
-    let agent = vpcnet_agent::start(opts).await.unwrap();
+    let agent = vpcnet_agent::start(opts, fake_deps(&fake)).await.unwrap();
     assert_eq!(agent.shared.pool().assignments().count(), ids.len());
     eventually("leaked ENI swept", Duration::from_secs(420), || {
         !fake.detached_enis().contains(&leaked[0])
@@ -372,9 +373,9 @@ async fn an_eni_created_but_not_attached_at_shutdown_is_left_for_the_sweep() {
 async fn an_ec2_errors_cause_reaches_the_reported_error() {
     let fake = FakeCloud::new("m5.large");
     let dir = tempfile::tempdir().unwrap();
-    let mut opts = fake_options(&fake, dir.path());
+    let mut opts = fake_options(dir.path());
     opts.targets.warm_ip_target = Some(2);
-    let agent = vpcnet_agent::start(opts).await.unwrap();
+    let agent = vpcnet_agent::start(opts, fake_deps(&fake)).await.unwrap();
     let mut c = client(&dir.path().join("agent.sock")).await;
     fake.script(
         Action::AssignPrivateIpAddresses,

@@ -14,6 +14,7 @@ use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use vpcnet_agent::AgentDeps;
 
 use common::netns::{plugin_add, run, Netns};
 use common::*;
@@ -155,7 +156,7 @@ async fn a_reused_address_does_not_inherit_the_old_pods_udp_stream() {
 
     let cooldown = Duration::from_secs(2);
     let mut opts = lab.options();
-    opts.node_network = Some(Arc::new(NetlinkNode {
+    let deps = AgentDeps::default().with_node_network(Arc::new(NetlinkNode {
         wait: Duration::ZERO,
         netns: Some(node_ns.path()),
     }));
@@ -168,7 +169,7 @@ async fn a_reused_address_does_not_inherit_the_old_pods_udp_stream() {
     opts.cooldown = cooldown;
     opts.pod_reclaim_interval = Duration::from_secs(3600);
     opts.metrics_addr = Some("127.0.0.1:0".parse().unwrap());
-    let agent = vpcnet_agent::start(opts).await.unwrap();
+    let agent = vpcnet_agent::start(opts, deps).await.unwrap();
     let mut c = client(&lab.socket()).await;
 
     // Pod A with address X, serving UDP; the "Service" DNATs to it.

@@ -5,6 +5,7 @@
 mod common;
 
 use std::time::Duration;
+use vpcnet_agent::AgentDeps;
 
 use common::*;
 use vpcnet_agent::clock::now_ms;
@@ -40,7 +41,7 @@ async fn enis_go_to_the_eniconfig_subnet_only_once_it_is_resolved_and_valid() {
     // Only the ENIConfig watch's wake (or a failed pass's retry) runs the reconciler.
     o.reconcile_interval = Duration::from_secs(3600);
     o.add_ip_wait = Duration::ZERO;
-    let agent = vpcnet_agent::start(o).await.unwrap();
+    let agent = vpcnet_agent::start(o, AgentDeps::default()).await.unwrap();
     let tx = agent
         .shared
         .eniconfig

@@ -14,6 +14,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use vpcnet_agent::AgentDeps;
 
 use common::netns::{plugin_add, run, veth_of, Netns};
 use common::*;
@@ -134,7 +135,7 @@ async fn agent_with_a_pod(
     grace: Duration,
 ) -> (vpcnet_agent::AgentHandle, Ipv4Addr) {
     let mut opts = lab.options();
-    opts.node_network = Some(Arc::new(NetlinkNode {
+    let deps = AgentDeps::default().with_node_network(Arc::new(NetlinkNode {
         wait: Duration::ZERO,
         netns: Some(node_ns.path()),
     }));
@@ -152,7 +153,7 @@ async fn agent_with_a_pod(
     opts.pod_reclaim_interval = Duration::from_secs(3600);
     opts.introspection_addr = Some("127.0.0.1:0".parse().unwrap());
     opts.metrics_addr = Some("127.0.0.1:0".parse().unwrap());
-    let agent = vpcnet_agent::start(opts).await.unwrap();
+    let agent = vpcnet_agent::start(opts, deps).await.unwrap();
     let mut c = client(&lab.socket()).await;
     let r = add_retry(&mut c, "p1", Duration::from_secs(10))
         .await
@@ -364,10 +365,10 @@ async fn forwarding_that_cannot_be_enabled_takes_the_node_out_of_service() {
     let lab = lab("m5.large").await;
     let node = Arc::new(ScriptedNode::default());
     let mut opts = lab.options();
-    opts.node_network = Some(node.clone());
+    let deps = AgentDeps::default().with_node_network(node.clone());
     opts.reconcile_interval = Duration::from_millis(200);
     opts.introspection_addr = Some("127.0.0.1:0".parse().unwrap());
-    let agent = vpcnet_agent::start(opts).await.unwrap();
+    let agent = vpcnet_agent::start(opts, deps).await.unwrap();
     let addr = agent.introspection_addr.unwrap();
     assert_eq!(http_get(addr, "/healthz").await.0, 200);
     // An unrepaired route of one pod is reported but keeps the node in service.
@@ -419,7 +420,7 @@ async fn agent_with_secondary_eni(
     node_ns: &Netns,
 ) -> (vpcnet_agent::AgentHandle, String, String) {
     let mut opts = lab.options();
-    opts.node_network = Some(Arc::new(NetlinkNode {
+    let deps = AgentDeps::default().with_node_network(Arc::new(NetlinkNode {
         wait: Duration::from_secs(5),
         netns: Some(node_ns.path()),
     }));
@@ -431,7 +432,7 @@ async fn agent_with_secondary_eni(
         ..Targets::default()
     };
     opts.reconcile_interval = Duration::from_secs(3600);
-    let agent = vpcnet_agent::start(opts).await.unwrap();
+    let agent = vpcnet_agent::start(opts, deps).await.unwrap();
     eventually(
         "a secondary ENI with addresses",
         Duration::from_secs(10),

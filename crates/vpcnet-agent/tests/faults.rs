@@ -13,8 +13,9 @@ use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use vpcnet_agent::AgentDeps;
 
-use common::fake_cloud::{fake_options, FakeCloud};
+use common::fake_cloud::{fake_deps, fake_options, FakeCloud};
 use common::fake_node::{veth_of, FakeNode};
 use common::*;
 use vpcnet_agent::checkpoint_file::{CheckpointStore, FileCheckpoint, Loaded};
@@ -49,9 +50,9 @@ async fn checkpoint_write_failure_fails_the_add_and_undoes_the_assignment() {
         },
         fail: AtomicBool::new(false),
     });
-    let mut opts = lab.options();
-    opts.checkpoint_store = Some(store.clone());
-    let agent = vpcnet_agent::start(opts).await.unwrap();
+    let opts = lab.options();
+    let deps = AgentDeps::default().with_checkpoint_store(store.clone());
+    let agent = vpcnet_agent::start(opts, deps).await.unwrap();
     let mut c = client(&lab.socket()).await;
     let kept = add_retry(&mut c, "kept", Duration::from_secs(10))
         .await
@@ -86,7 +87,9 @@ async fn checkpoint_write_failure_fails_the_add_and_undoes_the_assignment() {
         .unwrap();
     agent.shutdown().await;
     // After a restart both pods keep their addresses: nothing handed out is unrecorded.
-    let agent = vpcnet_agent::start(lab.options()).await.unwrap();
+    let agent = vpcnet_agent::start(lab.options(), AgentDeps::default())
+        .await
+        .unwrap();
     let pool = agent.shared.pool().clone();
     assert_eq!(
         pool.assignment(&key).map(|a| a.ip.to_string()),
@@ -109,9 +112,9 @@ async fn checkpoint_write_failure_fails_the_del_and_reinstates_the_address() {
         },
         fail: AtomicBool::new(false),
     });
-    let mut opts = lab.options();
-    opts.checkpoint_store = Some(store.clone());
-    let agent = vpcnet_agent::start(opts).await.unwrap();
+    let opts = lab.options();
+    let deps = AgentDeps::default().with_checkpoint_store(store.clone());
+    let agent = vpcnet_agent::start(opts, deps).await.unwrap();
     let mut c = client(&lab.socket()).await;
     let r = add_retry(&mut c, "p1", Duration::from_secs(10))
         .await
@@ -173,7 +176,9 @@ async fn checkpoint_write_failure_fails_the_del_and_reinstates_the_address() {
         .pool()
         .is_cooling(ip, vpcnet_agent::clock::now_ms()));
     agent.shutdown().await;
-    let agent = vpcnet_agent::start(lab.options()).await.unwrap();
+    let agent = vpcnet_agent::start(lab.options(), AgentDeps::default())
+        .await
+        .unwrap();
     assert!(agent.shared.pool().assignment(&key).is_none());
     agent.shutdown().await;
 }
@@ -208,8 +213,8 @@ async fn a_stopped_essential_task_makes_health_fail_within_5s() {
         opts.introspection_addr = Some("127.0.0.1:0".parse().unwrap());
         opts.metrics_addr = Some("127.0.0.1:0".parse().unwrap());
         // The pod reclaim runs when the agent manages the node's datapath.
-        opts.node_network = Some(Arc::new(FakeNode::default()));
-        let agent = vpcnet_agent::start(opts).await.unwrap();
+        let deps = AgentDeps::default().with_node_network(Arc::new(FakeNode::default()));
+        let agent = vpcnet_agent::start(opts, deps).await.unwrap();
         let addr = agent.introspection_addr.unwrap();
         assert_eq!(healthz(addr).await.unwrap().0, 200);
         assert!(agent.abort_task(task), "{task} runs");
@@ -317,10 +322,10 @@ async fn leaked_eni_sweep_is_periodic_and_spares_young_enis() {
     let old = leaked_eni(&fake, Some(rfc3339(now - chrono::Duration::minutes(10))));
     let young = leaked_eni(&fake, Some(rfc3339(now)));
     let untagged = leaked_eni(&fake, None);
-    let mut opts = fake_options(&fake, dir.path());
+    let mut opts = fake_options(dir.path());
     opts.leaked_eni_sweep_interval = Duration::from_secs(60);
     opts.leaked_eni_min_age = Duration::from_secs(300);
-    let agent = vpcnet_agent::start(opts).await.unwrap();
+    let agent = vpcnet_agent::start(opts, fake_deps(&fake)).await.unwrap();
     let exists = |id: &str| fake.with_model(|m| m.eni(id).is_some());
     eventually(
         "the old leaked ENI is deleted",
@@ -355,11 +360,11 @@ async fn reclaim_needs_route_and_veth_gone_after_the_grace() {
     let fake = FakeCloud::new("m5.large");
     let dir = tempfile::tempdir().unwrap();
     let node = Arc::new(FakeNode::default());
-    let mut opts = fake_options(&fake, dir.path());
-    opts.node_network = Some(node.clone());
+    let mut opts = fake_options(dir.path());
+    let deps = fake_deps(&fake).with_node_network(node.clone());
     opts.pod_reclaim_grace = Duration::from_secs(60);
     opts.pod_reclaim_interval = Duration::from_secs(5);
-    let agent = vpcnet_agent::start(opts).await.unwrap();
+    let agent = vpcnet_agent::start(opts, deps).await.unwrap();
     let mut c = client(&dir.path().join("agent.sock")).await;
     let key = vpcnet_ipam::PodKey::new("p1", "eth0");
     // A pod whose ADD is still building its datapath (nothing on the node yet) keeps its
@@ -408,7 +413,7 @@ async fn addresses_routed_to_pods_survive_a_missing_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("agent.sock");
     // First life: three pods get addresses.
-    let agent = vpcnet_agent::start(fake_options(&fake, dir.path()))
+    let agent = vpcnet_agent::start(fake_options(dir.path()), fake_deps(&fake))
         .await
         .unwrap();
     let mut c = client(&socket).await;
@@ -424,11 +429,11 @@ async fn addresses_routed_to_pods_survive_a_missing_checkpoint() {
     std::fs::remove_file(dir.path().join("ipam.json")).unwrap();
     let node = Arc::new(FakeNode::default());
     *node.routes.lock().unwrap() = running.clone();
-    let mut opts = fake_options(&fake, dir.path());
-    opts.node_network = Some(node.clone());
+    let mut opts = fake_options(dir.path());
+    let deps = fake_deps(&fake).with_node_network(node.clone());
     opts.pod_reclaim_grace = Duration::from_secs(60);
     opts.pod_reclaim_interval = Duration::from_secs(5);
-    let agent = vpcnet_agent::start(opts).await.unwrap();
+    let agent = vpcnet_agent::start(opts, deps).await.unwrap();
     let mut c = client(&socket).await;
     // Addresses the lost checkpoint cannot vouch for cool down for the grace and the cooldown
     // first; at the ENI limit the last new pods wait for them.
@@ -474,7 +479,9 @@ async fn addresses_routed_to_pods_survive_a_missing_checkpoint() {
 async fn version_handshake_unknown_call_names_the_agent_version() {
     use hyper_util::rt::TokioIo;
     let lab = lab("m5.large").await;
-    let agent = vpcnet_agent::start(lab.options()).await.unwrap();
+    let agent = vpcnet_agent::start(lab.options(), AgentDeps::default())
+        .await
+        .unwrap();
     let path = lab.socket();
     let ch = tonic::transport::Endpoint::try_from("http://[::]:50051")
         .unwrap()
@@ -538,14 +545,14 @@ async fn a_port_that_cannot_be_bound_fails_the_start_without_writing_the_conflis
     let conflist = dir.path().join("net.d/10-vpcnet.conflist");
     let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     for what in ["introspection", "metrics"] {
-        let mut opts = fake_options(&fake, dir.path());
+        let mut opts = fake_options(dir.path());
         opts.conflist_path = Some(conflist.clone());
         let addr = Some(busy.local_addr().unwrap());
         match what {
             "introspection" => opts.introspection_addr = addr,
             _ => opts.metrics_addr = addr,
         }
-        let e = match vpcnet_agent::start(opts).await {
+        let e = match vpcnet_agent::start(opts, fake_deps(&fake)).await {
             Ok(_) => panic!("started with {what} on a port in use"),
             Err(e) => format!("{e:#}"),
         };
@@ -555,9 +562,9 @@ async fn a_port_that_cannot_be_bound_fails_the_start_without_writing_the_conflis
             "conflist written by a start that failed ({what})"
         );
     }
-    let mut opts = fake_options(&fake, dir.path());
+    let mut opts = fake_options(dir.path());
     opts.conflist_path = Some(conflist.clone());
-    let agent = vpcnet_agent::start(opts).await.unwrap();
+    let agent = vpcnet_agent::start(opts, fake_deps(&fake)).await.unwrap();
     assert!(conflist.exists());
     agent.shutdown().await;
     assert!(conflist.exists(), "the conflist must outlive a restart");

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::fake_cloud::{fake_options, Call, FakeCloud};
+use common::fake_cloud::{fake_deps, fake_options, Call, FakeCloud};
 use common::*;
 use vpcnet_ec2::Action;
 
@@ -25,7 +25,7 @@ fn describes(calls: &[Call]) -> usize {
 async fn an_idle_node_makes_no_ec2_call_and_imds_drift_costs_one_describe() {
     let fake = FakeCloud::new("m5.large");
     let dir = tempfile::tempdir().unwrap();
-    let mut opts = fake_options(&fake, dir.path());
+    let mut opts = fake_options(dir.path());
     // The shipped defaults: a periodic pass every 30 s, the safety describe and the
     // leaked-ENI sweep hourly.
     let defaults = vpcnet_agent::AgentOptions::default();
@@ -33,7 +33,7 @@ async fn an_idle_node_makes_no_ec2_call_and_imds_drift_costs_one_describe() {
     assert_eq!(opts.reconcile_interval, Duration::from_secs(30));
     assert_eq!(opts.ec2_reconcile_interval, Duration::from_secs(3600));
     assert_eq!(opts.leaked_eni_sweep_interval, Duration::from_secs(3600));
-    let agent = vpcnet_agent::start(opts).await.unwrap();
+    let agent = vpcnet_agent::start(opts, fake_deps(&fake)).await.unwrap();
     let mut c = client(&dir.path().join("agent.sock")).await;
     for i in 0..3 {
         add_retry(&mut c, &format!("p{i}"), Duration::from_secs(30))
@@ -99,10 +99,10 @@ async fn an_idle_node_makes_no_ec2_call_and_imds_drift_costs_one_describe() {
 async fn the_safety_describe_runs_at_its_interval_while_imds_agrees() {
     let fake = FakeCloud::new("m5.large");
     let dir = tempfile::tempdir().unwrap();
-    let mut opts = fake_options(&fake, dir.path());
+    let mut opts = fake_options(dir.path());
     opts.reconcile_interval = Duration::from_secs(30);
     opts.ec2_reconcile_interval = Duration::from_secs(300);
-    let agent = vpcnet_agent::start(opts).await.unwrap();
+    let agent = vpcnet_agent::start(opts, fake_deps(&fake)).await.unwrap();
     tokio::time::sleep(Duration::from_secs(60)).await;
     let mark = fake.calls().len();
     // Safety describes at about 5, 10 and 15 minutes after start (each on the first periodic

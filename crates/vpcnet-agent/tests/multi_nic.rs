@@ -9,6 +9,7 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
+use vpcnet_agent::AgentDeps;
 
 use common::*;
 use vpcnet_proto::{Attachment, GarbageCollectRequest};
@@ -53,7 +54,7 @@ async fn without_the_setting_card_1_is_left_alone_and_a_multi_homed_pod_is_refus
     let lab = lab("hpc7a.12xlarge").await;
     let mut o = lab.options();
     o.targets.warm_ip_target = Some(1);
-    let agent = vpcnet_agent::start(o).await.unwrap();
+    let agent = vpcnet_agent::start(o, AgentDeps::default()).await.unwrap();
     let mut c = client(&lab.socket()).await;
     let e = c.add_network(multi_req("m1")).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
@@ -76,7 +77,9 @@ async fn a_multi_homed_pod_gets_an_address_of_each_card_across_a_restart() {
     let lab = lab("hpc7a.12xlarge").await;
     let mut o = multi_nic(&lab);
     o.reconcile_interval = Duration::from_secs(1);
-    let agent = vpcnet_agent::start(o.clone()).await.unwrap();
+    let agent = vpcnet_agent::start(o.clone(), AgentDeps::default())
+        .await
+        .unwrap();
     card1_warm(&lab).await;
     let card1 = on_card(&lab, 1);
     assert_eq!(card1.len(), 1);
@@ -106,7 +109,7 @@ async fn a_multi_homed_pod_gets_an_address_of_each_card_across_a_restart() {
 
     // A restart adopts the card-1 ENI and restores both assignments.
     agent.shutdown().await;
-    let agent = vpcnet_agent::start(o).await.unwrap();
+    let agent = vpcnet_agent::start(o, AgentDeps::default()).await.unwrap();
     let mut c = client(&lab.socket()).await;
     let again = c.add_network(multi_req("m1")).await.unwrap().into_inner();
     assert_eq!(again.ipv4_addr, r.ipv4_addr);
@@ -150,7 +153,9 @@ async fn a_multi_homed_pod_gets_an_address_of_each_card_across_a_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_further_address_added_to_an_existing_attachment_is_checkpointed() {
     let lab = lab("hpc7a.12xlarge").await;
-    let agent = vpcnet_agent::start(multi_nic(&lab)).await.unwrap();
+    let agent = vpcnet_agent::start(multi_nic(&lab), AgentDeps::default())
+        .await
+        .unwrap();
     card1_warm(&lab).await;
     let mut c = client(&lab.socket()).await;
     let first = add_retry(&mut c, "p1", Duration::from_secs(10))

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use vpcnet_agent::config::Config;
-use vpcnet_agent::options_from_config;
+use vpcnet_agent::{options_from_config, AgentDeps};
 
 fn cfg(pairs: &[(&str, &str)]) -> Config {
     let m: HashMap<String, String> = pairs
@@ -16,7 +16,9 @@ fn cfg(pairs: &[(&str, &str)]) -> Config {
 
 #[test]
 fn defaults_map_to_the_vpc_cni_contract() {
-    let o = options_from_config(&cfg(&[])).unwrap();
+    let c = cfg(&[]);
+    let o = options_from_config(&c).unwrap();
+    let d = AgentDeps::from_config(&c);
     assert_eq!(
         o.introspection_addr,
         Some("127.0.0.1:61679".parse().unwrap())
@@ -33,13 +35,13 @@ fn defaults_map_to_the_vpc_cni_contract() {
     );
     assert_eq!(o.targets.warm_eni_target, 1);
     assert_eq!(o.cooldown.as_secs(), 30);
-    assert!(o.node_network.is_some(), "node datapath on by default");
+    assert!(d.node_network.is_some(), "node datapath on by default");
     assert!(o.sweep_leaked_enis);
 }
 
 #[test]
 fn unix_binds_disable_flags_and_targets() {
-    let o = options_from_config(&cfg(&[
+    let c = cfg(&[
         (
             "INTROSPECTION_BIND_ADDRESS",
             "unix:/run/vpcnet/introspection.sock",
@@ -50,8 +52,9 @@ fn unix_binds_disable_flags_and_targets() {
         ("IP_COOLDOWN_PERIOD", "7"),
         ("VPCNET_NODE_DATAPATH", "false"),
         ("DISABLE_LEAKED_ENI_CLEANUP", "true"),
-    ]))
-    .unwrap();
+    ]);
+    let o = options_from_config(&c).unwrap();
+    let d = AgentDeps::from_config(&c);
     assert_eq!(o.introspection_addr, None);
     assert_eq!(
         o.introspection_socket,
@@ -63,7 +66,7 @@ fn unix_binds_disable_flags_and_targets() {
         (Some(5), Some(10))
     );
     assert_eq!(o.cooldown.as_secs(), 7);
-    assert!(o.node_network.is_none());
+    assert!(d.node_network.is_none());
     assert!(!o.sweep_leaked_enis);
     assert!(o
         .env_settings

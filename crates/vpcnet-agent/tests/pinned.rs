@@ -143,8 +143,8 @@ fn known_shared() -> Shared {
         ],
         ..AgentOptions::default()
     };
-    let store = opts.store();
-    let shared = Shared::new(opts, facts, pool, Arc::new(Metrics::new()), store);
+    let store = vpcnet_agent::AgentDeps::default().store(&opts);
+    let shared = Shared::new(opts, facts, pool, Arc::new(Metrics::new()), store, None);
     shared.set_error(Some("RequestLimitExceeded: Request limit exceeded.".into()));
     shared
 }

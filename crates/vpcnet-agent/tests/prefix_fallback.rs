@@ -8,6 +8,7 @@
 mod common;
 
 use std::time::Duration;
+use vpcnet_agent::AgentDeps;
 
 use common::*;
 
@@ -52,7 +53,7 @@ async fn a_fragmented_subnet_gets_pods_secondary_ips_until_prefixes_return() {
     o.cooldown = Duration::from_secs(1);
     o.surplus_hold = Duration::from_secs(1);
     o.reconcile_interval = Duration::from_secs(1);
-    let agent = vpcnet_agent::start(o).await.unwrap();
+    let agent = vpcnet_agent::start(o, AgentDeps::default()).await.unwrap();
 
     // Refused once, then 16 warm addresses as /32s (WARM_PREFIX_TARGET=1 = 16 addresses).
     assert!(refusals(&lab) >= 1);
@@ -103,7 +104,9 @@ async fn a_fragmented_subnet_gets_pods_secondary_ips_until_prefixes_return() {
 async fn without_prefix_delegation_a_fragmented_subnet_changes_nothing() {
     let lab = lab("m5.large").await;
     lab.emu.fragment_subnet(&lab.instance.subnet_id).unwrap();
-    let agent = vpcnet_agent::start(lab.options()).await.unwrap();
+    let agent = vpcnet_agent::start(lab.options(), AgentDeps::default())
+        .await
+        .unwrap();
     assert_eq!(ec2_counts(&lab), (9, 0));
     assert_eq!(refusals(&lab), 0);
     assert_eq!(agent.shared.pool().summary(0).prefix_fallback, None);

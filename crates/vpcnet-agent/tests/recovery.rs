@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::fake_cloud::{fake_options, FakeCloud};
+use common::fake_cloud::{fake_deps, fake_options, FakeCloud};
 use common::fake_node::{remove_cni_cache, veth_of, write_cni_cache, FakeNode};
 use common::*;
 use vpcnet_agent::clock::now_ms;
@@ -36,14 +36,18 @@ const GRACE: Duration = Duration::from_secs(60);
 
 /// Options as the chart runs the agent: the VPC CNI's checkpoint imported when the agent has
 /// none (its file absent here, as on a node that never ran the VPC CNI), the CNI cache read.
-fn chart_options(fake: &FakeCloud, dir: &Path, node: &Arc<FakeNode>) -> vpcnet_agent::AgentOptions {
-    let mut o = fake_options(fake, dir);
+fn chart_options(dir: &Path) -> vpcnet_agent::AgentOptions {
+    let mut o = fake_options(dir);
     o.vpc_cni_checkpoint = Some(dir.join("aws-node/ipam.json"));
     o.cni_cache_dir = Some(dir.join("cni"));
-    o.node_network = Some(node.clone());
     o.pod_reclaim_grace = GRACE;
     o.pod_reclaim_interval = Duration::from_secs(5);
     o
+}
+
+/// The dependencies beside [`chart_options`]: the fake cloud and the fake node's network.
+fn chart_deps(fake: &FakeCloud, node: &Arc<FakeNode>) -> vpcnet_agent::AgentDeps {
+    fake_deps(fake).with_node_network(node.clone())
 }
 
 /// Every trace of a running pod on the node, as the plugin and the runtime leave them.
@@ -69,7 +73,7 @@ async fn first_life(
     node: &Arc<FakeNode>,
     ids: &[&str],
 ) -> (vpcnet_agent::AgentHandle, BTreeMap<String, Ipv4Addr>) {
-    let agent = vpcnet_agent::start(chart_options(fake, dir, node))
+    let agent = vpcnet_agent::start(chart_options(dir), chart_deps(fake, node))
         .await
         .unwrap();
     let mut c = client(&dir.join("agent.sock")).await;
@@ -142,7 +146,7 @@ async fn combined(cp: CheckpointFault, nf: MissingTrace) {
         MissingTrace::Veth => node.links.lock().unwrap().remove(&veth_of("p1")),
     };
     break_checkpoint(dir, cp);
-    let agent = vpcnet_agent::start(chart_options(&fake, dir, &node))
+    let agent = vpcnet_agent::start(chart_options(dir), chart_deps(&fake, &node))
         .await
         .unwrap();
     let reason = match cp {
@@ -250,7 +254,7 @@ async fn restart_during_the_cooldown(cp: CheckpointFault) {
     agent.shutdown().await;
     break_checkpoint(dir, cp);
     let before = now_ms();
-    let agent = vpcnet_agent::start(chart_options(&fake, dir, &node))
+    let agent = vpcnet_agent::start(chart_options(dir), chart_deps(&fake, &node))
         .await
         .unwrap();
     let after = now_ms();
@@ -335,7 +339,7 @@ async fn a_pod_created_during_the_restart() {
         }
     });
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let agent = vpcnet_agent::start(chart_options(&fake, &dir, &node))
+    let agent = vpcnet_agent::start(chart_options(&dir), chart_deps(&fake, &node))
         .await
         .unwrap();
     let ip: Ipv4Addr = late.await.unwrap().unwrap().ipv4_addr.parse().unwrap();
@@ -378,7 +382,7 @@ async fn after_the_swap_addresses_the_vpc_cni_did_not_list_cool_down() {
     )
     .unwrap();
     let before = now_ms();
-    let agent = vpcnet_agent::start(chart_options(&fake, dir, &node))
+    let agent = vpcnet_agent::start(chart_options(dir), chart_deps(&fake, &node))
         .await
         .unwrap();
     let after = now_ms();

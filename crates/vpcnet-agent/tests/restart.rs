@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::fake_cloud::{fake_options, FakeCloud};
+use common::fake_cloud::{fake_deps, fake_options, FakeCloud};
 use common::*;
 use tokio::time::Instant;
 
@@ -14,12 +14,14 @@ use tokio::time::Instant;
 async fn restart_keeps_assignments_and_cooldown() {
     let fake = FakeCloud::new("m5.large");
     let dir = tempfile::tempdir().unwrap();
-    let mut o = fake_options(&fake, dir.path());
+    let mut o = fake_options(dir.path());
     // One ENI (9 pod IPs) so the only free IP is the released one; 8 s cooldown.
     o.targets.max_eni = Some(1);
     o.cooldown = Duration::from_secs(8);
     let socket = dir.path().join("agent.sock");
-    let agent = vpcnet_agent::start(o.clone()).await.unwrap();
+    let agent = vpcnet_agent::start(o.clone(), fake_deps(&fake))
+        .await
+        .unwrap();
     let mut c = client(&socket).await;
     let mut held = Vec::new();
     for i in 0..9 {
@@ -37,7 +39,7 @@ async fn restart_keeps_assignments_and_cooldown() {
     agent.shutdown().await;
     drop(c);
 
-    let agent = vpcnet_agent::start(o).await.unwrap();
+    let agent = vpcnet_agent::start(o, fake_deps(&fake)).await.unwrap();
     let mut c = client(&socket).await;
     for (i, ip) in held.iter().enumerate().take(8) {
         let r = c

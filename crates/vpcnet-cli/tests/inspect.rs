@@ -8,6 +8,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
+use vpcnet_agent::AgentDeps;
 
 use hyper_util::rt::TokioIo;
 use tonic::transport::{Channel, Endpoint, Uri};
@@ -75,7 +76,9 @@ impl Lab {
             reconcile_interval: Duration::from_secs(1),
             ..AgentOptions::default()
         };
-        let agent = vpcnet_agent::start(opts).await.unwrap();
+        let agent = vpcnet_agent::start(opts, AgentDeps::default())
+            .await
+            .unwrap();
         Lab {
             emu,
             _server: server,

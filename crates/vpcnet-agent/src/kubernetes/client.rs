@@ -29,7 +29,7 @@ pub const BACKOFF_MAX: Duration = Duration::from_secs(10);
 pub const CHECK_INTERVAL: Duration = Duration::from_secs(15);
 
 /// The API client's inputs, from the environment.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ApiSettings {
     /// `CLUSTER_ENDPOINT` (the VPC CNI's variable): the API server's URL.
     pub cluster_endpoint: Option<String>,

@@ -196,7 +196,7 @@ pub(super) async fn create_eni(
         delete_on_termination: true,
     });
     let obs = observation(shared, &ni, subnet_cidr);
-    if let Some(node) = &shared.opts.node_network {
+    if let Some(node) = shared.node_network() {
         if let Err(e) = node.setup_eni(&node_eni(&obs.info, shared.opts.mtu)).await {
             // The ENI is attached and ours; EC2 state is consistent. Every periodic pass
             // sets up all secondary ENIs again (idempotent), which repairs this.

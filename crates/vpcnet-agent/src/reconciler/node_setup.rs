@@ -22,7 +22,7 @@ pub(crate) fn node_eni(e: &EniInfo, mtu: u32) -> NodeEni {
 /// (not [`vpcnet_ipam::Pool::interface_gone`]), when enabled.
 /// Idempotent; failures are logged and retried at the next periodic pass.
 pub async fn setup_node_enis(shared: &Shared) {
-    let Some(node) = &shared.opts.node_network else {
+    let Some(node) = shared.node_network() else {
         return;
     };
     // An ENI whose interface vanished is skipped: waiting for it would stall the pass.
@@ -44,7 +44,7 @@ pub async fn setup_node_enis(shared: &Shared) {
 /// facts and the options, when the node datapath is enabled. Idempotent (re-applied on each
 /// periodic pass to repair drift); failures are logged and retried at the next pass.
 pub async fn setup_node_firewall(shared: &Shared) {
-    let Some(node) = &shared.opts.node_network else {
+    let Some(node) = shared.node_network() else {
         return;
     };
     let fw = node_firewall(shared);

@@ -23,7 +23,7 @@ pub const POD_RECLAIM_MISSES: u32 = 2;
 /// as the plugin names it, else from its container ID). Holds of unknown pods have only the
 /// route and the rule as evidence.
 pub async fn pods_present(shared: &Shared) -> anyhow::Result<BTreeSet<Ipv4Addr>> {
-    let Some(node) = &shared.opts.node_network else {
+    let Some(node) = shared.node_network() else {
         return Ok(BTreeSet::new());
     };
     let (routed, ruled, links) =
@@ -53,7 +53,7 @@ pub async fn pods_present(shared: &Shared) -> anyhow::Result<BTreeSet<Ipv4Addr>>
 /// manages the node datapath; assignments younger than `pod_reclaim_grace` are kept (an ADD
 /// may be building the datapath right now).
 pub async fn reclaim_unrouted(shared: &Shared) {
-    if shared.opts.node_network.is_none() {
+    if shared.node_network().is_none() {
         return;
     }
     let present = match pods_present(shared).await {

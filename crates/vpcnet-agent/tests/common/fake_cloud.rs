@@ -656,9 +656,9 @@ fn imds_interface(m: &model::Cloud, i: &model::Instance, e: &model::Eni) -> Opti
     })
 }
 
-/// Options for an agent on `fake`'s instance with its files in `dir`: no TCP listeners, no
-/// conflist, the fake as its cloud.
-pub fn fake_options(fake: &FakeCloud, dir: &std::path::Path) -> vpcnet_agent::AgentOptions {
+/// Options for an agent with its files in `dir`: no TCP listeners, no conflist (its cloud, a
+/// fake, is in [`fake_deps`]).
+pub fn fake_options(dir: &std::path::Path) -> vpcnet_agent::AgentOptions {
     vpcnet_agent::AgentOptions {
         socket_path: dir.join("agent.sock"),
         checkpoint_path: dir.join("ipam.json"),
@@ -667,7 +667,11 @@ pub fn fake_options(fake: &FakeCloud, dir: &std::path::Path) -> vpcnet_agent::Ag
         conflist_path: None,
         cluster_name: "lab".into(),
         reconcile_interval: Duration::from_secs(2),
-        cloud: Some(fake.apis()),
         ..vpcnet_agent::AgentOptions::default()
     }
+}
+
+/// Dependencies of an agent on `fake`'s instance: the fake as its cloud.
+pub fn fake_deps(fake: &FakeCloud) -> vpcnet_agent::AgentDeps {
+    vpcnet_agent::AgentDeps::default().with_cloud(fake.apis())
 }
