@@ -5,7 +5,6 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -79,7 +78,7 @@ impl AgentHandle {
     /// leaked-ENI sweep, introspection or metrics server) has stopped unexpectedly; pending
     /// forever otherwise.
     pub async fn failed(&self) -> String {
-        let mut rx = self.shared.failed.subscribe();
+        let mut rx = self.shared.health().failed();
         let _ = rx.wait_for(|f| *f).await;
         self.shared.failure().unwrap_or_default()
     }
@@ -226,10 +225,10 @@ pub async fn start(opts: AgentOptions, deps: AgentDeps) -> anyhow::Result<AgentH
         store,
         deps.node_network.clone(),
     );
-    shared.stop = stop_rx.clone().into();
+    shared.set_stop(stop_rx.clone().into());
     // The API client's connections, from before the first ADD (ANNOTATE_POD_IP waits on it).
     let (kube_clients, kube_clients_rx) = watch::channel(None);
-    let _ = shared.kube_clients.set(kube_clients_rx);
+    shared.kube().set_clients(kube_clients_rx);
     let shared = Arc::new(shared);
     let mut tasks = Tasks::default();
     tasks.essential(
@@ -252,7 +251,7 @@ pub async fn start(opts: AgentOptions, deps: AgentDeps) -> anyhow::Result<AgentH
     .await?;
     let metrics_addr = serve_http(
         "metrics",
-        crate::introspection::metrics_router(shared.metrics.clone()),
+        crate::introspection::metrics_router(shared.metrics().clone()),
         opts.metrics_addr,
         opts.metrics_socket.as_deref(),
         &shared,
@@ -598,9 +597,9 @@ async fn bring_up(
         let e = crate::errors::chain(&e);
         tracing::warn!("initial pool fill failed: {e}; the reconciler retries");
         shared.set_error(Some(e));
-        shared.wake.notify_one();
+        shared.pool_state().wake_reconciler();
     }
-    shared.ready.store(true, Ordering::Release);
+    shared.pool_state().set_ready();
     shared.update_gauges();
     Ok(())
 }
@@ -721,8 +720,8 @@ fn spawn_api_client(
     let clients_rx = clients.subscribe();
     let client = crate::kubernetes::client::run(
         opts.api.clone(),
-        shared.api.clone(),
-        shared.metrics.clone(),
+        shared.kube().api_status().clone(),
+        shared.metrics().clone(),
         started,
         capacity,
         clients,
@@ -753,13 +752,13 @@ fn spawn_api_client(
         );
         tasks.other_until(stop, report);
     }
-    if let (Some(keys), Some(tx)) = (&opts.custom_networking, &shared.eniconfig) {
+    if let (Some(keys), Some(tx)) = (&opts.custom_networking, shared.kube().eniconfig()) {
         let watch = crate::kubernetes::eniconfig_watch::run(
             opts.api.node_name.clone(),
             keys.clone(),
             clients_rx,
             tx.clone(),
-            shared.metrics.clone(),
+            shared.metrics().clone(),
         );
         // Each published change wakes the reconciler, so the pool fills within one watch
         // event of the ENIConfig appearing.
@@ -778,13 +777,13 @@ fn spawn_api_client(
                     r = changes.changed() => if r.is_err() { return },
                     _ = stop2.changed() => return,
                 }
-                s.wake.notify_one();
+                s.pool_state().wake_reconciler();
             }
         });
     }
     // Not essential: IPAM never depends on the Kubernetes API (docs/architecture.md, principle 3).
     let mut stop = stop.clone();
-    let status = shared.api.clone();
+    let status = shared.kube().api_status().clone();
     tasks.other(async move {
         tokio::select! {
             _ = client => {

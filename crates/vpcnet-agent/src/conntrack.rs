@@ -50,7 +50,9 @@ pub async fn flush_due(shared: &Shared) -> Round {
     }
     match node.flush_conntrack(&due).await {
         Ok(report) => {
-            shared.metrics.add_conntrack_flushed_entries(report.deleted);
+            shared
+                .metrics()
+                .add_conntrack_flushed_entries(report.deleted);
             let ips: Vec<_> = due.iter().copied().collect();
             let cleared = shared.pool().conntrack_flushed(&ips, started);
             if report.deleted > 0 {
@@ -62,12 +64,12 @@ pub async fn flush_due(shared: &Shared) -> Round {
                 tracing::debug!(addresses = ?cleared, "conntrack flushed after the cooldown: addresses may be handed out again");
                 shared.update_gauges();
                 // An ADD waiting on the pool or a plan counting these as cooling may go on.
-                shared.wake.notify_one();
+                shared.pool_state().wake_reconciler();
             }
             Round::Done
         }
         Err(e) => {
-            shared.metrics.inc_conntrack_flush_failure();
+            shared.metrics().inc_conntrack_flush_failure();
             shared.update_gauges();
             tracing::error!(addresses = ?due, error = format!("{e:#}"), "deleting conntrack entries of released addresses failed: they are not handed out until a retry succeeds");
             Round::Failed
@@ -98,7 +100,7 @@ pub async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             // A release is due at once, unless the last flush failed (then wait out the backoff).
-            _ = shared.conntrack_wake.notified(), if retry == RETRY_MIN => {}
+            _ = shared.pool_state().conntrack_woken(), if retry == RETRY_MIN => {}
             _ = stop.changed() => return,
         }
     }

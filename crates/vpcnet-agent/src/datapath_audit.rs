@@ -24,7 +24,6 @@
 //! audit added first). The grace guards only the reclaim.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use vpcnet_datapath::audit::{Finding, Kind, PodExpect};
@@ -119,15 +118,16 @@ pub async fn run_pass(shared: &Arc<Shared>) {
         repair: true,
         still_assigned: Box::new(move |ip| s.pool().assignments().any(|(_, a)| a.ip == ip)),
     };
-    shared.metrics.inc_datapath_audit();
+    shared.metrics().inc_datapath_audit();
     match node.audit(&req).await {
         Ok(None) => {}
         Ok(Some(report)) => record(shared, &req, &rows, &marked_before, report),
         Err(e) => {
             tracing::warn!("datapath audit failed: {e:#}; retried at the next pass");
-            let mut d = shared.datapath.lock().unwrap_or_else(|p| p.into_inner());
-            d.passes += 1;
-            d.last_error = Some(format!("{e:#}"));
+            shared.health().update_datapath(|d| {
+                d.passes += 1;
+                d.last_error = Some(format!("{e:#}"));
+            });
         }
     }
 }
@@ -158,7 +158,7 @@ fn record(
     for f in all {
         if f.repaired() {
             tracing::warn!(kind = f.kind.as_str(), object = %f.object, "datapath repaired: {}", f.problem);
-            shared.metrics.inc_datapath_repair(f.kind.as_str());
+            shared.metrics().inc_datapath_repair(f.kind.as_str());
             repairs.push(f.clone());
         } else {
             tracing::error!(kind = f.kind.as_str(), object = %f.object, reason = ?f.unrepaired, "datapath problem not repaired: {}", f.problem);
@@ -166,7 +166,7 @@ fn record(
         }
     }
     shared
-        .metrics
+        .metrics()
         .set_datapath_unrepaired(unrepaired.iter().map(|(k, n)| (*k, *n)));
     let not_ready = report
         .node
@@ -188,23 +188,24 @@ fn record(
             findings: f.iter().map(doc_finding).collect(),
         })
         .collect();
-    let mut d = shared.datapath.lock().unwrap_or_else(|p| p.into_inner());
-    d.passes += 1;
-    d.checked_at_ms = Some(now);
-    d.last_error = None;
-    d.node = report.node.iter().map(doc_finding).collect();
-    d.pods = pods;
-    d.unrepaired = unrepaired.values().sum::<u64>() as u32;
-    d.not_ready = not_ready;
-    for f in repairs {
-        *d.repairs.entry(f.kind.as_str().to_string()).or_default() += 1;
-        d.last_repair = Some(doc::Repair {
-            at_ms: now,
-            kind: f.kind.as_str().to_string(),
-            object: f.object,
-            problem: f.problem,
-        });
-    }
+    shared.health().update_datapath(|d| {
+        d.passes += 1;
+        d.checked_at_ms = Some(now);
+        d.last_error = None;
+        d.node = report.node.iter().map(doc_finding).collect();
+        d.pods = pods;
+        d.unrepaired = unrepaired.values().sum::<u64>() as u32;
+        d.not_ready = not_ready;
+        for f in repairs {
+            *d.repairs.entry(f.kind.as_str().to_string()).or_default() += 1;
+            d.last_repair = Some(doc::Repair {
+                at_ms: now,
+                kind: f.kind.as_str().to_string(),
+                object: f.object,
+                problem: f.problem,
+            });
+        }
+    });
 }
 
 /// ENIs whose interface the audit did not find stop serving addresses (and EC2 is described
@@ -238,8 +239,8 @@ fn mark_eni_interfaces(
     }
     drop(pool);
     if describe {
-        shared.need_describe.store(true, Ordering::Release);
-        shared.wake.notify_one();
+        shared.enis().request_describe();
+        shared.pool_state().wake_reconciler();
     }
 }
 
@@ -262,9 +263,9 @@ pub fn on_link_removed(shared: &Shared, mac: &str, name: &str) -> bool {
         id
     };
     tracing::warn!(eni = %id, interface = name, mac, "the ENI's interface disappeared: its addresses are no longer handed out; describing EC2 now");
-    shared.metrics.inc_eni_interface_gone();
-    shared.need_describe.store(true, Ordering::Release);
-    shared.wake.notify_one();
+    shared.metrics().inc_eni_interface_gone();
+    shared.enis().request_describe();
+    shared.pool_state().wake_reconciler();
     true
 }
 

@@ -50,7 +50,7 @@ impl Backend {
     /// addresses are cooling down (the runtime retries), RESOURCE_EXHAUSTED at the node's
     /// ENI/IP limit. Counts the failure in `awscni_no_available_ip_addresses`.
     fn no_address(&self, e: AssignError, waited: bool) -> Status {
-        self.shared.metrics.inc_no_available_ip();
+        self.shared.metrics().inc_no_available_ip();
         match e {
             e @ AssignError::PoolEmpty { .. } => {
                 let waited = if waited {
@@ -103,9 +103,7 @@ impl Backend {
 
     /// ENI management is paused: the Node is cordoned ([`crate::kubernetes::node_watch`]).
     fn paused(&self) -> bool {
-        self.shared
-            .eni_management_paused
-            .load(std::sync::atomic::Ordering::Acquire)
+        self.shared.enis().management_paused()
     }
 
     /// The start of an `ANNOTATE_POD_IP` call on pod `ns/name`: its deadline
@@ -123,7 +121,7 @@ impl Backend {
         let t0 = tokio::time::Instant::now();
         let deadline = t0 + pod_ips::ANNOTATE_TIMEOUT;
         let pod = format!("{ns}/{name}");
-        let client = pod_ips::client(self.shared.kube_clients.get(), &pod, deadline, t0)
+        let client = pod_ips::client(self.shared.kube().clients(), &pod, deadline, t0)
             .await
             .map_err(|e| e.to_string())?;
         Ok(Some(AnnotationCall {
@@ -249,8 +247,8 @@ impl CniBackend for Backend {
         &self,
         req: Request<AddNetworkRequest>,
     ) -> Result<Response<AddNetworkReply>, Status> {
-        let _timer = self.shared.metrics.action("AddNetwork");
-        self.shared.metrics.inc_add_ip_req();
+        let _timer = self.shared.metrics().action("AddNetwork");
+        self.shared.metrics().inc_add_ip_req();
         let r = req.into_inner();
         let key = key_of(&r.container_id, &r.if_name)?;
         if !self.shared.is_ready() {
@@ -276,13 +274,13 @@ impl CniBackend for Backend {
         let mut waited = false;
         let grants = loop {
             // Listen before looking, so growth between the look and the wait is not missed.
-            let grew = self.shared.grew.notified();
+            let grew = self.shared.pool_state().growth();
             tokio::pin!(grew);
             grew.as_mut().enable();
             let result = self.assign(&key, &pod, multi_nic);
             // The reconciler looks at the pool now (no sleep on this path); once per ADD.
             if !waited {
-                self.shared.wake.notify_one();
+                self.shared.pool_state().wake_reconciler();
             }
             match result {
                 Ok(g) => break g,
@@ -366,8 +364,8 @@ impl CniBackend for Backend {
         &self,
         req: Request<DelNetworkRequest>,
     ) -> Result<Response<DelNetworkReply>, Status> {
-        let _timer = self.shared.metrics.action("DelNetwork");
-        self.shared.metrics.inc_del_ip_req("PodDeleted");
+        let _timer = self.shared.metrics().action("DelNetwork");
+        self.shared.metrics().inc_del_ip_req("PodDeleted");
         let r = req.into_inner();
         let key = key_of(&r.container_id, &r.if_name)?;
         // The pod's address and, for a multi-homed pod, those of its further interfaces.
@@ -414,8 +412,8 @@ impl CniBackend for Backend {
             }
         }
         self.shared.update_gauges();
-        self.shared.wake.notify_one();
-        self.shared.conntrack_wake.notify_one();
+        self.shared.pool_state().wake_reconciler();
+        self.shared.pool_state().wake_conntrack();
         let main = released.iter().find(|(k, _, _)| *k == key);
         let extra_interfaces: Vec<PodInterface> = released
             .iter()
@@ -460,12 +458,7 @@ impl CniBackend for Backend {
     async fn status(&self, _req: Request<StatusRequest>) -> Result<Response<StatusReply>, Status> {
         let s = self.shared.pool().summary(now_ms());
         let ready = self.shared.is_ready();
-        let err = self
-            .shared
-            .last_error
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let err = self.shared.health().last_error();
         let message = if !ready {
             "starting: filling the address pool".to_string()
         } else if s.available_ips == 0 {
@@ -490,7 +483,7 @@ impl CniBackend for Backend {
         &self,
         req: Request<GarbageCollectRequest>,
     ) -> Result<Response<GarbageCollectReply>, Status> {
-        let _timer = self.shared.metrics.action("GarbageCollect");
+        let _timer = self.shared.metrics().action("GarbageCollect");
         let r = req.into_inner();
         let mut valid = BTreeSet::new();
         for a in &r.valid_attachments {
@@ -500,8 +493,8 @@ impl CniBackend for Backend {
         if !gone.is_empty() {
             let _ = self.shared.persist().await;
             self.shared.update_gauges();
-            self.shared.wake.notify_one();
-            self.shared.conntrack_wake.notify_one();
+            self.shared.pool_state().wake_reconciler();
+            self.shared.pool_state().wake_conntrack();
             tracing::info!(released = gone.len(), "garbage collected stale assignments");
         }
         Ok(Response::new(GarbageCollectReply {

@@ -55,17 +55,17 @@ async fn healthz(State(s): State<Arc<Shared>>) -> (axum::http::StatusCode, Strin
 
 /// `/v1/datapath`: the datapath audit's last pass (answers from memory).
 async fn datapath(State(s): State<Arc<Shared>>) -> axum::Json<doc::DatapathDoc> {
-    axum::Json(s.datapath.lock().unwrap_or_else(|p| p.into_inner()).clone())
+    axum::Json(s.health().datapath())
 }
 
 /// `/v1/apiserver`: the Kubernetes API client's state (answers from memory).
 async fn apiserver(State(s): State<Arc<Shared>>) -> axum::Json<doc::ApiServerDoc> {
-    axum::Json(s.api.read().unwrap_or_else(|p| p.into_inner()).clone())
+    axum::Json(s.kube().api_doc())
 }
 
 /// `/v1/eniconfig`: the node's ENIConfig under custom networking (state `disabled` without).
 async fn eniconfig(State(s): State<Arc<Shared>>) -> axum::Json<doc::EniConfigDoc> {
-    axum::Json(match &s.eniconfig {
+    axum::Json(match s.kube().eniconfig() {
         Some(tx) => tx.borrow().doc(s.opts.api.node_name.as_deref()),
         None => doc::EniConfigDoc::default(),
     })
@@ -75,11 +75,7 @@ async fn eniconfig(State(s): State<Arc<Shared>>) -> axum::Json<doc::EniConfigDoc
 /// the copy.
 pub fn enis_doc(s: &Shared) -> doc::EnisDoc {
     let pool = s.pool().clone();
-    let last_error = s
-        .last_error
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone();
+    let last_error = s.health().last_error();
     let mut doc = build_enis_doc(&s.facts, &pool, last_error, now_ms());
     doc.provisioning = s.opts.provisioning.label().into();
     doc

@@ -242,7 +242,7 @@ pub fn hold(shared: &Shared, ev: &Evidence) -> usize {
     }
     drop(pool);
     for (ip, evidence) in &held {
-        shared.metrics.inc_evidence_hold(evidence);
+        shared.metrics().inc_evidence_hold(evidence);
         tracing::warn!(address = %ip, evidence, "address in use by a running pod the checkpoint does not list: held (the reclaim frees it once the pod's route and host veth are gone)");
     }
     held.len()

@@ -1,17 +1,30 @@
-//! State shared by the gRPC handlers, the reconciler and introspection.
+//! State shared by the gRPC handlers, the reconciler and introspection: the settings and node
+//! facts (read-only), and four private sub-states, each behind its own methods so a function's
+//! signature says what it touches: the pool and its persistence ([`PoolState`]), the ENI book
+//! ([`EniBook`]), health ([`Health`]) and the Kubernetes view ([`KubeView`]).
+
+mod eni_book;
+mod health;
+mod kube_view;
+mod pool;
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, MutexGuard};
 
 use ipnet::Ipv4Net;
-use tokio::sync::{watch, Notify};
 use vpcnet_ipam::Pool;
 
 use crate::checkpoint_file::{CheckpointStore, CheckpointWriteError};
 use crate::clock::now_ms;
+use crate::metrics::Metrics;
+use crate::node::NodeNetwork;
 use crate::options::AgentOptions;
+
+pub use eni_book::EniBook;
+pub use health::Health;
+pub use kube_view::KubeView;
+pub use pool::PoolState;
 
 /// Facts about the node, read once at start (IMDS hints confirmed by EC2 where it matters).
 #[derive(Debug, Clone, serde::Serialize)]
@@ -36,63 +49,19 @@ pub struct NodeFacts {
 
 /// Everything the agent's tasks share.
 pub struct Shared {
+    /// The settings (values only).
     pub opts: AgentOptions,
     pub facts: NodeFacts,
-    pool: Mutex<Pool>,
-    /// Wakes the reconciler (an ADD took the pool below target, or a DEL freed something).
-    pub wake: Notify,
-    /// Wakes the conntrack flush ([`crate::conntrack`]): an address was released.
-    pub conntrack_wake: Notify,
-    /// Wakes the ADDs waiting for the pool to grow ([`Shared::pool_grew`]).
-    pub grew: Notify,
-    /// The pool has been filled once: ADD may be served.
-    pub ready: AtomicBool,
-    /// ENI id → attachment id, from EC2 (needed to detach).
-    pub attachments: Mutex<BTreeMap<String, String>>,
-    /// (Network card, device index) pairs taken by ENIs the agent does not manage.
-    pub foreign_devices: Mutex<Vec<(u32, u32)>>,
-    /// IDs of the attached ENIs the agent does not manage (from the last describe): the IMDS
-    /// drift check skips them.
-    pub foreign_enis: Mutex<std::collections::BTreeSet<String>>,
-    /// Last EC2 error of the reconciler (shown by Status and introspection).
-    pub last_error: Mutex<Option<String>>,
-    /// Serialises checkpoint writes so an older snapshot never overwrites a newer one.
-    persist_lock: tokio::sync::Mutex<()>,
-    /// Where the checkpoint lives ([`crate::AgentDeps::store`]: the injected store, else the file at
-    /// `checkpoint_path`).
-    pub store: Arc<dyn CheckpointStore>,
-    /// Why an essential task stopped (the agent is unhealthy and the process exits).
-    failure: Mutex<Option<String>>,
-    /// Flips to true when an essential task stops unexpectedly.
-    pub failed: watch::Sender<bool>,
-    /// The last periodic pass or an unknown EC2 outcome asks the reconciler for a describe.
-    pub need_describe: AtomicBool,
-    /// Held across create → attach of an ENI and by the leaked-ENI sweep, so the sweep never
-    /// sees (and deletes) an ENI the reconciler is about to attach.
-    pub eni_lifecycle: tokio::sync::Mutex<()>,
-    pub metrics: std::sync::Arc<crate::metrics::Metrics>,
+    metrics: Arc<Metrics>,
     /// The node's network ([`crate::AgentDeps::node_network`]); `None` = no node-side setup.
-    node_network: Option<Arc<dyn crate::node::NodeNetwork>>,
-    /// The Kubernetes API client's state (`/v1/apiserver`), written by its task.
-    pub api: crate::kubernetes::client::SharedStatus,
+    node_network: Option<Arc<dyn NodeNetwork>>,
     /// The agent's stop signal (SIGTERM): retries and polls of EC2 work end early at it.
     /// Never fires unless [`crate::start`] sets it.
-    pub stop: vpcnet_backoff::Cancel,
-    /// The node's ENIConfig under custom networking (written by the ENIConfig watch, read by
-    /// the reconciler and `/v1/eniconfig`); `None` without custom networking.
-    pub eniconfig: Option<watch::Sender<crate::kubernetes::eniconfig_watch::EniConfigTracked>>,
-    /// The datapath audit's last pass (`/v1/datapath`), written by [`crate::datapath_audit`].
-    pub datapath: Mutex<vpcnet_introspection::DatapathDoc>,
-    /// The connected Kubernetes client, once [`crate::start`] has spawned the API client
-    /// (the pod annotation of `ANNOTATE_POD_IP` waits for it); its sender is dropped when no
-    /// API server is configured.
-    pub kube_clients: std::sync::OnceLock<watch::Receiver<Option<kube::Client>>>,
-    /// The Node is cordoned and `AWS_MANAGE_ENIS_NON_SCHEDULABLE` is false: the reconciler
-    /// neither grows the pool nor deletes ENIs ([`crate::kubernetes::node_watch`]).
-    pub eni_management_paused: AtomicBool,
-    /// The pool's prefix fallback as of the last [`Shared::update_gauges`] (the Node report
-    /// follows it: [`crate::kubernetes::prefix_fallback_report`]).
-    pub prefix_fallback: watch::Sender<Option<vpcnet_ipam::PrefixFallback>>,
+    stop: vpcnet_backoff::Cancel,
+    pool: PoolState,
+    enis: EniBook,
+    health: Health,
+    kube: KubeView,
 }
 
 impl Shared {
@@ -100,121 +69,106 @@ impl Shared {
         opts: AgentOptions,
         facts: NodeFacts,
         pool: Pool,
-        metrics: std::sync::Arc<crate::metrics::Metrics>,
+        metrics: Arc<Metrics>,
         store: Arc<dyn CheckpointStore>,
-        node_network: Option<Arc<dyn crate::node::NodeNetwork>>,
+        node_network: Option<Arc<dyn NodeNetwork>>,
     ) -> Self {
-        let eniconfig = opts.custom_networking.as_ref().map(|_| {
-            watch::channel(crate::kubernetes::eniconfig_watch::EniConfigTracked::initial(now_ms()))
-                .0
-        });
+        let kube = KubeView::new(opts.custom_networking.is_some(), now_ms());
         Shared {
             opts,
             facts,
-            pool: Mutex::new(pool),
-            wake: Notify::new(),
-            conntrack_wake: Notify::new(),
-            grew: Notify::new(),
-            ready: AtomicBool::new(false),
-            attachments: Mutex::new(BTreeMap::new()),
-            foreign_devices: Mutex::new(Vec::new()),
-            foreign_enis: Mutex::new(Default::default()),
-            last_error: Mutex::new(None),
-            persist_lock: tokio::sync::Mutex::new(()),
-            store,
-            failure: Mutex::new(None),
-            failed: watch::channel(false).0,
-            need_describe: AtomicBool::new(false),
-            eni_lifecycle: tokio::sync::Mutex::new(()),
+            pool: PoolState::new(pool, store, metrics.clone()),
             metrics,
             node_network,
-            api: Default::default(),
             stop: vpcnet_backoff::Cancel::never(),
-            eniconfig,
-            datapath: Default::default(),
-            kube_clients: std::sync::OnceLock::new(),
-            eni_management_paused: AtomicBool::new(false),
-            prefix_fallback: watch::channel(None).0,
+            enis: EniBook::default(),
+            health: Health::default(),
+            kube,
         }
     }
 
-    /// The pool, locked (keep the guard short; never across an await).
-    pub fn pool(&self) -> MutexGuard<'_, Pool> {
-        self.pool.lock().unwrap_or_else(|p| p.into_inner())
+    /// Sets the stop signal (before the tasks start).
+    pub fn set_stop(&mut self, stop: vpcnet_backoff::Cancel) {
+        self.stop = stop;
+    }
+
+    /// The agent's stop signal: EC2 retries and polls end early at it.
+    pub fn stop(&self) -> &vpcnet_backoff::Cancel {
+        &self.stop
+    }
+
+    /// The agent's metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// The node's network, when the agent sets up the node ([`crate::AgentDeps`]).
-    pub fn node_network(&self) -> Option<&Arc<dyn crate::node::NodeNetwork>> {
+    pub fn node_network(&self) -> Option<&Arc<dyn NodeNetwork>> {
         self.node_network.as_ref()
     }
 
+    /// The pool and its persistence.
+    pub fn pool_state(&self) -> &PoolState {
+        &self.pool
+    }
+
+    /// The ENI book.
+    pub fn enis(&self) -> &EniBook {
+        &self.enis
+    }
+
+    /// Health.
+    pub fn health(&self) -> &Health {
+        &self.health
+    }
+
+    /// The Kubernetes view.
+    pub fn kube(&self) -> &KubeView {
+        &self.kube
+    }
+
+    /// The pool, locked (keep the guard short; never across an await): [`PoolState::lock`].
+    pub fn pool(&self) -> MutexGuard<'_, Pool> {
+        self.pool.lock()
+    }
+
+    /// [`PoolState::is_ready`].
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire)
+        self.pool.is_ready()
     }
 
-    /// Writes the checkpoint (atomic, 0600) from the pool as it is now.
-    ///
-    /// Errors: the write failed ([`CheckpointWriteError`], logged here too with its cause);
-    /// the previous checkpoint is still in place. ADD undoes its assignment and fails; other
-    /// callers go on, since the next write records their change (a release missing from the
-    /// file only keeps an address held until the reclaim frees it, never hands it out twice).
+    /// [`PoolState::persist`].
     pub async fn persist(&self) -> Result<(), CheckpointWriteError> {
-        let _g = self.persist_lock.lock().await;
-        let cp = self.pool().checkpoint();
-        let store = self.store.clone();
-        let res = tokio::task::spawn_blocking(move || store.write(&cp))
-            .await
-            .unwrap_or_else(|e| Err(std::io::Error::other(e)));
-        res.map_err(|source| {
-            let e = CheckpointWriteError {
-                location: self.store.location(),
-                source,
-            };
-            tracing::error!(error = %e, cause = %e.source, "checkpoint write failed");
-            self.metrics.inc_ipamd_error("checkpointWrite");
-            e
-        })
+        self.pool.persist().await
     }
 
-    /// Records that an essential task stopped: health turns unhealthy and [`crate::run`]
-    /// ends the process. The first reason is kept.
+    /// [`Health::fail`].
     pub fn fail(&self, reason: String) {
-        let mut f = self.failure.lock().unwrap_or_else(|p| p.into_inner());
-        if f.is_none() {
-            *f = Some(reason);
-        }
-        drop(f);
-        self.failed.send_replace(true);
+        self.health.fail(reason);
     }
 
-    /// Why the agent failed, if an essential task stopped.
+    /// [`Health::failure`].
     pub fn failure(&self) -> Option<String> {
-        self.failure
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.health.failure()
     }
 
-    /// Why the datapath audit takes the node out of service (an unrepaired problem that cuts
-    /// every pod off), if it does.
+    /// [`Health::datapath_not_ready`].
     pub fn datapath_not_ready(&self) -> Option<String> {
-        self.datapath
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .not_ready
-            .clone()
+        self.health.datapath_not_ready()
     }
 
+    /// [`Health::set_error`].
     pub fn set_error(&self, e: Option<String>) {
-        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = e;
+        self.health.set_error(e);
     }
 
-    /// Addresses or an ENI were added to the pool: every waiting ADD looks again.
+    /// [`PoolState::grew`].
     pub fn pool_grew(&self) {
-        self.grew.notify_waiters();
+        self.pool.grew();
     }
 
-    /// Pool gauges (`awscni_total_ip_addresses`, ...) after a change.
+    /// Pool gauges (`awscni_total_ip_addresses`, ...) after a change, and the prefix fallback
+    /// published to the Kubernetes view.
     pub fn update_gauges(&self) {
         let m = &self.metrics;
         let pool = self.pool();
@@ -228,11 +182,7 @@ impl Shared {
         m.set_ip_max(s.max_ips as u64);
         m.set_total_ipv4_prefixes(s.prefixes as u64);
         m.set_prefix_fallback(u64::from(s.prefix_fallback.is_some()));
-        self.prefix_fallback.send_if_modified(|f| {
-            let changed = f.is_some() != s.prefix_fallback.is_some();
-            *f = s.prefix_fallback;
-            changed
-        });
+        self.kube.publish_prefix_fallback(s.prefix_fallback);
         let mut per_eni: BTreeMap<&str, u64> =
             pool.enis().map(|e| (e.info.id.as_str(), 0)).collect();
         for (_, a) in pool.assignments() {

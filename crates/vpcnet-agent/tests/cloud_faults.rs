@@ -382,7 +382,7 @@ async fn an_ec2_errors_cause_reaches_the_reported_error() {
         [Outcome::Transport("connection reset by peer (injected)"); 5],
     );
     c.add_network(add_req("p0")).await.unwrap();
-    let reported = || agent.shared.last_error.lock().unwrap().clone();
+    let reported = || agent.shared.health().last_error();
     eventually(
         "the failed pass reports the cause",
         Duration::from_secs(10),

@@ -13,13 +13,7 @@ use vpcnet_agent::kubernetes::eniconfig::{EniConfigChoice, SelectedBy};
 use vpcnet_agent::kubernetes::eniconfig_watch::{condition_of, publish, EniConfigStatus, REJECTED};
 
 fn last_error(agent: &vpcnet_agent::AgentHandle) -> String {
-    agent
-        .shared
-        .last_error
-        .lock()
-        .unwrap()
-        .clone()
-        .unwrap_or_default()
+    agent.shared.health().last_error().unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -44,10 +38,11 @@ async fn enis_go_to_the_eniconfig_subnet_only_once_it_is_resolved_and_valid() {
     let agent = vpcnet_agent::start(o, AgentDeps::default()).await.unwrap();
     let tx = agent
         .shared
-        .eniconfig
-        .clone()
+        .kube()
+        .eniconfig()
+        .cloned()
         .expect("custom networking on");
-    let metrics = agent.shared.metrics.clone();
+    let metrics = agent.shared.metrics().clone();
 
     // No API server configured: unresolved, no ENI and no address on the primary ENI.
     eventually(

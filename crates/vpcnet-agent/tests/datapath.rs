@@ -379,7 +379,7 @@ async fn forwarding_that_cannot_be_enabled_takes_the_node_out_of_service() {
         unrepaired: Some("injected".into()),
     }];
     eventually("unrepaired reported", Duration::from_secs(3), || {
-        agent.shared.datapath.lock().unwrap().unrepaired == 1
+        agent.shared.health().datapath().unrepaired == 1
     })
     .await;
     assert_eq!(http_get(addr, "/healthz").await.0, 200);

@@ -220,7 +220,7 @@ async fn get(shared: &Arc<Shared>, path: &str) -> (u16, String) {
 #[tokio::test]
 async fn introspection_documents_of_a_known_pool() {
     let shared = Arc::new(known_shared());
-    *shared.datapath.lock().unwrap() = known_datapath();
+    shared.health().update_datapath(|d| *d = known_datapath());
     for (path, golden) in [
         ("/v1/enis", "introspection-enis.json"),
         ("/v1/pods", "introspection-pods.json"),
@@ -232,9 +232,7 @@ async fn introspection_documents_of_a_known_pool() {
         check_json(golden, &serde_json::from_str(&body).unwrap());
     }
     assert_eq!(get(&shared, "/healthz").await, (503, "starting\n".into()));
-    shared
-        .ready
-        .store(true, std::sync::atomic::Ordering::Release);
+    shared.pool_state().set_ready();
     assert_eq!(get(&shared, "/healthz").await, (200, "ok\n".into()));
 }
 

@@ -34,7 +34,7 @@ fn refusals(lab: &Lab) -> usize {
 fn gauge(agent: &vpcnet_agent::AgentHandle) -> String {
     agent
         .shared
-        .metrics
+        .metrics()
         .encode()
         .lines()
         .find(|l| l.starts_with("vpcnet_prefix_fallback "))

@@ -124,7 +124,7 @@ async fn new_pods_avoid(
 fn metrics_line(agent: &vpcnet_agent::AgentHandle, series: &str) -> Option<String> {
     agent
         .shared
-        .metrics
+        .metrics()
         .encode()
         .lines()
         .find(|l| l.starts_with(series))

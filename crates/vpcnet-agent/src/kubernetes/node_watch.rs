@@ -13,7 +13,6 @@
 //! VPC CNI does when its read fails); a watch that fails after the first read keeps the last
 //! known state while it retries.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -55,8 +54,10 @@ pub fn allowed_while_paused(action: &Action) -> bool {
 /// Sets the pause (a change is logged and wakes the reconciler, so an uncordoned node grows
 /// its pool at once).
 pub fn set_paused(shared: &Shared, paused: bool, node: &str) {
-    let was = shared.eni_management_paused.swap(paused, Ordering::AcqRel);
-    shared.metrics.set_eni_management_paused(u64::from(paused));
+    let was = shared.enis().set_management_paused(paused);
+    shared
+        .metrics()
+        .set_eni_management_paused(u64::from(paused));
     if was == paused {
         return;
     }
@@ -68,7 +69,7 @@ pub fn set_paused(shared: &Shared, paused: bool, node: &str) {
     } else {
         tracing::info!(node, "Node {node} is schedulable: ENI management resumed");
     }
-    shared.wake.notify_one();
+    shared.pool_state().wake_reconciler();
 }
 
 /// The watch task: waits for the API client (a new client after a reconnect restarts the
@@ -116,7 +117,7 @@ async fn follow(shared: &Shared, client: &Client, node: &str) {
             Ok(watcher::Event::Apply(n)) => set_paused(shared, is_unschedulable(&n), node),
             Ok(watcher::Event::Delete(_)) => set_paused(shared, false, node),
             Err(e) => {
-                shared.metrics.inc_k8s_watch_restart("Node");
+                shared.metrics().inc_k8s_watch_restart("Node");
                 tracing::warn!(node, "watching Node {node} for cordoning: {e} (retrying with backoff; the last known state stays in force)");
             }
         }

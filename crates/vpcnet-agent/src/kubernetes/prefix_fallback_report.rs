@@ -54,7 +54,7 @@ pub async fn run(shared: Arc<Shared>, node: String, mut clients: watch::Receiver
     };
     let client = client.expect("waited for Some");
     let mut report = NodeReport::new(client.clone(), &node, CONDITION_TYPE, "AssignPrefixes");
-    let mut changes = shared.prefix_fallback.subscribe();
+    let mut changes = shared.kube().prefix_fallback();
     let nodes: Api<Node> = Api::all(client);
     let mut first = true;
     loop {

@@ -87,33 +87,23 @@ pub async fn adopt(
     let mut view = Vec::new();
     let mut foreign = Vec::new();
     let mut foreign_ids = BTreeSet::new();
-    {
-        let mut att = shared.attachments.lock().unwrap_or_else(|p| p.into_inner());
-        att.clear();
-        for ni in &enis {
-            if let Some(a) = &ni.attachment {
-                att.insert(ni.eni_id.clone(), a.attachment_id.clone());
-                if !manageable(ni, &cards) {
-                    foreign.push((a.network_card_index, a.device_index));
-                    foreign_ids.insert(ni.eni_id.clone());
-                    continue;
-                }
+    let mut att = BTreeMap::new();
+    for ni in &enis {
+        if let Some(a) = &ni.attachment {
+            att.insert(ni.eni_id.clone(), a.attachment_id.clone());
+            if !manageable(ni, &cards) {
+                foreign.push((a.network_card_index, a.device_index));
+                foreign_ids.insert(ni.eni_id.clone());
+                continue;
             }
-            let cidr = subnets
-                .get(&ni.subnet_id)
-                .copied()
-                .unwrap_or(shared.facts.subnet_cidr);
-            view.push(observation(shared, ni, cidr));
         }
+        let cidr = subnets
+            .get(&ni.subnet_id)
+            .copied()
+            .unwrap_or(shared.facts.subnet_cidr);
+        view.push(observation(shared, ni, cidr));
     }
-    *shared
-        .foreign_devices
-        .lock()
-        .unwrap_or_else(|p| p.into_inner()) = foreign;
-    *shared
-        .foreign_enis
-        .lock()
-        .unwrap_or_else(|p| p.into_inner()) = foreign_ids;
+    shared.enis().record_described(att, foreign, foreign_ids);
     let report = {
         let mut pool = shared.pool();
         let before: BTreeSet<_> = pool.orphaned().into_iter().collect();
@@ -125,13 +115,13 @@ pub async fn adopt(
             .iter()
             .filter(|o| !before.contains(o))
             .count();
-        shared.metrics.inc_force_removed_ips(new_orphans as u64);
+        shared.metrics().inc_force_removed_ips(new_orphans as u64);
         let lost_enis = report
             .removed_enis
             .iter()
             .filter(|e| enis_with_pods.contains(*e))
             .count();
-        shared.metrics.inc_force_removed_enis(lost_enis as u64);
+        shared.metrics().inc_force_removed_enis(lost_enis as u64);
         report
     };
     if !report.added_ips.is_empty() || !report.added_enis.is_empty() {

@@ -68,10 +68,6 @@ pub async fn imds_drift(
 ) -> Result<Option<Drift>, ImdsError> {
     let interfaces = imds.interfaces().await?;
     let view: Vec<EniObservation> = interfaces.iter().map(|i| from_imds(shared, i)).collect();
-    let foreign = shared
-        .foreign_enis
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone();
+    let foreign = shared.enis().foreign_enis();
     Ok(shared.pool().drift(&view, &foreign))
 }

@@ -58,15 +58,7 @@ fn next_device_index(shared: &Shared, card: u32) -> u32 {
         .filter(|e| e.info.network_card == card)
         .map(|e| e.info.device_number)
         .collect();
-    used.extend(
-        shared
-            .foreign_devices
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .filter(|(c, _)| *c == card)
-            .map(|(_, d)| *d),
-    );
+    used.extend(shared.enis().foreign_devices_on(card));
     let first = u32::from(card == 0);
     (first..).find(|d| !used.contains(d)).unwrap_or(first)
 }
@@ -99,7 +91,7 @@ pub(super) async fn create_eni(
     );
     // The leaked-ENI sweep waits for this: it must not see the new ENI detached and delete it
     // between create and attach.
-    let _lifecycle = shared.eni_lifecycle.lock().await;
+    let _lifecycle = shared.enis().lifecycle().await;
     let mut tried = candidates.into_iter().peekable();
     let (ni, subnet_cidr) = loop {
         let Some(c) = tried.next() else {
@@ -137,7 +129,7 @@ pub(super) async fn create_eni(
             Err(e) => return Err(e),
         }
     };
-    if shared.stop.is_cancelled() {
+    if shared.stop().is_cancelled() {
         // Shutting down: do not start an attachment; one delete, else the sweep gets it.
         tracing::warn!(eni = %ni.eni_id, "stopping: deleting the ENI just created instead of attaching it (if that fails, the leaked-ENI sweep deletes it once it is old enough)");
         delete_with_retry(shared, ec2, &ni.eni_id).await;
@@ -156,7 +148,7 @@ pub(super) async fn create_eni(
         }
     };
     if !wait_attached(shared, ec2, &ni.eni_id).await {
-        if shared.stop.is_cancelled() {
+        if shared.stop().is_cancelled() {
             // The attachment is EC2's now: the next start describes and adopts the ENI.
             tracing::warn!(eni = %ni.eni_id, "stopping while the new ENI attaches: left attached for the next start to adopt");
             return Err(stopped(vpcnet_ec2::Action::AttachNetworkInterface));
@@ -181,11 +173,7 @@ pub(super) async fn create_eni(
         delete_with_retry(shared, ec2, &ni.eni_id).await;
         return Err(e);
     }
-    shared
-        .attachments
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(ni.eni_id.clone(), attachment.clone());
+    shared.enis().attached(&ni.eni_id, &attachment);
     let mut ni = ni;
     ni.attachment = Some(vpcnet_ec2::EniAttachment {
         attachment_id: attachment,
@@ -212,7 +200,7 @@ pub(super) async fn create_eni(
 /// deleted. Gives up at the stop signal or after the last attempt: the ENI keeps its tags and
 /// the leaked-ENI sweep deletes it once it is old enough.
 pub(super) async fn delete_with_retry(shared: &Shared, ec2: &dyn Ec2Api, eni_id: &str) {
-    let mut cancel = shared.stop.clone();
+    let mut cancel = shared.stop().clone();
     let res = vpcnet_backoff::retry(
         &delete_retries(),
         &mut cancel,
@@ -242,7 +230,7 @@ pub(super) async fn delete_with_retry(shared: &Shared, ec2: &dyn Ec2Api, eni_id:
 async fn wait_attached(shared: &Shared, ec2: &dyn Ec2Api, eni_id: &str) -> bool {
     let ids = [eni_id.to_string()];
     let mut polls = attach_polls().start();
-    let mut cancel = shared.stop.clone();
+    let mut cancel = shared.stop().clone();
     loop {
         if let Ok(v) = ec2.describe_network_interfaces_by_id(&ids).await {
             if v.first()
@@ -263,7 +251,7 @@ async fn wait_attached(shared: &Shared, ec2: &dyn Ec2Api, eni_id: &str) -> bool 
 async fn wait_detached(shared: &Shared, ec2: &dyn Ec2Api, eni_id: &str) -> bool {
     let ids = [eni_id.to_string()];
     let mut polls = detach_polls().start();
-    let mut cancel = shared.stop.clone();
+    let mut cancel = shared.stop().clone();
     loop {
         match ec2.describe_network_interfaces_by_id(&ids).await {
             Ok(v)
@@ -287,12 +275,7 @@ pub(super) async fn delete_eni(
     ec2: &dyn Ec2Api,
     eni_id: &str,
 ) -> Result<(), Ec2Error> {
-    let attachment = shared
-        .attachments
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(eni_id)
-        .cloned();
+    let attachment = shared.enis().attachment(eni_id);
     if let Some(att) = attachment {
         match ec2.detach_network_interface(&att, false).await {
             Ok(()) => {}
@@ -306,11 +289,7 @@ pub(super) async fn delete_eni(
         Err(e) if e.is_not_found() => {}
         Err(e) => return Err(e),
     }
-    shared
-        .attachments
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(eni_id);
+    shared.enis().forget(eni_id);
     shared.pool().remove_eni(eni_id);
     tracing::info!(eni = eni_id, "freed surplus ENI");
     Ok(())

@@ -22,9 +22,7 @@ pub async fn fill(shared: &Shared, ec2: &dyn Ec2Api) -> Result<bool, Ec2Error> {
         let can_create = super::placement::eni_placement(shared).is_some();
         // The Node is cordoned (AWS_MANAGE_ENIS_NON_SCHEDULABLE=false): only surplus goes
         // back; the Node watch wakes this task when it is schedulable again.
-        let paused = shared
-            .eni_management_paused
-            .load(std::sync::atomic::Ordering::Acquire);
+        let paused = shared.enis().management_paused();
         // Plan and mark under one lock, so no ADD can take an address being released.
         let actions = {
             let mut pool = shared.pool();
@@ -57,9 +55,7 @@ pub async fn fill(shared: &Shared, ec2: &dyn Ec2Api) -> Result<bool, Ec2Error> {
                     if a.is_release() {
                         tracing::warn!(action = ?a, error = %crate::errors::chain(&e), "release failed; its addresses stay out of service until the next describe says whether EC2 applied it");
                         pool.unsettle(a);
-                        shared
-                            .need_describe
-                            .store(true, std::sync::atomic::Ordering::Release);
+                        shared.enis().request_describe();
                     } else {
                         // Assign or create: nothing was taken out; anything EC2 made behind a
                         // lost reply is adopted by the next describe.

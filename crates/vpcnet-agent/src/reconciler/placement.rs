@@ -28,7 +28,7 @@ pub struct EniPlacement {
 /// The placement of the next new ENI, or `None` while custom networking has no valid
 /// ENIConfig (the reason is in `/v1/eniconfig`).
 pub fn eni_placement(shared: &Shared) -> Option<EniPlacement> {
-    let Some(tx) = &shared.eniconfig else {
+    let Some(tx) = shared.kube().eniconfig() else {
         return Some(EniPlacement {
             subnet_id: shared.facts.subnet_id.clone(),
             security_group_ids: shared.facts.security_groups.clone(),
@@ -61,7 +61,7 @@ pub async fn candidates(
     shared: &Shared,
     ec2: &dyn Ec2Api,
 ) -> Result<Vec<super::subnet_discovery::Candidate>, Ec2Error> {
-    if shared.eniconfig.is_none() {
+    if shared.kube().eniconfig().is_none() {
         return super::subnet_discovery::candidates(shared, ec2).await;
     }
     let placement = required(shared)?;
@@ -163,7 +163,7 @@ pub fn is_eniconfig_fault(e: &Ec2Error) -> bool {
 /// it, an ENI created clears it; other errors leave it as it is. Nothing without custom
 /// networking, or when the node's choice changed meanwhile.
 pub fn record_outcome<T>(shared: &Shared, p: &EniPlacement, outcome: &Result<T, Ec2Error>) {
-    let (Some(tx), Some(name)) = (&shared.eniconfig, &p.eniconfig) else {
+    let (Some(tx), Some(name)) = (shared.kube().eniconfig(), &p.eniconfig) else {
         return;
     };
     let error = match outcome {

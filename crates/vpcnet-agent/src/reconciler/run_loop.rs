@@ -3,7 +3,6 @@
 //! or the safety interval passed; backs off with jitter after EC2 errors; at the stop signal, lets EC2 work in flight finish for at most
 //! `shutdown_timeout`, then drops it.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,7 +37,7 @@ pub async fn run(
     let mut cancel = Cancel::from(stop.clone());
     loop {
         let periodic = tokio::select! {
-            _ = shared.wake.notified() => false,
+            _ = shared.pool_state().reconciler_woken() => false,
             _ = tokio::time::sleep_until(next_periodic) => true,
             _ = stop.changed() => return,
         };
@@ -46,8 +45,7 @@ pub async fn run(
             next_periodic = tokio::time::Instant::now() + interval;
         }
         // An EC2 outcome was unknown: describe before planning again.
-        let unsettled =
-            shared.need_describe.swap(false, Ordering::AcqRel) || shared.pool().has_unsettled();
+        let unsettled = shared.enis().take_describe_request() || shared.pool().has_unsettled();
         let kind = match (periodic, unsettled) {
             (_, true) => Kind::Full(Some(DescribeReason::Unsettled)),
             (true, false) if tokio::time::Instant::now() >= next_describe => {
@@ -87,7 +85,7 @@ pub async fn run(
                     return;
                 }
                 // Try again right away after the backoff.
-                shared.wake.notify_one();
+                shared.pool_state().wake_reconciler();
             }
         }
     }
@@ -133,13 +131,13 @@ async fn pass(
     next_describe: &mut tokio::time::Instant,
 ) -> Result<bool, Ec2Error> {
     let full = matches!(kind, Kind::Full(_));
-    let timer = shared.metrics.action(if full {
+    let timer = shared.metrics().action(if full {
         "reconcilePool"
     } else {
         "increaseIPPool"
     });
     shared
-        .metrics
+        .metrics()
         .inc_reconcile(if full { "periodic" } else { "add" });
     let mut result = Ok(false);
     if let Kind::Full(given) = kind {
@@ -153,7 +151,7 @@ async fn pass(
                 }
                 r => tracing::debug!(reason = r.label(), "describing the instance's ENIs"),
             }
-            shared.metrics.inc_ec2_describe(reason.label());
+            shared.metrics().inc_ec2_describe(reason.label());
             *next_describe = tokio::time::Instant::now() + shared.opts.ec2_reconcile_interval;
             if let Err(e) = sync_from_ec2(shared, ec2, UnknownIpPolicy::Free).await {
                 result = Err(e);
@@ -170,7 +168,7 @@ async fn pass(
     }
     drop(timer);
     if result.is_err() {
-        shared.metrics.inc_ipamd_error(if full {
+        shared.metrics().inc_ipamd_error(if full {
             "reconcilePool"
         } else {
             "increaseIPPool"

@@ -91,13 +91,13 @@ pub async fn reclaim_unrouted(shared: &Shared) {
             "pod datapath is gone: no /32 route to {}, no pod rule to it and {veth}, at {POD_RECLAIM_MISSES} consecutive checks after the grace; the pod's DEL ran while the agent was unreachable or its sandbox is gone: address reclaimed into cooldown",
             a.ip
         );
-        shared.metrics.inc_del_ip_req("PodDatapathGone");
+        shared.metrics().inc_del_ip_req("PodDatapathGone");
     }
     // A failed write is logged by persist; the next change writes the release.
     let _ = shared.persist().await;
     shared.update_gauges();
-    shared.wake.notify_one();
-    shared.conntrack_wake.notify_one();
+    shared.pool_state().wake_reconciler();
+    shared.pool_state().wake_conntrack();
 }
 
 /// Whether a detached ENI of ours is old enough to delete: its `createdAt` tag (RFC 3339) is
@@ -119,7 +119,7 @@ pub fn old_enough(
 /// `leaked_eni_min_age`. Holds the ENI lifecycle lock for the whole pass, so an ENI the
 /// reconciler is creating and attaching right now is never seen half-way.
 pub async fn sweep_leaked(shared: &Shared, ec2: &dyn Ec2Api) {
-    let _lifecycle = shared.eni_lifecycle.lock().await;
+    let _lifecycle = shared.enis().lifecycle().await;
     let leaked = match ec2
         .describe_network_interfaces_by_tag(
             TAG_INSTANCE_ID,
