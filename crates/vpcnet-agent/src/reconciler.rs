@@ -12,6 +12,7 @@ pub mod adopt;
 pub mod drift;
 pub mod eni;
 pub mod execute;
+pub mod new_eni;
 pub mod node_setup;
 pub mod placement;
 pub mod prefix_fallback;

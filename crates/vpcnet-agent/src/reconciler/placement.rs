@@ -14,16 +14,7 @@ use crate::cloud::Ec2Api;
 
 use crate::state::Shared;
 
-/// Subnet and security groups of a new ENI.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EniPlacement {
-    /// Subnet ID (`subnet-...`).
-    pub subnet_id: String,
-    /// Security group IDs (`sg-...`).
-    pub security_group_ids: Vec<String>,
-    /// The ENIConfig it comes from (custom networking), for error messages.
-    pub eniconfig: Option<String>,
-}
+pub use super::new_eni::EniPlacement;
 
 /// The placement of the next new ENI, or `None` while custom networking has no valid
 /// ENIConfig (the reason is in `/v1/eniconfig`).
@@ -60,7 +51,7 @@ pub fn required(shared: &Shared) -> Result<EniPlacement, Ec2Error> {
 pub async fn candidates(
     shared: &Shared,
     ec2: &dyn Ec2Api,
-) -> Result<Vec<super::subnet_discovery::Candidate>, Ec2Error> {
+) -> Result<Vec<super::new_eni::Candidate>, Ec2Error> {
     if shared.kube().eniconfig().is_none() {
         return super::subnet_discovery::candidates(shared, ec2).await;
     }
@@ -69,7 +60,7 @@ pub async fn candidates(
     if checked.is_err() {
         record_outcome(shared, &placement, &checked);
     }
-    Ok(vec![super::subnet_discovery::Candidate {
+    Ok(vec![super::new_eni::Candidate {
         cidr: checked?,
         placement,
     }])

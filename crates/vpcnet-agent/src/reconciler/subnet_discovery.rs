@@ -14,10 +14,9 @@
 //! `kubernetes.io/role/cni=0` (checked with one `DescribeSubnets` of it; when that call
 //! fails the ENI is created anyway, as the VPC CNI does).
 
-use ipnet::Ipv4Net;
 use vpcnet_ec2::{Action, Ec2Error, Subnet};
 
-use super::placement::EniPlacement;
+pub use super::new_eni::{Candidate, EniPlacement};
 use crate::cloud::Ec2Api;
 use crate::errors::chain;
 use crate::state::Shared;
@@ -26,13 +25,6 @@ use crate::state::Shared;
 pub const CNI_ROLE_TAG: &str = "kubernetes.io/role/cni";
 /// Prefix of the cluster tags that restrict a subnet to clusters.
 pub const CLUSTER_TAG_PREFIX: &str = "kubernetes.io/cluster/";
-
-/// A subnet a new ENI may be created in, with its CIDR (for the ENI's routes).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Candidate {
-    pub placement: EniPlacement,
-    pub cidr: Ipv4Net,
-}
 
 fn role(s: &Subnet) -> &str {
     s.tags.get(CNI_ROLE_TAG).map(String::as_str).unwrap_or("")
