@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use clap::Args as ClapArgs;
 use vpcnet_introspection::text::table;
+use vpcnet_lab::cloud::Api;
 use vpcnet_lab::kube::workload::{httpd_manifest, Placement};
-use vpcnet_lab::lab::{progress, with_lab, Api, CniTiming as Record, Lab, UpOptions, CONFLIST};
+use vpcnet_lab::lab::{progress, with_lab, CniTiming as Record, Lab, UpOptions, CONFLIST};
 use vpcnet_lab::state::NodeCni;
 use vpcnet_lab::vpc_cni::VPC_CNI_CONFLIST;
 use vpcnet_lab::wait::wait_for;
@@ -182,13 +183,14 @@ fn agent_rss_kib(lab: &Lab, node: &str) -> Result<u64> {
 
 /// The newest request-log sequence number.
 fn log_mark(lab: &Lab) -> Result<u64> {
-    Ok(lab.requests()?.records.last().map_or(0, |r| r.seq))
+    Ok(lab.cloud().requests()?.records.last().map_or(0, |r| r.seq))
 }
 
 /// EC2 calls of `node`'s instance after `mark`: (all, mutating).
 fn ec2_calls_since(lab: &Lab, node: &str, mark: u64) -> Result<(usize, usize)> {
     let r: Vec<_> = lab
-        .node_requests(node)?
+        .node(node)
+        .requests()?
         .into_iter()
         .filter(|r| r.seq > mark && r.api == Api::Ec2)
         .collect();
@@ -231,13 +233,16 @@ fn only(node: &str) -> Placement {
 /// Ready again. Returns the mutating EC2 calls per roll of `node`'s instance.
 fn rolls(lab: &Lab, node: &str, app: &str, replicas: usize, count: usize) -> Result<f64> {
     let timeout = Duration::from_secs(180);
-    let k = lab.kubectl()?;
+    let k = lab.kube().kubectl()?;
     let selector = format!("app={app}");
-    lab.wait_pods_ready(&selector, replicas, timeout)?;
+    lab.workloads()
+        .wait_pods_ready(&selector, replicas, timeout)?;
     let mark = log_mark(lab)?;
     let mut seen = BTreeSet::new();
     for i in 0..count {
-        let pods = lab.wait_pods_ready(&selector, replicas, timeout)?;
+        let pods = lab
+            .workloads()
+            .wait_pods_ready(&selector, replicas, timeout)?;
         let victim = pods
             .iter()
             .find(|p| !seen.contains(&p.name))
@@ -250,16 +255,17 @@ fn rolls(lab: &Lab, node: &str, app: &str, replicas: usize, count: usize) -> Res
             progress(&format!("{node}: {} rolls", i + 1));
         }
     }
-    lab.wait_pods_ready(&selector, replicas, timeout)?;
+    lab.workloads()
+        .wait_pods_ready(&selector, replicas, timeout)?;
     let (_, mutating) = ec2_calls_since(lab, node, mark)?;
     Ok(mutating as f64 / count.max(1) as f64)
 }
 
 fn restart(lab: &Lab, node: &str, env: &[(String, String)]) -> Result<Duration> {
-    lab.stop_agent(node)?;
-    lab.set_agent_env(node, env)?;
+    lab.node(node).stop_agent()?;
+    lab.node(node).set_agent_env(env)?;
     let t0 = Instant::now();
-    lab.start_agent(node)?;
+    lab.node(node).start_agent()?;
     Ok(t0.elapsed())
 }
 
@@ -268,13 +274,14 @@ fn restart(lab: &Lab, node: &str, env: &[(String, String)]) -> Result<Duration> 
 /// for. Includes kubelet's runtime-status poll and Node status update cadence, the same for
 /// both agents.
 fn start_to_node_ready(lab: &Lab, node: &str) -> Result<Duration> {
-    lab.stop_agent(node)?;
+    lab.node(node).stop_agent()?;
     let n = lab.state()?.node(node)?.clone();
     for f in [CONFLIST, VPC_CNI_CONFLIST] {
         let _ = std::fs::remove_file(n.cni_conf_dir().join(f));
     }
     let ready = |want: bool| -> Result<Option<()>> {
         Ok(lab
+            .kube()
             .node_statuses()?
             .iter()
             .any(|s| s.name == n.k8s_name && s.ready == want)
@@ -286,7 +293,7 @@ fn start_to_node_ready(lab: &Lab, node: &str) -> Result<Duration> {
         || ready(false),
     )?;
     let t0 = Instant::now();
-    lab.start_agent(node)?;
+    lab.node(node).start_agent()?;
     wait_for(&format!("{node} Ready"), Duration::from_secs(180), || {
         ready(true)
     })?;
@@ -295,7 +302,7 @@ fn start_to_node_ready(lab: &Lab, node: &str) -> Result<Duration> {
 
 fn measure(lab: &Lab, a: &Args) -> Result<Vec<(&'static str, Figures)>> {
     let timeout = Duration::from_secs(600);
-    let k = lab.kubectl()?;
+    let k = lab.kube().kubectl()?;
     let m = vpcnet_limits::lookup(&a.instance_type).context("instance type")?;
     // The most pods with VPC addresses the node can hold (secondary addresses of every ENI;
     // max-pods adds 2 for host-network pods, which this lab does not run).
@@ -308,6 +315,7 @@ fn measure(lab: &Lab, a: &Args) -> Result<Vec<(&'static str, Figures)>> {
             let app = format!("state-{node}");
             k.apply(&httpd_manifest(&app, 1, &only(node)))?;
             let pod = lab
+                .workloads()
                 .wait_pods_ready(&format!("app={app}"), 1, timeout)?
                 .remove(0);
             text += &format!(
@@ -317,7 +325,8 @@ fn measure(lab: &Lab, a: &Args) -> Result<Vec<(&'static str, Figures)>> {
             );
             text += &node_state(lab, node)?;
             k.run(&["delete", "deployment", "-n", "default", &app, "--wait=true"])?;
-            lab.wait_pods_gone(&format!("app={app}"), timeout)?;
+            lab.workloads()
+                .wait_pods_gone(&format!("app={app}"), timeout)?;
             std::fs::write(dir.join(format!("{node}.txt")), text)?;
         }
     }
@@ -336,15 +345,17 @@ fn measure(lab: &Lab, a: &Args) -> Result<Vec<(&'static str, Figures)>> {
         let app = format!("burst-{tag}");
         let t0 = Instant::now();
         k.apply(&httpd_manifest(&app, max_pods as u32, &only(node)))?;
-        lab.wait_pods_ready(&format!("app={app}"), max_pods, timeout)?;
+        lab.workloads()
+            .wait_pods_ready(&format!("app={app}"), max_pods, timeout)?;
         f.burst_all_ready = t0.elapsed();
         f.burst_pods = max_pods;
         f.rss_max_pods_kib = agent_rss_kib(lab, node)?;
         k.run(&["delete", "deployment", "-n", "default", &app, "--wait=true"])?;
-        lab.wait_pods_gone(&format!("app={app}"), timeout)?;
+        lab.workloads()
+            .wait_pods_gone(&format!("app={app}"), timeout)?;
 
         progress(&format!("{label} ({node}): {} single pods", a.singles));
-        let seen = lab.cni_timings(node)?.len();
+        let seen = lab.node(node).cni_timings()?.len();
         let singles = pod_timing::singles(
             lab,
             &format!("single-{tag}"),
@@ -358,7 +369,7 @@ fn measure(lab: &Lab, a: &Args) -> Result<Vec<(&'static str, Figures)>> {
         f.add_p99 = quantile(&running, 0.99);
         f.del_p50 = quantile(&deleted, 0.5);
         f.del_p99 = quantile(&deleted, 0.99);
-        let records = lab.cni_timings(node)?.split_off(seen);
+        let records = lab.node(node).cni_timings()?.split_off(seen);
         anyhow::ensure!(
             !records.is_empty(),
             "no plugin invocations logged on {node}: is the timing shim installed (cni_timing)?"
@@ -431,7 +442,8 @@ fn measure(lab: &Lab, a: &Args) -> Result<Vec<(&'static str, Figures)>> {
         for (_, node, _) in PEERS {
             let app = app(node);
             k.run(&["delete", "deployment", "-n", "default", &app, "--wait=true"])?;
-            lab.wait_pods_gone(&format!("app={app}"), timeout)?;
+            lab.workloads()
+                .wait_pods_gone(&format!("app={app}"), timeout)?;
         }
     }
     for (_, node, _) in PEERS {

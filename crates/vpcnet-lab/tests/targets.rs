@@ -36,6 +36,7 @@ struct WebPod {
 
 fn web_pods(lab: &Lab) -> Vec<WebPod> {
     let v = lab
+        .kube()
         .kubectl()
         .unwrap()
         .json(&["get", "pods", "-n", "default", "-l", "app=web"])
@@ -62,7 +63,8 @@ fn web_pods(lab: &Lab) -> Vec<WebPod> {
 
 /// Target IP → state.
 fn targets(lab: &Lab) -> Vec<(Ipv4Addr, HealthState)> {
-    lab.target_health("web")
+    lab.lbs()
+        .target_health("web")
         .unwrap()
         .into_iter()
         .map(|h| (h.target.id.parse().unwrap(), h.state))
@@ -112,7 +114,8 @@ fn wait_serving(lab: &Lab, n: usize, timeout: Duration) -> Vec<WebPod> {
 }
 
 fn seq(lab: &Lab) -> u64 {
-    lab.requests()
+    lab.cloud()
+        .requests()
         .unwrap()
         .records
         .last()
@@ -122,7 +125,8 @@ fn seq(lab: &Lab) -> u64 {
 
 /// ELBv2 actions answered after `since`, by name.
 fn elbv2_actions(lab: &Lab, since: u64) -> Vec<String> {
-    lab.requests()
+    lab.cloud()
+        .requests()
         .unwrap()
         .records
         .into_iter()
@@ -146,7 +150,8 @@ fn start(lab: &Lab, role: &str) -> ProcRecord {
 
 fn start_on(lab: &Lab, role: &str, http_port: u16) -> ProcRecord {
     let p = lab
-        .start_targets_controller(&TargetsOptions {
+        .targets_controller()
+        .start(&TargetsOptions {
             role: role.into(),
             resync_seconds: RESYNC,
             http_port,
@@ -154,13 +159,15 @@ fn start_on(lab: &Lab, role: &str, http_port: u16) -> ProcRecord {
             ..Default::default()
         })
         .unwrap();
-    lab.wait_targets_synced(role, Duration::from_secs(30))
+    lab.targets_controller()
+        .wait_synced(role, Duration::from_secs(30))
         .unwrap();
     p
 }
 
 fn scale(lab: &Lab, n: usize) {
-    lab.kubectl()
+    lab.kube()
+        .kubectl()
         .unwrap()
         .run(&[
             "scale",
@@ -179,9 +186,9 @@ fn targetgroupbinding_serves_gates_rolls_out_losslessly_restarts_warm_and_repair
         |o| o.nodes = 2,
         |lab| {
             let l = new_lb(lab);
-            lab.install_targetgroupbinding_crd().unwrap();
+            lab.targets_controller().install_crd().unwrap();
             let mut ctl = start(lab, "vpcnet-targets");
-            let k = lab.kubectl().unwrap();
+            let k = lab.kube().kubectl().unwrap();
 
             // 1. Four pods over two nodes become healthy targets; gates True only once healthy.
             let t0 = Instant::now();
@@ -195,6 +202,7 @@ fn targetgroupbinding_serves_gates_rolls_out_losslessly_restarts_warm_and_repair
             let nodes: BTreeSet<&str> = pods.iter().map(|p| p.node.as_str()).collect();
             assert_eq!(nodes.len(), 2, "pods on two nodes: {pods:?}");
             let r = lab
+                .lbs()
                 .load("web", "n1", "/", 4, Duration::from_secs(3))
                 .unwrap();
             assert_eq!(r.errors, 0, "{r:?}");
@@ -211,7 +219,8 @@ fn targetgroupbinding_serves_gates_rolls_out_losslessly_restarts_warm_and_repair
             let loader = {
                 let lab = lab.clone();
                 std::thread::spawn(move || {
-                    lab.load("web", "n1", "/", 4, Duration::from_secs(90))
+                    lab.lbs()
+                        .load("web", "n1", "/", 4, Duration::from_secs(90))
                         .unwrap()
                 })
             };
@@ -294,7 +303,7 @@ fn targetgroupbinding_serves_gates_rolls_out_losslessly_restarts_warm_and_repair
 
             // 4. A target removed by hand is back within one resync.
             let victim = *want.iter().next().unwrap();
-            lab.deregister("web", &[victim.to_string()]).unwrap();
+            lab.lbs().deregister("web", &[victim.to_string()]).unwrap();
             let t_drift = Instant::now();
             wait_until(
                 "the target removed by hand registered again",
@@ -347,7 +356,7 @@ fn new_lb(lab: &Lab) -> vpcnet_lab::lbctl::LabLb {
 }
 
 fn new_lb_named(lab: &Lab, name: &str) -> vpcnet_lab::lbctl::LabLb {
-    lab.create_lb(&httpd_nlb(name)).unwrap()
+    lab.lbs().create_lb(&httpd_nlb(name)).unwrap()
 }
 
 /// Seconds from each new pod's creation (its `creationTimestamp`, whole seconds, so an upper
@@ -357,6 +366,7 @@ fn wait_serving_timed(lab: &Lab, old: &BTreeSet<String>, n: usize, timeout: Dura
     let t0 = Instant::now();
     loop {
         let v = lab
+            .kube()
             .kubectl()
             .unwrap()
             .json(&["get", "pods", "-n", "default", "-l", "app=web"])
@@ -413,13 +423,13 @@ fn two_replicas_hand_over_without_deregistering_and_scaling_under_load_loses_not
         |o| o.nodes = 2,
         |lab| {
             let l = new_lb(lab);
-            lab.install_targetgroupbinding_crd().unwrap();
+            lab.targets_controller().install_crd().unwrap();
             let a = start_on(lab, "targets-a", 61781);
             wait_until("targets-a leads", Duration::from_secs(20), || {
                 metric(&lab_metrics(lab, 61781), "vpcnet_targets_leader") == 1.0
             });
             let b = start_on(lab, "targets-b", 61782);
-            let k = lab.kubectl().unwrap();
+            let k = lab.kube().kubectl().unwrap();
             k.apply(&gated_httpd_manifest("web", 4, 1, &l.target_group.arn))
                 .unwrap();
             wait_serving(lab, 4, Duration::from_secs(180));
@@ -470,7 +480,7 @@ fn two_replicas_hand_over_without_deregistering_and_scaling_under_load_loses_not
             let load_for = Duration::from_secs(90);
             let loader = {
                 let lab = lab.clone();
-                std::thread::spawn(move || lab.load("web", "n1", "/", 4, load_for).unwrap())
+                std::thread::spawn(move || lab.lbs().load("web", "n1", "/", 4, load_for).unwrap())
             };
             let t_load = Instant::now();
             std::thread::sleep(Duration::from_secs(2));
@@ -512,24 +522,26 @@ fn label_selected_pods_roll_out_under_load_without_a_failed_request() {
         |lab| {
             let l = new_lb(lab);
             let role = "targets-sel";
-            lab.start_targets_controller(&TargetsOptions {
-                role: role.into(),
-                resync_seconds: RESYNC,
-                http_port: 61783,
-                extra_args: vec![
-                    "--leader-elect=false".into(),
-                    "--target-group-bindings=false".into(),
-                    "--pod-namespace=default".into(),
-                    "--pod-selector=app=web".into(),
-                    format!("--pod-target-group-arn={}", l.target_group.arn),
-                    "--pod-target-port=80".into(),
-                ],
-                ..Default::default()
-            })
-            .unwrap();
-            lab.wait_targets_synced(role, Duration::from_secs(30))
+            lab.targets_controller()
+                .start(&TargetsOptions {
+                    role: role.into(),
+                    resync_seconds: RESYNC,
+                    http_port: 61783,
+                    extra_args: vec![
+                        "--leader-elect=false".into(),
+                        "--target-group-bindings=false".into(),
+                        "--pod-namespace=default".into(),
+                        "--pod-selector=app=web".into(),
+                        format!("--pod-target-group-arn={}", l.target_group.arn),
+                        "--pod-target-port=80".into(),
+                    ],
+                    ..Default::default()
+                })
                 .unwrap();
-            let k = lab.kubectl().unwrap();
+            lab.targets_controller()
+                .wait_synced(role, Duration::from_secs(30))
+                .unwrap();
+            let k = lab.kube().kubectl().unwrap();
             let serving = |n: usize| {
                 wait_until(
                     &format!("{n} pods, exactly their IPs healthy"),
@@ -555,7 +567,8 @@ fn label_selected_pods_roll_out_under_load_without_a_failed_request() {
             let loader = {
                 let lab = lab.clone();
                 std::thread::spawn(move || {
-                    lab.load("web", "n1", "/", 4, Duration::from_secs(120))
+                    lab.lbs()
+                        .load("web", "n1", "/", 4, Duration::from_secs(120))
                         .unwrap()
                 })
             };
@@ -594,7 +607,8 @@ fn label_selected_pods_roll_out_under_load_without_a_failed_request() {
 /// The healthy targets of load balancer `lb`, `None` when the read itself failed (throttled).
 fn healthy_of(lab: &Lab, lb: &str) -> Option<BTreeSet<Ipv4Addr>> {
     Some(
-        lab.target_health(lb)
+        lab.lbs()
+            .target_health(lb)
             .ok()?
             .into_iter()
             .filter(|h| h.state == HealthState::Healthy)
@@ -611,23 +625,25 @@ fn half_of_all_elbv2_calls_throttled_both_target_groups_still_converge() {
         |lab| {
             let (a, b) = (new_lb_named(lab, "web"), new_lb_named(lab, "web2"));
             let role = "targets-thr";
-            lab.start_targets_controller(&TargetsOptions {
-                role: role.into(),
-                resync_seconds: RESYNC,
-                http_port: 61784,
-                extra_args: vec![
-                    "--leader-elect=false".into(),
-                    "--target-group-bindings=false".into(),
-                    "--pod-namespace=default".into(),
-                    "--pod-selector=app=web".into(),
-                    format!("--pod-target-group-arn={}", a.target_group.arn),
-                    format!("--pod-target-group-arn={}", b.target_group.arn),
-                    "--pod-target-port=80".into(),
-                ],
-                ..Default::default()
-            })
-            .unwrap();
-            lab.wait_targets_synced(role, Duration::from_secs(30))
+            lab.targets_controller()
+                .start(&TargetsOptions {
+                    role: role.into(),
+                    resync_seconds: RESYNC,
+                    http_port: 61784,
+                    extra_args: vec![
+                        "--leader-elect=false".into(),
+                        "--target-group-bindings=false".into(),
+                        "--pod-namespace=default".into(),
+                        "--pod-selector=app=web".into(),
+                        format!("--pod-target-group-arn={}", a.target_group.arn),
+                        format!("--pod-target-group-arn={}", b.target_group.arn),
+                        "--pod-target-port=80".into(),
+                    ],
+                    ..Default::default()
+                })
+                .unwrap();
+            lab.targets_controller()
+                .wait_synced(role, Duration::from_secs(30))
                 .unwrap();
             // From here on, half of every ELBv2 call the controller makes fails with
             // `Throttling` (the test's own reads too; they are retried).
@@ -647,7 +663,7 @@ fn half_of_all_elbv2_calls_throttled_both_target_groups_still_converge() {
                 .unwrap();
                 assert!((200..300).contains(&status), "{status}: {body}");
             }
-            let k = lab.kubectl().unwrap();
+            let k = lab.kube().kubectl().unwrap();
             let converged = |n: usize| {
                 let t0 = Instant::now();
                 wait_until(
@@ -674,6 +690,7 @@ fn half_of_all_elbv2_calls_throttled_both_target_groups_still_converge() {
             let down = converged(2);
             // Only the controller writes; everyone's reads were throttled as well.
             let calls: Vec<_> = lab
+                .cloud()
                 .requests()
                 .unwrap()
                 .records
