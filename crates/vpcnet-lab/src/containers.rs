@@ -1,4 +1,4 @@
-//! Bare containers ([`crate::containers::Containers::list`]) in the lab without Kubernetes: `ctr run --cni` on a
+//! Bare containers ([`Lab::containers`]) in the lab without Kubernetes: `ctr run --cni` on a
 //! node (so containerd executes the node's CNI plugin as a runtime does), retried as kubelet
 //! retries a sandbox while the agent grows its pool; the running ones with their addresses;
 //! ping from inside one; removal the way a runtime removes a container (CNI DEL first).
@@ -31,7 +31,7 @@ pub struct ContainerInfo {
 
 static EXEC_SEQ: AtomicU64 = AtomicU64::new(0);
 
-/// The bare containers of a lab ([`crate::containers::Containers::list`]).
+/// The bare containers of a lab ([`Lab::containers`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Containers<'a> {
     lab: &'a Lab,
@@ -52,7 +52,7 @@ impl Containers<'_> {
         self.run_with(node_name, ids, &|_| vec!["sleep".into(), "86400".into()])
     }
 
-    /// [`crate::containers::Containers::run`] with each container's command given by `command(id)` (e.g.
+    /// [`Self::run`] with each container's command given by `command(id)` (e.g.
     /// [`crate::web::httpd_command`]).
     pub fn run_with(
         &self,

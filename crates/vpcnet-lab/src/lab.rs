@@ -2,8 +2,8 @@
 //! addresses), the [`Lab`] handle on a running lab's directory, and the guard that tears it
 //! down. `Lab` itself only opens, reads its record and tears down; the lab's parts are
 //! components reached from it, each in its own module: [`Lab::up`] (the build steps,
-//! `build`), [`Lab::processes`], [`Lab::cloud`], [`Lab::node`], [`crate::containers::Containers::list`],
-//! [`Lab::registry`], [`crate::lbctl::LoadBalancers::list`], and with Kubernetes [`Lab::kube`], [`Lab::workloads`],
+//! `build`), [`Lab::processes`], [`Lab::cloud`], [`Lab::node`], [`Lab::containers`],
+//! [`Lab::registry`], [`Lab::lbs`], and with Kubernetes [`Lab::kube`], [`Lab::workloads`],
 //! [`Lab::aws_lbc`] and [`Lab::targets_controller`]. A component is a borrowed view of the
 //! lab (`Component<'a> { lab: &'a Lab }`): it adds methods without growing `Lab`, and reads
 //! the record ([`crate::state`]) when it needs it.

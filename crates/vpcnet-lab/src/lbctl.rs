@@ -20,7 +20,7 @@ use crate::daemon::{self, Ready};
 use crate::lab::Lab;
 use crate::load::{self, LoadOptions, LoadReport};
 
-/// What [`crate::lbctl::LoadBalancers::create_lb`] builds.
+/// What [`LoadBalancers::create_lb`] builds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LbSettings {
     /// Name of the load balancer and of its target group.
@@ -53,7 +53,7 @@ impl LabLb {
     }
 }
 
-/// The lab's load balancers ([`crate::lbctl::LoadBalancers::list`]).
+/// The lab's load balancers ([`Lab::lbs`]).
 #[derive(Debug, Clone, Copy)]
 pub struct LoadBalancers<'a> {
     lab: &'a Lab,
@@ -145,9 +145,9 @@ impl LoadBalancers<'_> {
         self.create_lb_for(s, &tg.arn)
     }
 
-    /// The target group of [`crate::lbctl::LoadBalancers::create_lb`] alone (type `ip`, `s`'s port, health check and
+    /// The target group of [`Self::create_lb`] alone (type `ip`, `s`'s port, health check and
     /// deregistration delay), used by no load balancer: its targets are `unused` /
-    /// `Target.NotInUse` until [`crate::lbctl::LoadBalancers::create_lb_for`] puts one in front of it.
+    /// `Target.NotInUse` until [`Self::create_lb_for`] puts one in front of it.
     pub fn create_target_group(&self, s: &LbSettings) -> Result<TargetGroup> {
         let ready = self.ready()?;
         let s = s.clone();
@@ -271,7 +271,7 @@ impl LoadBalancers<'_> {
         })
     }
 
-    /// Registers `targets` (see [`crate::lbctl::LoadBalancers::target`]) with load balancer `name`'s target group.
+    /// Registers `targets` (see [`Self::target`]) with load balancer `name`'s target group.
     pub fn register(&self, name: &str, targets: &[String]) -> Result<()> {
         self.change_targets(name, targets, true)
     }
@@ -329,7 +329,7 @@ impl LoadBalancers<'_> {
         self.load_with_stop(name, from, path, connections, duration, None)
     }
 
-    /// [`crate::lbctl::LoadBalancers::load`] that ends early once `stop` is set (at most `duration`).
+    /// [`Self::load`] that ends early once `stop` is set (at most `duration`).
     pub fn load_until(
         &self,
         name: &str,

@@ -15,6 +15,8 @@ use vpcnet_ipam::Checkpoint;
 use vpcnet_lab::lab::{Lab, LabGuard, UpOptions};
 use vpcnet_lab::state::NodeRecord;
 
+pub mod targets;
+
 pub static SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// target/debug, where the workspace binaries are (the test binary is in target/debug/deps).
