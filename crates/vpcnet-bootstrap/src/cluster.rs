@@ -12,6 +12,7 @@ use base64::Engine;
 use ipnet::{Ipv4Net, Ipv6Net};
 
 use crate::error::BootstrapError;
+use crate::version::KubeletVersion;
 
 pub use vpcnet_eks::ClusterInfo;
 
@@ -278,6 +279,12 @@ impl ClusterInput {
             w,
         ))
     }
+}
+
+/// Whether kubelet runs with `--cloud-provider=external`: always on local clusters on
+/// Outposts; on regular clusters from kubelet 1.26 (older kubelets use the in-tree `aws`).
+pub fn uses_external_provider(cluster: &Cluster, kubelet: KubeletVersion) -> bool {
+    cluster.outpost_cluster_id.is_some() || kubelet >= KubeletVersion::new(1, 26, 0)
 }
 
 /// Cluster names and IDs go into YAML and command lines: letters, digits, `-`, `_`, `.` only

@@ -2,38 +2,27 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::cluster::Cluster;
+use crate::cluster::{uses_external_provider, Cluster};
 use crate::cluster_dns::cluster_dns;
 use crate::containerd;
 use crate::credential_provider::{self, Provider};
-use crate::facts::InstanceFacts;
 use crate::hosts::with_apiserver_entries;
+use crate::instance_facts::InstanceFacts;
 use crate::kubelet_unit::{self, Layout, UnitChoice, VpcnetUnitOptions};
 use crate::max_pods::LimitsSource;
 use crate::max_pods_expr::Vars;
+use crate::node_files::{
+    NodeFile, BOOTSTRAP_KUBECONFIG_PATH, CA_PATH, CONTAINERD_SOCKET, DROPIN_DIR, HOSTS_PATH,
+    KUBECONFIG_PATH, KUBELET_CONFIG_PATH,
+};
 use crate::reserved;
 use crate::settings::Settings;
 use crate::startup;
 use crate::systemd;
 use crate::version::KubeletVersion;
 
-pub const KUBELET_CONFIG_PATH: &str = "/etc/kubernetes/kubelet/kubelet-config.json";
-pub const CA_PATH: &str = "/etc/kubernetes/pki/ca.crt";
-pub const KUBECONFIG_PATH: &str = "/var/lib/kubelet/kubeconfig";
-pub const BOOTSTRAP_KUBECONFIG_PATH: &str = "/var/lib/kubelet/bootstrap-kubeconfig";
-pub const DROPIN_DIR: &str = "/etc/systemd/system/kubelet.service.d";
-pub const HOSTS_PATH: &str = "/etc/hosts";
-pub const CONTAINERD_SOCKET: &str = "unix:///run/containerd/containerd.sock";
 /// Kubelet's own default when nobody sets max pods.
 const KUBELET_DEFAULT_MAX_PODS: u32 = 110;
-
-/// One file of the node: absolute path on the node, contents (`None`: must not exist), mode.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeFile {
-    pub path: String,
-    pub content: Option<String>,
-    pub mode: u32,
-}
 
 /// Where the max pods in effect comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,12 +77,6 @@ pub struct Plan {
     pub credential_provider: Provider,
     /// A `sandbox-image.service` runs on the node (restarted with containerd).
     pub sandbox_image_service: bool,
-}
-
-/// Whether kubelet runs with `--cloud-provider=external`: always on local clusters on
-/// Outposts; on regular clusters from kubelet 1.26 (older kubelets use the in-tree `aws`).
-pub fn uses_external_provider(cluster: &Cluster, kubelet: KubeletVersion) -> bool {
-    cluster.outpost_cluster_id.is_some() || kubelet >= KubeletVersion::new(1, 26, 0)
 }
 
 /// Renders every file bootstrap writes. Deterministic: the same inputs give the same bytes.

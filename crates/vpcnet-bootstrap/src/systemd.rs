@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::error::BootstrapError;
-use crate::facts::under_root;
+use crate::node_files::under_root;
 
 /// Where vpcnet-bootstrap installs the kubelet unit (systemd's administrator unit directory).
 pub const KUBELET_UNIT_PATH: &str = "/etc/systemd/system/kubelet.service";

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use vpcnet_bootstrap::cloud::{AwsEc2, AwsEks, CloudError, Imds};
-use vpcnet_bootstrap::facts::{under_root, Host};
+use vpcnet_bootstrap::facts::Host;
+use vpcnet_bootstrap::node_files::under_root;
 use vpcnet_bootstrap::startup::RecordingSystem;
 use vpcnet_bootstrap::{Adapters, BootstrapError};
 use vpcnet_ec2::{CreateEni, Ec2Options, StaticCredentials};
