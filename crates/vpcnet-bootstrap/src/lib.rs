@@ -49,6 +49,7 @@ pub mod error;
 pub mod facts;
 pub mod hosts;
 pub mod instance_facts;
+pub mod kubelet_config;
 pub mod kubelet_unit;
 pub mod max_pods;
 pub mod max_pods_expr;
