@@ -18,6 +18,8 @@ use vpcnet_ec2::{CreateEni, Ec2Options, StaticCredentials};
 use vpcnet_emu::{ActionFaults, EksClusterSpec, EmuServer, Emulator, InstanceInfo, RunInstance};
 use vpcnet_limits::InstanceLimits;
 
+pub mod golden_case;
+
 /// Seed of every test cloud, so IDs, MACs and addresses (and the golden files) are stable.
 pub const SEED: u64 = 20_240_601;
 pub const AZ: &str = "us-east-1a";
