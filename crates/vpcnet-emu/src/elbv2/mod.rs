@@ -20,6 +20,7 @@ pub mod balancers;
 pub mod control;
 pub mod error;
 pub mod health;
+pub mod health_check;
 pub mod model;
 pub mod plane;
 pub mod render;
