@@ -18,6 +18,7 @@ pub(crate) mod actions;
 pub mod attributes;
 pub mod balancers;
 pub mod control;
+mod describe;
 pub mod error;
 pub mod health;
 pub mod health_check;
