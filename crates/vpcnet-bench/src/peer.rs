@@ -10,15 +10,17 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Args as ClapArgs;
-use vpcnet_introspection::text::table;
+use vpcnet_lab::cloud::Api;
 use vpcnet_lab::kube::workload::{httpd_manifest, Placement};
-use vpcnet_lab::lab::{progress, with_lab, Api, CniTiming as Record, Lab, UpOptions, CONFLIST};
+use vpcnet_lab::lab::{progress, with_lab, CniTiming as Record, Lab, UpOptions, CONFLIST};
 use vpcnet_lab::state::NodeCni;
 use vpcnet_lab::vpc_cni::VPC_CNI_CONFLIST;
 use vpcnet_lab::wait::wait_for;
 
 use crate::pod_timing::{self, quantile};
-use crate::report::ratio;
+use table::render;
+
+mod table;
 
 #[derive(ClapArgs)]
 pub struct Args {
@@ -182,13 +184,14 @@ fn agent_rss_kib(lab: &Lab, node: &str) -> Result<u64> {
 
 /// The newest request-log sequence number.
 fn log_mark(lab: &Lab) -> Result<u64> {
-    Ok(lab.requests()?.records.last().map_or(0, |r| r.seq))
+    Ok(lab.cloud().requests()?.records.last().map_or(0, |r| r.seq))
 }
 
 /// EC2 calls of `node`'s instance after `mark`: (all, mutating).
 fn ec2_calls_since(lab: &Lab, node: &str, mark: u64) -> Result<(usize, usize)> {
     let r: Vec<_> = lab
-        .node_requests(node)?
+        .node(node)
+        .requests()?
         .into_iter()
         .filter(|r| r.seq > mark && r.api == Api::Ec2)
         .collect();
@@ -231,13 +234,16 @@ fn only(node: &str) -> Placement {
 /// Ready again. Returns the mutating EC2 calls per roll of `node`'s instance.
 fn rolls(lab: &Lab, node: &str, app: &str, replicas: usize, count: usize) -> Result<f64> {
     let timeout = Duration::from_secs(180);
-    let k = lab.kubectl()?;
+    let k = lab.kube().kubectl()?;
     let selector = format!("app={app}");
-    lab.wait_pods_ready(&selector, replicas, timeout)?;
+    lab.workloads()
+        .wait_pods_ready(&selector, replicas, timeout)?;
     let mark = log_mark(lab)?;
     let mut seen = BTreeSet::new();
     for i in 0..count {
-        let pods = lab.wait_pods_ready(&selector, replicas, timeout)?;
+        let pods = lab
+            .workloads()
+            .wait_pods_ready(&selector, replicas, timeout)?;
         let victim = pods
             .iter()
             .find(|p| !seen.contains(&p.name))
@@ -250,16 +256,17 @@ fn rolls(lab: &Lab, node: &str, app: &str, replicas: usize, count: usize) -> Res
             progress(&format!("{node}: {} rolls", i + 1));
         }
     }
-    lab.wait_pods_ready(&selector, replicas, timeout)?;
+    lab.workloads()
+        .wait_pods_ready(&selector, replicas, timeout)?;
     let (_, mutating) = ec2_calls_since(lab, node, mark)?;
     Ok(mutating as f64 / count.max(1) as f64)
 }
 
 fn restart(lab: &Lab, node: &str, env: &[(String, String)]) -> Result<Duration> {
-    lab.stop_agent(node)?;
-    lab.set_agent_env(node, env)?;
+    lab.node(node).stop_agent()?;
+    lab.node(node).set_agent_env(env)?;
     let t0 = Instant::now();
-    lab.start_agent(node)?;
+    lab.node(node).start_agent()?;
     Ok(t0.elapsed())
 }
 
@@ -268,13 +275,14 @@ fn restart(lab: &Lab, node: &str, env: &[(String, String)]) -> Result<Duration> 
 /// for. Includes kubelet's runtime-status poll and Node status update cadence, the same for
 /// both agents.
 fn start_to_node_ready(lab: &Lab, node: &str) -> Result<Duration> {
-    lab.stop_agent(node)?;
+    lab.node(node).stop_agent()?;
     let n = lab.state()?.node(node)?.clone();
     for f in [CONFLIST, VPC_CNI_CONFLIST] {
         let _ = std::fs::remove_file(n.cni_conf_dir().join(f));
     }
     let ready = |want: bool| -> Result<Option<()>> {
         Ok(lab
+            .kube()
             .node_statuses()?
             .iter()
             .any(|s| s.name == n.k8s_name && s.ready == want)
@@ -286,7 +294,7 @@ fn start_to_node_ready(lab: &Lab, node: &str) -> Result<Duration> {
         || ready(false),
     )?;
     let t0 = Instant::now();
-    lab.start_agent(node)?;
+    lab.node(node).start_agent()?;
     wait_for(&format!("{node} Ready"), Duration::from_secs(180), || {
         ready(true)
     })?;
@@ -295,7 +303,7 @@ fn start_to_node_ready(lab: &Lab, node: &str) -> Result<Duration> {
 
 fn measure(lab: &Lab, a: &Args) -> Result<Vec<(&'static str, Figures)>> {
     let timeout = Duration::from_secs(600);
-    let k = lab.kubectl()?;
+    let k = lab.kube().kubectl()?;
     let m = vpcnet_limits::lookup(&a.instance_type).context("instance type")?;
     // The most pods with VPC addresses the node can hold (secondary addresses of every ENI;
     // max-pods adds 2 for host-network pods, which this lab does not run).
@@ -308,6 +316,7 @@ fn measure(lab: &Lab, a: &Args) -> Result<Vec<(&'static str, Figures)>> {
             let app = format!("state-{node}");
             k.apply(&httpd_manifest(&app, 1, &only(node)))?;
             let pod = lab
+                .workloads()
                 .wait_pods_ready(&format!("app={app}"), 1, timeout)?
                 .remove(0);
             text += &format!(
@@ -317,7 +326,8 @@ fn measure(lab: &Lab, a: &Args) -> Result<Vec<(&'static str, Figures)>> {
             );
             text += &node_state(lab, node)?;
             k.run(&["delete", "deployment", "-n", "default", &app, "--wait=true"])?;
-            lab.wait_pods_gone(&format!("app={app}"), timeout)?;
+            lab.workloads()
+                .wait_pods_gone(&format!("app={app}"), timeout)?;
             std::fs::write(dir.join(format!("{node}.txt")), text)?;
         }
     }
@@ -336,15 +346,17 @@ fn measure(lab: &Lab, a: &Args) -> Result<Vec<(&'static str, Figures)>> {
         let app = format!("burst-{tag}");
         let t0 = Instant::now();
         k.apply(&httpd_manifest(&app, max_pods as u32, &only(node)))?;
-        lab.wait_pods_ready(&format!("app={app}"), max_pods, timeout)?;
+        lab.workloads()
+            .wait_pods_ready(&format!("app={app}"), max_pods, timeout)?;
         f.burst_all_ready = t0.elapsed();
         f.burst_pods = max_pods;
         f.rss_max_pods_kib = agent_rss_kib(lab, node)?;
         k.run(&["delete", "deployment", "-n", "default", &app, "--wait=true"])?;
-        lab.wait_pods_gone(&format!("app={app}"), timeout)?;
+        lab.workloads()
+            .wait_pods_gone(&format!("app={app}"), timeout)?;
 
         progress(&format!("{label} ({node}): {} single pods", a.singles));
-        let seen = lab.cni_timings(node)?.len();
+        let seen = lab.node(node).cni_timings()?.len();
         let singles = pod_timing::singles(
             lab,
             &format!("single-{tag}"),
@@ -358,7 +370,7 @@ fn measure(lab: &Lab, a: &Args) -> Result<Vec<(&'static str, Figures)>> {
         f.add_p99 = quantile(&running, 0.99);
         f.del_p50 = quantile(&deleted, 0.5);
         f.del_p99 = quantile(&deleted, 0.99);
-        let records = lab.cni_timings(node)?.split_off(seen);
+        let records = lab.node(node).cni_timings()?.split_off(seen);
         anyhow::ensure!(
             !records.is_empty(),
             "no plugin invocations logged on {node}: is the timing shim installed (cni_timing)?"
@@ -431,7 +443,8 @@ fn measure(lab: &Lab, a: &Args) -> Result<Vec<(&'static str, Figures)>> {
         for (_, node, _) in PEERS {
             let app = app(node);
             k.run(&["delete", "deployment", "-n", "default", &app, "--wait=true"])?;
-            lab.wait_pods_gone(&format!("app={app}"), timeout)?;
+            lab.workloads()
+                .wait_pods_gone(&format!("app={app}"), timeout)?;
         }
     }
     for (_, node, _) in PEERS {
@@ -484,156 +497,6 @@ fn settle(lab: &Lab, quiet: Duration, limit: Duration) -> Result<()> {
     }
     progress(&format!("settled after {} s", t0.elapsed().as_secs()));
     Ok(())
-}
-
-fn ms(d: Option<Duration>) -> String {
-    d.map(|d| format!("{:.0}", d.as_secs_f64() * 1000.0))
-        .unwrap_or("-".into())
-}
-
-fn render(a: &Args, figs: &[(&'static str, Figures)]) -> String {
-    let (theirs, ours) = (&figs[0].1, &figs[1].1);
-    let d = |d: Duration| Some(d);
-    let secs = |x: Option<Duration>| x.map_or(0.0, |d| d.as_secs_f64());
-    let mut rows = vec![vec![
-        "FIGURE".to_string(),
-        "VPC CNI".to_string(),
-        "vpcnet".to_string(),
-        "vpcnet / VPC CNI".to_string(),
-    ]];
-    let mut time_row = |name: String, t: Option<Duration>, o: Option<Duration>| {
-        rows.push(vec![name, ms(t), ms(o), ratio(secs(o), secs(t))]);
-    };
-    time_row(
-        "agent restart → servable, ms".into(),
-        d(theirs.restart_to_servable),
-        d(ours.restart_to_servable),
-    );
-    time_row(
-        "agent start → node Ready (no conflist before), ms".into(),
-        d(theirs.start_to_node_ready),
-        d(ours.start_to_node_ready),
-    );
-    time_row(
-        format!("burst {} pods → all Ready, ms", theirs.burst_pods),
-        d(theirs.burst_all_ready),
-        d(ours.burst_all_ready),
-    );
-    time_row(
-        format!("pod create → Running p50 ({} pods), ms", a.singles),
-        theirs.add_p50,
-        ours.add_p50,
-    );
-    time_row(
-        "pod create → Running p99, ms".into(),
-        theirs.add_p99,
-        ours.add_p99,
-    );
-    time_row(
-        "pod delete → gone p50, ms".into(),
-        theirs.del_p50,
-        ours.del_p50,
-    );
-    time_row(
-        "pod delete → gone p99, ms".into(),
-        theirs.del_p99,
-        ours.del_p99,
-    );
-    let (tp, op) = (&theirs.plugin, &ours.plugin);
-    let us = |d: Option<Duration>| d.map(|d| format!("{:.1}", d.as_secs_f64() * 1000.0));
-    let mut plugin_row = |name: String, t: Option<Duration>, o: Option<Duration>| {
-        rows.push(vec![
-            name,
-            us(t).unwrap_or("-".into()),
-            us(o).unwrap_or("-".into()),
-            ratio(secs(o), secs(t)),
-        ]);
-    };
-    plugin_row(
-        "CNI ADD p50 (plugin, under kubelet), ms".into(),
-        tp.add_p50,
-        op.add_p50,
-    );
-    plugin_row("CNI ADD p99, ms".into(), tp.add_p99, op.add_p99);
-    plugin_row("CNI DEL p50, ms".into(), tp.del_p50, op.del_p50);
-    plugin_row("CNI DEL p99, ms".into(), tp.del_p99, op.del_p99);
-    let sum = |a: Option<Duration>, b: Option<Duration>| Some(a? + b?);
-    plugin_row(
-        "CNI ADD + DEL p50, ms".into(),
-        sum(tp.add_p50, tp.del_p50),
-        sum(op.add_p50, op.del_p50),
-    );
-    plugin_row(
-        "whole chain ADD p50 (conflist), ms".into(),
-        tp.chain_add_p50,
-        op.chain_add_p50,
-    );
-    plugin_row(
-        "whole chain DEL p50, ms".into(),
-        tp.chain_del_p50,
-        op.chain_del_p50,
-    );
-    let mut num_row = |name: String, t: f64, o: f64, digits: usize| {
-        rows.push(vec![
-            name,
-            format!("{t:.digits$}"),
-            format!("{o:.digits$}"),
-            ratio(o, t),
-        ]);
-    };
-    num_row(
-        format!(
-            "EC2 mutating calls per pod roll ({} rolls), defaults",
-            a.rolls
-        ),
-        theirs.mutating_per_roll_default,
-        ours.mutating_per_roll_default,
-        2,
-    );
-    num_row(
-        "… with WARM_IP_TARGET=5 MINIMUM_IP_TARGET=10".into(),
-        theirs.mutating_per_roll_warm_ip,
-        ours.mutating_per_roll_warm_ip,
-        2,
-    );
-    num_row(
-        format!(
-            "EC2 calls per 10 idle minutes{}",
-            if a.idle_secs == 600 {
-                String::new()
-            } else {
-                format!(" (from {} s)", a.idle_secs)
-            }
-        ),
-        theirs.idle_calls_per_10min,
-        ours.idle_calls_per_10min,
-        0,
-    );
-    num_row(
-        "agent RSS idle, MiB".into(),
-        theirs.rss_idle_kib as f64 / 1024.0,
-        ours.rss_idle_kib as f64 / 1024.0,
-        1,
-    );
-    num_row(
-        format!("agent RSS at {} pods, MiB", theirs.burst_pods),
-        theirs.rss_max_pods_kib as f64 / 1024.0,
-        ours.rss_max_pods_kib as f64 / 1024.0,
-        1,
-    );
-    num_row(
-        "CNI plugin peak RSS, MiB".into(),
-        tp.max_rss_kib as f64 / 1024.0,
-        op.max_rss_kib as f64 / 1024.0,
-        1,
-    );
-    num_row(
-        "CNI plugin failed invocations".into(),
-        tp.failures as f64,
-        op.failures as f64,
-        0,
-    );
-    table(&rows)
 }
 
 #[cfg(test)]

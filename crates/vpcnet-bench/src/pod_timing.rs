@@ -73,7 +73,7 @@ impl Drop for Watch {
 }
 
 fn watch_pods(lab: &Lab, selector: &str) -> Result<Watch> {
-    let mut c = lab.kubectl()?.command(&[
+    let mut c = lab.kube().kubectl()?.command(&[
         "get",
         "pods",
         "-n",
@@ -154,7 +154,7 @@ pub fn burst(
         .unwrap_or_default()
         .to_string();
     let watch = watch_pods(lab, &format!("app={name}"))?;
-    let k = lab.kubectl()?;
+    let k = lab.kube().kubectl()?;
     let t0 = Instant::now();
     k.apply(&deploy)?;
     let times = follow(&watch, t0, replicas, timeout)?;
@@ -163,7 +163,8 @@ pub fn burst(
     };
     let r = (max(|t| t.running), max(|t| t.ready));
     k.run(&["delete", "deployment", "-n", "default", name, "--wait=true"])?;
-    lab.wait_pods_gone(&format!("app={name}"), timeout)?;
+    lab.workloads()
+        .wait_pods_gone(&format!("app={name}"), timeout)?;
     Ok(r)
 }
 
@@ -176,7 +177,7 @@ pub fn singles(
     node: Option<&str>,
     timeout: Duration,
 ) -> Result<Vec<PodTimes>> {
-    let k = lab.kubectl()?;
+    let k = lab.kube().kubectl()?;
     let mut out = Vec::new();
     for i in 0..count {
         let name = format!("{prefix}-{i}");

@@ -18,9 +18,10 @@ use anyhow::{bail, Context, Result};
 use clap::Args as ClapArgs;
 use vpcnet_elbv2::HealthState;
 use vpcnet_introspection::text::table;
+use vpcnet_lab::cloud::Api;
 use vpcnet_lab::kube::aws_lbc::{self, AwsLbcOptions};
 use vpcnet_lab::kube::targets::{gated_httpd_manifest, httpd_nlb, TargetsOptions};
-use vpcnet_lab::lab::{progress, with_lab, Api, Lab, UpOptions};
+use vpcnet_lab::lab::{progress, with_lab, Lab, UpOptions};
 use vpcnet_lab::procs::ProcRecord;
 
 use crate::pod_timing::quantile;
@@ -107,8 +108,8 @@ pub fn run(a: &Args) -> Result<()> {
     let mut o = UpOptions::new(&a.name);
     o.nodes = 2;
     let figs = with_lab(&o, |lab| {
-        lab.install_targetgroupbinding_crd()?;
-        lab.install_aws_lbc_crds(&lbc)?;
+        lab.targets_controller().install_crd()?;
+        lab.aws_lbc().install_crds(&lbc)?;
         let mut out = Vec::new();
         for (label, tag, key) in PEERS {
             progress(&format!("{label}: rollout and scale-up under load"));
@@ -129,16 +130,17 @@ fn start(lab: &Lab, lbc: &std::path::Path, tag: &str, key: &str) -> Result<ProcR
         let mut o = AwsLbcOptions::new(lbc.to_path_buf());
         o.role = role.clone();
         o.access_key = Some(key.into());
-        let p = lab.start_aws_lbc(&o)?;
-        lab.wait_aws_lbc_started(&role, Duration::from_secs(90))?;
+        let p = lab.aws_lbc().start(&o)?;
+        lab.aws_lbc().wait_started(&role, Duration::from_secs(90))?;
         Ok(p)
     } else {
-        let p = lab.start_targets_controller(&TargetsOptions {
+        let p = lab.targets_controller().start(&TargetsOptions {
             role: role.clone(),
             access_key: Some(key.into()),
             ..Default::default()
         })?;
-        lab.wait_targets_synced(&role, Duration::from_secs(60))?;
+        lab.targets_controller()
+            .wait_synced(&role, Duration::from_secs(60))?;
         Ok(p)
     }
 }
@@ -167,9 +169,14 @@ struct Pod {
 }
 
 fn pods(lab: &Lab, app: &str) -> Result<Vec<Pod>> {
-    let v = lab
-        .kubectl()?
-        .json(&["get", "pods", "-n", "default", "-l", &format!("app={app}")])?;
+    let v = lab.kube().kubectl()?.json(&[
+        "get",
+        "pods",
+        "-n",
+        "default",
+        "-l",
+        &format!("app={app}"),
+    ])?;
     let items = v["items"].as_array().cloned().unwrap_or_default();
     items
         .iter()
@@ -194,6 +201,7 @@ fn pods(lab: &Lab, app: &str) -> Result<Vec<Pod>> {
 /// The target group's targets by state.
 fn targets(lab: &Lab, app: &str) -> Result<Vec<(Ipv4Addr, HealthState)>> {
     Ok(lab
+        .lbs()
         .target_health(app)?
         .into_iter()
         .filter_map(|h| Some((h.target.id.parse().ok()?, h.state)))
@@ -254,15 +262,15 @@ fn watch(
 }
 
 fn log_mark(lab: &Lab) -> Result<u64> {
-    Ok(lab.requests()?.records.last().map_or(0, |r| r.seq))
+    Ok(lab.cloud().requests()?.records.last().map_or(0, |r| r.seq))
 }
 
 fn measure(lab: &Lab, a: &Args, lbc: &std::path::Path, tag: &str, key: &str) -> Result<Figures> {
     let app = format!("web-{tag}");
     let n = a.replicas as usize;
-    let l = lab.create_lb(&httpd_nlb(&app))?;
+    let l = lab.lbs().create_lb(&httpd_nlb(&app))?;
     let ctl = start(lab, lbc, tag, key)?;
-    let k = lab.kubectl()?;
+    let k = lab.kube().kubectl()?;
     k.apply(&gated_httpd_manifest(
         &app,
         a.replicas,
@@ -288,7 +296,7 @@ fn measure(lab: &Lab, a: &Args, lbc: &std::path::Path, tag: &str, key: &str) -> 
     let stop = Arc::new(AtomicBool::new(false));
     let loader = {
         let (lab, app, conns, stop) = (lab.clone(), app.clone(), a.connections, stop.clone());
-        std::thread::spawn(move || lab.load_until(&app, "n1", "/", conns, load_for, stop))
+        std::thread::spawn(move || lab.lbs().load_until(&app, "n1", "/", conns, load_for, stop))
     };
     let t_load = Instant::now();
     std::thread::sleep(Duration::from_secs(3));
@@ -319,7 +327,7 @@ fn measure(lab: &Lab, a: &Args, lbc: &std::path::Path, tag: &str, key: &str) -> 
     ));
     // Old targets drain (deregistration delay 5 s); count the calls made meanwhile too.
     std::thread::sleep(Duration::from_secs(6));
-    for r in lab.requests()?.records {
+    for r in lab.cloud().requests()?.records {
         if r.seq > mark && r.api == Api::Elbv2 && r.access_key.as_deref() == Some(key) {
             *f.calls.entry(r.action).or_default() += 1;
         }
@@ -396,7 +404,7 @@ fn measure(lab: &Lab, a: &Args, lbc: &std::path::Path, tag: &str, key: &str) -> 
 
     // Leave the lab to the next controller: stop this one, remove its workload (its
     // finalizer on the binding, if any, goes with it: nobody serves it any more).
-    lab.stop_role(&ctl.role)?;
+    lab.processes().stop_role(&ctl.role)?;
     if let Some(dir) = &a.logs {
         std::fs::create_dir_all(dir)?;
         let log = lab.dir.join("logs").join(format!("{}.log", ctl.role));
@@ -416,7 +424,8 @@ fn measure(lab: &Lab, a: &Args, lbc: &std::path::Path, tag: &str, key: &str) -> 
     for kind in ["targetgroupbinding", "service", "deployment"] {
         k.run(&["delete", kind, &app, "-n", "default", "--wait=true"])?;
     }
-    lab.wait_pods_gone(&format!("app={app}"), Duration::from_secs(120))?;
+    lab.workloads()
+        .wait_pods_gone(&format!("app={app}"), Duration::from_secs(120))?;
     Ok(f)
 }
 

@@ -9,54 +9,13 @@ use crate::cloud::{CloudError, Ec2, Imds};
 use crate::cluster::{Cluster, IpFamily};
 use crate::credential_provider;
 use crate::error::BootstrapError;
+use crate::instance_facts::InstanceFacts;
 use crate::kubelet_unit::{self, NodeUnits, UnitChoice};
-use crate::max_pods::{self, ResolvedMaxPods};
+use crate::max_pods;
+use crate::node_files::under_root;
 use crate::retry::{retry, Attempt, Budget, GaveUp};
 use crate::settings::Settings;
 use crate::version::KubeletVersion;
-
-/// Facts about this instance and node, gathered from IMDS, EC2 and the host.
-#[derive(Debug, Clone)]
-pub struct InstanceFacts {
-    /// IMDS `instance-type`, e.g. `m5.large` (IMDS paths below are under `/latest/meta-data/`).
-    pub instance_type: String,
-    /// IMDS `instance-id`.
-    pub instance_id: String,
-    /// IMDS `placement/availability-zone`.
-    pub availability_zone: String,
-    /// IMDS `placement/region`.
-    pub region: String,
-    /// MAC of the primary ENI (IMDS `mac`).
-    pub mac: String,
-    /// Node IP: first of `macs/<primary mac>/local-ipv4s` (IPv4) or `.../ipv6s` (IPv6).
-    pub node_ip: IpAddr,
-    /// `macs/<primary mac>/vpc-ipv4-cidr-blocks`, one CIDR per entry.
-    pub vpc_ipv4_cidrs: Vec<String>,
-    /// EC2 `PrivateDnsName`, read when the external cloud provider names the node by it.
-    pub private_dns_name: Option<String>,
-    /// IMDS `services/domain` (e.g. `amazonaws.com`), else the region's partition domain.
-    pub services_domain: String,
-    /// A BPF file system is mounted at /sys/fs/bpf (read only with `--mount-bpf-fs`).
-    pub bpffs_mounted: bool,
-    /// Max pods from the instance type (table, EC2, or the 110 fallback).
-    pub max_pods: ResolvedMaxPods,
-    /// CPUs online (for kube-reserved CPU).
-    pub vcpus: u32,
-    pub kubelet_version: KubeletVersion,
-    /// Addresses of the API server host (local clusters on Outposts only).
-    pub apiserver_ips: Vec<IpAddr>,
-    /// Current contents of /etc/hosts under the root (local clusters on Outposts only).
-    pub existing_hosts: Option<String>,
-    /// The kubelet unit to install or keep ([`crate::kubelet_unit::choose`] over the node's
-    /// unit files).
-    pub kubelet_unit: UnitChoice,
-    /// A `sandbox-image.service` is installed (or comes with the AMI's unit).
-    pub sandbox_image_service: bool,
-    /// `ecr-credential-provider` at [`credential_provider::BIN_PATH`].
-    pub credential_provider_binary: bool,
-    /// The text of [`credential_provider::CONFIG_PATH`], if present.
-    pub credential_provider_config: Option<String>,
-}
 
 /// The node itself: CPU count, kubelet binary, name resolution, files under the root.
 #[allow(async_fn_in_trait)]
@@ -168,11 +127,6 @@ pub fn bpf_mounted_at(mounts: &str, at: &Path) -> bool {
     })
 }
 
-/// `path` (absolute on the node) placed under `root`.
-pub fn under_root(root: &Path, path: &str) -> PathBuf {
-    root.join(path.trim_start_matches('/'))
-}
-
 /// Waits until IMDS answers (at boot it may refuse connections for a while) and returns the
 /// instance's region (`placement/region`). Retries every failure but a 404 within `budget`,
 /// with a progress line per retry.
@@ -281,7 +235,7 @@ pub async fn gather(
     )
     .await;
 
-    let named_by_dns = crate::render::uses_external_provider(cluster, kubelet_version)
+    let named_by_dns = crate::cluster::uses_external_provider(cluster, kubelet_version)
         && !settings.instance_id_node_name;
     let private_dns_name = if named_by_dns {
         Some(private_dns_name(ec2, &instance_id, private_dns).await?)

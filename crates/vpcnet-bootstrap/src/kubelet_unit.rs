@@ -264,9 +264,9 @@ MemoryAccounting=true
 [Install]
 WantedBy=multi-user.target
 ",
-        config = crate::render::KUBELET_CONFIG_PATH,
-        kubeconfig = crate::render::KUBECONFIG_PATH,
-        endpoint = crate::render::CONTAINERD_SOCKET,
+        config = crate::node_files::KUBELET_CONFIG_PATH,
+        kubeconfig = crate::node_files::KUBECONFIG_PATH,
+        endpoint = crate::node_files::CONTAINERD_SOCKET,
     )
 }
 

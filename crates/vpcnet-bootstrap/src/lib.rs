@@ -48,10 +48,13 @@ pub mod credential_provider;
 pub mod error;
 pub mod facts;
 pub mod hosts;
+pub mod instance_facts;
+pub mod kubelet_config;
 pub mod kubelet_unit;
 pub mod max_pods;
 pub mod max_pods_expr;
 pub mod node_config;
+pub mod node_files;
 pub mod output;
 pub mod render;
 pub mod reserved;
@@ -67,7 +70,8 @@ use std::time::Duration;
 
 pub use args::BootstrapArgs;
 pub use error::BootstrapError;
-pub use render::{NodeFile, Plan};
+pub use node_files::NodeFile;
+pub use render::Plan;
 pub use settings::Settings;
 
 use cloud::{Ec2, Eks, Imds};
@@ -310,7 +314,7 @@ pub async fn run<I: Imds, E: Ec2, K: Eks, H: Host, S: System>(
                 out,
                 "{:<9} {}",
                 change.as_str(),
-                facts::under_root(&args.root, path).display()
+                node_files::under_root(&args.root, path).display()
             )?;
         }
         if !args.files_only {

@@ -5,30 +5,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use crate::facts::under_root;
-use crate::render::NodeFile;
-
-/// What applying did to one file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Change {
-    Created,
-    Updated,
-    Unchanged,
-    Removed,
-    Absent,
-}
-
-impl Change {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Change::Created => "created",
-            Change::Updated => "updated",
-            Change::Unchanged => "unchanged",
-            Change::Removed => "removed",
-            Change::Absent => "absent",
-        }
-    }
-}
+use crate::node_files::{under_root, Change, NodeFile};
 
 /// Writes `files` under `root`. A file whose content and mode already match is not touched,
 /// so a second run changes nothing. Each write goes to a temporary file in the same directory

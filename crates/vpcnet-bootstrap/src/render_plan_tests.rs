@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::args::BootstrapArgs;
-use crate::facts::InstanceFacts;
+use crate::instance_facts::InstanceFacts;
 use crate::max_pods::ResolvedMaxPods;
 use crate::node_config::NodeConfig;
 use crate::systemd::{kubelet_command_line, Unit};

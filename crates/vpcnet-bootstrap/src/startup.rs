@@ -8,7 +8,7 @@ use std::fmt;
 use std::sync::Mutex;
 
 use crate::error::BootstrapError;
-use crate::output::Change;
+use crate::node_files::Change;
 
 /// systemd unit that mounts the BPF file system (written when none is mounted).
 pub const BPF_MOUNT_UNIT: &str = "sys-fs-bpf.mount";

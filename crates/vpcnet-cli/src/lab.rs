@@ -11,7 +11,8 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::{Args as ClapArgs, Subcommand};
 use vpcnet_introspection::text::table;
-use vpcnet_lab::lab::{progress, ContainerInfo, Lab, UpOptions};
+use vpcnet_lab::containers::ContainerInfo;
+use vpcnet_lab::lab::{progress, Lab, UpOptions};
 
 #[derive(ClapArgs)]
 pub struct Args {
@@ -214,7 +215,7 @@ pub fn run(args: Args) -> Result<()> {
         LabCommand::Kubectl { name, args } => {
             let lab = Lab::open(&name.name)?;
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            let status = lab.kubectl()?.command(&args)?.status()?;
+            let status = lab.kube().kubectl()?.command(&args)?.status()?;
             if !status.success() {
                 std::process::exit(status.code().unwrap_or(1));
             }
@@ -229,15 +230,15 @@ pub fn run(args: Args) -> Result<()> {
         } => {
             let lab = Lab::open(&name.name)?;
             let names = if names.is_empty() {
-                lab.next_names(count)?
+                lab.containers().next_names(count)?
             } else {
                 names
             };
             let started = match httpd {
-                Some(port) => lab.run_with(&node, &names, &|id| {
+                Some(port) => lab.containers().run_with(&node, &names, &|id| {
                     vpcnet_lab::web::httpd_command(id, port)
                 })?,
-                None => lab.run(&node, &names)?,
+                None => lab.containers().run(&node, &names)?,
             };
             for c in started {
                 println!("{}\t{}\t{}", c.id, c.node, c.ip);
@@ -247,7 +248,7 @@ pub fn run(args: Args) -> Result<()> {
         LabCommand::Rm { name, names } => {
             let lab = Lab::open(&name.name)?;
             for n in names {
-                lab.remove_container(&n)?;
+                lab.containers().remove(&n)?;
             }
             Ok(())
         }
@@ -258,8 +259,8 @@ pub fn run(args: Args) -> Result<()> {
         }
         LabCommand::Ping { name, from, to } => {
             let lab = Lab::open(&name.name)?;
-            let ip = lab.resolve(&to)?;
-            if lab.ping(&from, ip)? {
+            let ip = lab.containers().resolve(&to)?;
+            if lab.containers().ping(&from, ip)? {
                 println!("{from} -> {to} ({ip}): ok");
                 Ok(())
             } else {
@@ -304,13 +305,15 @@ pub fn run(args: Args) -> Result<()> {
             }
         }
         LabCommand::Serve { dir } => vpcnet_lab::daemon::serve(&dir),
-        LabCommand::CsrApprover { dir } => vpcnet_lab::kube::csr::run(&Lab { dir }.kubectl()?),
+        LabCommand::CsrApprover { dir } => {
+            vpcnet_lab::kube::csr::run(&Lab { dir }.kube().kubectl()?)
+        }
     }
 }
 
 pub(crate) fn status_text(lab: &Lab) -> Result<String> {
-    let enis = lab.enis()?;
-    let mut containers = lab.containers()?;
+    let enis = lab.cloud().enis()?;
+    let mut containers = lab.containers().list()?;
     containers.sort_by_key(|c| (c.node.clone(), c.id.len(), c.id.clone()));
     let mut rows = vec![vec![
         "CONTAINER".into(),
@@ -320,7 +323,7 @@ pub(crate) fn status_text(lab: &Lab) -> Result<String> {
         "DEVICE".into(),
     ]];
     for c in &containers {
-        let (eni, dev) = match Lab::owner(&enis, c.ip) {
+        let (eni, dev) = match vpcnet_lab::cloud::owner(&enis, c.ip) {
             Some(o) => (o.eni_id, format!("eth{}", o.device_index)),
             None => ("(not on any ENI!)".into(), "-".into()),
         };
@@ -339,7 +342,7 @@ pub(crate) fn status_text(lab: &Lab) -> Result<String> {
 }
 
 /// The lab nodes' ENIs: ID, node, device, MAC, primary IP, secondary IPs, prefixes.
-pub(crate) fn enis_table(lab: &Lab, enis: &[vpcnet_lab::lab::EniInfo]) -> Result<String> {
+pub(crate) fn enis_table(lab: &Lab, enis: &[vpcnet_lab::cloud::EniInfo]) -> Result<String> {
     let s = lab.state()?;
     let mut rows = vec![vec![
         "ENI".into(),
@@ -389,14 +392,14 @@ fn demo_steps(lab: &Lab, count: usize) -> Result<usize> {
     progress(&format!(
         "starting {count} containers on n1 (ctr run --cni -> vpcnet-cni)"
     ));
-    let names = lab.next_names(count)?;
-    lab.run("n1", &names)?;
+    let names = lab.containers().next_names(count)?;
+    lab.containers().run("n1", &names)?;
     println!();
     print!("{}", status_text(lab)?);
     println!();
-    let enis = lab.enis()?;
-    let containers = lab.containers()?;
-    let on = |c: &ContainerInfo| Lab::owner(&enis, c.ip).map(|o| o.device_index);
+    let enis = lab.cloud().enis()?;
+    let containers = lab.containers().list()?;
+    let on = |c: &ContainerInfo| vpcnet_lab::cloud::owner(&enis, c.ip).map(|o| o.device_index);
     let unowned: Vec<&ContainerInfo> = containers.iter().filter(|c| on(c).is_none()).collect();
     if !unowned.is_empty() {
         bail!("containers without an ENI-owned IP: {unowned:?}");
@@ -448,7 +451,7 @@ fn demo_steps(lab: &Lab, count: usize) -> Result<usize> {
     ]];
     let mut failed = 0;
     for (kind, from, to, ip) in &pings {
-        let ok = lab.ping(from, *ip)?;
+        let ok = lab.containers().ping(from, *ip)?;
         if !ok {
             failed += 1;
         }

@@ -108,7 +108,7 @@ pub fn run(args: Args) -> Result<()> {
             unhealthy_threshold,
             deregistration_delay,
         } => {
-            let l = lab.create_lb(&LbSettings {
+            let l = lab.lbs().create_lb(&LbSettings {
                 name: lb,
                 lb_type: match kind {
                     Kind::Network => LoadBalancerType::Network,
@@ -129,12 +129,13 @@ pub fn run(args: Args) -> Result<()> {
             })?;
             print!("{}", lbs_table(&[l]));
         }
-        LbCommand::List => print!("{}", lbs_table(&lab.lbs()?)),
-        LbCommand::Register { lb, targets } => lab.register(&lb, &targets)?,
-        LbCommand::Deregister { lb, targets } => lab.deregister(&lb, &targets)?,
+        LbCommand::List => print!("{}", lbs_table(&lab.lbs().list()?)),
+        LbCommand::Register { lb, targets } => lab.lbs().register(&lb, &targets)?,
+        LbCommand::Deregister { lb, targets } => lab.lbs().deregister(&lb, &targets)?,
         LbCommand::Health { lb } => {
             let names: std::collections::HashMap<String, String> = lab
-                .containers()?
+                .containers()
+                .list()?
                 .into_iter()
                 .map(|c| (c.ip.to_string(), c.id))
                 .collect();
@@ -147,7 +148,7 @@ pub fn run(args: Args) -> Result<()> {
                 "REASON",
                 "DESCRIPTION",
             ])];
-            for h in lab.target_health(&lb)? {
+            for h in lab.lbs().target_health(&lb)? {
                 let name = names.get(&h.target.id).cloned();
                 rows.push(vec![
                     h.target.id,
@@ -168,10 +169,12 @@ pub fn run(args: Args) -> Result<()> {
             connections,
             path,
         } => {
-            let r = lab.load(&lb, &from, &path, connections, Duration::from_secs(seconds))?;
+            let r = lab
+                .lbs()
+                .load(&lb, &from, &path, connections, Duration::from_secs(seconds))?;
             print!("{}", report_text(&r));
         }
-        LbCommand::Delete { lb } => lab.delete_lb(&lb)?,
+        LbCommand::Delete { lb } => lab.lbs().delete(&lb)?,
     }
     Ok(())
 }

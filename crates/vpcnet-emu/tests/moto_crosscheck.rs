@@ -14,7 +14,7 @@
 //! - `AvailableIpAddressCount` deltas: moto does not track subnet usage;
 //! - limits and error codes for them: moto enforces none (the reason vpcnet-emu exists);
 //! - `attachTime`, `ownerId`, `privateDnsName`: values differ by design (clock, account, region
-//!   naming), the SDK parsing them is checked in `ec2_actions.rs`.
+//!   naming), the SDK parsing them is checked in `ec2_eni_lifecycle.rs` and `ec2_describe.rs`.
 
 mod common;
 

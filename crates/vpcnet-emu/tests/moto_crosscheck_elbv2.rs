@@ -14,7 +14,7 @@
 //! - concrete ARN IDs and addresses: both draw them at random;
 //! - the load balancer kind inside ARNs: moto writes `app` for network load balancers too,
 //!   ELBv2 writes `net` (`loadbalancer/net/NAME/ID` in its API reference); the kind is compared
-//!   through `Type`, and `elbv2_actions.rs` checks vpcnet-emu's `net`;
+//!   through `Type`, and `elbv2_load_balancers.rs` checks vpcnet-emu's `net`;
 //! - `DNSName`: moto writes `NAME-1.REGION.elb.amazonaws.com`, ELBv2 (and vpcnet-emu) write
 //!   `NAME-<id>.elb.REGION.amazonaws.com` for network load balancers;
 //! - target health states: moto reports every registered target `healthy` without checking

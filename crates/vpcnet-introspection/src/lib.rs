@@ -9,7 +9,7 @@
 //!
 //! A new document: a struct here (Serialize, Deserialize, Default, `#[serde(default)]`), a
 //! path constant, a route in `vpcnet-agent/src/introspection.rs`, a view in
-//! `vpcnet-cli/src/inspect.rs`.
+//! `vpcnet-cli/src/inspect.rs` (its table in `inspect/tables.rs`).
 
 use serde::{Deserialize, Serialize};
 

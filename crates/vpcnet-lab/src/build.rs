@@ -24,7 +24,8 @@ use crate::lab::{
 use crate::netns;
 use crate::procs;
 use crate::spawn::Place;
-use crate::state::{self, NodeCni, NodeRecord};
+use crate::state::{self, LabState, NodeCni, NodeRecord};
+use crate::teardown;
 use crate::wait::{log_tail, wait_for};
 
 /// The reference plugins copied into every node: those the conflists chain (portmap always,
@@ -53,42 +54,121 @@ struct Images {
 }
 
 impl Lab {
+    /// Builds a lab. On any failure everything created so far is removed and the error is
+    /// returned. Errors: invalid name, a lab of that name exists, a binary is missing
+    /// (build with `cargo build -p vpcnet-cli -p vpcnet-agent -p vpcnet-cni`), a component
+    /// failed to start (the error quotes its log).
+    pub fn up(opts: &UpOptions) -> Result<Lab> {
+        state::check_name(&opts.name)?;
+        if !(1..=8).contains(&opts.nodes) {
+            bail!("--nodes must be between 1 and 8 (got {})", opts.nodes);
+        }
+        if vpcnet_limits::lookup(&opts.instance_type).is_none() {
+            bail!(
+                "unknown instance type {:?}: use an EC2 type such as m5.large",
+                opts.instance_type
+            );
+        }
+        let mut ours = vec!["vpcnet", "vpcnet-agent", "vpcnet-cni"];
+        if opts.kubernetes {
+            ours.push("vpcnet-bootstrap");
+        }
+        for b in ours {
+            if !opts.bin_dir.join(b).is_file() {
+                bail!(
+                    "{} not found: build it with `cargo build -p vpcnet-cli -p vpcnet-agent -p vpcnet-cni -p vpcnet-bootstrap`",
+                    opts.bin_dir.join(b).display()
+                );
+            }
+        }
+        let k8s_bin_dir = if opts.kubernetes {
+            Some(crate::kube::bins::locate(opts.k8s_bin_dir.as_deref())?)
+        } else {
+            None
+        };
+        let dir = state::lab_dir(&opts.name);
+        if dir.join("state.json").exists() {
+            bail!(
+                "lab {:?} already exists: remove it with `vpcnet lab down --name {}`",
+                opts.name,
+                opts.name
+            );
+        }
+        fs::create_dir_all(dir.join("logs"))
+            .with_context(|| format!("creating {}", dir.display()))?;
+        let prefix = random_prefix();
+        LabState {
+            name: opts.name.clone(),
+            prefix: prefix.clone(),
+            instance_type: opts.instance_type.clone(),
+            ..Default::default()
+        }
+        .save(&dir)?;
+        let lab = Lab { dir: dir.clone() };
+        let build = Build {
+            lab: &lab,
+            opts,
+            prefix: &prefix,
+        };
+        match build.run(k8s_bin_dir.as_deref()) {
+            Ok(()) => Ok(lab),
+            Err(e) => {
+                progress("lab up failed: tearing down");
+                let problems = teardown::teardown(&dir);
+                if !problems.is_empty() {
+                    eprintln!("teardown problems: {}", problems.join("; "));
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+fn random_prefix() -> String {
+    format!("vl{:05x}", rand::random::<u32>() & 0xf_ffff)
+}
+
+/// One `lab up` in progress: the lab being built, what it is built from, and the prefix of
+/// the names it creates (namespaces, interfaces). Each step is a method.
+struct Build<'a> {
+    lab: &'a Lab,
+    opts: &'a UpOptions,
+    prefix: &'a str,
+}
+
+impl Build<'_> {
     /// Builds the lab `opts` describes, step by step, with names prefixed `prefix`.
-    pub(crate) fn build(
-        &self,
-        opts: &UpOptions,
-        prefix: &str,
-        k8s_bin_dir: Option<&Path>,
-    ) -> Result<()> {
+    fn run(&self, k8s_bin_dir: Option<&Path>) -> Result<()> {
+        let opts = self.opts;
         fs::write(
-            self.dir.join("bin_dir"),
+            self.lab.dir.join("bin_dir"),
             opts.bin_dir.as_os_str().as_encoded_bytes(),
         )?;
-        let vpc = self.build_vpc(opts, prefix)?;
-        let nodes = self.create_nodes(opts, prefix)?;
-        let cp_ns = format!("{prefix}-cp");
+        let vpc = self.build_vpc()?;
+        let nodes = self.create_nodes()?;
+        let cp_ns = format!("{}-cp", self.prefix);
         if opts.kubernetes {
             self.create_netns(&cp_ns)?;
         }
-        let ready = self.start_cloud(opts, &vpc, &nodes, &cp_ns)?;
-        let images = self.build_images(opts)?;
+        let ready = self.start_cloud(&vpc, &nodes, &cp_ns)?;
+        let images = self.build_images()?;
         let k8s = match k8s_bin_dir {
-            Some(bins) => Some(self.start_control_plane(opts, &ready, &cp_ns, bins)?),
+            Some(bins) => Some(self.start_control_plane(&ready, &cp_ns, bins)?),
             None => None,
         };
-        let nodes = self.state()?.nodes;
+        let nodes = self.lab.state()?.nodes;
         for node in &nodes {
-            self.start_node(node, opts, k8s.as_ref(), &images)?;
+            self.start_node(node, k8s.as_ref(), &images)?;
         }
         if k8s.is_some() {
-            self.join_cluster(opts, &nodes)?;
+            self.join_cluster(&nodes)?;
         }
         Ok(())
     }
 
     /// A network namespace, recorded first.
     fn create_netns(&self, name: &str) -> Result<()> {
-        state::update(&self.dir, |s| {
+        state::update(&self.lab.dir, |s| {
             s.namespaces.push(name.to_string());
             Ok(())
         })?;
@@ -97,7 +177,8 @@ impl Lab {
 
     /// The VPC namespace with a bridge per subnet and the router, and, in the two-zone layout,
     /// the network outside the VPC.
-    fn build_vpc(&self, opts: &UpOptions, prefix: &str) -> Result<Vpc> {
+    fn build_vpc(&self) -> Result<Vpc> {
+        let (opts, prefix) = (self.opts, self.prefix);
         let vpc_ns = format!("{prefix}-vpc");
         let (layout, _) = opts.subnets();
         let subnets: Vec<Ipv4Net> = layout
@@ -117,7 +198,7 @@ impl Lab {
             progress(&format!(
                 "outside network {cidr}: host {OUTSIDE_HOST} in {out_ns}, routed by the VPC router"
             ));
-            state::update(&self.dir, |s| {
+            state::update(&self.lab.dir, |s| {
                 s.namespaces.push(out_ns.clone());
                 s.outside = Some(state::OutsideRecord {
                     netns: out_ns.clone(),
@@ -138,8 +219,9 @@ impl Lab {
 
     /// Each node's network namespace (forwarding on, as EKS AMIs set it), mount namespace and
     /// files: the plugins of its CNI, the reference plugins, the timing shim when asked.
-    fn create_nodes(&self, opts: &UpOptions, prefix: &str) -> Result<Vec<NodeRecord>> {
-        let dir = &self.dir;
+    fn create_nodes(&self) -> Result<Vec<NodeRecord>> {
+        let (opts, prefix) = (self.opts, self.prefix);
+        let dir = &self.lab.dir;
         let mut nodes = Vec::new();
         for i in 1..=opts.nodes {
             let mut node = NodeRecord {
@@ -167,14 +249,9 @@ impl Lab {
 
     /// The lab cloud (`vpcnet lab serve`) in the VPC namespace, launching the nodes' and the
     /// control-plane host's instances; their instance IDs, addresses and zones are recorded.
-    fn start_cloud(
-        &self,
-        opts: &UpOptions,
-        vpc: &Vpc,
-        nodes: &[NodeRecord],
-        cp_ns: &str,
-    ) -> Result<Ready> {
-        let dir = &self.dir;
+    fn start_cloud(&self, vpc: &Vpc, nodes: &[NodeRecord], cp_ns: &str) -> Result<Ready> {
+        let opts = self.opts;
+        let dir = &self.lab.dir;
         progress(&format!(
             "starting the lab cloud (vpcnet-emu) in {}: {} x {}{}",
             vpc.netns,
@@ -222,7 +299,7 @@ impl Lab {
         fs::write(daemon::spec_path(dir), serde_json::to_vec_pretty(&spec)?)?;
         let mut c = Command::new(opts.bin_dir.join("vpcnet"));
         c.args(["lab", "serve", "--dir"]).arg(dir);
-        let log = self.logs().join("emulator.log");
+        let log = self.lab.logs().join("emulator.log");
         let p = procs::spawn("emulator", c, &Place::netns(&vpc.netns), &log)?;
         state::update(dir, |s| {
             s.processes.push(p.clone());
@@ -253,15 +330,15 @@ impl Lab {
     }
 
     /// The busybox image and, with Kubernetes, the pause image, as OCI archives.
-    fn build_images(&self, opts: &UpOptions) -> Result<Images> {
+    fn build_images(&self) -> Result<Images> {
         progress("building the images (busybox from /bin/busybox; pause from lab/pause/pause.c)");
         let images = Images {
-            busybox: self.dir.join("busybox.tar"),
-            pause: self.dir.join("pause.tar"),
+            busybox: self.lab.dir.join("busybox.tar"),
+            pause: self.lab.dir.join("pause.tar"),
         };
         image::build(&images.busybox)?;
-        if opts.kubernetes {
-            image::build_pause(&images.pause, &self.dir.join("pause-build"))?;
+        if self.opts.kubernetes {
+            image::build_pause(&images.pause, &self.lab.dir.join("pause-build"))?;
         }
         Ok(images)
     }
@@ -269,7 +346,6 @@ impl Lab {
     /// The Kubernetes control plane on its host, with a new cluster CA.
     fn start_control_plane(
         &self,
-        opts: &UpOptions,
         ready: &Ready,
         cp_ns: &str,
         bins: &Path,
@@ -280,7 +356,7 @@ impl Lab {
             .context("the lab cloud launched no control-plane host")?;
         let ca = Ca::new()?;
         let record = control_plane::start(
-            self,
+            self.lab,
             &ca,
             &control_plane::Spec {
                 netns: cp_ns,
@@ -290,7 +366,7 @@ impl Lab {
                 vpc_id: &ready.vpc_id,
                 subnet_id: &ready.subnet_ids[1],
                 ec2_endpoint: &ready.ec2_endpoints[1],
-                annotate_pod_ip: opts.agent_env.iter().any(|(k, v)| {
+                annotate_pod_ip: self.opts.agent_env.iter().any(|(k, v)| {
                     k == "ANNOTATE_POD_IP"
                         && ["1", "t", "T", "TRUE", "true", "True"].contains(&v.as_str())
                 }),
@@ -305,10 +381,10 @@ impl Lab {
     fn start_node(
         &self,
         node: &NodeRecord,
-        opts: &UpOptions,
         k8s: Option<&(Ca, ControlPlaneRecord)>,
         images: &Images,
     ) -> Result<()> {
+        let opts = self.opts;
         progress(&format!(
             "node {}: {} {} eth0 {}",
             node.name, node.instance_id, opts.instance_type, node.primary_ip
@@ -318,10 +394,10 @@ impl Lab {
                 "node {}: vpcnet-bootstrap (IMDS + EC2 → kubelet and containerd configuration, kubeconfig, units)",
                 node.name
             ));
-            self.bootstrap_node(node, ca, cp)?;
+            self.lab.kube().bootstrap_node(node, ca, cp)?;
         }
-        let cd = containerd::start(node, &self.logs())?;
-        state::update(&self.dir, |s| {
+        let cd = containerd::start(node, &self.lab.logs())?;
+        state::update(&self.lab.dir, |s| {
             s.processes.push(cd);
             Ok(())
         })?;
@@ -333,27 +409,32 @@ impl Lab {
         match node.cni {
             NodeCni::Vpcnet => {
                 progress(&format!("node {}: starting vpcnet-agent", node.name));
-                self.start_agent_with(node, opts)
+                self.lab.node(&node.name).start_agent_with(opts)
             }
             // With Kubernetes ipamd starts once kubelet has registered the Node (it reads the
             // Node at start and exits without it), as its DaemonSet pod does on EKS.
-            NodeCni::VpcCni if k8s.is_some() => self.save_agent_env(node, opts),
-            NodeCni::VpcCni => self.start_vpc_cni_with(node, opts),
+            NodeCni::VpcCni if k8s.is_some() => self.lab.node(&node.name).save_agent_env(opts),
+            NodeCni::VpcCni => self.lab.node(&node.name).start_vpc_cni_with(opts),
         }
     }
 
     /// kubelet and kube-proxy on every node; the VPC CNI's ipamd on its nodes once their Node
     /// is registered; then, when asked, all nodes Ready.
-    fn join_cluster(&self, opts: &UpOptions, nodes: &[NodeRecord]) -> Result<()> {
+    fn join_cluster(&self, nodes: &[NodeRecord]) -> Result<()> {
+        let opts = self.opts;
         let peers: Vec<&NodeRecord> = nodes.iter().filter(|n| n.cni == NodeCni::VpcCni).collect();
-        self.join_nodes(opts.kube_proxy, opts.wait_ready && peers.is_empty())?;
+        self.lab
+            .kube()
+            .join_nodes(opts.kube_proxy, opts.wait_ready && peers.is_empty())?;
         for node in &peers {
-            self.wait_node_registered(node, Duration::from_secs(120))?;
-            self.start_vpc_cni_with(node, opts)?;
+            self.lab
+                .kube()
+                .wait_node_registered(node, Duration::from_secs(120))?;
+            self.lab.node(&node.name).start_vpc_cni_with(opts)?;
         }
         if opts.wait_ready && !peers.is_empty() {
             progress("waiting for the nodes to turn Ready and be initialized");
-            self.wait_nodes_ready(Duration::from_secs(180))?;
+            self.lab.kube().wait_nodes_ready(Duration::from_secs(180))?;
         }
         Ok(())
     }

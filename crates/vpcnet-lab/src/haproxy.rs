@@ -69,7 +69,7 @@ pub fn parse_server_name(name: &str) -> Option<(Ipv4Addr, u16)> {
 
 /// The `http-check expect rstatus` regex of an ELBv2 matcher (`200`, `200,202`, `200-299`).
 pub fn status_regex(matcher: &str) -> Result<String> {
-    let codes = vpcnet_emu::elbv2::targets::matcher_codes(matcher)
+    let codes = vpcnet_emu::elbv2::health_check::matcher_codes(matcher)
         .map_err(|e| anyhow::anyhow!("matcher {matcher:?}: {}", e.message))?;
     let list: Vec<String> = codes.iter().map(|c| c.to_string()).collect();
     Ok(format!("^({})$", list.join("|")))

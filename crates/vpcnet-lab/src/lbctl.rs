@@ -20,7 +20,7 @@ use crate::daemon::{self, Ready};
 use crate::lab::Lab;
 use crate::load::{self, LoadOptions, LoadReport};
 
-/// What [`Lab::create_lb`] builds.
+/// What [`LoadBalancers::create_lb`] builds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LbSettings {
     /// Name of the load balancer and of its target group.
@@ -53,9 +53,22 @@ impl LabLb {
     }
 }
 
+/// The lab's load balancers ([`Lab::lbs`]).
+#[derive(Debug, Clone, Copy)]
+pub struct LoadBalancers<'a> {
+    lab: &'a Lab,
+}
+
 impl Lab {
+    /// The lab's load balancers (ELBv2 through the lab cloud, run by HAProxy).
+    pub fn lbs(&self) -> LoadBalancers<'_> {
+        LoadBalancers { lab: self }
+    }
+}
+
+impl LoadBalancers<'_> {
     pub(crate) fn ready(&self) -> Result<Ready> {
-        let p = daemon::ready_path(&self.dir);
+        let p = daemon::ready_path(&self.lab.dir);
         serde_json::from_slice(
             &std::fs::read(&p)
                 .with_context(|| format!("{} missing: is the lab cloud running?", p.display()))?,
@@ -71,7 +84,7 @@ impl Lab {
         F: FnOnce(Elbv2) -> Fut + Send + 'static,
         Fut: Future<Output = Result<T>>,
     {
-        let s = self.state()?;
+        let s = self.lab.state()?;
         let vpc = s
             .namespaces
             .first()
@@ -104,7 +117,8 @@ impl Lab {
     fn node_subnets(&self) -> Result<Vec<String>> {
         let ready = self.ready()?;
         let spec: daemon::DaemonSpec = serde_json::from_slice(
-            &std::fs::read(daemon::spec_path(&self.dir)).context("reading the lab's spec.json")?,
+            &std::fs::read(daemon::spec_path(&self.lab.dir))
+                .context("reading the lab's spec.json")?,
         )?;
         let mut out: Vec<String> = Vec::new();
         for n in spec
@@ -131,9 +145,9 @@ impl Lab {
         self.create_lb_for(s, &tg.arn)
     }
 
-    /// The target group of [`Lab::create_lb`] alone (type `ip`, `s`'s port, health check and
+    /// The target group of [`Self::create_lb`] alone (type `ip`, `s`'s port, health check and
     /// deregistration delay), used by no load balancer: its targets are `unused` /
-    /// `Target.NotInUse` until [`Lab::create_lb_for`] puts one in front of it.
+    /// `Target.NotInUse` until [`Self::create_lb_for`] puts one in front of it.
     pub fn create_target_group(&self, s: &LbSettings) -> Result<TargetGroup> {
         let ready = self.ready()?;
         let s = s.clone();
@@ -204,7 +218,7 @@ impl Lab {
 
     /// Every load balancer of the lab with its first listener and that listener's target
     /// group.
-    pub fn lbs(&self) -> Result<Vec<LabLb>> {
+    pub fn list(&self) -> Result<Vec<LabLb>> {
         self.elbv2(|elb| async move {
             let mut out = Vec::new();
             for lb in elb.load_balancers(&[]).await? {
@@ -216,7 +230,7 @@ impl Lab {
 
     /// The load balancer named `name`. Error: no such load balancer (ELBv2's
     /// `LoadBalancerNotFound`).
-    pub fn lb(&self, name: &str) -> Result<LabLb> {
+    pub fn get(&self, name: &str) -> Result<LabLb> {
         let name = name.to_string();
         self.elbv2(move |elb| async move {
             let lb = described(&elb, &name).await?;
@@ -240,7 +254,9 @@ impl Lab {
         let ip = match what.parse::<Ipv4Addr>() {
             Ok(ip) => ip,
             Err(_) => self
-                .containers()?
+                .lab
+                .containers()
+                .list()?
                 .into_iter()
                 .find(|c| c.id == what)
                 .map(|c| c.ip)
@@ -255,7 +271,7 @@ impl Lab {
         })
     }
 
-    /// Registers `targets` (see [`Lab::target`]) with load balancer `name`'s target group.
+    /// Registers `targets` (see [`Self::target`]) with load balancer `name`'s target group.
     pub fn register(&self, name: &str, targets: &[String]) -> Result<()> {
         self.change_targets(name, targets, true)
     }
@@ -273,7 +289,7 @@ impl Lab {
             .iter()
             .map(|t| self.target(t))
             .collect::<Result<Vec<_>>>()?;
-        let tg = self.lb(name)?.target_group.arn;
+        let tg = self.get(name)?.target_group.arn;
         self.elbv2(move |elb| async move {
             if register {
                 elb.register_targets(&tg, &ts).await?;
@@ -286,13 +302,13 @@ impl Lab {
 
     /// DescribeTargetHealth of load balancer `name`'s target group.
     pub fn target_health(&self, name: &str) -> Result<Vec<TargetHealth>> {
-        let tg = self.lb(name)?.target_group.arn;
+        let tg = self.get(name)?.target_group.arn;
         self.elbv2(move |elb| async move { Ok(elb.target_health(&tg, &[]).await?) })
     }
 
     /// Deletes load balancer `name`, then its target group.
-    pub fn delete_lb(&self, name: &str) -> Result<()> {
-        let l = self.lb(name)?;
+    pub fn delete(&self, name: &str) -> Result<()> {
+        let l = self.get(name)?;
         self.elbv2(move |elb| async move {
             elb.delete_load_balancer(&l.lb.arn).await?;
             elb.delete_target_group(&l.target_group.arn).await?;
@@ -313,7 +329,7 @@ impl Lab {
         self.load_with_stop(name, from, path, connections, duration, None)
     }
 
-    /// [`Lab::load`] that ends early once `stop` is set (at most `duration`).
+    /// [`Self::load`] that ends early once `stop` is set (at most `duration`).
     pub fn load_until(
         &self,
         name: &str,
@@ -335,8 +351,8 @@ impl Lab {
         duration: Duration,
         stop: Option<Arc<AtomicBool>>,
     ) -> Result<LoadReport> {
-        let l = self.lb(name)?;
-        let netns = self.state()?.node(from)?.netns.clone();
+        let l = self.get(name)?;
+        let netns = self.lab.state()?.node(from)?.netns.clone();
         load::run_in_netns(
             &netns,
             LoadOptions {

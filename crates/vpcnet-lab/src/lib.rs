@@ -9,8 +9,10 @@
 
 pub mod api;
 mod build;
+pub mod cloud;
 pub mod cmd;
 pub mod containerd;
+pub mod containers;
 pub mod daemon;
 pub mod fabric;
 pub mod haproxy;
@@ -23,6 +25,8 @@ pub mod lbctl;
 pub mod load;
 pub mod machine;
 pub mod netns;
+pub mod nodes;
+pub mod processes;
 pub mod procs;
 pub mod registry;
 pub mod runtime;

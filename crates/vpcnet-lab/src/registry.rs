@@ -72,7 +72,7 @@ pub fn hosts_toml() -> String {
 /// provider's environment pointing at the emulator's ECR endpoint and the lab's AWS keys.
 pub fn provider_config(ecr_endpoint: &str) -> String {
     let mut env = vec![json!({"name": "AWS_ENDPOINT_URL_ECR", "value": ecr_endpoint})];
-    for (k, v) in crate::lab::aws_env(ecr_endpoint) {
+    for (k, v) in crate::cloud::aws_env(ecr_endpoint) {
         if matches!(
             k.as_str(),
             "AWS_REGION"
@@ -121,10 +121,23 @@ pub fn install_provider(root: &Path, ecr_endpoint: &str) -> Result<bool> {
     Ok(true)
 }
 
+/// The lab's private registry ([`Lab::registry`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Registry<'a> {
+    lab: &'a Lab,
+}
+
 impl Lab {
+    /// The lab's ECR-shaped registry (on the cloud's host).
+    pub fn registry(&self) -> Registry<'_> {
+        Registry { lab: self }
+    }
+}
+
+impl Registry<'_> {
     /// The emulator's address as nodes reach it (the host of the EC2 endpoint).
     fn emulator_ip(&self) -> Result<String> {
-        let ep = self.ec2_endpoint()?;
+        let ep = self.lab.cloud().endpoint()?;
         let host = ep
             .trim_start_matches("http://")
             .trim_start_matches("https://")
@@ -141,10 +154,10 @@ impl Lab {
     /// Starts the private registry (`registry` and `htpasswd` from `registry_bin_dir`) in the
     /// VPC's namespace on the emulator's address, port 80, with the emulator's ECR credentials;
     /// waits until it answers. Returns the process and the credentials.
-    pub fn start_registry(&self, registry_bin_dir: &Path) -> Result<(ProcRecord, Credentials)> {
+    pub fn start(&self, registry_bin_dir: &Path) -> Result<(ProcRecord, Credentials)> {
         let creds: Credentials =
-            crate::api::control_get(&crate::daemon::api_socket(&self.dir), "ecr/credentials")?;
-        let dir = self.dir.join("registry");
+            crate::api::control_get(&crate::daemon::api_socket(&self.lab.dir), "ecr/credentials")?;
+        let dir = self.lab.dir.join("registry");
         fs::create_dir_all(dir.join("storage"))?;
         let out = Command::new(registry_bin_dir.join("htpasswd"))
             .args([&creds.username, &creds.password])
@@ -164,13 +177,16 @@ impl Lab {
         c.arg("serve").arg(dir.join("config.yml"));
         // The registry reads OTEL_* to export traces; none here.
         c.env("OTEL_TRACES_EXPORTER", "none");
-        let vpc_ns = format!("{}-vpc", self.state()?.prefix);
-        let p = self.start_process("registry", c, &Place::netns(&vpc_ns))?;
+        let vpc_ns = format!("{}-vpc", self.lab.state()?.prefix);
+        let p = self
+            .lab
+            .processes()
+            .start("registry", c, &Place::netns(&vpc_ns))?;
         crate::wait::wait_for("the lab registry", Duration::from_secs(30), || {
             if !p.alive() {
                 bail!(
                     "the lab registry exited; see {}",
-                    self.logs().join("registry.log").display()
+                    self.lab.logs().join("registry.log").display()
                 );
             }
             let ok = Command::new("ip")
@@ -196,7 +212,7 @@ impl Lab {
 
     /// Points `node` at the registry: [`ECR_HOST`] in its `/etc/hosts`, containerd's
     /// `hosts.toml` for that name (read at each pull, no restart).
-    pub fn use_registry(&self, node: &NodeRecord) -> Result<()> {
+    pub fn use_on(&self, node: &NodeRecord) -> Result<()> {
         let ip = self.emulator_ip()?;
         let hosts = node.path(crate::machine::HOSTS);
         let mut text = fs::read_to_string(&hosts).unwrap_or_default();
@@ -212,7 +228,7 @@ impl Lab {
 
     /// Pushes the lab's busybox image from `node`'s containerd into the registry as
     /// `<REPO>:<TAG>` (plain HTTP, with `creds`).
-    pub fn push_to_registry(&self, node: &NodeRecord, creds: &Credentials) -> Result<()> {
+    pub fn push(&self, node: &NodeRecord, creds: &Credentials) -> Result<()> {
         let ip = self.emulator_ip()?;
         let target = format!("{ip}/{REPO}:{TAG}");
         let ns = crate::containerd::CRI_NAMESPACE;

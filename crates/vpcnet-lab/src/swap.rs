@@ -15,19 +15,21 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use crate::lab::{progress, Lab, CONFLIST};
+use crate::lab::{progress, CONFLIST};
+use crate::nodes::Node;
 use crate::state::{self, NodeCni};
 use crate::vpc_cni::VPC_CNI_CONFLIST;
 
 /// Node path of the VPC CNI's checkpoint (ipamd's fixed path).
 pub const VPC_CNI_CHECKPOINT: &str = "/var/run/aws-node/ipam.json";
 
-impl Lab {
-    /// Switches node `node_name` to `to` in place (see the module docs). Errors: the node
+impl Node<'_> {
+    /// Switches the node to `to` in place (see the module docs). Errors: the node
     /// already runs `to`, the export failed (its output quoted), or the new agent did not come
     /// up (its log quoted).
-    pub fn swap_cni(&self, node_name: &str, to: NodeCni) -> Result<()> {
-        let node = self.state()?.node(node_name)?.clone();
+    pub fn swap_cni(&self, to: NodeCni) -> Result<()> {
+        let node = self.record()?;
+        let node_name = self.name();
         if node.cni == to {
             bail!("node {node_name} already runs {to:?}");
         }
@@ -35,9 +37,9 @@ impl Lab {
             "node {node_name}: stopping {:?}'s agent",
             node.cni
         ));
-        self.stop_agent(node_name)?;
+        self.stop_agent()?;
         if to == NodeCni::VpcCni {
-            self.export_vpc_cni_checkpoint(node_name)?;
+            self.export_vpc_cni_checkpoint()?;
         }
         for f in [CONFLIST, VPC_CNI_CONFLIST] {
             let p = node.cni_conf_dir().join(f);
@@ -45,7 +47,7 @@ impl Lab {
                 fs::remove_file(&p).with_context(|| format!("removing {}", p.display()))?;
             }
         }
-        state::update(&self.dir, |s| {
+        state::update(&self.lab().dir, |s| {
             for n in &mut s.nodes {
                 if n.name == node_name {
                     n.cni = to;
@@ -54,16 +56,16 @@ impl Lab {
             Ok(())
         })?;
         progress(&format!("node {node_name}: starting {to:?}'s agent"));
-        self.start_agent(node_name)
+        self.start_agent()
     }
 
     /// Runs `vpcnet-agent export-vpc-cni-checkpoint` on the node (its namespaces, the agent's
     /// environment): vpcnet's checkpoint → the VPC CNI's. Returns the command's report line.
-    pub fn export_vpc_cni_checkpoint(&self, node_name: &str) -> Result<String> {
-        let node = self.state()?.node(node_name)?.clone();
-        let mut c = Command::new(self.bin_dir().join("vpcnet-agent"));
-        c.arg("export-vpc-cni-checkpoint")
-            .envs(self.node_agent_env(&node)?);
+    pub fn export_vpc_cni_checkpoint(&self) -> Result<String> {
+        let node = self.record()?;
+        let node_name = self.name();
+        let mut c = Command::new(self.lab().bin_dir().join("vpcnet-agent"));
+        c.arg("export-vpc-cni-checkpoint").envs(self.agent_env()?);
         node.place().apply(&mut c)?;
         let out = c
             .output()

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 
-use crate::lab::{progress, Lab, UpOptions, CONFLIST};
+use crate::lab::{progress, UpOptions, CONFLIST};
+use crate::nodes::Node;
 use crate::state::NodeRecord;
 use crate::wait::{log_tail, wait_for};
 
@@ -84,14 +85,16 @@ pub fn vpc_cni_conflist() -> String {
     .to_string()
 }
 
-impl Lab {
-    pub(crate) fn start_vpc_cni_with(&self, node: &NodeRecord, opts: &UpOptions) -> Result<()> {
+impl Node<'_> {
+    /// [`Self::start_vpc_cni`] as `lab up` does: with the extra environment of `opts` recorded
+    /// first.
+    pub(crate) fn start_vpc_cni_with(&self, opts: &UpOptions) -> Result<()> {
         progress(&format!(
             "node {}: starting the VPC CNI's ipamd (aws-k8s-agent)",
-            node.name
+            self.name()
         ));
-        self.save_agent_env(node, opts)?;
-        self.start_vpc_cni(&node.name)
+        self.save_agent_env(opts)?;
+        self.start_vpc_cni()
     }
 
     /// The VPC CNI's ipamd environment on `node`, as its DaemonSet (`aws-node`) gives it on
@@ -104,8 +107,8 @@ impl Lab {
         node: &NodeRecord,
         extra: &[(String, String)],
     ) -> Result<Vec<(String, String)>> {
-        let s = self.state()?;
-        let mut env = self.cloud_env()?;
+        let s = self.lab().state()?;
+        let mut env = self.lab().cloud().env()?;
         for (k, v) in [
             ("MY_NODE_NAME", node.k8s_name.clone()),
             (
@@ -139,17 +142,16 @@ impl Lab {
         Ok(env.into_iter().collect())
     }
 
-    /// Starts the VPC CNI's ipamd (`aws-k8s-agent`, unmodified) on `node_name`, in the node's
+    /// Starts the VPC CNI's ipamd (`aws-k8s-agent`, unmodified) on the node, in the node's
     /// network and mount namespaces (so its fixed paths, `/var/run/aws-node/ipam.json` and
     /// `/var/log/aws-routed-eni/`, are the node's own), waits (120 s) until its introspection
     /// (127.0.0.1:61679) lists ENIs, then writes its conflist as the `aws-node` image's
     /// entrypoint does (`10-aws.conflist`: `aws-cni` → `egress-cni` → `portmap`, that image's
     /// defaults for an IPv4 cluster). Errors: ipamd exited (with the end of its log) or timed
     /// out.
-    pub fn start_vpc_cni(&self, node_name: &str) -> Result<()> {
-        let s = self.state()?;
-        let node = s.node(node_name)?.clone();
-        let extra = self.saved_agent_env(&node);
+    pub fn start_vpc_cni(&self) -> Result<()> {
+        let node = self.record()?;
+        let extra = self.saved_agent_env();
         let conflist = node.cni_conf_dir().join(VPC_CNI_CONFLIST);
         let _ = fs::remove_file(&conflist);
         let _ = fs::remove_file(node.cni_conf_dir().join(CONFLIST));
@@ -163,13 +165,16 @@ impl Lab {
         }
         c.arg(node.dir.join("bin/aws-k8s-agent"));
         let role = format!("agent {}", node.name);
-        let log = self.logs().join(format!("{}.log", role.replace(' ', "-")));
-        let p = self.start_process(&role, c, &node.place())?;
+        let log = self
+            .lab()
+            .logs()
+            .join(format!("{}.log", role.replace(' ', "-")));
+        let p = self.lab().processes().start(&role, c, &node.place())?;
         wait_for(
             &format!("the VPC CNI's ipamd on {} to serve", node.name),
             Duration::from_secs(120),
             || {
-                if let Ok((200, _)) = self.agent_get(&node.name, "/v1/enis") {
+                if let Ok((200, _)) = self.agent_get("/v1/enis") {
                     return Ok(Some(()));
                 }
                 if !p.alive() {

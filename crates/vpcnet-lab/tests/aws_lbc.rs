@@ -18,9 +18,10 @@ use std::time::{Duration, Instant};
 
 use common::{wait_until, with_kube_lab};
 use vpcnet_elbv2::HealthState;
+use vpcnet_lab::cloud::Api;
 use vpcnet_lab::kube::aws_lbc::{self, AwsLbcOptions};
 use vpcnet_lab::kube::targets::{gated_httpd_manifest, httpd_nlb};
-use vpcnet_lab::lab::{Api, Lab};
+use vpcnet_lab::lab::Lab;
 
 const KEY: &str = "AKIDTESTAWSLBC";
 const GATE: &str = "target-health.elbv2.k8s.aws/web";
@@ -28,6 +29,7 @@ const GATE: &str = "target-health.elbv2.k8s.aws/web";
 /// Live (not deleting) web pods: (IP, Ready, gate True).
 fn live_pods(lab: &Lab) -> Vec<(Option<Ipv4Addr>, bool, bool)> {
     let v = lab
+        .kube()
         .kubectl()
         .unwrap()
         .json(&["get", "pods", "-n", "default", "-l", "app=web"])
@@ -53,7 +55,8 @@ fn live_pods(lab: &Lab) -> Vec<(Option<Ipv4Addr>, bool, bool)> {
 }
 
 fn targets(lab: &Lab) -> Vec<(Ipv4Addr, HealthState)> {
-    lab.target_health("web")
+    lab.lbs()
+        .target_health("web")
         .unwrap()
         .into_iter()
         .map(|h| (h.target.id.parse().unwrap(), h.state))
@@ -105,17 +108,18 @@ fn aws_load_balancer_controller_registers_the_bindings_pods_as_healthy_targets()
                 "aws-load-balancer-controller for the lab (scripts/test.sh builds it with \
                  scripts/build-aws-lbc.sh)",
             );
-            let l = lab.create_lb(&httpd_nlb("web")).unwrap();
-            lab.install_targetgroupbinding_crd().unwrap();
-            lab.install_aws_lbc_crds(&bin).unwrap();
+            let l = lab.lbs().create_lb(&httpd_nlb("web")).unwrap();
+            lab.targets_controller().install_crd().unwrap();
+            lab.aws_lbc().install_crds(&bin).unwrap();
             let mut o = AwsLbcOptions::new(bin);
             o.access_key = Some(KEY.into());
             let _log = LogOnPanic(lab.dir.join("logs").join(format!("{}.log", o.role)));
-            let _ctl = lab.start_aws_lbc(&o).unwrap();
-            lab.wait_aws_lbc_started(&o.role, Duration::from_secs(90))
+            let _ctl = lab.aws_lbc().start(&o).unwrap();
+            lab.aws_lbc()
+                .wait_started(&o.role, Duration::from_secs(90))
                 .unwrap();
 
-            let k = lab.kubectl().unwrap();
+            let k = lab.kube().kubectl().unwrap();
             let t0 = Instant::now();
             k.apply(&gated_httpd_manifest("web", 4, 1, &l.target_group.arn))
                 .unwrap();
@@ -129,6 +133,7 @@ fn aws_load_balancer_controller_registers_the_bindings_pods_as_healthy_targets()
                 t0.elapsed()
             );
             let r = lab
+                .lbs()
                 .load("web", "n1", "/", 4, Duration::from_secs(3))
                 .unwrap();
             assert_eq!(r.errors, 0, "{r:?}");
@@ -145,8 +150,9 @@ fn aws_load_balancer_controller_registers_the_bindings_pods_as_healthy_targets()
 
             // A write is logged once the lab cloud's data plane applied it, so a target can show
             // `draining` a moment before its DeregisterTargets is in the log.
-            let calls = || -> Vec<vpcnet_lab::lab::RequestRecord> {
-                lab.requests()
+            let calls = || -> Vec<vpcnet_lab::cloud::RequestRecord> {
+                lab.cloud()
+                    .requests()
                     .unwrap()
                     .records
                     .into_iter()

@@ -104,7 +104,7 @@ fn bandwidth_annotations_are_enforced_and_pod_ipv6_is_off_only_with_the_settings
             o.agent_env.push(("DISABLE_POD_V6".into(), "true".into()));
         },
         |lab: &Lab| {
-            let k = lab.kubectl().unwrap();
+            let k = lab.kube().kubectl().unwrap();
             let n = node(lab);
             let node_name = n.k8s_name.clone();
             assert_eq!(chain(&n), ["vpcnet-cni", "portmap", "bandwidth", "tuning"]);
@@ -133,10 +133,11 @@ fn bandwidth_annotations_are_enforced_and_pod_ipv6_is_off_only_with_the_settings
             assert_eq!(pod_disable_ipv6(&k, "shaped"), ["1", "1", "1"]);
 
             // Negative control: the agent restarted without the settings.
-            lab.set_agent_env("n1", &[("VPCNET_RECONCILE_INTERVAL".into(), "2".into())])
+            lab.node("n1")
+                .set_agent_env(&[("VPCNET_RECONCILE_INTERVAL".into(), "2".into())])
                 .unwrap();
-            lab.stop_agent("n1").unwrap();
-            lab.start_agent("n1").unwrap();
+            lab.node("n1").stop_agent().unwrap();
+            lab.node("n1").start_agent().unwrap();
             assert_eq!(chain(&n), ["vpcnet-cni", "portmap"]);
             let ip = run_shaped_pod(&k, "plain", &node_name);
             let veth = host_veth(&n, ip).expect("a host veth routes to the pod");

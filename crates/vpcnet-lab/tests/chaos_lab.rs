@@ -97,15 +97,16 @@ fn chaos(lab: &Lab, ops: u32, kills: u32, seed: u64) {
         let result = std::thread::scope(|s| {
             let worker = s.spawn(|| {
                 if start {
-                    lab.run("n1", std::slice::from_ref(&id))
+                    lab.containers()
+                        .run("n1", std::slice::from_ref(&id))
                         .map(|mut v| Some(v.remove(0).ip))
                 } else {
-                    lab.remove_container(&id).map(|()| None)
+                    lab.containers().remove(&id).map(|()| None)
                 }
             });
             if kill {
                 std::thread::sleep(delay);
-                assert!(lab.kill_agent("n1").unwrap(), "no agent to kill");
+                assert!(lab.node("n1").kill_agent().unwrap(), "no agent to kill");
                 let checkpoint = node.checkpoint_path();
                 let what = match damage {
                     0 => {
@@ -127,7 +128,9 @@ fn chaos(lab: &Lab, ops: u32, kills: u32, seed: u64) {
                     "op {op}: SIGKILL {delay:?} into the {} of {id}; {what}; route to {unrouted:?} deleted",
                     if start { "start" } else { "removal" }
                 );
-                lab.start_agent("n1").expect("agent restarts after SIGKILL");
+                lab.node("n1")
+                    .start_agent()
+                    .expect("agent restarts after SIGKILL");
             }
             worker.join().unwrap()
         });
@@ -166,6 +169,7 @@ fn chaos(lab: &Lab, ops: u32, kills: u32, seed: u64) {
     // Settled with containers running: runtime, checkpoint, agent and EC2 agree.
     let live: BTreeMap<String, Ipv4Addr> = lab
         .containers()
+        .list()
         .unwrap()
         .into_iter()
         .map(|c| (c.id, c.ip))
@@ -189,7 +193,7 @@ fn chaos(lab: &Lab, ops: u32, kills: u32, seed: u64) {
     // Remove everything: nothing held, nothing left on the node.
     let ids: Vec<String> = running.keys().cloned().collect();
     for id in ids {
-        lab.remove_container(&id).unwrap();
+        lab.containers().remove(&id).unwrap();
         fig.removes += 1;
         running.remove(&id);
     }
@@ -283,7 +287,7 @@ fn check_once(lab: &Lab, node: &NodeRecord, want: &BTreeMap<Ipv4Addr, String>) -
             return Some(format!("{ip} held by {}, runs in {suffix}", held[ip]));
         }
     }
-    let (code, body) = match lab.agent_get("n1", vpcnet_introspection::ENIS) {
+    let (code, body) = match lab.node("n1").agent_get(vpcnet_introspection::ENIS) {
         Ok(r) => r,
         Err(e) => return Some(format!("introspection: {e:#}")),
     };

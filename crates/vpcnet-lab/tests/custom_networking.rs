@@ -27,6 +27,7 @@ const CONDITION: &str = "vpcnet.io/ENIConfigResolved";
 
 fn create_group(lab: &Lab, vpc: &str, name: &str) -> String {
     let xml = lab
+        .cloud()
         .ec2(
             "CreateSecurityGroup",
             &[
@@ -50,7 +51,7 @@ fn ingress(lab: &Lab, action: &str, sg: &str, proto: &str, port: &str, cidr: &st
         p.push(("IpPermissions.1.FromPort", port));
         p.push(("IpPermissions.1.ToPort", port));
     }
-    lab.ec2(action, &p).unwrap();
+    lab.cloud().ec2(action, &p).unwrap();
 }
 
 fn eniconfig(k: &Kubectl, name: &str, subnet: &str, sg: &str) {
@@ -150,7 +151,8 @@ fn pod_seen_from_outside(k: &Kubectl, name: &str, port: u16) -> Ipv4Addr {
 
 /// The node's ENIs as EC2 has them: (ENI ID, subnet ID, groups, device index), attached ones.
 fn node_enis(lab: &Lab, node: &NodeRecord) -> Vec<(String, String, Vec<String>, u32)> {
-    lab.enis()
+    lab.cloud()
+        .enis()
         .unwrap()
         .into_iter()
         .filter_map(|e| {
@@ -188,7 +190,7 @@ fn reconcile_count(node: &NodeRecord) -> f64 {
 }
 
 fn agent_doc(lab: &Lab, node: &str, path: &str) -> Value {
-    let (code, body) = lab.agent_get(node, path).unwrap();
+    let (code, body) = lab.node(node).agent_get(path).unwrap();
     assert_eq!(code, 200, "{body}");
     serde_json::from_str(&body).unwrap()
 }
@@ -197,9 +199,9 @@ fn agent_doc(lab: &Lab, node: &str, path: &str) -> Value {
 fn restart_agent(lab: &Lab, node: &str, extra: &[(&str, &str)]) {
     let mut env: Vec<(String, String)> = lab_agent_env();
     env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    lab.stop_agent(node).unwrap();
-    lab.set_agent_env(node, &env).unwrap();
-    lab.start_agent(node).unwrap();
+    lab.node(node).stop_agent().unwrap();
+    lab.node(node).set_agent_env(&env).unwrap();
+    lab.node(node).start_agent().unwrap();
 }
 
 /// The agent environment every node starts with in this test.
@@ -227,7 +229,7 @@ fn two_zones_eniconfigs_security_groups_and_the_outside_network() {
             o.cluster_endpoint = true;
         },
         |lab| {
-            let k = lab.kubectl().unwrap();
+            let k = lab.kube().kubectl().unwrap();
             let st = lab.state().unwrap();
             let n1 = st.node("n1").unwrap().clone();
             let n2 = st.node("n2").unwrap().clone();
@@ -239,7 +241,7 @@ fn two_zones_eniconfigs_security_groups_and_the_outside_network() {
                 (n1.zone.as_str(), n2.zone.as_str()),
                 ("us-east-1a", "us-east-1b")
             );
-            let vpc_xml = lab.ec2("DescribeVpcs", &[]).unwrap();
+            let vpc_xml = lab.cloud().ec2("DescribeVpcs", &[]).unwrap();
             let vpc = xml_first(&vpc_xml, "vpcId");
             assert!(
                 xml_all(&vpc_xml, "cidrBlock").contains(&"100.64.0.0/16".to_string()),
@@ -343,6 +345,7 @@ fn two_zones_eniconfigs_security_groups_and_the_outside_network() {
                 }
                 // EC2 lists them in that subnet with the group.
                 let xml = lab
+                    .cloud()
                     .ec2(
                         "DescribeNetworkInterfaces",
                         &[
@@ -441,6 +444,7 @@ fn two_zones_eniconfigs_security_groups_and_the_outside_network() {
             // The pod's ENI has its own route table (device index + 1, as the VPC CNI numbers
             // them) whose default route is the pod subnet's router on that ENI.
             let owner = lab
+                .cloud()
                 .enis()
                 .unwrap()
                 .into_iter()
@@ -610,7 +614,7 @@ fn two_zones_eniconfigs_security_groups_and_the_outside_network() {
             assert_eq!(node_enis(lab, &n2), n2_enis);
             assert_eq!(running_ip(&k, "web-b1"), Some(ip_b));
             assert!(http_get(&n1.netns, ip_b, 80).is_ok());
-            assert_eq!(lab.agent_get("n2", "/healthz").unwrap().0, 200);
+            assert_eq!(lab.node("n2").agent_get("/healthz").unwrap().0, 200);
             // Removing the annotation: the label's ENIConfig again, the new ENI in pods-b.
             k.run(&[
                 "annotate",

@@ -13,7 +13,8 @@ use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use vpcnet_lab::lab::{ContainerInfo, Lab, UpOptions};
+use vpcnet_lab::containers::ContainerInfo;
+use vpcnet_lab::lab::{Lab, UpOptions};
 use vpcnet_lab::state::NodeRecord;
 
 mod common;
@@ -83,8 +84,8 @@ fn demo_twelve_containers_use_secondary_enis_and_talk() {
         |_| {},
         |lab| {
             let node = node(lab);
-            let names = lab.next_names(12).unwrap();
-            let started = lab.run("n1", &names).unwrap();
+            let names = lab.containers().next_names(12).unwrap();
+            let started = lab.containers().run("n1", &names).unwrap();
             assert_eq!(started.len(), 12);
 
             // Every container IP is a secondary IP of an ENI attached to this node, per EC2.
@@ -126,14 +127,17 @@ fn demo_twelve_containers_use_secondary_enis_and_talk() {
                 (s, "10.0.1.1".parse().unwrap()),
             ] {
                 assert!(
-                    lab.ping(&from.id, to).unwrap(),
+                    lab.containers().ping(&from.id, to).unwrap(),
                     "ping {} ({}) -> {to}",
                     from.id,
                     from.ip
                 );
             }
             if let Some(s2) = on_secondary.get(1) {
-                assert!(lab.ping(&s.id, s2.ip).unwrap(), "same secondary ENI ping");
+                assert!(
+                    lab.containers().ping(&s.id, s2.ip).unwrap(),
+                    "same secondary ENI ping"
+                );
             }
 
             // Kernel state for the pod on a secondary ENI.
@@ -143,7 +147,7 @@ fn demo_twelve_containers_use_secondary_enis_and_talk() {
             // namespace (as with the VPC CNI, DEL leaves it to that teardown, which the kernel
             // runs asynchronously); the IP cools down in the pool.
             let veth = host_veth(&node, s.ip).unwrap();
-            lab.remove_container(&s.id).unwrap();
+            lab.containers().remove(&s.id).unwrap();
             assert!(
                 host_veth(&node, s.ip).is_none(),
                 "host route left after DEL"
@@ -183,12 +187,16 @@ fn del_with_agent_down_removes_datapath_and_restart_reclaims_the_ip() {
         },
         |lab| {
             let node = node(lab);
-            let c = lab.run("n1", &["a1".to_string()]).unwrap().remove(0);
+            let c = lab
+                .containers()
+                .run("n1", &["a1".to_string()])
+                .unwrap()
+                .remove(0);
             let veth = host_veth(&node, c.ip).expect("datapath before");
             assert!(checkpoint(&node).assignments.iter().any(|a| a.ip == c.ip));
 
-            lab.stop_agent("n1").unwrap();
-            lab.remove_container("a1").unwrap();
+            lab.node("n1").stop_agent().unwrap();
+            lab.containers().remove("a1").unwrap();
             assert!(
                 host_veth(&node, c.ip).is_none(),
                 "route left with the agent down"
@@ -203,15 +211,22 @@ fn del_with_agent_down_removes_datapath_and_restart_reclaims_the_ip() {
                 || !ipn(&node, &["-o", "link"]).contains(&format!("{veth}@")),
             );
 
-            lab.start_agent("n1").unwrap();
+            lab.node("n1").start_agent().unwrap();
             wait_until(
                 "the restarted agent reclaims the IP",
                 Duration::from_secs(30),
                 || !checkpoint(&node).assignments.iter().any(|a| a.ip == c.ip),
             );
             // Reusable: a new container gets an address and a working datapath.
-            let c2 = lab.run("n1", &["a2".to_string()]).unwrap().remove(0);
-            assert!(lab.ping("a2", node.primary_ip.parse().unwrap()).unwrap());
+            let c2 = lab
+                .containers()
+                .run("n1", &["a2".to_string()])
+                .unwrap()
+                .remove(0);
+            assert!(lab
+                .containers()
+                .ping("a2", node.primary_ip.parse().unwrap())
+                .unwrap());
             assert!(host_veth(&node, c2.ip).is_some());
         },
     );
@@ -236,7 +251,7 @@ fn fifty_containers_in_parallel_get_distinct_ips_and_datapaths() {
                     >= 60
             });
             let names: Vec<String> = (1..=50).map(|i| format!("p{i}")).collect();
-            let started = lab.run("n1", &names).unwrap();
+            let started = lab.containers().run("n1", &names).unwrap();
             let ips: BTreeSet<Ipv4Addr> = started.iter().map(|c| c.ip).collect();
             assert_eq!(ips.len(), 50, "distinct IPs");
             let enis = describe_node_enis(lab, &node);
@@ -259,7 +274,7 @@ fn fifty_containers_in_parallel_get_distinct_ips_and_datapaths() {
                 );
             }
             assert!(
-                lab.ping("p1", started[49].ip).unwrap(),
+                lab.containers().ping("p1", started[49].ip).unwrap(),
                 "first and last pod talk"
             );
         },
@@ -277,8 +292,8 @@ fn prefix_delegation_pods_route_through_the_fabric() {
         |lab| {
             let node = node(lab);
             let names: Vec<String> = (1..=3).map(|i| format!("x{i}")).collect();
-            let started = lab.run("n1", &names).unwrap();
-            let enis = lab.enis().unwrap();
+            let started = lab.containers().run("n1", &names).unwrap();
+            let enis = lab.cloud().enis().unwrap();
             for c in &started {
                 let in_prefix = enis.iter().any(|e| {
                     e.attachment
@@ -294,12 +309,19 @@ fn prefix_delegation_pods_route_through_the_fabric() {
             }
             // The router's reply to a prefix address is routed by the fabric to its ENI.
             assert!(
-                lab.ping("x1", "10.0.1.1".parse().unwrap()).unwrap(),
+                lab.containers()
+                    .ping("x1", "10.0.1.1".parse().unwrap())
+                    .unwrap(),
                 "pod -> VPC router"
             );
-            assert!(lab.ping("x1", started[2].ip).unwrap(), "pod -> pod");
             assert!(
-                lab.ping("x2", node.primary_ip.parse().unwrap()).unwrap(),
+                lab.containers().ping("x1", started[2].ip).unwrap(),
+                "pod -> pod"
+            );
+            assert!(
+                lab.containers()
+                    .ping("x2", node.primary_ip.parse().unwrap())
+                    .unwrap(),
                 "pod -> node"
             );
         },
@@ -313,11 +335,19 @@ fn two_nodes_pods_reach_each_other_across_the_fabric() {
         |o| o.nodes = 2,
         |lab| {
             let s = lab.state().unwrap();
-            let a = lab.run("n1", &["a1".to_string()]).unwrap().remove(0);
-            let b = lab.run("n2", &["b1".to_string()]).unwrap().remove(0);
-            let enis = lab.enis().unwrap();
+            let a = lab
+                .containers()
+                .run("n1", &["a1".to_string()])
+                .unwrap()
+                .remove(0);
+            let b = lab
+                .containers()
+                .run("n2", &["b1".to_string()])
+                .unwrap()
+                .remove(0);
+            let enis = lab.cloud().enis().unwrap();
             for (c, n) in [(&a, "n1"), (&b, "n2")] {
-                let owner = Lab::owner(&enis, c.ip).expect("IP on an ENI");
+                let owner = vpcnet_lab::cloud::owner(&enis, c.ip).expect("IP on an ENI");
                 assert_eq!(
                     owner.instance_id,
                     s.node(n).unwrap().instance_id,
@@ -325,10 +355,19 @@ fn two_nodes_pods_reach_each_other_across_the_fabric() {
                     c.ip
                 );
             }
-            assert!(lab.ping("a1", b.ip).unwrap(), "pod on n1 -> pod on n2");
-            assert!(lab.ping("b1", a.ip).unwrap(), "pod on n2 -> pod on n1");
+            assert!(
+                lab.containers().ping("a1", b.ip).unwrap(),
+                "pod on n1 -> pod on n2"
+            );
+            assert!(
+                lab.containers().ping("b1", a.ip).unwrap(),
+                "pod on n2 -> pod on n1"
+            );
             let n1_ip = s.node("n1").unwrap().primary_ip.parse().unwrap();
-            assert!(lab.ping("b1", n1_ip).unwrap(), "pod on n2 -> node n1");
+            assert!(
+                lab.containers().ping("b1", n1_ip).unwrap(),
+                "pod on n2 -> node n1"
+            );
         },
     );
 }
@@ -392,10 +431,14 @@ fn detached_eni_disappears_from_the_node_and_the_fabric() {
             let vpc = s.namespaces[0].clone();
             // With one pod, eth0 has fewer free IPs than one ENI's worth: WARM_ENI_TARGET=1 makes
             // the agent attach a warm secondary ENI. Wait for it.
-            let pod = lab.run("n1", &["w1".to_string()]).unwrap().remove(0);
+            let pod = lab
+                .containers()
+                .run("n1", &["w1".to_string()])
+                .unwrap()
+                .remove(0);
             let mut warm = None;
             wait_until("a warm secondary ENI", Duration::from_secs(30), || {
-                warm = lab.enis().unwrap().into_iter().find(|e| {
+                warm = lab.cloud().enis().unwrap().into_iter().find(|e| {
                     e.attachment.as_ref().is_some_and(|a| {
                         a.instance_id == node.instance_id
                             && a.device_index > 0
@@ -455,7 +498,9 @@ fn detached_eni_disappears_from_the_node_and_the_fabric() {
             );
             // The pod on eth0 is unaffected.
             assert!(
-                lab.ping("w1", "10.0.1.1".parse().unwrap()).unwrap(),
+                lab.containers()
+                    .ping("w1", "10.0.1.1".parse().unwrap())
+                    .unwrap(),
                 "pod {} -> router",
                 pod.ip
             );
@@ -513,12 +558,12 @@ fn traffic_leaving_the_vpc_is_snated_to_the_node_ip_and_vpc_traffic_keeps_the_po
                 ipn(&node, &["rule", "show"])
             );
 
-            lab.run("n1", &["s1".to_string()]).unwrap();
+            lab.containers().run("n1", &["s1".to_string()]).unwrap();
             wait_until(
                 "a warm secondary ENI with a free address",
                 Duration::from_secs(20),
                 || {
-                    lab.enis().unwrap().iter().any(|e| {
+                    lab.cloud().enis().unwrap().iter().any(|e| {
                         !e.secondary_ips.is_empty()
                             && e.attachment.as_ref().is_some_and(|a| {
                                 a.instance_id == node.instance_id
@@ -528,8 +573,13 @@ fn traffic_leaving_the_vpc_is_snated_to_the_node_ip_and_vpc_traffic_keeps_the_po
                     })
                 },
             );
-            let pod = lab.run("n1", &["s2".to_string()]).unwrap().remove(0);
-            let owner = Lab::owner(&lab.enis().unwrap(), pod.ip).expect("pod IP on an ENI");
+            let pod = lab
+                .containers()
+                .run("n1", &["s2".to_string()])
+                .unwrap()
+                .remove(0);
+            let owner = vpcnet_lab::cloud::owner(&lab.cloud().enis().unwrap(), pod.ip)
+                .expect("pod IP on an ENI");
             assert!(
                 owner.device_index > 0,
                 "{} is on a secondary ENI (device {})",
@@ -577,14 +627,19 @@ fn traffic_leaving_the_vpc_is_snated_to_the_node_ip_and_vpc_traffic_keeps_the_po
             // fabric's source/destination check drops the node IP on eth1's port), so the
             // echo comes back.
             assert!(
-                lab.ping("s2", outside.parse().unwrap()).unwrap(),
+                lab.containers()
+                    .ping("s2", outside.parse().unwrap())
+                    .unwrap(),
                 "pod on eth{} -> {outside}",
                 owner.device_index
             );
             assert!(nft_count(&vpc, "snatprobe", "node-outside") >= 1);
             assert_eq!(nft_count(&vpc, "snatprobe", "pod-outside"), 0);
             // Inside the VPC: the pod's own address.
-            assert!(lab.ping("s2", "10.0.1.1".parse().unwrap()).unwrap());
+            assert!(lab
+                .containers()
+                .ping("s2", "10.0.1.1".parse().unwrap())
+                .unwrap());
             assert!(nft_count(&vpc, "snatprobe", "pod-router") >= 1);
             assert_eq!(nft_count(&vpc, "snatprobe", "node-router"), 0);
             // The SNAT rule in the node counted the connection.
@@ -644,7 +699,10 @@ fn traffic_leaving_the_vpc_is_snated_to_the_node_ip_and_vpc_traffic_keeps_the_po
                         && ipn(&node, &["rule", "show"]).contains("fwmark 0x80/0x80 lookup main")
                 },
             );
-            assert!(lab.ping("s2", outside.parse().unwrap()).unwrap());
+            assert!(lab
+                .containers()
+                .ping("s2", outside.parse().unwrap())
+                .unwrap());
         },
     );
 }

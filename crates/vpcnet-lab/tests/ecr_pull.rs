@@ -55,12 +55,12 @@ fn a_private_ecr_image_is_pulled_through_ecr_credential_provider_and_not_without
         "ecr",
         |o| o.nodes = 2,
         |lab| {
-            let (_reg, creds) = lab.start_registry(&reg_bin).expect("registry");
+            let (_reg, creds) = lab.registry().start(&reg_bin).expect("registry");
             let s = lab.state().unwrap();
             let (n1, n2) = (&s.nodes[0], &s.nodes[1]);
-            lab.push_to_registry(n1, &creds).expect("push");
+            lab.registry().push(n1, &creds).expect("push");
             for n in &s.nodes {
-                lab.use_registry(n).unwrap();
+                lab.registry().use_on(n).unwrap();
             }
             // n1's kubelet runs with the flags vpcnet-bootstrap wrote.
             let argv = std::fs::read_to_string(n1.dir.join("kubelet.cmdline")).unwrap();
@@ -71,6 +71,7 @@ fn a_private_ecr_image_is_pulled_through_ecr_credential_provider_and_not_without
             );
             // Negative control: n2's kubelet without them.
             let dropped = lab
+                .kube()
                 .restart_kubelet_without(
                     &n2.name,
                     &[
@@ -81,7 +82,7 @@ fn a_private_ecr_image_is_pulled_through_ecr_credential_provider_and_not_without
                 .unwrap();
             assert_eq!(dropped.len(), 2, "{dropped:?}");
 
-            let k = lab.kubectl().unwrap();
+            let k = lab.kube().kubectl().unwrap();
             k.apply(&pod_manifest("ecr-with", &n1.name)).unwrap();
             k.apply(&pod_manifest("ecr-without", &n2.name)).unwrap();
 

@@ -21,7 +21,7 @@ fn condition(k: &Kubectl, node: &str) -> Option<(String, String, String)> {
 }
 
 fn eniconfig_doc(lab: &Lab) -> Value {
-    let (code, body) = lab.agent_get("n1", "/v1/eniconfig").unwrap();
+    let (code, body) = lab.node("n1").agent_get("/v1/eniconfig").unwrap();
     assert_eq!(code, 200, "{body}");
     serde_json::from_str(&body).unwrap()
 }
@@ -47,7 +47,7 @@ fn a_missing_eniconfig_is_reported_on_the_node_and_creating_it_fills_the_pool() 
             o.cluster_endpoint = true;
         },
         |lab| {
-            let k = lab.kubectl().unwrap();
+            let k = lab.kube().kubectl().unwrap();
             let n = node(lab);
             let name = n.k8s_name.clone();
             // The CRD is installed and served.
@@ -81,7 +81,7 @@ fn a_missing_eniconfig_is_reported_on_the_node_and_creating_it_fills_the_pool() 
             let enis = describe_node_enis(lab, &n);
             assert_eq!(enis.len(), 1, "{enis:?}");
             assert!(enis[0].secondary_ips.is_empty(), "{enis:?}");
-            assert_eq!(lab.agent_get("n1", "/healthz").unwrap().0, 200);
+            assert_eq!(lab.node("n1").agent_get("/healthz").unwrap().0, 200);
 
             // A malformed annotation: named on the Node, nothing lost.
             k.run(&[
@@ -108,6 +108,7 @@ fn a_missing_eniconfig_is_reported_on_the_node_and_creating_it_fills_the_pool() 
             // Create the ENIConfig (the node's own subnet and security group): the pool fills
             // without touching the agent.
             let xml = lab
+                .cloud()
                 .ec2(
                     "DescribeNetworkInterfaces",
                     &[
@@ -142,7 +143,11 @@ fn a_missing_eniconfig_is_reported_on_the_node_and_creating_it_fills_the_pool() 
                 primary.secondary_ips.is_empty(),
                 "primary ENI unused: {enis:?}"
             );
-            let c = lab.run("n1", &["cn1".to_string()]).unwrap().remove(0);
+            let c = lab
+                .containers()
+                .run("n1", &["cn1".to_string()])
+                .unwrap()
+                .remove(0);
             let enis = describe_node_enis(lab, &n);
             let on = eni_of(&enis, c.ip)
                 .unwrap_or_else(|| panic!("pod address {} on no ENI: {enis:?}", c.ip));
@@ -184,7 +189,7 @@ fn a_missing_eniconfig_is_reported_on_the_node_and_creating_it_fills_the_pool() 
                         .is_some_and(|(s, _, m)| s == "True" && m.contains("pods-other"))
                 },
             );
-            assert_eq!(lab.agent_get("n1", "/healthz").unwrap().0, 200);
+            assert_eq!(lab.node("n1").agent_get("/healthz").unwrap().0, 200);
         },
     );
 }

@@ -34,24 +34,22 @@ fn a_node_in_imds_only_mode_runs_pods_without_calling_ec2() {
         "k8simds",
         |o| o.agent_env.push(("WARM_IP_TARGET".into(), "3".into())),
         |lab| {
-            let k = lab.kubectl().unwrap();
+            let k = lab.kube().kubectl().unwrap();
             let n = node(lab);
             wait_until("the pool provisioned", Duration::from_secs(60), || {
                 node_ips(lab).len() >= 3
             });
             let before = node_ips(lab);
 
-            lab.set_agent_env(
-                "n1",
-                &[
+            lab.node("n1")
+                .set_agent_env(&[
                     ("VPCNET_RECONCILE_INTERVAL".into(), "2".into()),
                     ("ENABLE_IMDS_ONLY_MODE".into(), "true".into()),
-                ],
-            )
-            .unwrap();
-            lab.stop_agent("n1").unwrap();
+                ])
+                .unwrap();
+            lab.node("n1").stop_agent().unwrap();
             let since = last_request_seq(lab);
-            lab.start_agent("n1").unwrap();
+            lab.node("n1").start_agent().unwrap();
 
             create_pod(&k, "imds-only", &n.k8s_name);
             let ip: Ipv4Addr = running_pod_ip(&k, "imds-only", Duration::from_secs(120))
@@ -65,14 +63,15 @@ fn a_node_in_imds_only_mode_runs_pods_without_calling_ec2() {
                 .into_iter()
                 .find(|e| e.device_index == Some(0))
                 .unwrap();
-            lab.ec2(
-                "AssignPrivateIpAddresses",
-                &[
-                    ("NetworkInterfaceId", primary.eni_id.as_str()),
-                    ("SecondaryPrivateIpAddressCount", "1"),
-                ],
-            )
-            .unwrap();
+            lab.cloud()
+                .ec2(
+                    "AssignPrivateIpAddresses",
+                    &[
+                        ("NetworkInterfaceId", primary.eni_id.as_str()),
+                        ("SecondaryPrivateIpAddressCount", "1"),
+                    ],
+                )
+                .unwrap();
             let after = node_ips(lab);
             let late = *after.iter().find(|ip| !before.contains(ip)).unwrap();
             // Enough pods to take every address attached before (those of running pods, ours
@@ -102,7 +101,8 @@ fn a_node_in_imds_only_mode_runs_pods_without_calling_ec2() {
             );
 
             let ec2: Vec<String> = lab
-                .node_requests("n1")
+                .node("n1")
+                .requests()
                 .unwrap()
                 .into_iter()
                 .filter(|r| r.seq > since && r.api == vpcnet_emu::Api::Ec2)

@@ -35,7 +35,7 @@ fn pods_get_addresses_of_their_nodes_enis_and_reach_each_other_and_the_service()
         "k8s",
         |o| o.nodes = 2,
         |lab| {
-            let k = lab.kubectl().unwrap();
+            let k = lab.kube().kubectl().unwrap();
             // Nodes: Ready, initialized by the cloud controller manager from EC2.
             let nodes = k.json(&["get", "nodes"]).unwrap();
             let state = lab.state().unwrap();
@@ -97,6 +97,7 @@ fn pods_get_addresses_of_their_nodes_enis_and_reach_each_other_and_the_service()
             ))
             .unwrap();
             let pods = lab
+                .workloads()
                 .wait_pods_ready("app=web", 12, Duration::from_secs(240))
                 .unwrap();
             let mut devices: BTreeSet<(String, u32)> = BTreeSet::new();
@@ -139,7 +140,7 @@ fn pods_get_addresses_of_their_nodes_enis_and_reach_each_other_and_the_service()
             });
             let ping = |a: &PodInfo, b: Ipv4Addr, what: &str| {
                 assert!(
-                    lab.pod_ping(&a.name, b).unwrap(),
+                    lab.workloads().pod_ping(&a.name, b).unwrap(),
                     "{what}: {} -> {b}",
                     a.name
                 );
@@ -153,8 +154,9 @@ fn pods_get_addresses_of_their_nodes_enis_and_reach_each_other_and_the_service()
             ping(&n1_other[0], n1.primary_ip.parse().unwrap(), "pod -> node");
 
             // The Service's ClusterIP through kube-proxy, from the node with fewer pods.
-            let svc = lab.service_ip("web").unwrap();
+            let svc = lab.workloads().service_ip("web").unwrap();
             let body = lab
+                .workloads()
                 .wait_http(&n2[0].name, svc, 80, Duration::from_secs(30))
                 .unwrap();
             assert!(body.starts_with("hello from web-"), "{body}");
@@ -168,10 +170,11 @@ fn deleting_a_pod_runs_cni_del_through_kubelet_and_cools_its_address_down() {
         "k8sdel",
         |_| {},
         |lab| {
-            let k = lab.kubectl().unwrap();
+            let k = lab.kube().kubectl().unwrap();
             k.apply(&httpd_manifest("del", 2, &Placement::default()))
                 .unwrap();
             let pods = lab
+                .workloads()
                 .wait_pods_ready("app=del", 2, Duration::from_secs(120))
                 .unwrap();
             let node = node(lab);
@@ -220,7 +223,8 @@ fn deleting_a_pod_runs_cni_del_through_kubelet_and_cools_its_address_down() {
                 cp.cooldowns
             );
             // The Deployment replaces the pod; the other keeps serving.
-            lab.wait_pods_ready("app=del", 2, Duration::from_secs(120))
+            lab.workloads()
+                .wait_pods_ready("app=del", 2, Duration::from_secs(120))
                 .unwrap();
         },
     );
@@ -233,20 +237,27 @@ fn without_the_api_server_the_agent_fills_its_pool_and_serves_add_and_del() {
         |_| {},
         |lab| {
             let node = node(lab);
-            assert_eq!(lab.stop_role("kube-apiserver").unwrap(), 1);
+            assert_eq!(lab.processes().stop_role("kube-apiserver").unwrap(), 1);
             // A fresh agent start with the API server gone: it must still fill the pool and
             // write the conflist (start_agent waits for it) ...
-            lab.stop_agent("n1").unwrap();
+            lab.node("n1").stop_agent().unwrap();
             std::fs::remove_file(node.checkpoint_path()).unwrap();
             let t0 = Instant::now();
-            lab.start_agent("n1").unwrap();
+            lab.node("n1").start_agent().unwrap();
             eprintln!("agent ready without the API server in {:?}", t0.elapsed());
             // ... and serve ADD and DEL, driven through containerd (ctr run --cni).
-            let c = lab.run("n1", &["noapi".to_string()]).unwrap().remove(0);
+            let c = lab
+                .containers()
+                .run("n1", &["noapi".to_string()])
+                .unwrap()
+                .remove(0);
             let enis = describe_node_enis(lab, &node);
             assert!(eni_of(&enis, c.ip).is_some(), "{} on an ENI", c.ip);
-            assert!(lab.ping("noapi", node.primary_ip.parse().unwrap()).unwrap());
-            lab.remove_container("noapi").unwrap();
+            assert!(lab
+                .containers()
+                .ping("noapi", node.primary_ip.parse().unwrap())
+                .unwrap());
+            lab.containers().remove("noapi").unwrap();
             assert!(host_veth(&node, c.ip).is_none(), "DEL removed the route");
             assert!(checkpoint(&node).cooldowns.iter().any(|x| x.ip == c.ip));
             let log = std::fs::read_to_string(lab.dir.join("logs/agent-n1.log")).unwrap();
@@ -305,13 +316,14 @@ fn a_control_plane_component_that_fails_is_named_and_everything_is_removed() {
 
 /// The agent's API client state (`/v1/apiserver`).
 fn api_status(lab: &Lab) -> serde_json::Value {
-    let (code, body) = lab.agent_get("n1", "/v1/apiserver").unwrap();
+    let (code, body) = lab.node("n1").agent_get("/v1/apiserver").unwrap();
     assert_eq!(code, 200, "{body}");
     serde_json::from_str(&body).unwrap()
 }
 
 fn agent_healthy(lab: &Lab) -> bool {
-    lab.agent_get("n1", "/healthz")
+    lab.node("n1")
+        .agent_get("/healthz")
         .map(|(c, _)| c == 200)
         .unwrap_or(false)
 }
@@ -329,11 +341,13 @@ fn cluster_endpoint_reaches_the_api_server_before_kube_proxy_and_ipam_never_wait
         |lab| {
             let t_up = Instant::now();
             // Ready without kube-proxy (lab up waited for it); pods get addresses.
-            lab.kubectl()
+            lab.kube()
+                .kubectl()
                 .unwrap()
                 .apply(&httpd_manifest("early", 3, &Placement::default()))
                 .unwrap();
-            lab.wait_pods_ready("app=early", 3, Duration::from_secs(120))
+            lab.workloads()
+                .wait_pods_ready("app=early", 3, Duration::from_secs(120))
                 .unwrap();
             eprintln!(
                 "without kube-proxy: 3 pods Ready {:?} after the node",
@@ -350,7 +364,7 @@ fn cluster_endpoint_reaches_the_api_server_before_kube_proxy_and_ipam_never_wait
             let hold = Duration::from_secs(30).saturating_sub(started.elapsed().unwrap());
             std::thread::sleep(hold);
             let kp = Instant::now();
-            lab.start_kube_proxy("n1").unwrap();
+            lab.kube().start_kube_proxy("n1").unwrap();
             wait_until(
                 "the agent connects through the Service",
                 Duration::from_secs(60),
@@ -365,21 +379,19 @@ fn cluster_endpoint_reaches_the_api_server_before_kube_proxy_and_ipam_never_wait
             assert!(after >= 29_000, "connected only after kube-proxy: {s}");
 
             // With CLUSTER_ENDPOINT: the API server directly, at the first attempt.
-            let cp = lab.control_plane().unwrap();
+            let cp = lab.kube().control_plane().unwrap();
             let set = |v: &str| {
-                lab.stop_agent("n1").unwrap();
-                lab.set_agent_env(
-                    "n1",
-                    &[
+                lab.node("n1").stop_agent().unwrap();
+                lab.node("n1")
+                    .set_agent_env(&[
                         ("VPCNET_RECONCILE_INTERVAL".into(), "2".into()),
                         ("CLUSTER_ENDPOINT".into(), v.into()),
-                    ],
-                )
-                .unwrap();
-                lab.start_agent("n1").unwrap();
+                    ])
+                    .unwrap();
+                lab.node("n1").start_agent().unwrap();
                 // Restarted: its introspection listens a moment later.
                 wait_until("the agent answers", Duration::from_secs(10), || {
-                    lab.agent_get("n1", "/v1/apiserver").is_ok()
+                    lab.node("n1").agent_get("/v1/apiserver").is_ok()
                 });
             };
             set(&cp.endpoint());
@@ -418,8 +430,13 @@ fn cluster_endpoint_reaches_the_api_server_before_kube_proxy_and_ipam_never_wait
             assert!(agent_healthy(lab));
             let log = std::fs::read_to_string(&agent_log).unwrap();
             assert!(log.contains("CLUSTER_ENDPOINT"), "logged");
-            let c = lab.run("n1", &["late".to_string()]).unwrap().remove(0);
+            let c = lab
+                .containers()
+                .run("n1", &["late".to_string()])
+                .unwrap()
+                .remove(0);
             assert!(lab
+                .containers()
                 .ping("late", node(lab).primary_ip.parse().unwrap())
                 .unwrap());
             assert!(c.ip.octets()[0] == 10);

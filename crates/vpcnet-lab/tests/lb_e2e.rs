@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use common::{sh, wait_until, with_lab};
 use vpcnet_elbv2::{HealthCheck, HealthState, LoadBalancerType};
-use vpcnet_lab::lab::{ContainerInfo, Lab};
+use vpcnet_lab::containers::ContainerInfo;
+use vpcnet_lab::lab::Lab;
 use vpcnet_lab::lbctl::{LabLb, LbSettings};
 use vpcnet_lab::procs::ProcRecord;
 use vpcnet_lab::web::httpd_command;
@@ -24,7 +25,8 @@ const UNHEALTHY: u32 = 2;
 const DELAY: u32 = 10;
 
 fn state_of(lab: &Lab, lb: &str, ip: Ipv4Addr) -> Option<(HealthState, Option<String>)> {
-    lab.target_health(lb)
+    lab.lbs()
+        .target_health(lb)
         .unwrap()
         .into_iter()
         .find(|h| h.target.id == ip.to_string())
@@ -35,6 +37,7 @@ fn state_of(lab: &Lab, lb: &str, ip: Ipv4Addr) -> Option<(HealthState, Option<St
 /// returns the targets that answered.
 fn answered_by(lab: &Lab, from: &str, secs: u64) -> Vec<String> {
     let r = lab
+        .lbs()
         .load("web", from, "/", 4, Duration::from_secs(secs))
         .unwrap();
     eprintln!("{r:?}");
@@ -99,12 +102,18 @@ fn network_load_balancer_carries_traffic_checks_health_and_drains() {
             let port = 8080;
             let serve = |id: &str| httpd_command(id, port);
             let mut cs = lab
+                .containers()
                 .run_with("n1", &["c1".into(), "c2".into()], &serve)
                 .unwrap();
-            cs.extend(lab.run_with("n2", &["c3".into()], &serve).unwrap());
+            cs.extend(
+                lab.containers()
+                    .run_with("n2", &["c3".into()], &serve)
+                    .unwrap(),
+            );
             let ip = |id: &str| cs.iter().find(|c| c.id == id).unwrap().ip;
 
             let l = lab
+                .lbs()
                 .create_lb(&LbSettings {
                     name: "web".into(),
                     lb_type: LoadBalancerType::Network,
@@ -148,14 +157,16 @@ fn network_load_balancer_carries_traffic_checks_health_and_drains() {
             *kept = Some(haproxy.clone());
 
             // three targets by IP: initial until HEALTHY checks pass, then healthy
-            lab.register("web", &["c1".into(), "c2".into(), "c3".into()])
+            lab.lbs()
+                .register("web", &["c1".into(), "c2".into(), "c3".into()])
                 .unwrap();
-            let h = lab.target_health("web").unwrap();
+            let h = lab.lbs().target_health("web").unwrap();
             assert_eq!(h.len(), 3);
             assert!(h.iter().all(|t| t.state == HealthState::Initial), "{h:?}");
             let t0 = Instant::now();
             wait_until("three healthy targets", Duration::from_secs(40), || {
-                lab.target_health("web")
+                lab.lbs()
+                    .target_health("web")
                     .unwrap()
                     .iter()
                     .all(|t| t.state == HealthState::Healthy)
@@ -199,7 +210,7 @@ fn network_load_balancer_carries_traffic_checks_health_and_drains() {
                 assert!(streams.len() < 4, "roundrobin never chose c1");
             };
             rest.clear();
-            lab.deregister("web", &["c1".into()]).unwrap();
+            lab.lbs().deregister("web", &["c1".into()]).unwrap();
             let drained = Instant::now();
             assert_eq!(
                 state_of(lab, "web", ip("c1")).map(|(s, r)| (s, r.unwrap_or_default())),
@@ -238,6 +249,7 @@ fn network_load_balancer_carries_traffic_checks_health_and_drains() {
 
             // deleting a load balancer removes its HAProxy and namespace at once
             let tmp = lab
+                .lbs()
                 .create_lb(&LbSettings {
                     name: "tmp".into(),
                     lb_type: LoadBalancerType::Network,
@@ -257,7 +269,7 @@ fn network_load_balancer_carries_traffic_checks_health_and_drains() {
             let ns = s.namespaces.last().cloned().unwrap();
             assert!(ns.ends_with("-lb2"), "{ns}");
             assert_eq!(tmp.lb.name, "tmp");
-            lab.delete_lb("tmp").unwrap();
+            lab.lbs().delete("tmp").unwrap();
             assert!(!p.alive(), "haproxy of a deleted load balancer stopped");
             let s = lab.state().unwrap();
             assert!(

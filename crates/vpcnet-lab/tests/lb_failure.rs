@@ -34,6 +34,7 @@ fn a_failed_haproxy_leaves_nothing_and_the_load_balancer_says_why() {
         |lab| {
             let before = lab.state().unwrap();
             let e = lab
+                .lbs()
                 .create_lb(&LbSettings {
                     name: "web".into(),
                     lb_type: LoadBalancerType::Network,

@@ -33,7 +33,8 @@ fn card_enis(lab: &Lab, instance_id: &str, card: u32) -> usize {
 
 /// The network card of the ENI holding `ip` as a secondary address.
 fn card_of(lab: &Lab, ip: Ipv4Addr) -> Option<u32> {
-    lab.enis()
+    lab.cloud()
+        .enis()
         .unwrap()
         .into_iter()
         .find(|e| e.secondary_ips.contains(&ip))
@@ -66,7 +67,7 @@ fn a_multi_homed_pod_gets_an_interface_on_the_card_1_eni() {
             o.agent_env.push(("WARM_IP_TARGET".into(), "2".into()));
         },
         |lab| {
-            let k = lab.kubectl().unwrap();
+            let k = lab.kube().kubectl().unwrap();
             let n = node(lab);
             let vpc = lab.state().unwrap().namespaces[0].clone();
             // Card 1 has a warm pool of its own: the agent attaches an ENI there.
@@ -111,7 +112,7 @@ fn a_multi_homed_pod_gets_an_interface_on_the_card_1_eni() {
             assert!(
                 node_rules.iter().any(|r| r.contains("lookup 10100")),
                 "{node_rules:?} {:#?}",
-                lab.enis().unwrap()
+                lab.cloud().enis().unwrap()
             );
             let t10100 = ipn(&n, &["-4", "route", "show", "table", "10100"]);
             assert!(t10100.contains("default via"), "{t10100}");

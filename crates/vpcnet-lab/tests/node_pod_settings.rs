@@ -44,7 +44,8 @@ fn running(k: &Kubectl, names: &[String]) -> usize {
 
 /// The node's pool-growth EC2 calls after request `after_seq`.
 fn growth_calls(lab: &Lab, after_seq: u64) -> Vec<String> {
-    lab.node_requests("n1")
+    lab.node("n1")
+        .requests()
         .unwrap()
         .into_iter()
         .filter(|r| r.seq > after_seq && GROWTH.contains(&r.action.as_str()))
@@ -66,7 +67,7 @@ fn pod_ip_annotation_and_no_eni_management_while_cordoned() {
             o.cluster_endpoint = true;
         },
         |lab| {
-            let k = lab.kubectl().unwrap();
+            let k = lab.kube().kubectl().unwrap();
             let n = node(lab);
             let name = n.k8s_name.clone();
 
@@ -77,16 +78,14 @@ fn pod_ip_annotation_and_no_eni_management_while_cordoned() {
             assert_eq!(got, ip.as_str(), "{ANNOTATION} of pod annotated");
 
             // Negative control: the same agent without the setting annotates nothing.
-            lab.set_agent_env(
-                "n1",
-                &[
+            lab.node("n1")
+                .set_agent_env(&[
                     ("VPCNET_RECONCILE_INTERVAL".into(), "2".into()),
                     ("WARM_IP_TARGET".into(), "1".into()),
-                ],
-            )
-            .unwrap();
-            lab.stop_agent("n1").unwrap();
-            lab.start_agent("n1").unwrap();
+                ])
+                .unwrap();
+            lab.node("n1").stop_agent().unwrap();
+            lab.node("n1").start_agent().unwrap();
             create_pod(&k, "plain", &name);
             running_pod_ip(&k, "plain", Duration::from_secs(120));
             let plain = pod_json(&k, "plain");
@@ -134,7 +133,7 @@ fn pod_ip_annotation_and_no_eni_management_while_cordoned() {
             );
             let up = running(&k, &names);
             assert!(up <= 1, "{up} pods got addresses while the pool had 1 free");
-            assert_eq!(lab.agent_get("n1", "/healthz").unwrap().0, 200);
+            assert_eq!(lab.node("n1").agent_get("/healthz").unwrap().0, 200);
 
             // Uncordoned: the pool grows to a second ENI and every pod runs.
             k.run(&["uncordon", &name]).unwrap();

@@ -46,10 +46,11 @@ fn pods_run_on_secondary_ips_while_the_subnet_has_no_free_28() {
             o.agent_env.push(("VPCNET_PREFIX_RETRY".into(), "3".into()));
         },
         |lab| {
-            let k = lab.kubectl().unwrap();
+            let k = lab.kube().kubectl().unwrap();
             let n = node(lab);
             let name = n.k8s_name.clone();
             let subnet = lab
+                .cloud()
                 .enis()
                 .unwrap()
                 .into_iter()
@@ -69,7 +70,7 @@ fn pods_run_on_secondary_ips_while_the_subnet_has_no_free_28() {
                 None,
                 "no fallback yet"
             );
-            let taken = lab.fragment_subnet(&subnet, true).unwrap();
+            let taken = lab.cloud().fragment_subnet(&subnet, true).unwrap();
             assert!(!taken.is_empty());
             let prefixes = addresses(lab, &n.instance_id).1;
 
@@ -101,7 +102,7 @@ fn pods_run_on_secondary_ips_while_the_subnet_has_no_free_28() {
 
             // /28 blocks again: the next retry gets a prefix (the pool is short of a whole
             // free prefix, WARM_PREFIX_TARGET=1), and the Node says so.
-            lab.fragment_subnet(&subnet, false).unwrap();
+            lab.cloud().fragment_subnet(&subnet, false).unwrap();
             wait_until("the condition True", Duration::from_secs(120), || {
                 node_condition(&k, &name, CONDITION)
                     .is_some_and(|c| c.0 == "True" && c.1 == "PrefixesAssigned")

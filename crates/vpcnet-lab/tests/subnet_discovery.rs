@@ -18,15 +18,16 @@ use common::*;
 const ROLE: &str = "kubernetes.io/role/cni";
 
 fn tag(lab: &Lab, subnet: &str, key: &str, value: &str) {
-    lab.ec2(
-        "CreateTags",
-        &[
-            ("ResourceId.1", subnet),
-            ("Tag.1.Key", key),
-            ("Tag.1.Value", value),
-        ],
-    )
-    .unwrap();
+    lab.cloud()
+        .ec2(
+            "CreateTags",
+            &[
+                ("ResourceId.1", subnet),
+                ("Tag.1.Key", key),
+                ("Tag.1.Value", value),
+            ],
+        )
+        .unwrap();
 }
 
 /// Takes all but `leave` free addresses of `subnet` with unattached ENIs (at most 50
@@ -34,6 +35,7 @@ fn tag(lab: &Lab, subnet: &str, key: &str, value: &str) {
 fn fill(lab: &Lab, subnet: &str, leave: u32) {
     let free = || -> u32 {
         let xml = lab
+            .cloud()
             .ec2("DescribeSubnets", &[("SubnetId.1", subnet)])
             .unwrap();
         xml_first(&xml, "availableIpAddressCount").parse().unwrap()
@@ -45,7 +47,7 @@ fn fill(lab: &Lab, subnet: &str, leave: u32) {
         if take > 1 {
             p.push(("SecondaryPrivateIpAddressCount", secondaries.as_str()));
         }
-        lab.ec2("CreateNetworkInterface", &p).unwrap();
+        lab.cloud().ec2("CreateNetworkInterface", &p).unwrap();
     }
     assert_eq!(free(), leave);
 }
@@ -83,7 +85,8 @@ fn a_full_node_subnet_puts_the_next_eni_in_the_tagged_subnet_of_the_zone() {
             // cluster tag keeps the ENI out of it.
             fill(lab, &pods_a2, 246);
             let enis_of = |node: &str| {
-                lab.enis()
+                lab.cloud()
+                    .enis()
                     .unwrap()
                     .into_iter()
                     .filter(|e| e.attachment.as_ref().is_some_and(|a| a.instance_id == node))
@@ -96,8 +99,8 @@ fn a_full_node_subnet_puts_the_next_eni_in_the_tagged_subnet_of_the_zone() {
             );
 
             // Ten containers on n1: nine fit the primary ENI; the pool grows a second ENI.
-            let names = lab.next_names(10).unwrap();
-            let cs = lab.run("n1", &names).unwrap();
+            let names = lab.containers().next_names(10).unwrap();
+            let cs = lab.containers().run("n1", &names).unwrap();
             // The pool keeps a whole ENI's worth free (WARM_ENI_TARGET=1), so it may go on to
             // a third ENI: every new one is in pods-a2.
             wait_until("n1's second ENI", Duration::from_secs(60), || {
@@ -113,7 +116,7 @@ fn a_full_node_subnet_puts_the_next_eni_in_the_tagged_subnet_of_the_zone() {
             );
             for s in [&pods_a, &pods_a3, &pods_b] {
                 assert!(
-                    lab.enis().unwrap().iter().all(|e| &e.subnet_id != s
+                    lab.cloud().enis().unwrap().iter().all(|e| &e.subnet_id != s
                         || e.attachment
                             .as_ref()
                             .is_none_or(|a| a.instance_id != n1.instance_id)),
@@ -127,24 +130,25 @@ fn a_full_node_subnet_puts_the_next_eni_in_the_tagged_subnet_of_the_zone() {
 
             // Reachable across zones through the VPC router, both ways.
             let other = lab
-                .run("n2", &lab.next_names(1).unwrap())
+                .containers()
+                .run("n2", &lab.containers().next_names(1).unwrap())
                 .unwrap()
                 .remove(0);
             assert!(
-                lab.ping(&pod.id, other.ip).unwrap(),
+                lab.containers().ping(&pod.id, other.ip).unwrap(),
                 "{} -> {}",
                 pod.ip,
                 other.ip
             );
             assert!(
-                lab.ping(&other.id, pod.ip).unwrap(),
+                lab.containers().ping(&other.id, pod.ip).unwrap(),
                 "{} -> {}",
                 other.ip,
                 pod.ip
             );
             let gw: Ipv4Addr = pods_a2_cidr.hosts().next().unwrap();
             assert!(
-                lab.ping(&pod.id, gw).unwrap(),
+                lab.containers().ping(&pod.id, gw).unwrap(),
                 "{} -> its subnet's router {gw}",
                 pod.ip
             );

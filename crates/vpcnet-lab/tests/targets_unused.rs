@@ -21,13 +21,15 @@ const HTTP_PORT: u16 = 61785;
 
 fn health(lab: &Lab, arn: &str) -> Vec<TargetHealth> {
     let arn = arn.to_string();
-    lab.elbv2(move |elb| async move { Ok(elb.target_health(&arn, &[]).await?) })
+    lab.lbs()
+        .elbv2(move |elb| async move { Ok(elb.target_health(&arn, &[]).await?) })
         .unwrap()
 }
 
 /// Live (not terminating) web pods: (name, IP, version, the gate condition).
 fn live_pods(lab: &Lab) -> Vec<(String, Option<Ipv4Addr>, String, serde_json::Value)> {
     let v = lab
+        .kube()
         .kubectl()
         .unwrap()
         .json(&["get", "pods", "-n", "default", "-l", "app=web"])
@@ -57,7 +59,7 @@ fn live_pods(lab: &Lab) -> Vec<(String, Option<Ipv4Addr>, String, serde_json::Va
 }
 
 fn rollout(lab: &Lab, arn: &str, version: u32, timeout: &str) -> Duration {
-    let k = lab.kubectl().unwrap();
+    let k = lab.kube().kubectl().unwrap();
     let t0 = Instant::now();
     k.apply(&gated_httpd_manifest("web", 2, version, arn))
         .unwrap();
@@ -81,6 +83,7 @@ fn rollout(lab: &Lab, arn: &str, version: u32, timeout: &str) -> Duration {
 
 fn in_use_condition(lab: &Lab) -> serde_json::Value {
     let b = lab
+        .kube()
         .kubectl()
         .unwrap()
         .json(&["get", "targetgroupbinding", "-n", "default", "web"])
@@ -94,6 +97,7 @@ fn in_use_condition(lab: &Lab) -> serde_json::Value {
 /// Events on the binding with `reason` (core v1 view): (type, message).
 fn binding_events(lab: &Lab, reason: &str) -> Vec<(String, String)> {
     let v = lab
+        .kube()
         .kubectl()
         .unwrap()
         .json(&[
@@ -141,18 +145,20 @@ fn a_gated_rollout_on_a_target_group_no_load_balancer_uses_completes_and_says_wh
         |lab| {
             // The inactive group of a blue/green pair: a target group, no load balancer.
             let settings = httpd_nlb("web");
-            let tg = lab.create_target_group(&settings).unwrap();
+            let tg = lab.lbs().create_target_group(&settings).unwrap();
             assert!(tg.load_balancer_arns.is_empty(), "{tg:?}");
-            lab.install_targetgroupbinding_crd().unwrap();
-            lab.start_targets_controller(&TargetsOptions {
-                role: ROLE.into(),
-                resync_seconds: 10,
-                http_port: HTTP_PORT,
-                extra_args: vec!["--leader-elect=false".into()],
-                ..Default::default()
-            })
-            .unwrap();
-            lab.wait_targets_synced(ROLE, Duration::from_secs(30))
+            lab.targets_controller().install_crd().unwrap();
+            lab.targets_controller()
+                .start(&TargetsOptions {
+                    role: ROLE.into(),
+                    resync_seconds: 10,
+                    http_port: HTTP_PORT,
+                    extra_args: vec!["--leader-elect=false".into()],
+                    ..Default::default()
+                })
+                .unwrap();
+            lab.targets_controller()
+                .wait_synced(ROLE, Duration::from_secs(30))
                 .unwrap();
 
             // 1. The first pods and a rollout to v2 both complete: the gates open although no
@@ -215,7 +221,7 @@ fn a_gated_rollout_on_a_target_group_no_load_balancer_uses_completes_and_says_wh
             // 2. A load balancer starts using the group (the switch of a blue/green pair): the
             //    targets turn healthy, the condition True with a Normal Event, and the next
             //    rollout's gates open only on healthy.
-            let lb = lab.create_lb_for(&settings, &tg.arn).unwrap();
+            let lb = lab.lbs().create_lb_for(&settings, &tg.arn).unwrap();
             wait_until(
                 "the binding's TargetGroupInUse condition True",
                 Duration::from_secs(60),
@@ -241,6 +247,7 @@ fn a_gated_rollout_on_a_target_group_no_load_balancer_uses_completes_and_says_wh
                 );
             }
             let r = lab
+                .lbs()
                 .load(&lb.lb.name, "n1", "/", 2, Duration::from_secs(2))
                 .unwrap();
             assert_eq!(r.errors, 0, "{r:?}");

@@ -12,8 +12,9 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use vpcnet_ipam::vpc_cni::VpcCniCheckpoint;
+use vpcnet_lab::cloud::{Api, RequestRecord};
 use vpcnet_lab::kube::workload::{httpd_manifest, Placement, PodInfo};
-use vpcnet_lab::lab::{Api, Lab, RequestRecord};
+use vpcnet_lab::lab::Lab;
 use vpcnet_lab::state::{NodeCni, NodeRecord};
 
 mod common;
@@ -27,7 +28,8 @@ use reachability::{FastPinger, NetlinkMonitor, PathGap, PingCount, Prober};
 /// ipamd's requests among a node's (the Go SDK's user agent; vpcnet-bootstrap's and
 /// vpcnet-agent's are the Rust SDK's or none).
 fn ipamd_requests(lab: &Lab, node: &str) -> Vec<RequestRecord> {
-    lab.node_requests(node)
+    lab.node(node)
+        .requests()
         .unwrap()
         .into_iter()
         .filter(|r| {
@@ -94,7 +96,7 @@ fn the_vpc_cni_runs_a_node_whose_pods_get_eni_addresses_and_every_cloud_call_suc
             let n1 = node(lab);
             assert_eq!(n1.cni, NodeCni::VpcCni);
             assert!(n1.cni_conf_dir().join("10-aws.conflist").exists());
-            let k = lab.kubectl().unwrap();
+            let k = lab.kube().kubectl().unwrap();
             let nodes = k.json(&["get", "nodes"]).unwrap();
             assert!(
                 nodes.to_string().contains(&n1.k8s_name),
@@ -110,9 +112,11 @@ fn the_vpc_cni_runs_a_node_whose_pods_get_eni_addresses_and_every_cloud_call_suc
             k.apply(&httpd_manifest("peer", 4, &only("n1"))).unwrap();
             k.apply(&httpd_manifest("ours", 1, &only("n2"))).unwrap();
             let peer = lab
+                .workloads()
                 .wait_pods_ready("app=peer", 4, Duration::from_secs(240))
                 .unwrap();
             let ours = lab
+                .workloads()
                 .wait_pods_ready("app=ours", 1, Duration::from_secs(120))
                 .unwrap()
                 .remove(0);
@@ -138,18 +142,25 @@ fn the_vpc_cni_runs_a_node_whose_pods_get_eni_addresses_and_every_cloud_call_suc
             // Across plugins and nodes, both ways; the node itself; HTTP.
             let p0 = &peer[0];
             assert!(
-                lab.pod_ping(&p0.name, ours.ip.unwrap()).unwrap(),
+                lab.workloads()
+                    .pod_ping(&p0.name, ours.ip.unwrap())
+                    .unwrap(),
                 "VPC CNI pod -> vpcnet pod"
             );
             assert!(
-                lab.pod_ping(&ours.name, p0.ip.unwrap()).unwrap(),
+                lab.workloads()
+                    .pod_ping(&ours.name, p0.ip.unwrap())
+                    .unwrap(),
                 "vpcnet pod -> VPC CNI pod"
             );
             assert!(
-                lab.pod_ping(&peer[1].name, p0.ip.unwrap()).unwrap(),
+                lab.workloads()
+                    .pod_ping(&peer[1].name, p0.ip.unwrap())
+                    .unwrap(),
                 "same node"
             );
             let body = lab
+                .workloads()
                 .wait_http(&ours.name, p0.ip.unwrap(), 80, Duration::from_secs(30))
                 .unwrap();
             assert!(body.starts_with("hello from peer-"), "{body}");
@@ -181,7 +192,8 @@ fn the_vpc_cni_runs_a_node_whose_pods_get_eni_addresses_and_every_cloud_call_suc
 
 /// Running pods of `app`, by name.
 fn running(lab: &Lab, app: &str, count: usize) -> BTreeMap<String, Ipv4Addr> {
-    lab.wait_pods_ready(&format!("app={app}"), count, Duration::from_secs(240))
+    lab.workloads()
+        .wait_pods_ready(&format!("app={app}"), count, Duration::from_secs(240))
         .unwrap()
         .into_iter()
         .map(|p: PodInfo| (p.name, p.ip.unwrap()))
@@ -200,7 +212,8 @@ fn delete_and_check_gone(
 ) {
     let veth = host_veth(node, ip).expect("host route to the pod before DEL");
     assert!(!rules_for(node, ip).is_empty(), "rules for {ip} before DEL");
-    lab.kubectl()
+    lab.kube()
+        .kubectl()
         .unwrap()
         .run(&["delete", "pod", "-n", "default", name, "--wait=true"])
         .unwrap();
@@ -241,7 +254,7 @@ fn check_no_leak(lab: &Lab, node: &NodeRecord, pods: &BTreeMap<String, Ipv4Addr>
     for ip in &ips {
         assert!(eni_of(&enis, *ip).is_some(), "{ip} on no ENI of the node");
     }
-    let all = lab.enis().unwrap();
+    let all = lab.cloud().enis().unwrap();
     let loose: Vec<&str> = all
         .iter()
         .filter(|e| e.attachment.is_none())
@@ -336,7 +349,7 @@ fn a_vpc_cni_node_with_running_pods_swaps_to_vpcnet_and_back_in_place() {
         |o| o.cni = vec![("n1".into(), NodeCni::VpcCni)],
         |lab| {
             let n1 = node(lab);
-            let k = lab.kubectl().unwrap();
+            let k = lab.kube().kubectl().unwrap();
             let only = Placement {
                 only_node: Some("n1".into()),
                 ..Default::default()
@@ -372,8 +385,8 @@ fn a_vpc_cni_node_with_running_pods_swaps_to_vpcnet_and_back_in_place() {
 
             // For comparison, the VPC CNI restarting on its own (see check_vpc_cni_start).
             let restart = watch(&prober, &vpc_ns, &n1, &all, "restart the VPC CNI", || {
-                lab.stop_agent("n1").unwrap();
-                lab.start_agent("n1").unwrap();
+                lab.node("n1").stop_agent().unwrap();
+                lab.node("n1").start_agent().unwrap();
             });
             check_vpc_cni_start(&restart);
 
@@ -381,7 +394,7 @@ fn a_vpc_cni_node_with_running_pods_swaps_to_vpcnet_and_back_in_place() {
             // loses a ping and the kernel records no reply-path gap.
             let t0 = Instant::now();
             let swap = watch(&prober, &vpc_ns, &n1, &all, "swap to vpcnet", || {
-                lab.swap_cni("n1", NodeCni::Vpcnet).unwrap();
+                lab.node("n1").swap_cni(NodeCni::Vpcnet).unwrap();
             });
             eprintln!("swapped to vpcnet in {:?}", t0.elapsed());
             assert_eq!(swap.gaps, vec![], "vpcnet's start cut a reply path");
@@ -437,7 +450,7 @@ fn a_vpc_cni_node_with_running_pods_swaps_to_vpcnet_and_back_in_place() {
                 &still,
                 "roll back to the VPC CNI",
                 || {
-                    lab.swap_cni("n1", NodeCni::VpcCni).unwrap();
+                    lab.node("n1").swap_cni(NodeCni::VpcCni).unwrap();
                 },
             );
             check_vpc_cni_start(&rollback);

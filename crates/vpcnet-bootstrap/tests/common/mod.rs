@@ -10,12 +10,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use vpcnet_bootstrap::cloud::{AwsEc2, AwsEks, CloudError, Imds};
-use vpcnet_bootstrap::facts::{under_root, Host};
+use vpcnet_bootstrap::facts::Host;
+use vpcnet_bootstrap::node_files::under_root;
 use vpcnet_bootstrap::startup::RecordingSystem;
 use vpcnet_bootstrap::{Adapters, BootstrapError};
 use vpcnet_ec2::{CreateEni, Ec2Options, StaticCredentials};
 use vpcnet_emu::{ActionFaults, EksClusterSpec, EmuServer, Emulator, InstanceInfo, RunInstance};
 use vpcnet_limits::InstanceLimits;
+
+pub mod golden_case;
 
 /// Seed of every test cloud, so IDs, MACs and addresses (and the golden files) are stable.
 pub const SEED: u64 = 20_240_601;

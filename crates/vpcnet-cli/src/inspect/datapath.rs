@@ -2,7 +2,8 @@
 
 use vpcnet_introspection::{DatapathDoc, Finding};
 
-use super::{pod_name, row, short, table};
+use super::table;
+use super::tables::{pod_name, row, short};
 
 /// A summary line, the node's prerequisite findings, then one row per pod finding (healthy
 /// pods are counted, not listed), then the repairs since start. Ages relative to `now_ms`.

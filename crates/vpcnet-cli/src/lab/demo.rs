@@ -37,7 +37,7 @@ pub fn run(opts: &UpOptions, count: usize) -> Result<()> {
 }
 
 fn steps(lab: &Lab, count: usize) -> Result<usize> {
-    let kubectl = lab.kubectl()?;
+    let kubectl = lab.kube().kubectl()?;
     // Most pods on n1 (within 8 of the other nodes), so n1 needs more addresses than its
     // primary ENI's secondary IPs and pods on a second ENI appear.
     let placement = Placement {
@@ -49,7 +49,9 @@ fn steps(lab: &Lab, count: usize) -> Result<usize> {
         "creating Deployment {APP} ({count} busybox httpd pods, image imported on each node) and Service {APP}"
     ));
     kubectl.apply(&httpd_manifest(APP, count as u32, &placement))?;
-    let pods = lab.wait_pods_ready(&format!("app={APP}"), count, Duration::from_secs(240))?;
+    let pods =
+        lab.workloads()
+            .wait_pods_ready(&format!("app={APP}"), count, Duration::from_secs(240))?;
     println!();
     print!("{}", kubectl.run(&["get", "nodes", "-o", "wide"])?);
     println!();
@@ -58,7 +60,7 @@ fn steps(lab: &Lab, count: usize) -> Result<usize> {
         kubectl.run(&["get", "pods", "-o", "wide", "-l", &format!("app={APP}")])?
     );
     println!();
-    let enis = lab.enis()?;
+    let enis = lab.cloud().enis()?;
     let s = lab.state()?;
     let lab_node = |k8s: &str| {
         s.nodes
@@ -67,10 +69,10 @@ fn steps(lab: &Lab, count: usize) -> Result<usize> {
             .map(|n| n.name.clone())
             .unwrap_or_else(|| k8s.to_string())
     };
-    let mut placed: Vec<(PodInfo, String, Option<vpcnet_lab::lab::Owner>)> = pods
+    let mut placed: Vec<(PodInfo, String, Option<vpcnet_lab::cloud::Owner>)> = pods
         .into_iter()
         .map(|p| {
-            let owner = p.ip.and_then(|ip| Lab::owner(&enis, ip));
+            let owner = p.ip.and_then(|ip| vpcnet_lab::cloud::owner(&enis, ip));
             let node = lab_node(&p.node);
             (p, node, owner)
         })
@@ -144,7 +146,7 @@ fn steps(lab: &Lab, count: usize) -> Result<usize> {
     Ok(failed)
 }
 
-type Placed = (PodInfo, String, Option<vpcnet_lab::lab::Owner>);
+type Placed = (PodInfo, String, Option<vpcnet_lab::cloud::Owner>);
 
 fn ping_result(r: Result<bool>) -> Result<String> {
     match r {
@@ -169,7 +171,7 @@ fn connectivity(lab: &Lab, placed: &[Placed]) -> Result<Vec<Check>> {
         from: label(a),
         to: target(b),
         result: match b.0.ip {
-            Some(ip) => ping_result(lab.pod_ping(&a.0.name, ip)),
+            Some(ip) => ping_result(lab.workloads().pod_ping(&a.0.name, ip)),
             None => Err(anyhow::anyhow!("{} has no IP", b.0.name)),
         },
     };
@@ -198,16 +200,17 @@ fn connectivity(lab: &Lab, placed: &[Placed]) -> Result<Vec<Check>> {
             kind: "pod -> node",
             from: label(a),
             to: format!("{} {ip}", a.1),
-            result: ping_result(lab.pod_ping(&a.0.name, ip)),
+            result: ping_result(lab.workloads().pod_ping(&a.0.name, ip)),
         });
     }
-    let svc = lab.service_ip(APP)?;
+    let svc = lab.workloads().service_ip(APP)?;
     if let Some(a) = n2.or(placed.first()) {
         checks.push(Check {
             kind: "pod -> ClusterIP (HTTP)",
             from: label(a),
             to: format!("service {APP} {svc}:80"),
             result: lab
+                .workloads()
                 .wait_http(&a.0.name, svc, 80, Duration::from_secs(30))
                 .map(|body| body.trim().to_string()),
         });

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use anyhow::Result;
 use clap::Args as ClapArgs;
+use vpcnet_lab::cloud::{Api, RequestRecord};
 use vpcnet_lab::lab::Lab;
-use vpcnet_lab::lab::{Api, RequestRecord};
 
 use vpcnet_introspection::text::table;
 
@@ -31,8 +31,8 @@ pub struct Args {
 pub fn run(a: &Args) -> Result<()> {
     let lab = Lab::open(&a.name.name)?;
     let mut records = match &a.node {
-        Some(n) => lab.node_requests(n)?,
-        None => lab.requests()?.records,
+        Some(n) => lab.node(n).requests()?,
+        None => lab.cloud().requests()?.records,
     };
     if a.failed {
         records.retain(|r| !r.ok());

@@ -4,12 +4,16 @@
 use std::collections::BTreeMap;
 
 use super::balancers::{CreateListener, CreateLoadBalancer};
+use super::describe::{
+    describe_listeners, describe_load_balancers, describe_tags, describe_target_groups,
+    describe_target_health, target_groups,
+};
 use super::error::{self, revalidate, ElbError};
-use super::health::{self, TargetHealth, Usage};
-use super::model::{Elbv2Model, LbType, Protocol, TargetGroup, TargetType};
+use super::health_check::HealthCheckInput;
+use super::model::{Elbv2Model, LbType, Protocol, TargetType};
 use super::plane::LoadBalancerPlane;
-use super::render::{self, HealthRow};
-use super::targets::{CreateTargetGroup, HealthCheckInput, TargetInput};
+use super::render;
+use super::targets::{CreateTargetGroup, TargetInput};
 use crate::model::Cloud;
 use crate::query::filter::page;
 use crate::query::params::Params;
@@ -114,7 +118,7 @@ fn empty(action: &str, ctx: &Ctx) -> String {
     render::respond(action, ctx.request_id, |_| {})
 }
 
-fn req<'a>(p: &'a Params, name: &str) -> Result<&'a str, ElbError> {
+pub(super) fn req<'a>(p: &'a Params, name: &str) -> Result<&'a str, ElbError> {
     p.required(name).map_err(revalidate)
 }
 
@@ -134,7 +138,7 @@ fn opt_port(p: &Params, name: &str) -> Result<Option<u16>, ElbError> {
 }
 
 /// `name.member.N` strings.
-fn list(p: &Params, name: &str) -> Result<Vec<String>, ElbError> {
+pub(super) fn list(p: &Params, name: &str) -> Result<Vec<String>, ElbError> {
     p.strings(&format!("{name}.member")).map_err(revalidate)
 }
 
@@ -151,7 +155,7 @@ fn key_values(p: &Params, name: &str) -> Result<Vec<(String, String)>, ElbError>
         .collect()
 }
 
-fn targets(p: &Params) -> Result<Vec<TargetInput>, ElbError> {
+pub(super) fn targets(p: &Params) -> Result<Vec<TargetInput>, ElbError> {
     p.structs("Targets.member")
         .into_iter()
         .map(|(k, m)| {
@@ -172,7 +176,10 @@ fn protocol(p: &Params, name: &str) -> Result<Option<Protocol>, ElbError> {
 }
 
 /// The `Marker` / `PageSize` (1..=400) page of `items` (keyed in a stable order).
-fn paged<T>(p: &Params, items: Vec<(String, T)>) -> Result<(Vec<T>, Option<String>), ElbError> {
+pub(super) fn paged<T>(
+    p: &Params,
+    items: Vec<(String, T)>,
+) -> Result<(Vec<T>, Option<String>), ElbError> {
     let size = opt_u32(p, "PageSize")?;
     if size.is_some_and(|s| !(1..=400).contains(&s)) {
         return Err(error::validation("PageSize must be between 1 and 400"));
@@ -185,7 +192,7 @@ fn paged<T>(p: &Params, items: Vec<(String, T)>) -> Result<(Vec<T>, Option<Strin
     })
 }
 
-fn next_marker(x: &mut Xml, m: Option<String>) {
+pub(super) fn next_marker(x: &mut Xml, m: Option<String>) {
     if let Some(m) = m {
         x.leaf("NextMarker", m);
     }
@@ -260,46 +267,6 @@ fn create_load_balancer(p: &Params, ctx: &mut Ctx) -> Result<String, ElbError> {
     }))
 }
 
-fn describe_load_balancers(p: &Params, ctx: &mut Ctx) -> Result<String, ElbError> {
-    let arns = list(p, "LoadBalancerArns")?;
-    let names = list(p, "Names")?;
-    if !arns.is_empty() && !names.is_empty() {
-        return Err(error::validation(
-            "Specify either LoadBalancerArns or Names, not both",
-        ));
-    }
-    let m = &*ctx.model;
-    for a in &arns {
-        m.load_balancer(a)?;
-    }
-    for n in &names {
-        if !m.load_balancers.values().any(|l| l.name == *n) {
-            return Err(ElbError::new(
-                "LoadBalancerNotFound",
-                format!("Load balancers '[{n}]' not found"),
-            ));
-        }
-    }
-    let items = m
-        .load_balancers
-        .values()
-        .filter(|l| arns.is_empty() || arns.contains(&l.arn))
-        .filter(|l| names.is_empty() || names.contains(&l.name))
-        .map(|l| (l.arn.clone(), l))
-        .collect();
-    let (lbs, marker) = paged(p, items)?;
-    Ok(render::respond(
-        "DescribeLoadBalancers",
-        ctx.request_id,
-        |x| {
-            render::members(x, "LoadBalancers", lbs, |x, lb| {
-                render::load_balancer(x, &ctx.clock, lb)
-            });
-            next_marker(x, marker);
-        },
-    ))
-}
-
 fn health_input(p: &Params) -> Result<HealthCheckInput, ElbError> {
     Ok(HealthCheckInput {
         enabled: p.bool("HealthCheckEnabled").map_err(revalidate)?,
@@ -346,55 +313,6 @@ fn create_target_group(p: &Params, ctx: &mut Ctx) -> Result<String, ElbError> {
         },
     )?;
     Ok(target_groups("CreateTargetGroup", ctx, &[arn], None))
-}
-
-fn target_groups(action: &str, ctx: &Ctx, arns: &[String], marker: Option<String>) -> String {
-    let m = &*ctx.model;
-    let tgs: Vec<&TargetGroup> = arns.iter().filter_map(|a| m.target_groups.get(a)).collect();
-    render::respond(action, ctx.request_id, |x| {
-        render::members(x, "TargetGroups", tgs, |x, tg| {
-            render::target_group(x, tg, &m.load_balancers_of(&tg.arn))
-        });
-        next_marker(x, marker);
-    })
-}
-
-fn describe_target_groups(p: &Params, ctx: &mut Ctx) -> Result<String, ElbError> {
-    let lb = p.get("LoadBalancerArn");
-    let arns = list(p, "TargetGroupArns")?;
-    let names = list(p, "Names")?;
-    let given =
-        usize::from(lb.is_some()) + usize::from(!arns.is_empty()) + usize::from(!names.is_empty());
-    if given > 1 {
-        return Err(error::validation(
-            "Specify only one of LoadBalancerArn, TargetGroupArns and Names",
-        ));
-    }
-    let m = &*ctx.model;
-    if let Some(lb) = lb {
-        m.load_balancer(lb)?;
-    }
-    for a in &arns {
-        m.target_group(a)?;
-    }
-    for n in &names {
-        if !m.target_groups.values().any(|t| t.name == *n) {
-            return Err(ElbError::new(
-                "TargetGroupNotFound",
-                format!("Target groups '[{n}]' not found"),
-            ));
-        }
-    }
-    let items = m
-        .target_groups
-        .values()
-        .filter(|t| arns.is_empty() || arns.contains(&t.arn))
-        .filter(|t| names.is_empty() || names.contains(&t.name))
-        .filter(|t| lb.is_none_or(|lb| m.load_balancers_of(&t.arn).iter().any(|a| a == lb)))
-        .map(|t| (t.arn.clone(), t.arn.clone()))
-        .collect();
-    let (arns, marker) = paged(p, items)?;
-    Ok(target_groups("DescribeTargetGroups", ctx, &arns, marker))
 }
 
 fn create_listener(p: &Params, ctx: &mut Ctx) -> Result<String, ElbError> {
@@ -447,111 +365,8 @@ fn create_listener(p: &Params, ctx: &mut Ctx) -> Result<String, ElbError> {
     }))
 }
 
-fn describe_listeners(p: &Params, ctx: &mut Ctx) -> Result<String, ElbError> {
-    let lb = p.get("LoadBalancerArn");
-    let arns = list(p, "ListenerArns")?;
-    let m = &*ctx.model;
-    match (lb, arns.is_empty()) {
-        (None, true) => {
-            return Err(error::validation(
-                "You must specify either listener ARNs or a load balancer ARN",
-            ))
-        }
-        (Some(_), false) => {
-            return Err(error::validation(
-                "Specify either listener ARNs or a load balancer ARN, not both",
-            ))
-        }
-        (Some(lb), true) => {
-            m.load_balancer(lb)?;
-        }
-        (None, false) => {
-            if arns.iter().any(|a| !m.listeners.contains_key(a)) {
-                return Err(error::listener_not_found());
-            }
-        }
-    }
-    let items = m
-        .listeners
-        .values()
-        .filter(|l| lb.is_none_or(|lb| l.lb_arn == lb))
-        .filter(|l| arns.is_empty() || arns.contains(&l.arn))
-        .map(|l| (l.arn.clone(), l))
-        .collect();
-    let (ls, marker) = paged(p, items)?;
-    Ok(render::respond("DescribeListeners", ctx.request_id, |x| {
-        render::members(x, "Listeners", ls, render::listener);
-        next_marker(x, marker);
-    }))
-}
-
-fn describe_target_health(p: &Params, ctx: &mut Ctx) -> Result<String, ElbError> {
-    let arn = req(p, "TargetGroupArn")?;
-    let asked = targets(p)?;
-    let m = &*ctx.model;
-    let tg = m.target_group(arn)?;
-    let lbs = m.load_balancers_of(arn);
-    let zones: Vec<&str> = lbs
-        .iter()
-        .filter_map(|a| m.load_balancers.get(a))
-        .flat_map(|l| l.addresses.iter().map(|a| a.availability_zone.as_str()))
-        .collect();
-    let now = ctx.clock.now;
-    let reported_az = |r: &super::model::Registration| -> Option<String> {
-        r.availability_zone
-            .clone()
-            .or_else(|| ctx.cloud.instance(&r.id).map(|i| i.az.clone()))
-    };
-    let hc_port = |port: u16| match tg.health.port {
-        super::model::HealthCheckPort::TrafficPort => port.to_string(),
-        super::model::HealthCheckPort::Port(n) => n.to_string(),
-    };
-    let row = |r: &super::model::Registration| {
-        let az = reported_az(r);
-        let usage = Usage {
-            in_use: !lbs.is_empty(),
-            zone_enabled: az
-                .as_deref()
-                .is_none_or(|z| z == "all" || zones.contains(&z)),
-        };
-        let obs = ctx.plane.observe(arn, r.ip, r.port);
-        HealthRow {
-            id: r.id.clone(),
-            port: r.port,
-            availability_zone: az,
-            health_check_port: hc_port(r.port),
-            health: health::evaluate(r, &tg.health, usage, obs.as_ref(), now),
-        }
-    };
-    let rows: Vec<HealthRow> = if asked.is_empty() {
-        tg.targets.iter().map(row).collect()
-    } else {
-        asked
-            .iter()
-            .map(|t| {
-                let port = t.port.unwrap_or(tg.port);
-                match tg.targets.iter().find(|r| r.id == t.id && r.port == port) {
-                    Some(r) => row(r),
-                    None => HealthRow {
-                        id: t.id.clone(),
-                        port,
-                        availability_zone: t.availability_zone.clone(),
-                        health_check_port: hc_port(port),
-                        health: TargetHealth::not_registered(),
-                    },
-                }
-            })
-            .collect()
-    };
-    Ok(render::respond(
-        "DescribeTargetHealth",
-        ctx.request_id,
-        |x| render::members(x, "TargetHealthDescriptions", &rows, render::target_health),
-    ))
-}
-
 /// ResourceArns of AddTags / RemoveTags / DescribeTags: 1..=20.
-fn resource_arns(p: &Params) -> Result<Vec<String>, ElbError> {
+pub(super) fn resource_arns(p: &Params) -> Result<Vec<String>, ElbError> {
     let arns = list(p, "ResourceArns")?;
     if arns.is_empty() || arns.len() > 20 {
         return Err(error::validation(
@@ -589,19 +404,4 @@ fn change_tags(action: &str, p: &Params, ctx: &mut Ctx) -> Result<String, ElbErr
         *ctx.model.tags_mut(&a)? = t;
     }
     Ok(empty(action, ctx))
-}
-
-fn describe_tags(p: &Params, ctx: &mut Ctx) -> Result<String, ElbError> {
-    let arns = resource_arns(p)?;
-    let mut out = Vec::new();
-    for a in arns {
-        let t = ctx.model.tags_mut(&a)?.clone();
-        out.push((a, t));
-    }
-    Ok(render::respond("DescribeTags", ctx.request_id, |x| {
-        render::members(x, "TagDescriptions", &out, |x, (a, t)| {
-            x.leaf("ResourceArn", a);
-            render::tags(x, t);
-        })
-    }))
 }

@@ -4,6 +4,7 @@
 //! returns EC2's error codes. Every change the lab's fabric must mirror is queued as a
 //! [`FabricEvent`] for the caller to drain with [`Cloud::take_events`].
 
+mod addresses;
 mod cluster;
 mod eni;
 mod instance;
@@ -23,8 +24,9 @@ use vpcnet_limits::InstanceLimits;
 use crate::error::Ec2Error;
 use crate::hooks::FabricEvent;
 
+pub use addresses::AssignRequest;
 pub use cluster::{cluster_not_found, EksCluster, EksClusterSpec, CLUSTER_STATUSES};
-pub use eni::{AssignRequest, Attachment, CreateEniRequest, Eni, ModifyEniRequest};
+pub use eni::{Attachment, CreateEniRequest, Eni, ModifyEniRequest};
 pub use instance::{Instance, InstanceState, RunInstanceRequest};
 pub use metadata::{ImdsInterface, ImdsNetwork};
 pub use security_group::{IngressRule, Permission, Source};

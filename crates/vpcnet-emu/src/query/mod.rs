@@ -2,6 +2,7 @@
 //! error envelope.
 
 pub mod actions;
+mod describe;
 pub mod filter;
 pub mod params;
 pub mod render;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use aws_sdk_ec2::config::retry::RetryConfig;
 use aws_sdk_ec2::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_ec2::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_ec2::types::Filter;
 use aws_sdk_ec2::{Client, Config};
 use vpcnet_emu::{EmuServer, Emulator, RunInstance, VpcInfo};
 
@@ -100,4 +101,13 @@ pub fn code<E: ProvideErrorMetadata + std::fmt::Debug, R: std::fmt::Debug>(
 /// HTTP status of an SDK error's raw response.
 pub fn status<E>(e: &SdkError<E, aws_sdk_ec2::config::http::HttpResponse>) -> u16 {
     e.raw_response().map(|r| r.status().as_u16()).unwrap_or(0)
+}
+
+/// An EC2 filter `name` matching any of `values`.
+pub fn filter(name: &str, values: &[&str]) -> Filter {
+    let mut f = Filter::builder().name(name);
+    for v in values {
+        f = f.values(*v);
+    }
+    f.build()
 }

@@ -18,7 +18,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use crate::lab::{aws_env, Lab};
+use crate::cloud::aws_env;
+use crate::lab::Lab;
 use crate::procs::ProcRecord;
 use crate::spawn::Place;
 
@@ -136,12 +137,25 @@ impl AwsLbcOptions {
     }
 }
 
+/// aws-load-balancer-controller in the lab ([`Lab::aws_lbc`]).
+#[derive(Debug, Clone, Copy)]
+pub struct AwsLbc<'a> {
+    lab: &'a Lab,
+}
+
 impl Lab {
+    /// The aws-load-balancer-controller of the lab.
+    pub fn aws_lbc(&self) -> AwsLbc<'_> {
+        AwsLbc { lab: self }
+    }
+}
+
+impl AwsLbc<'_> {
     /// Installs the controller's own CRDs ([`crd_files`]) and waits until they are
     /// established. The TargetGroupBinding CRD is the lab's
-    /// ([`Lab::install_targetgroupbinding_crd`]).
-    pub fn install_aws_lbc_crds(&self, bin_dir: &Path) -> Result<()> {
-        let k = self.kubectl()?;
+    /// ([`crate::kube::targets::TargetsController::install_crd`]).
+    pub fn install_crds(&self, bin_dir: &Path) -> Result<()> {
+        let k = self.lab.kube().kubectl()?;
         for f in crd_files(bin_dir)? {
             let text =
                 std::fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?;
@@ -161,17 +175,17 @@ impl Lab {
     /// admin kubeconfig, cluster name [`CLUSTER_NAME`], the lab's region and VPC, EC2 and
     /// ELBv2 endpoints of the lab cloud, leader election on (Lease in `kube-system`), a
     /// self-signed webhook certificate written to `<lab>/aws-lbc/<role>/`.
-    pub fn start_aws_lbc(&self, o: &AwsLbcOptions) -> Result<ProcRecord> {
-        let s = self.state()?;
+    pub fn start(&self, o: &AwsLbcOptions) -> Result<ProcRecord> {
+        let s = self.lab.state()?;
         let vpc = s
             .namespaces
             .first()
             .cloned()
             .context("the lab has no VPC namespace")?;
-        let cp = self.control_plane()?;
-        let ep = self.ec2_endpoint()?;
-        let vpc_id = self.ready()?.vpc_id;
-        let cert_dir = self.dir.join("aws-lbc").join(o.role.replace(' ', "-"));
+        let cp = self.lab.kube().control_plane()?;
+        let ep = self.lab.cloud().endpoint()?;
+        let vpc_id = self.lab.lbs().ready()?.vpc_id;
+        let cert_dir = self.lab.dir.join("aws-lbc").join(o.role.replace(' ', "-"));
         let ca = pki::Ca::new()?;
         let serving = ca.server(
             "aws-load-balancer-webhook-service.kube-system.svc",
@@ -202,13 +216,16 @@ impl Lab {
         if let Some(key) = &o.access_key {
             c.env("AWS_ACCESS_KEY_ID", key);
         }
-        self.start_process(&o.role, c, &Place::netns(&vpc))
+        self.lab.processes().start(&o.role, c, &Place::netns(&vpc))
     }
 
     /// Waits (`timeout`) until the controller leads and its TargetGroupBinding controller
     /// started its workers (its log, `logs/<role>.log`).
-    pub fn wait_aws_lbc_started(&self, role: &str, timeout: Duration) -> Result<()> {
-        let log = self.logs().join(format!("{}.log", role.replace(' ', "-")));
+    pub fn wait_started(&self, role: &str, timeout: Duration) -> Result<()> {
+        let log = self
+            .lab
+            .logs()
+            .join(format!("{}.log", role.replace(' ', "-")));
         crate::wait::wait_for(
             &format!("{role} to start its TargetGroupBinding workers"),
             timeout,

@@ -11,7 +11,8 @@ use super::control_plane::ControlPlaneRecord;
 use super::kubectl::Kubectl;
 use super::node;
 use super::pki::Ca;
-use crate::lab::{aws_env, progress, Lab};
+use crate::cloud::aws_env;
+use crate::lab::{progress, Lab};
 use crate::procs::ProcRecord;
 use crate::state::NodeRecord;
 
@@ -62,13 +63,26 @@ fn node_path(node: &NodeRecord, cp: &ControlPlaneRecord) -> String {
     )
 }
 
+/// The lab's Kubernetes cluster ([`Lab::kube`]): control plane, kubectl, kubelets and kube-proxies.
+#[derive(Debug, Clone, Copy)]
+pub struct Kube<'a> {
+    lab: &'a Lab,
+}
+
 impl Lab {
+    /// The lab's Kubernetes cluster.
+    pub fn kube(&self) -> Kube<'_> {
+        Kube { lab: self }
+    }
+}
+
+impl Kube<'_> {
     /// The control plane of a lab with Kubernetes. Errors for a lab without (`--no-kubernetes`).
     pub fn control_plane(&self) -> Result<ControlPlaneRecord> {
-        self.state()?.control_plane.with_context(|| {
+        self.lab.state()?.control_plane.with_context(|| {
             format!(
                 "lab {} runs without Kubernetes (it was started with --no-kubernetes)",
-                self.dir.display()
+                self.lab.dir.display()
             )
         })
     }
@@ -93,8 +107,8 @@ impl Lab {
     ) -> Result<()> {
         node::write_node_files(node, &node.root(), ca, cp)?;
         node::create_cgroup_root(node)?;
-        let bin_dir = self.bin_dir();
-        let ep = self.ec2_endpoint()?;
+        let bin_dir = self.lab.bin_dir();
+        let ep = self.lab.cloud().endpoint()?;
         // The AMI ships ecr-credential-provider and its config; the lab installs them when
         // VPCNET_ECR_CREDENTIAL_PROVIDER names the binary, and vpcnet-bootstrap adds the flags.
         crate::registry::install_provider(&node.root(), &ep)?;
@@ -122,7 +136,7 @@ impl Lab {
             .stdin(std::process::Stdio::null())
             .output()
             .context("running vpcnet-bootstrap")?;
-        let log = self.logs().join(format!("bootstrap-{}.log", node.name));
+        let log = self.lab.logs().join(format!("bootstrap-{}.log", node.name));
         std::fs::write(&log, [&out.stdout[..], &out.stderr[..]].concat())?;
         if !out.status.success() {
             bail!(
@@ -140,20 +154,22 @@ impl Lab {
     /// Starts kubelet on `node_name` with the command line built from the unit drop-ins
     /// vpcnet-bootstrap wrote (see [`node::kubelet_argv`]).
     pub fn start_kubelet(&self, node_name: &str) -> Result<ProcRecord> {
-        let s = self.state()?;
+        let s = self.lab.state()?;
         let node = s.node(node_name)?.clone();
         let cp = self.control_plane()?;
         let argv = node::kubelet_argv(&node.root(), &cp.bin_dir.join("kubelet"))?;
         let mut c = node::command(&argv)?;
         c.env("PATH", node_path(&node, &cp));
-        self.start_process(&format!("kubelet {node_name}"), c, &node.place())
+        self.lab
+            .processes()
+            .start(&format!("kubelet {node_name}"), c, &node.place())
     }
 
     /// Restarts kubelet on `node_name` with the unit's command line minus every argument that
     /// starts with one of `drop` (e.g. the credential provider flags, for a negative control).
     /// Returns the arguments dropped.
     pub fn restart_kubelet_without(&self, node_name: &str, drop: &[&str]) -> Result<Vec<String>> {
-        let s = self.state()?;
+        let s = self.lab.state()?;
         let node = s.node(node_name)?.clone();
         let cp = self.control_plane()?;
         let argv = node::kubelet_argv(&node.root(), &cp.bin_dir.join("kubelet"))?;
@@ -161,21 +177,23 @@ impl Lab {
             .into_iter()
             .partition(|a| drop.iter().any(|d| a.starts_with(d)));
         let role = format!("kubelet {node_name}");
-        self.stop_role(&role)?;
+        self.lab.processes().stop_role(&role)?;
         let mut c = node::command(&kept)?;
         c.env("PATH", node_path(&node, &cp));
-        self.start_process(&role, c, &node.place())?;
+        self.lab.processes().start(&role, c, &node.place())?;
         Ok(dropped)
     }
 
     /// Starts kube-proxy (iptables mode) on `node_name`.
     pub fn start_kube_proxy(&self, node_name: &str) -> Result<ProcRecord> {
-        let s = self.state()?;
+        let s = self.lab.state()?;
         let node = s.node(node_name)?.clone();
         let cp = self.control_plane()?;
         let mut c = Command::new(cp.bin_dir.join("kube-proxy"));
         c.arg(format!("--config={}", node::KUBE_PROXY_CONFIG));
-        self.start_process(&format!("kube-proxy {node_name}"), c, &node.place())
+        self.lab
+            .processes()
+            .start(&format!("kube-proxy {node_name}"), c, &node.place())
     }
 
     /// Every Node's readiness as the API server reports it.
@@ -186,12 +204,12 @@ impl Lab {
     /// Waits until kubelet of `node` has registered its Node object (ready or not); fails
     /// early when a cluster process exits.
     pub fn wait_node_registered(&self, node: &NodeRecord, timeout: Duration) -> Result<()> {
-        let procs: Vec<ProcRecord> = self.state()?.processes;
+        let procs: Vec<ProcRecord> = self.lab.state()?.processes;
         let refs: Vec<&ProcRecord> = procs
             .iter()
             .filter(|p| !p.role.starts_with("ctr ") && !p.role.starts_with("agent "))
             .collect();
-        self.wait_ready(
+        self.lab.processes().wait_ready(
             &format!(
                 "kubelet of {} to register Node {}",
                 node.name, node.k8s_name
@@ -212,7 +230,7 @@ impl Lab {
     /// while waiting, checks that the cluster's processes still run (an exit is named with the
     /// end of its log).
     pub fn wait_nodes_ready(&self, timeout: Duration) -> Result<()> {
-        let s = self.state()?;
+        let s = self.lab.state()?;
         let want: Vec<String> = s.nodes.iter().map(|n| n.k8s_name.clone()).collect();
         let procs: Vec<ProcRecord> = s.processes.clone();
         let refs: Vec<&ProcRecord> = procs
@@ -220,16 +238,21 @@ impl Lab {
             .filter(|p| !p.role.starts_with("ctr "))
             .collect();
         let mut last = Vec::new();
-        let r = self.wait_ready("every node Ready and initialized", timeout, &refs, || {
-            last = self.node_statuses()?;
-            Ok(want
-                .iter()
-                .all(|w| {
-                    last.iter()
-                        .any(|n| &n.name == w && n.ready && n.initialized)
-                })
-                .then_some(()))
-        });
+        let r = self.lab.processes().wait_ready(
+            "every node Ready and initialized",
+            timeout,
+            &refs,
+            || {
+                last = self.node_statuses()?;
+                Ok(want
+                    .iter()
+                    .all(|w| {
+                        last.iter()
+                            .any(|n| &n.name == w && n.ready && n.initialized)
+                    })
+                    .then_some(()))
+            },
+        );
         if let Err(e) = r {
             let missing: Vec<String> = want
                 .iter()
@@ -250,7 +273,7 @@ impl Lab {
     /// Starts kube-proxy (unless `kube_proxy` is false) and kubelet on every node, then (if
     /// `wait`) waits (3 min) for all of them to be Ready and initialized.
     pub(crate) fn join_nodes(&self, kube_proxy: bool, wait: bool) -> Result<()> {
-        let nodes = self.state()?.nodes;
+        let nodes = self.lab.state()?.nodes;
         let t0 = std::time::Instant::now();
         for n in &nodes {
             if kube_proxy {

@@ -185,7 +185,9 @@ pub fn start(lab: &Lab, ca: &Ca, spec: &Spec) -> Result<ControlPlaneRecord> {
         // Lab data is thrown away at `lab down`: no fsync on the shared test disk.
         "--unsafe-no-fsync",
     ]);
-    let etcd = lab.start_process("etcd", etcd, &crate::spawn::Place::netns(spec.netns))?;
+    let etcd = lab
+        .processes()
+        .start("etcd", etcd, &crate::spawn::Place::netns(spec.netns))?;
 
     let mut api = Command::new(bin("kube-apiserver"));
     api.args([
@@ -208,13 +210,13 @@ pub fn start(lab: &Lab, ca: &Ca, spec: &Spec) -> Result<ControlPlaneRecord> {
         &format!("--service-account-signing-key-file={}", p(&sa_key_file)),
         "--profiling=false",
     ]);
-    let api = lab.start_process(
+    let api = lab.processes().start(
         "kube-apiserver",
         api,
         &crate::spawn::Place::netns(spec.netns),
     )?;
     let kubectl = record.kubectl();
-    lab.wait_ready(
+    lab.processes().wait_ready(
         "kube-apiserver /readyz",
         Duration::from_secs(90),
         &[&etcd, &api],
@@ -255,7 +257,7 @@ pub fn start(lab: &Lab, ca: &Ca, spec: &Spec) -> Result<ControlPlaneRecord> {
     ];
     let mut c = Command::new(bin("kube-controller-manager"));
     c.args(&kcm_args);
-    let kcm_proc = lab.start_process(
+    let kcm_proc = lab.processes().start(
         "kube-controller-manager",
         c,
         &crate::spawn::Place::netns(spec.netns),
@@ -269,7 +271,8 @@ pub fn start(lab: &Lab, ca: &Ca, spec: &Spec) -> Result<ControlPlaneRecord> {
         "--bind-address=127.0.0.1".into(),
     ]);
     let sched_proc =
-        lab.start_process("kube-scheduler", c, &crate::spawn::Place::netns(spec.netns))?;
+        lab.processes()
+            .start("kube-scheduler", c, &crate::spawn::Place::netns(spec.netns))?;
     let mut c = Command::new(bin("aws-cloud-controller-manager"));
     c.args([
         "--cloud-provider=aws".to_string(),
@@ -283,9 +286,9 @@ pub fn start(lab: &Lab, ca: &Ca, spec: &Spec) -> Result<ControlPlaneRecord> {
         "--leader-elect=false".into(),
         "--bind-address=127.0.0.1".into(),
     ]);
-    c.envs(crate::lab::aws_env(spec.ec2_endpoint));
+    c.envs(crate::cloud::aws_env(spec.ec2_endpoint));
     c.env("AWS_EC2_METADATA_DISABLED", "true");
-    let ccm_proc = lab.start_process(
+    let ccm_proc = lab.processes().start(
         "aws-cloud-controller-manager",
         c,
         &crate::spawn::Place::netns(spec.netns),
@@ -297,10 +300,13 @@ pub fn start(lab: &Lab, ca: &Ca, spec: &Spec) -> Result<ControlPlaneRecord> {
     // The managed control plane's approver of kubelet serving certificates (see super::csr).
     let mut c = Command::new(lab.bin_dir().join("vpcnet"));
     c.args(["lab", "csr-approver", "--dir"]).arg(&lab.dir);
-    let csr_proc = lab.start_process("csr-approver", c, &crate::spawn::Place::netns(spec.netns))?;
+    let csr_proc =
+        lab.processes()
+            .start("csr-approver", c, &crate::spawn::Place::netns(spec.netns))?;
     // Each must still be running after its first seconds (flag and kubeconfig errors end them).
     std::thread::sleep(Duration::from_secs(2));
-    lab.check_alive(&[&etcd, &api, &kcm_proc, &sched_proc, &ccm_proc, &csr_proc])?;
+    lab.processes()
+        .check_alive(&[&etcd, &api, &kcm_proc, &sched_proc, &ccm_proc, &csr_proc])?;
     Ok(record)
 }
 

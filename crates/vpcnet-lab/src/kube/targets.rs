@@ -17,8 +17,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
+use crate::cloud::aws_env;
 use crate::image;
-use crate::lab::{aws_env, Lab};
+use crate::lab::Lab;
 use crate::lbctl::LbSettings;
 use crate::procs::ProcRecord;
 use crate::spawn::Place;
@@ -164,10 +165,23 @@ fn httpd_deployment(name: &str, replicas: u32, version: u32, gate: bool) -> serd
     deploy
 }
 
+/// vpcnet-targets, vpcnet's target controller, in the lab ([`Lab::targets_controller`]).
+#[derive(Debug, Clone, Copy)]
+pub struct TargetsController<'a> {
+    lab: &'a Lab,
+}
+
 impl Lab {
+    /// vpcnet-targets in the lab.
+    pub fn targets_controller(&self) -> TargetsController<'_> {
+        TargetsController { lab: self }
+    }
+}
+
+impl TargetsController<'_> {
     /// Installs the TargetGroupBinding CRD and waits until it is established.
-    pub fn install_targetgroupbinding_crd(&self) -> Result<()> {
-        let k = self.kubectl()?;
+    pub fn install_crd(&self) -> Result<()> {
+        let k = self.lab.kube().kubectl()?;
         k.apply(TARGETGROUPBINDING_CRD)?;
         k.run(&[
             "wait",
@@ -180,16 +194,16 @@ impl Lab {
 
     /// Starts `vpcnet-targets` as a recorded lab process in the VPC namespace, with the admin
     /// kubeconfig and the lab cloud's ELBv2 endpoint (log: `logs/<role>.log`).
-    pub fn start_targets_controller(&self, o: &TargetsOptions) -> Result<ProcRecord> {
-        let s = self.state()?;
+    pub fn start(&self, o: &TargetsOptions) -> Result<ProcRecord> {
+        let s = self.lab.state()?;
         let vpc = s
             .namespaces
             .first()
             .cloned()
             .context("the lab has no VPC namespace")?;
-        let cp = self.control_plane()?;
-        let ep = self.ec2_endpoint()?;
-        let mut c = Command::new(self.bin_dir().join("vpcnet-targets"));
+        let cp = self.lab.kube().control_plane()?;
+        let ep = self.lab.cloud().endpoint()?;
+        let mut c = Command::new(self.lab.bin_dir().join("vpcnet-targets"));
         c.args([
             "--resync-seconds",
             &o.resync_seconds.to_string(),
@@ -208,12 +222,15 @@ impl Lab {
         c.env("KUBECONFIG", &cp.admin_kubeconfig);
         c.env("RUST_LOG", "info,kube=warn,vpcnet_targets=debug");
         c.env("RUST_BACKTRACE", "0");
-        self.start_process(&o.role, c, &Place::netns(&vpc))
+        self.lab.processes().start(&o.role, c, &Place::netns(&vpc))
     }
 
     /// Waits (`timeout`) until the controller logged that its caches synced.
-    pub fn wait_targets_synced(&self, role: &str, timeout: Duration) -> Result<()> {
-        let log = self.logs().join(format!("{}.log", role.replace(' ', "-")));
+    pub fn wait_synced(&self, role: &str, timeout: Duration) -> Result<()> {
+        let log = self
+            .lab
+            .logs()
+            .join(format!("{}.log", role.replace(' ', "-")));
         crate::wait::wait_for(&format!("{role} to sync its caches"), timeout, || {
             Ok(std::fs::read_to_string(&log)
                 .unwrap_or_default()

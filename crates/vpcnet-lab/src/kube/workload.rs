@@ -118,11 +118,26 @@ pub fn httpd_manifest(name: &str, replicas: u32, placement: &Placement) -> Strin
     format!("{deploy}\n---\n{svc}\n")
 }
 
+/// The lab's Kubernetes workloads ([`Lab::workloads`]): pods and Services, reached with kubectl.
+#[derive(Debug, Clone, Copy)]
+pub struct Workloads<'a> {
+    lab: &'a Lab,
+}
+
 impl Lab {
+    /// The lab's Kubernetes workloads (pods, Services).
+    pub fn workloads(&self) -> Workloads<'_> {
+        Workloads { lab: self }
+    }
+}
+
+impl Workloads<'_> {
     /// Pods of the `default` namespace matching the label `selector` (e.g. `app=web`).
     pub fn pods(&self, selector: &str) -> Result<Vec<PodInfo>> {
         Ok(parse_pods(
             &self
+                .lab
+                .kube()
                 .kubectl()?
                 .json(&["get", "pods", "-n", "default", "-l", selector])?,
         ))
@@ -142,39 +157,41 @@ impl Lab {
         count: usize,
         timeout: Duration,
     ) -> Result<Vec<PodInfo>> {
-        let procs = self.state()?.processes;
+        let procs = self.lab.state()?.processes;
         let refs: Vec<&crate::procs::ProcRecord> = procs
             .iter()
             .filter(|p| !p.role.starts_with("ctr "))
             .collect();
         let mut last = Vec::new();
-        self.wait_ready(
-            &format!("{count} pods {selector} Running and Ready"),
-            timeout,
-            &refs,
-            || {
-                last = self.pods(selector)?;
-                let ok = last
+        self.lab
+            .processes()
+            .wait_ready(
+                &format!("{count} pods {selector} Running and Ready"),
+                timeout,
+                &refs,
+                || {
+                    last = self.pods(selector)?;
+                    let ok = last
+                        .iter()
+                        .filter(|p| p.phase == "Running" && p.ready && p.ip.is_some())
+                        .count();
+                    Ok((ok == count && last.len() == count).then(|| last.clone()))
+                },
+            )
+            .with_context(|| {
+                let states: Vec<String> = last
                     .iter()
-                    .filter(|p| p.phase == "Running" && p.ready && p.ip.is_some())
-                    .count();
-                Ok((ok == count && last.len() == count).then(|| last.clone()))
-            },
-        )
-        .with_context(|| {
-            let states: Vec<String> = last
-                .iter()
-                .map(|p| format!("{} {} ready={} node={}", p.name, p.phase, p.ready, p.node))
-                .collect();
-            format!("pods now: {}", states.join("; "))
-        })
+                    .map(|p| format!("{} {} ready={} node={}", p.name, p.phase, p.ready, p.node))
+                    .collect();
+                format!("pods now: {}", states.join("; "))
+            })
     }
 
     /// Runs `argv` in `pod` (namespace `default`) with `kubectl exec`; returns the output.
     pub fn pod_exec(&self, pod: &str, argv: &[&str]) -> Result<std::process::Output> {
         let mut args = vec!["exec", "-n", "default", pod, "--"];
         args.extend_from_slice(argv);
-        self.kubectl()?.output(&args, None)
+        self.lab.kube().kubectl()?.output(&args, None)
     }
 
     /// One ping (2 s deadline) from inside `pod`; whether the echo came back. Errors when the
@@ -213,6 +230,8 @@ impl Lab {
     /// The ClusterIP of Service `name` in `default`.
     pub fn service_ip(&self, name: &str) -> Result<Ipv4Addr> {
         let v = self
+            .lab
+            .kube()
             .kubectl()?
             .json(&["get", "service", "-n", "default", name])?;
         v["spec"]["clusterIP"]

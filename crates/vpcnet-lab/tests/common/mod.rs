@@ -15,6 +15,8 @@ use vpcnet_ipam::Checkpoint;
 use vpcnet_lab::lab::{Lab, LabGuard, UpOptions};
 use vpcnet_lab::state::NodeRecord;
 
+pub mod targets;
+
 pub static SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// target/debug, where the workspace binaries are (the test binary is in target/debug/deps).
@@ -142,8 +144,9 @@ pub fn node(lab: &Lab) -> NodeRecord {
 }
 
 /// The ENIs attached to instance `instance_id`, per the emulator.
-pub fn instance_enis(lab: &Lab, instance_id: &str) -> Vec<vpcnet_lab::lab::EniInfo> {
-    lab.enis()
+pub fn instance_enis(lab: &Lab, instance_id: &str) -> Vec<vpcnet_lab::cloud::EniInfo> {
+    lab.cloud()
+        .enis()
         .unwrap()
         .into_iter()
         .filter(|e| {
@@ -246,6 +249,7 @@ pub fn parse_describe(xml: &str) -> Vec<DescribedEni> {
 /// The node's ENIs per EC2 (DescribeNetworkInterfaces filtered by attachment.instance-id).
 pub fn describe_node_enis(lab: &Lab, node: &NodeRecord) -> Vec<DescribedEni> {
     let xml = lab
+        .cloud()
         .ec2(
             "DescribeNetworkInterfaces",
             &[
@@ -323,6 +327,7 @@ pub fn xml_first(xml: &str, tag: &str) -> String {
 /// (subnet ID, CIDR) of the lab subnet tagged `Name=name`.
 pub fn subnet(lab: &Lab, name: &str) -> (String, Ipv4Net) {
     let xml = lab
+        .cloud()
         .ec2(
             "DescribeSubnets",
             &[("Filter.1.Name", "tag:Name"), ("Filter.1.Value.1", name)],
@@ -426,7 +431,8 @@ pub fn sleep_pod_json(name: &str, node: &str) -> serde_json::Value {
 
 /// The sequence number of the emulator's newest request record (0 when none).
 pub fn last_request_seq(lab: &Lab) -> u64 {
-    lab.requests()
+    lab.cloud()
+        .requests()
         .unwrap()
         .records
         .iter()
