@@ -15,6 +15,10 @@ use vpcnet_proto::*;
 
 use crate::clock::now_ms;
 use crate::state::Shared;
+use version::{check_plugin_version, log_unknown_call, with_agent_version};
+
+mod annotate;
+mod version;
 
 /// The service.
 pub struct Backend {
@@ -35,15 +39,6 @@ fn key_of(container_id: &str, if_name: &str) -> Result<PodKey, Status> {
 /// `VPCNET_ADD_IP_WAIT`): it wakes at once when the pool grows ([`Shared::pool_grew`]); this
 /// catches what no event announces, an address whose cooldown ends.
 const ADD_WAIT_POLL: std::time::Duration = std::time::Duration::from_millis(250);
-
-/// An `ANNOTATE_POD_IP` call under way ([`Backend::annotation_call`]).
-struct AnnotationCall {
-    client: kube::Client,
-    /// `namespace/name`, for messages.
-    pod: String,
-    t0: tokio::time::Instant,
-    deadline: tokio::time::Instant,
-}
 
 impl Backend {
     /// The status of an ADD that got no address: UNAVAILABLE while the pool can still grow or
@@ -104,83 +99,6 @@ impl Backend {
     /// ENI management is paused: the Node is cordoned ([`crate::kubernetes::node_watch`]).
     fn paused(&self) -> bool {
         self.shared.enis().management_paused()
-    }
-
-    /// The start of an `ANNOTATE_POD_IP` call on pod `ns/name`: its deadline
-    /// ([`crate::kubernetes::pod_ips::ANNOTATE_TIMEOUT`] from now) and the API client, waited
-    /// for until then. `None` for a pod without a name (not from kubelet): it is skipped.
-    async fn annotation_call(
-        &self,
-        ns: &str,
-        name: &str,
-    ) -> Result<Option<AnnotationCall>, String> {
-        use crate::kubernetes::pod_ips;
-        if ns.is_empty() || name.is_empty() {
-            return Ok(None);
-        }
-        let t0 = tokio::time::Instant::now();
-        let deadline = t0 + pod_ips::ANNOTATE_TIMEOUT;
-        let pod = format!("{ns}/{name}");
-        let client = pod_ips::client(self.shared.kube().clients(), &pod, deadline, t0)
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok(Some(AnnotationCall {
-            client,
-            pod,
-            t0,
-            deadline,
-        }))
-    }
-
-    /// `ANNOTATE_POD_IP`: the pod's annotation set to `ip` before the ADD is answered
-    /// ([`crate::kubernetes::pod_ips`]). A pod without a name (not from kubelet) is skipped.
-    async fn annotate_added(&self, ns: &str, name: &str, ip: &str) -> Result<(), String> {
-        use crate::kubernetes::pod_ips::{self, Annotated};
-        let Some(AnnotationCall {
-            client,
-            pod,
-            t0,
-            deadline,
-        }) = self.annotation_call(ns, name).await?
-        else {
-            return Ok(());
-        };
-        match pod_ips::annotate_added(client, ns, name, ip, deadline).await {
-            Ok(Annotated::Patched) => {
-                tracing::debug!(pod = %pod, ip, elapsed = ?t0.elapsed(), "annotated {}", pod_ips::POD_IPS_ANNOTATION);
-                Ok(())
-            }
-            Ok(Annotated::PodGone) => {
-                tracing::info!(pod = %pod, ip, "pod not found while annotating {}: it was deleted, nothing to annotate", pod_ips::POD_IPS_ANNOTATION);
-                Ok(())
-            }
-            Err(e) => Err(e.to_string()),
-        }
-    }
-
-    /// `ANNOTATE_POD_IP`: the pod's annotation set to `""` when it names the released `ip`.
-    async fn clear_released(&self, ns: &str, name: &str, ip: &str) -> Result<(), String> {
-        use crate::kubernetes::pod_ips::{self, Cleared};
-        let Some(AnnotationCall {
-            client,
-            pod,
-            deadline,
-            ..
-        }) = self.annotation_call(ns, name).await?
-        else {
-            return Ok(());
-        };
-        match pod_ips::clear_released(client, ns, name, ip, deadline).await {
-            Ok(Cleared::OtherAddress(other)) => {
-                tracing::info!(pod = %pod, ip, annotation = %other, "{} names another address (a newer sandbox of the pod): left as it is", pod_ips::POD_IPS_ANNOTATION);
-                Ok(())
-            }
-            Ok(outcome) => {
-                tracing::debug!(pod = %pod, ip, ?outcome, "cleared {}", pod_ips::POD_IPS_ANNOTATION);
-                Ok(())
-            }
-            Err(e) => Err(e.to_string()),
-        }
     }
 
     /// The `route_table` of a reply: 0 on the primary ENI (no `from` rule), else the ENI's
@@ -533,73 +451,9 @@ fn checkpoint_unavailable(msg: String) -> Status {
     s
 }
 
-/// Every answer, errors and unknown calls included, carries the agent's version, so a newer
-/// plugin calling something this agent does not know can name both versions.
-fn with_agent_version<B>(mut r: http::Response<B>) -> http::Response<B> {
-    r.headers_mut().insert(
-        vpcnet_proto::AGENT_VERSION_HEADER,
-        http::HeaderValue::from_static(vpcnet_proto::VERSION),
-    );
-    r
-}
-
-/// The version handshake: a plugin of another version (or one from before the handshake,
-/// which sends none) is logged once per version; its calls are served all the same (the API
-/// only grows, so calls of earlier versions keep working).
-fn check_plugin_version(req: Request<()>) -> Result<Request<()>, Status> {
-    static SEEN: std::sync::Mutex<BTreeSet<String>> = std::sync::Mutex::new(BTreeSet::new());
-    let plugin = req
-        .metadata()
-        .get(vpcnet_proto::PLUGIN_VERSION_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
-    if plugin != vpcnet_proto::VERSION
-        && SEEN
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(plugin.clone())
-    {
-        let shown = if plugin.is_empty() {
-            "unknown (older than the version handshake)"
-        } else {
-            plugin.as_str()
-        };
-        tracing::warn!(plugin = shown, agent = vpcnet_proto::VERSION, "vpcnet-cni plugin and agent versions differ; calls the agent knows are served, others fail with a CNI error naming both versions: install the plugin shipped with this agent");
-    }
-    Ok(req)
-}
-
 /// The calls this agent serves (the `rpc`s of `proto/vpcnet/cni/v1/backend.proto`; a test
 /// keeps the two equal).
 pub const KNOWN_CALLS: &[&str] = &["AddNetwork", "DelNetwork", "Status", "GarbageCollect"];
-
-/// Logs a call this agent does not know, once per method and caller version (the caller
-/// gets `Unimplemented` with the agent's version from the server).
-fn log_unknown_call<B>(req: http::Request<B>) -> http::Request<B> {
-    static SEEN: std::sync::Mutex<BTreeSet<(String, String)>> =
-        std::sync::Mutex::new(BTreeSet::new());
-    let path = req.uri().path();
-    let method = path
-        .strip_prefix(&format!("/{}/", SERVICE_NAME))
-        .unwrap_or(path);
-    if !KNOWN_CALLS.contains(&method) {
-        let plugin = req
-            .headers()
-            .get(vpcnet_proto::PLUGIN_VERSION_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("unknown (older than the version handshake)")
-            .to_string();
-        if SEEN
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert((path.to_string(), plugin.clone()))
-        {
-            tracing::warn!(call = %path, plugin = %plugin, agent = vpcnet_proto::VERSION, "unknown gRPC call: answered Unimplemented; the plugin is newer than this agent (install the plugin shipped with this agent)");
-        }
-    }
-    req
-}
 
 /// gRPC service name of the CNI backend.
 pub const SERVICE_NAME: &str = "vpcnet.cni.v1.CniBackend";
