@@ -1,3 +1,5 @@
+use std::sync::Arc;
+
 use super::*;
 
 /// A registry with a series in every family (a family without one is not encoded).

@@ -1,3 +1,5 @@
+use std::sync::Arc;
+
 use super::*;
 
 /// The value of the sample line starting with `series` (name plus labels).
