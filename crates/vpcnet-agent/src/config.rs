@@ -15,6 +15,8 @@
 //! operator did not choose.
 
 mod declare;
+mod docs;
+mod error;
 pub mod kinds;
 pub mod vpc_cni;
 pub mod vpc_cni_names;
@@ -30,97 +32,11 @@ use serde::Serialize;
 
 use declare::settings;
 pub use declare::Declaration;
+pub use error::{ConfigError, InvalidSetting};
 use kinds::{
     AbsPath, Bind, Cidrs, Flag, Int, Optional, Rate, Tags, Target, Url, AGENT_LOG_FILE, LOG_LEVEL,
     PLUGIN_LOG_FILE, PLUGIN_LOG_LEVEL, RANDOMIZE_SNAT, TEXT, VETH_PREFIX,
 };
-
-/// A configuration variable with an invalid value, or a value vpcnet refuses: a VPC CNI
-/// setting asking for behaviour vpcnet lacks ([`vpc_cni`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InvalidSetting {
-    /// The environment variable, e.g. `AWS_VPC_ENI_MTU`.
-    pub var: &'static str,
-    /// The value found.
-    pub value: String,
-    /// What is wrong with it; refused: why vpcnet does not do what it asks.
-    pub problem: String,
-    /// What the variable accepts; refused: what to use instead.
-    pub accepted: String,
-    /// A valid VPC CNI value that vpcnet refuses (rather than an invalid value).
-    pub refused: bool,
-}
-
-impl fmt::Display for InvalidSetting {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (var, value, problem, accepted) =
-            (self.var, &self.value, &self.problem, &self.accepted);
-        if self.refused {
-            write!(f, "refused {var}={value:?}: {problem}; instead: {accepted}")
-        } else {
-            write!(
-                f,
-                "invalid {var}={value:?}: {problem}; accepted: {accepted}"
-            )
-        }
-    }
-}
-
-impl std::error::Error for InvalidSetting {}
-
-/// Every invalid variable of an environment, in declaration order (at least one). Derefs to
-/// the first, so the usual single mistake reads as `e.var`, `e.value`; [`ConfigError::all`]
-/// lists them all.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    first: InvalidSetting,
-    rest: Vec<InvalidSetting>,
-}
-
-impl ConfigError {
-    /// Every invalid or refused variable: the invalid ones of `config.rs` in declaration
-    /// order, then those of [`vpc_cni::SETTINGS`].
-    pub fn all(&self) -> impl Iterator<Item = &InvalidSetting> {
-        std::iter::once(&self.first).chain(&self.rest)
-    }
-}
-
-impl From<InvalidSetting> for ConfigError {
-    fn from(first: InvalidSetting) -> Self {
-        ConfigError {
-            first,
-            rest: Vec::new(),
-        }
-    }
-}
-
-impl std::ops::Deref for ConfigError {
-    type Target = InvalidSetting;
-    fn deref(&self) -> &InvalidSetting {
-        &self.first
-    }
-}
-
-impl fmt::Display for ConfigError {
-    /// One invalid variable: its line. Several: their count, then one line each.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.rest.is_empty() {
-            return self.first.fmt(f);
-        }
-        let n = self.rest.len() + 1;
-        if self.all().any(|e| e.refused) {
-            write!(f, "{n} invalid or refused variables:")?;
-        } else {
-            write!(f, "{n} invalid variables:")?;
-        }
-        for e in self.all() {
-            write!(f, "\n  {e}")?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for ConfigError {}
 
 /// Port randomisation of the SNAT rule (`AWS_VPC_K8S_CNI_RANDOMIZESNAT`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -577,69 +493,6 @@ impl Config {
     pub fn env_settings(&self) -> BTreeMap<&'static str, String> {
         let mut out = BTreeMap::new();
         self.show(&mut out);
-        out
-    }
-
-    /// The tables of `docs/configuration.md`, by section id.
-    pub fn doc_tables() -> BTreeMap<&'static str, String> {
-        let rows = Config::declarations().into_iter().map(|d| {
-            let default = if d.default.is_empty() {
-                "unset".to_string()
-            } else {
-                format!("`{}`", d.default)
-            };
-            let cells = vec![
-                format!("`{}`", d.var),
-                default,
-                d.accepted,
-                crate::docs::one_line(d.doc),
-            ];
-            (d.section, cells)
-        });
-        let mut tables = crate::docs::tables(&["variable", "default", "accepts", "meaning"], rows);
-        tables.insert("vpc-cni", vpc_cni_status_table());
-        tables
-    }
-}
-
-/// The docs/configuration.md table of every VPC CNI setting and its status in vpcnet.
-fn vpc_cni_status_table() -> String {
-    vpc_cni::status_table(&Config::declarations())
-}
-
-impl Config {
-    /// The variables and their defaults, grouped as in docs/configuration.md: the list
-    /// `vpcnet-agent --help` prints.
-    pub fn variables_help() -> String {
-        let decls = Config::declarations();
-        let mut sections: Vec<&'static str> = Vec::new();
-        for d in &decls {
-            if !sections.contains(&d.section) {
-                sections.push(d.section);
-            }
-        }
-        let width = decls.iter().map(|d| d.var.len()).max().unwrap_or(0);
-        let mut out = String::new();
-        for section in sections {
-            let title = match section {
-                "warm-pool" => "Warm pool",
-                "custom-networking" => "Custom networking",
-                "datapath" => "Datapath",
-                "cluster" => "Cluster and ENIs",
-                "endpoints" => "Endpoints and files",
-                "ec2" => "EC2",
-                other => other,
-            };
-            out.push_str(&format!("  {title}:\n"));
-            for d in decls.iter().filter(|d| d.section == section) {
-                let default = if d.default.is_empty() {
-                    "(unset)"
-                } else {
-                    d.default
-                };
-                out.push_str(&format!("    {:width$}  {default}\n", d.var));
-            }
-        }
         out
     }
 }
