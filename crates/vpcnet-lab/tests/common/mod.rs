@@ -15,6 +15,7 @@ use vpcnet_ipam::Checkpoint;
 use vpcnet_lab::lab::{Lab, LabGuard, UpOptions};
 use vpcnet_lab::state::NodeRecord;
 
+pub mod custom_networking;
 pub mod targets;
 
 pub static SEQ: AtomicU32 = AtomicU32::new(0);
