@@ -39,6 +39,8 @@ fn key_of(container_id: &str, if_name: &str) -> Result<PodKey, Status> {
 /// `VPCNET_ADD_IP_WAIT`): it wakes at once when the pool grows ([`Shared::pool_grew`]); this
 /// catches what no event announces, an address whose cooldown ends.
 const ADD_WAIT_POLL: std::time::Duration = std::time::Duration::from_millis(250);
+/// How long a DEL that arrives while the agent starts waits for start-up to finish.
+const DEL_READY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Backend {
     /// The status of an ADD that got no address: UNAVAILABLE while the pool can still grow or
@@ -286,6 +288,18 @@ impl CniBackend for Backend {
         self.shared.metrics().inc_del_ip_req("PodDeleted");
         let r = req.into_inner();
         let key = key_of(&r.container_id, &r.if_name)?;
+        // While the agent starts, its pool is the checkpoint's and start-up still adds what
+        // the node's evidence (the runtime's CNI cache, pod routes) names. A release served
+        // now would be undone by that evidence, which names the pod until the runtime has
+        // seen this DEL succeed: wait for start-up to finish first. Not ready in time: the
+        // DEL fails (the plugin goes on with the datapath, and the pod reclaim frees the
+        // address once the evidence is gone; a runtime that retries the DEL releases it).
+        if !self.shared.pool_state().wait_ready(DEL_READY_WAIT).await {
+            return Err(Status::unavailable(
+                "the agent is starting: its pool is not restored yet, so the address is not \
+                 released now; retry the DEL (the pod reclaim frees it otherwise)",
+            ));
+        }
         // The pod's address and, for a multi-homed pod, those of its further interfaces.
         let released: Vec<(PodKey, Assignment, Granted)> = {
             let mut pool = self.shared.pool();

@@ -11,7 +11,7 @@
 
 use std::net::Ipv4Addr;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 mod common;
 use common::*;
@@ -329,25 +329,35 @@ fn traffic_leaving_the_vpc_is_snated_to_the_node_ip_and_vpc_traffic_keeps_the_po
                 .unwrap());
             assert!(nft_count(&vpc, "snatprobe", "pod-router") >= 1);
             assert_eq!(nft_count(&vpc, "snatprobe", "node-router"), 0);
-            // The SNAT rule in the node counted the connection.
-            let fw = sh(
-                "ip",
-                &[
-                    "netns",
-                    "exec",
-                    &node.netns,
-                    "nft",
-                    "list",
-                    "chain",
+            // The SNAT rule in the node counts the connection. The agent's periodic pass
+            // (every 2 s here) writes its table again, which starts the rule's counter from
+            // zero, so a read can fall just after a pass: ping and read again until one read
+            // sees the ping (the rule never counting fails after 10 s).
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                assert!(lab
+                    .containers()
+                    .ping("s2", outside.parse().unwrap())
+                    .unwrap());
+                let fw = sh(
                     "ip",
-                    "vpcnet",
-                    "postrouting",
-                ],
-            );
-            assert!(
-                !fw.contains("counter packets 0 "),
-                "SNAT rule not hit:\n{fw}"
-            );
+                    &[
+                        "netns",
+                        "exec",
+                        &node.netns,
+                        "nft",
+                        "list",
+                        "chain",
+                        "ip",
+                        "vpcnet",
+                        "postrouting",
+                    ],
+                );
+                if !fw.contains("counter packets 0 ") {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "SNAT rule not hit:\n{fw}");
+            }
 
             // Drift is repaired by the agent's periodic pass (every 2 s here).
             sh(

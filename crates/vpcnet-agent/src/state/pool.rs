@@ -5,6 +5,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
@@ -25,6 +26,8 @@ pub struct PoolState {
     metrics: Arc<Metrics>,
     /// The pool has been filled once: ADD may be served.
     ready: AtomicBool,
+    /// Wakes those waiting for [`Self::set_ready`] ([`Self::wait_ready`]).
+    became_ready: Notify,
     /// Wakes the reconciler (an ADD took the pool below target, or a DEL freed something).
     wake: Notify,
     /// Wakes the conntrack flush ([`crate::conntrack`]): an address was released.
@@ -41,6 +44,7 @@ impl PoolState {
             store,
             metrics,
             ready: AtomicBool::new(false),
+            became_ready: Notify::new(),
             wake: Notify::new(),
             conntrack_wake: Notify::new(),
             grew: Notify::new(),
@@ -60,6 +64,25 @@ impl PoolState {
     /// Marks the pool filled once (start-up is done with it).
     pub fn set_ready(&self) {
         self.ready.store(true, Ordering::Release);
+        self.became_ready.notify_waiters();
+    }
+
+    /// Waits until the pool is ready ([`Self::set_ready`]), at most `limit`. Returns whether
+    /// it is.
+    pub async fn wait_ready(&self, limit: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            // Listen before looking, so a set_ready between the look and the wait is seen.
+            let woken = self.became_ready.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            if self.is_ready() {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, woken).await.is_err() {
+                return self.is_ready();
+            }
+        }
     }
 
     /// Writes the checkpoint (atomic, 0600) from the pool as it is now.
