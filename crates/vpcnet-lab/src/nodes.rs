@@ -165,11 +165,9 @@ impl Node<'_> {
         let old = inode(&conflist);
         let mut c = Command::new(bin_dir.join("vpcnet-agent"));
         c.envs(self.agent_env()?);
-        let log = self.lab.logs().join(format!("agent-{}.log", node.name));
-        let p = self
-            .lab
-            .processes()
-            .start(&format!("agent {}", node.name), c, &node.place())?;
+        let role = format!("agent {}", node.name);
+        let log = self.lab.processes().log(&role);
+        let p = self.lab.processes().start(&role, c, &node.place())?;
         wait_for(
             &format!(
                 "vpcnet-agent on {} to write {}",

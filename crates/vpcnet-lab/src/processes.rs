@@ -2,6 +2,7 @@
 //! with its log under the lab's `logs/`), checks that they still run, waits on a condition
 //! while they do, and stops them by role. The processes themselves are [`procs`] records.
 
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -30,11 +31,7 @@ impl Processes<'_> {
     /// Starts `cmd` in `place` as a recorded lab process (its log is
     /// `logs/<role with '-' for ' '>.log`).
     pub fn start(&self, role: &str, cmd: Command, place: &Place) -> Result<ProcRecord> {
-        let log = self
-            .lab
-            .logs()
-            .join(format!("{}.log", role.replace(' ', "-")));
-        let p = procs::spawn(role, cmd, place, &log)?;
+        let p = procs::spawn(role, cmd, place, &self.log(role))?;
         state::update(&self.lab.dir, |s| {
             s.processes.push(p.clone());
             Ok(())
@@ -42,15 +39,18 @@ impl Processes<'_> {
         Ok(p)
     }
 
+    /// The log of the lab process with `role`: `logs/<role with '-' for ' '>.log`.
+    pub fn log(&self, role: &str) -> PathBuf {
+        self.lab
+            .logs()
+            .join(format!("{}.log", role.replace(' ', "-")))
+    }
+
     /// Errors naming the first of `procs` that is no longer running, with the end of its log.
     pub fn check_alive(&self, procs: &[&ProcRecord]) -> Result<()> {
         for p in procs {
             if !p.alive() {
-                let log = self
-                    .lab
-                    .logs()
-                    .join(format!("{}.log", p.role.replace(' ', "-")));
-                bail!("{} exited:\n{}", p.role, log_tail(&log));
+                bail!("{} exited:\n{}", p.role, log_tail(&self.log(&p.role)));
             }
         }
         Ok(())

@@ -165,10 +165,7 @@ impl Node<'_> {
         }
         c.arg(node.dir.join("bin/aws-k8s-agent"));
         let role = format!("agent {}", node.name);
-        let log = self
-            .lab()
-            .logs()
-            .join(format!("{}.log", role.replace(' ', "-")));
+        let log = self.lab().processes().log(&role);
         let p = self.lab().processes().start(&role, c, &node.place())?;
         wait_for(
             &format!("the VPC CNI's ipamd on {} to serve", node.name),

@@ -222,10 +222,7 @@ impl AwsLbc<'_> {
     /// Waits (`timeout`) until the controller leads and its TargetGroupBinding controller
     /// started its workers (its log, `logs/<role>.log`).
     pub fn wait_started(&self, role: &str, timeout: Duration) -> Result<()> {
-        let log = self
-            .lab
-            .logs()
-            .join(format!("{}.log", role.replace(' ', "-")));
+        let log = self.lab.processes().log(role);
         crate::wait::wait_for(
             &format!("{role} to start its TargetGroupBinding workers"),
             timeout,

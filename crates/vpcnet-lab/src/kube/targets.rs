@@ -227,10 +227,7 @@ impl TargetsController<'_> {
 
     /// Waits (`timeout`) until the controller logged that its caches synced.
     pub fn wait_synced(&self, role: &str, timeout: Duration) -> Result<()> {
-        let log = self
-            .lab
-            .logs()
-            .join(format!("{}.log", role.replace(' ', "-")));
+        let log = self.lab.processes().log(role);
         crate::wait::wait_for(&format!("{role} to sync its caches"), timeout, || {
             Ok(std::fs::read_to_string(&log)
                 .unwrap_or_default()
