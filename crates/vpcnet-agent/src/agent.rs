@@ -189,6 +189,7 @@ pub async fn start(opts: AgentOptions, deps: AgentDeps) -> anyhow::Result<AgentH
         &shared,
         &limits,
         started,
+        deps.kube.clone(),
         kube_clients,
         &stop_rx,
         &mut tasks,

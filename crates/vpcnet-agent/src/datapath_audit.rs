@@ -114,7 +114,7 @@ pub async fn run_pass(shared: &Arc<Shared>) {
     let req = AuditRequest {
         pods: rows.iter().map(|r| r.want.clone()).collect(),
         enis,
-        firewall: crate::reconciler::node_setup::node_firewall(shared),
+        firewall: crate::reconciler::node_setup::node_firewall(&shared.opts, &shared.facts),
         repair: true,
         still_assigned: Box::new(move |ip| s.pool().assignments().any(|(_, a)| a.ip == ip)),
     };

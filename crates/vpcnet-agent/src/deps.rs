@@ -1,9 +1,15 @@
 //! The agent's dependencies: the handles through which it reaches the world (the cloud's EC2
-//! and IMDS, the node's network, the checkpoint store), handed to [`crate::start`] beside its
-//! settings ([`crate::AgentOptions`], values only), the way kube-rs hands a controller its
-//! context. `Default` is production without the node datapath: the real IMDS and EC2
-//! adapters (built from the options' endpoints and credentials), no node-side setup, the
-//! checkpoint file at `checkpoint_path`. Tests swap in fakes with the `with_*` builders.
+//! and IMDS, the node's network, the checkpoint store, the Kubernetes API), handed to
+//! [`crate::start`] beside its settings ([`crate::AgentOptions`], values only), the way kube-rs
+//! hands a controller its context. `Default` is production without the node datapath: the
+//! real IMDS and EC2 adapters (built from the options' endpoints and credentials), no
+//! node-side setup, the checkpoint file at `checkpoint_path`, the API server the options name
+//! (`CLUSTER_ENDPOINT` or the `kubernetes` Service) with the pod's service account. Tests swap
+//! in fakes with the `with_*` builders.
+//!
+//! The clock is tokio's ([`crate::clock`]): every timer, deadline and cooldown of the agent
+//! reads it, so a test pauses and advances it (`#[tokio::test(start_paused = true)]`) instead
+//! of injecting another one.
 
 use std::sync::Arc;
 
@@ -27,6 +33,11 @@ pub struct AgentDeps {
     /// Where the checkpoint is kept; `None` = the file at the options' `checkpoint_path`
     /// (tests inject failing stores here).
     pub checkpoint_store: Option<Arc<dyn CheckpointStore>>,
+    /// The Kubernetes API; `None` = the API server chosen from the options' `api` settings
+    /// (`CLUSTER_ENDPOINT`, else the `kubernetes` Service; none configured = no API), reached
+    /// with the pod's service account. Tests pass a client over an in-memory API server here
+    /// (`kube::Client::new` over a tower service).
+    pub kube: Option<kube::Client>,
 }
 
 impl AgentDeps {
@@ -59,6 +70,12 @@ impl AgentDeps {
         self
     }
 
+    /// These dependencies with `client` as the Kubernetes API.
+    pub fn with_kube(mut self, client: kube::Client) -> Self {
+        self.kube = Some(client);
+        self
+    }
+
     /// The checkpoint store: the injected [`Self::checkpoint_store`], else the file at
     /// `opts.checkpoint_path`. Built once, at start.
     pub fn store(&self, opts: &AgentOptions) -> Arc<dyn CheckpointStore> {
@@ -76,6 +93,7 @@ impl std::fmt::Debug for AgentDeps {
             .field("cloud", &self.cloud.is_some())
             .field("node_network", &self.node_network.is_some())
             .field("checkpoint_store", &self.checkpoint_store.is_some())
+            .field("kube", &self.kube.is_some())
             .finish()
     }
 }

@@ -318,6 +318,8 @@ fn reference(o: &Owner) -> ObjectReference {
 impl Sink for KubeSink {
     async fn open_gate(&self, g: &group::Gated, why: GateOpen) -> Result<()> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &g.namespace);
+        // The condition's lastTransitionTime: a wall-clock timestamp is the point.
+        #[allow(clippy::disallowed_methods)]
         let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
         let message = match why {
             GateOpen::Healthy => format!("target {}:{} is healthy", g.target.ip, g.target.port),

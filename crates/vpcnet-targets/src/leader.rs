@@ -97,6 +97,8 @@ fn micro(now: DateTime<Utc>) -> MicroTime {
 
 /// One round: read the Lease, apply [`decide`], write if needed. Returns whether we hold it.
 async fn round(api: &Api<Lease>, e: &Election) -> Result<bool, kube::Error> {
+    // The Lease's acquire and renew times are wall-clock timestamps shared with other replicas.
+    #[allow(clippy::disallowed_methods)]
     let now = Utc::now();
     let current = api.get_opt(&e.name).await?;
     let d = decide(current.as_ref().map(view).as_ref(), &e.identity, now);

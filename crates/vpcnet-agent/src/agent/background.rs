@@ -65,11 +65,12 @@ pub(super) fn spawn_background(
 }
 
 /// The Kubernetes API client (see [`crate::kubernetes`]): started after the pool can serve, so
-/// IPAM never waits for it; stopped with the agent.
+/// IPAM never waits for it; stopped with the agent. `given` is [`crate::AgentDeps::kube`].
 pub(super) fn spawn_api_client(
     shared: &Arc<Shared>,
     limits: &InstanceLimits,
     started: Instant,
+    given: Option<kube::Client>,
     clients: watch::Sender<Option<kube::Client>>,
     stop: &watch::Receiver<bool>,
     tasks: &mut Tasks,
@@ -90,8 +91,13 @@ pub(super) fn spawn_api_client(
         }),
     };
     let clients_rx = clients.subscribe();
+    let source = match given {
+        Some(client) => Ok(Some(crate::kubernetes::client::Source::Given(client))),
+        None => crate::kubernetes::client::Source::from_settings(&opts.api),
+    };
     let client = crate::kubernetes::client::run(
-        opts.api.clone(),
+        source,
+        opts.api.node_name.clone(),
         shared.kube().api_status().clone(),
         shared.metrics().clone(),
         started,

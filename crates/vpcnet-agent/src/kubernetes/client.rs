@@ -175,21 +175,82 @@ pub struct CapacityInput {
     pub check: Box<dyn Fn(u32) -> Option<CapacityCheck> + Send + Sync>,
 }
 
+/// Where the connection loop gets its clients.
+pub enum Source {
+    /// The API server at `endpoint`, reached with the service account in `service_account_dir`
+    /// (production).
+    Endpoint {
+        endpoint: Endpoint,
+        service_account_dir: PathBuf,
+    },
+    /// A client handed to the agent ([`crate::AgentDeps::kube`]), used as it is for one-shot
+    /// calls and watches.
+    Given(Client),
+}
+
+impl Source {
+    /// The API server `settings` name ([`endpoint`]): `Ok(None)` when none is configured, an
+    /// error naming the variable when the configuration is unusable.
+    pub fn from_settings(settings: &ApiSettings) -> Result<Option<Source>> {
+        Ok(endpoint(settings)?.map(|endpoint| Source::Endpoint {
+            endpoint,
+            service_account_dir: settings.service_account_dir.clone(),
+        }))
+    }
+
+    /// The URL shown in logs and introspection.
+    fn url(&self) -> String {
+        match self {
+            Source::Endpoint { endpoint, .. } => endpoint.url.clone(),
+            Source::Given(_) => "(the client handed to the agent)".into(),
+        }
+    }
+
+    /// Where the endpoint came from, as introspection names it.
+    fn name(&self) -> &'static str {
+        match self {
+            Source::Endpoint { endpoint, .. } => endpoint.source.name(),
+            Source::Given(_) => "given client",
+        }
+    }
+
+    /// A connection: the client for one-shot calls, the client the watchers share, and the
+    /// API server's version (the call that proves the connection).
+    async fn connect(&self) -> Result<(Client, Client, String)> {
+        match self {
+            Source::Endpoint {
+                endpoint,
+                service_account_dir,
+            } => {
+                let (client, version) = connect(endpoint, service_account_dir).await?;
+                let watch = watch_client(endpoint, service_account_dir)?;
+                Ok((client, watch, version))
+            }
+            Source::Given(client) => {
+                let version = server_version(client, &self.url()).await?;
+                Ok((client.clone(), client.clone(), version))
+            }
+        }
+    }
+}
+
 /// The connection loop; returns only when no API server is configured or its configuration
-/// is unusable (both shown in `status`), else runs while the agent runs (it is spawned).
+/// is unusable (`source` is `Ok(None)` or an error; both shown in `status`), else runs while
+/// the agent runs (it is spawned). `node_name` is the agent's Node, for the capacity check;
 /// `started` is the agent's start, for [`ApiServerDoc::first_connected_after_ms`]. Each
-/// connected client is sent on `clients` (for the ENIConfig watch); dropping it there tells
+/// connection's watch client is sent on `clients` (for the watches); dropping it there tells
 /// its receivers that no API server will be reached.
 pub async fn run(
-    settings: ApiSettings,
+    source: Result<Option<Source>>,
+    node_name: Option<String>,
     status: SharedStatus,
     metrics: Arc<Metrics>,
     started: tokio::time::Instant,
     capacity: CapacityInput,
     clients: tokio::sync::watch::Sender<Option<Client>>,
 ) {
-    let ep = match endpoint(&settings) {
-        Ok(Some(ep)) => ep,
+    let source = match source {
+        Ok(Some(source)) => source,
         Ok(None) => {
             tracing::info!(
                 "Kubernetes API: none configured (no CLUSTER_ENDPOINT, no KUBERNETES_SERVICE_HOST): running without it; IPAM does not need it"
@@ -207,36 +268,39 @@ pub async fn run(
             return;
         }
     };
-    match ep.source {
-        EndpointSource::ClusterEndpoint => tracing::info!(
-            endpoint = %ep.url,
-            "Kubernetes API: connecting to {} (CLUSTER_ENDPOINT: the API server directly, no kube-proxy needed)",
-            ep.url
+    let url = source.url();
+    match &source {
+        Source::Endpoint { endpoint: ep, .. } if ep.source == EndpointSource::ClusterEndpoint => {
+            tracing::info!(
+                endpoint = %url,
+                "Kubernetes API: connecting to {url} (CLUSTER_ENDPOINT: the API server directly, no kube-proxy needed)"
+            )
+        }
+        Source::Endpoint { .. } => tracing::info!(
+            endpoint = %url,
+            "Kubernetes API: connecting to {url} (the kubernetes Service: reachable once kube-proxy has programmed it; set CLUSTER_ENDPOINT to reach the API server directly)"
         ),
-        EndpointSource::Service => tracing::info!(
-            endpoint = %ep.url,
-            "Kubernetes API: connecting to {} (the kubernetes Service: reachable once kube-proxy has programmed it; set CLUSTER_ENDPOINT to reach the API server directly)",
-            ep.url
-        ),
+        Source::Given(_) => {
+            tracing::info!("Kubernetes API: connecting through the client handed to the agent")
+        }
     }
     update(&status, |s| {
         s.state = ApiState::Connecting;
-        s.endpoint = Some(ep.url.clone());
-        s.source = Some(ep.source.name().to_string());
+        s.endpoint = Some(url.clone());
+        s.source = Some(source.name().to_string());
     });
     let mut backoff = vpcnet_backoff::Backoff::new(BACKOFF_MIN, BACKOFF_MAX).start();
     loop {
         update(&status, |s| s.attempts += 1);
         metrics.inc_apiserver_connect_attempts();
-        match connect(&ep, &settings.service_account_dir).await {
-            Ok((client, version)) => {
+        match source.connect().await {
+            Ok((client, watch, version)) => {
                 backoff.reset();
                 let after = started.elapsed().as_millis() as u64;
                 tracing::info!(
-                    endpoint = %ep.url,
+                    endpoint = %url,
                     version = %version,
-                    "Kubernetes API: connected to {} ({version}) {after} ms after start",
-                    ep.url
+                    "Kubernetes API: connected to {url} ({version}) {after} ms after start"
                 );
                 update(&status, |s| {
                     s.state = ApiState::Connected;
@@ -245,14 +309,10 @@ pub async fn run(
                     s.server_version = Some(version);
                 });
                 metrics.set_apiserver_connected(1);
-                match watch_client(&ep, &settings.service_account_dir) {
-                    Ok(w) => {
-                        clients.send_replace(Some(w));
-                    }
-                    Err(e) => tracing::error!("Kubernetes API: building the watch client: {e:#}"),
-                }
-                let e = connected(&client, &settings, &status, &metrics, &capacity).await;
-                tracing::warn!(endpoint = %ep.url, "Kubernetes API: lost: {e:#}; reconnecting");
+                clients.send_replace(Some(watch));
+                let e =
+                    connected(&client, node_name.as_deref(), &status, &metrics, &capacity).await;
+                tracing::warn!(endpoint = %url, "Kubernetes API: lost: {e:#}; reconnecting");
                 metrics.set_apiserver_connected(0);
                 update(&status, |s| {
                     s.state = ApiState::Connecting;
@@ -265,9 +325,9 @@ pub async fn run(
                 let attempts = status.read().map(|s| s.attempts).unwrap_or(0);
                 // The first failures are expected while kube-proxy starts: log them quietly.
                 if attempts <= 3 {
-                    tracing::info!(endpoint = %ep.url, "Kubernetes API: not reachable yet: {e:#}");
+                    tracing::info!(endpoint = %url, "Kubernetes API: not reachable yet: {e:#}");
                 } else {
-                    tracing::warn!(endpoint = %ep.url, attempts, "Kubernetes API: not reachable: {e:#}");
+                    tracing::warn!(endpoint = %url, attempts, "Kubernetes API: not reachable: {e:#}");
                 }
                 update(&status, |s| {
                     s.last_error = Some(format!("{e:#}"));
@@ -295,11 +355,17 @@ async fn connect(ep: &Endpoint, sa_dir: &Path) -> Result<(Client, String)> {
     ensure_crypto_provider();
     let client = Client::try_from(kube_config(ep, sa_dir, Some(CALL_TIMEOUT * 2))?)
         .context("building the client")?;
+    let version = server_version(&client, &ep.url).await?;
+    Ok((client, version))
+}
+
+/// `GET /version` of the API server at `url` through `client`, within [`CALL_TIMEOUT`].
+async fn server_version(client: &Client, url: &str) -> Result<String> {
     let v = tokio::time::timeout(CALL_TIMEOUT, client.apiserver_version())
         .await
-        .map_err(|_| anyhow::anyhow!("no answer from {} within {CALL_TIMEOUT:?}", ep.url))?
-        .with_context(|| format!("GET {}/version", ep.url))?;
-    Ok((client, v.git_version))
+        .map_err(|_| anyhow::anyhow!("no answer from {url} within {CALL_TIMEOUT:?}"))?
+        .with_context(|| format!("GET {url}/version"))?;
+    Ok(v.git_version)
 }
 
 /// The client the watchers share: no read timeout (see [`kube_config`]); what else they call
@@ -314,14 +380,14 @@ pub fn watch_client(ep: &Endpoint, sa_dir: &Path) -> Result<Client> {
 /// ended the connection.
 async fn connected(
     client: &Client,
-    settings: &ApiSettings,
+    node_name: Option<&str>,
     status: &SharedStatus,
     metrics: &Metrics,
     capacity: &CapacityInput,
 ) -> anyhow::Error {
     let mut warned_for: Option<u32> = None;
     loop {
-        if let Some(name) = &settings.node_name {
+        if let Some(name) = node_name {
             match tokio::time::timeout(CALL_TIMEOUT, Api::<Node>::all(client.clone()).get_opt(name))
                 .await
             {

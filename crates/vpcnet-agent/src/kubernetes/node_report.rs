@@ -113,7 +113,7 @@ impl NodeReport {
         current: Option<&k8s_openapi::api::core::v1::NodeCondition>,
         cond: &Condition,
     ) {
-        let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let now = crate::clock::wall_now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
         let transition = match current {
             Some(c) if c.status == cond.status => c
                 .last_transition_time

@@ -9,7 +9,7 @@ use vpcnet_ipam::{EniInfo, EniObservation, ReconcileReport, UnknownIpPolicy};
 use crate::clock::now_ms;
 use crate::cloud::Ec2Api;
 use crate::options::TAG_NO_MANAGE;
-use crate::state::Shared;
+use crate::state::{NodeFacts, Shared};
 
 /// Whether EC2's ENI is one the agent may manage (on a managed network card of `cards`:
 /// card 0, and the others with ENABLE_MULTI_NIC; a plain interface, not owned by an AWS
@@ -28,7 +28,7 @@ pub fn manageable(ni: &NetworkInterface, cards: &[u32]) -> bool {
 
 /// Converts EC2's ENI into the core's observation.
 pub fn observation(
-    shared: &Shared,
+    facts: &NodeFacts,
     ni: &NetworkInterface,
     subnet_cidr: ipnet::Ipv4Net,
 ) -> EniObservation {
@@ -42,7 +42,7 @@ pub fn observation(
             subnet_id: ni.subnet_id.clone(),
             subnet_cidr,
             primary: a.is_some_and(|a| a.device_index == 0 && a.network_card_index == 0)
-                || ni.mac.eq_ignore_ascii_case(&shared.facts.primary_mac),
+                || ni.mac.eq_ignore_ascii_case(&facts.primary_mac),
             primary_ip: ni.primary_ip,
         },
         secondary_ips: ni.secondary_ips.clone(),
@@ -101,7 +101,7 @@ pub async fn adopt(
             .get(&ni.subnet_id)
             .copied()
             .unwrap_or(shared.facts.subnet_cidr);
-        view.push(observation(shared, ni, cidr));
+        view.push(observation(&shared.facts, ni, cidr));
     }
     shared.enis().record_described(att, foreign, foreign_ids);
     let report = {

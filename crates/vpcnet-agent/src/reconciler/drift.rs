@@ -8,7 +8,7 @@ use vpcnet_imds::{ImdsError, ImdsInterface};
 use vpcnet_ipam::{Drift, EniInfo, EniObservation};
 
 use crate::cloud::MetadataApi;
-use crate::state::Shared;
+use crate::state::{NodeFacts, Shared};
 
 /// Why a periodic pass describes the instance's ENIs in EC2 (log field and metric label).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,12 +37,8 @@ impl DescribeReason {
 
 /// IMDS's ENI as the core's observation: its first `local-ipv4s` entry is the ENI's primary
 /// address (IMDS lists it first), the rest are secondary.
-pub fn from_imds(shared: &Shared, i: &ImdsInterface) -> EniObservation {
-    let primary_ip = i
-        .local_ipv4s
-        .first()
-        .copied()
-        .unwrap_or(shared.facts.primary_ip);
+pub fn from_imds(facts: &NodeFacts, i: &ImdsInterface) -> EniObservation {
+    let primary_ip = i.local_ipv4s.first().copied().unwrap_or(facts.primary_ip);
     EniObservation {
         info: EniInfo {
             id: i.interface_id.clone(),
@@ -52,7 +48,7 @@ pub fn from_imds(shared: &Shared, i: &ImdsInterface) -> EniObservation {
             subnet_id: i.subnet_id.clone(),
             subnet_cidr: i.subnet_cidr,
             primary: (i.device_number == 0 && i.network_card == 0)
-                || i.mac.eq_ignore_ascii_case(&shared.facts.primary_mac),
+                || i.mac.eq_ignore_ascii_case(&facts.primary_mac),
             primary_ip,
         },
         secondary_ips: i.local_ipv4s.iter().skip(1).copied().collect(),
@@ -67,7 +63,10 @@ pub async fn imds_drift(
     imds: &dyn MetadataApi,
 ) -> Result<Option<Drift>, ImdsError> {
     let interfaces = imds.interfaces().await?;
-    let view: Vec<EniObservation> = interfaces.iter().map(|i| from_imds(shared, i)).collect();
+    let view: Vec<EniObservation> = interfaces
+        .iter()
+        .map(|i| from_imds(&shared.facts, i))
+        .collect();
     let foreign = shared.enis().foreign_enis();
     Ok(shared.pool().drift(&view, &foreign))
 }

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use vpcnet_backoff::{Backoff, Jitter, Wait};
+use vpcnet_backoff::{Backoff, Cancel, Jitter, Wait};
 use vpcnet_ec2::{AddressRequest, CreateEni, Ec2Error, Tags};
 
 use super::adopt::observation;
@@ -120,7 +120,7 @@ pub(super) async fn create_eni(
             .create_network_interface(&req)
             .await
             .map_err(|e| super::placement::for_eniconfig(e, &c.placement));
-        super::placement::record_outcome(shared, &c.placement, &created);
+        super::placement::record_outcome(shared.kube(), &c.placement, &created);
         match created {
             Ok(ni) => break (ni, c.cidr),
             Err(e) if tried.peek().is_some() && super::subnet_discovery::try_next_subnet(&e) => {
@@ -132,7 +132,7 @@ pub(super) async fn create_eni(
     if shared.stop().is_cancelled() {
         // Shutting down: do not start an attachment; one delete, else the sweep gets it.
         tracing::warn!(eni = %ni.eni_id, "stopping: deleting the ENI just created instead of attaching it (if that fails, the leaked-ENI sweep deletes it once it is old enough)");
-        delete_with_retry(shared, ec2, &ni.eni_id).await;
+        delete_with_retry(shared.stop(), ec2, &ni.eni_id).await;
         return Err(stopped(vpcnet_ec2::Action::AttachNetworkInterface));
     }
     let device = next_device_index(shared, card);
@@ -143,11 +143,11 @@ pub(super) async fn create_eni(
         Ok(a) => a,
         Err(e) => {
             tracing::warn!(eni = %ni.eni_id, "attach failed ({}); deleting the new ENI so it does not leak", chain(&e));
-            delete_with_retry(shared, ec2, &ni.eni_id).await;
+            delete_with_retry(shared.stop(), ec2, &ni.eni_id).await;
             return Err(e);
         }
     };
-    if !wait_attached(shared, ec2, &ni.eni_id).await {
+    if !wait_attached(shared.stop(), ec2, &ni.eni_id).await {
         if shared.stop().is_cancelled() {
             // The attachment is EC2's now: the next start describes and adopts the ENI.
             tracing::warn!(eni = %ni.eni_id, "stopping while the new ENI attaches: left attached for the next start to adopt");
@@ -155,8 +155,8 @@ pub(super) async fn create_eni(
         }
         tracing::warn!(eni = %ni.eni_id, "attachment did not complete; detaching and deleting the ENI");
         let _ = ec2.detach_network_interface(&attachment, true).await;
-        wait_detached(shared, ec2, &ni.eni_id).await;
-        delete_with_retry(shared, ec2, &ni.eni_id).await;
+        wait_detached(shared.stop(), ec2, &ni.eni_id).await;
+        delete_with_retry(shared.stop(), ec2, &ni.eni_id).await;
         return Err(Ec2Error::Timeout {
             action: vpcnet_ec2::Action::AttachNetworkInterface,
             after: ATTACH_WAIT,
@@ -169,8 +169,8 @@ pub(super) async fn create_eni(
     {
         tracing::warn!(eni = %ni.eni_id, "DeleteOnTermination failed ({}); detaching and deleting the ENI", chain(&e));
         let _ = ec2.detach_network_interface(&attachment, true).await;
-        wait_detached(shared, ec2, &ni.eni_id).await;
-        delete_with_retry(shared, ec2, &ni.eni_id).await;
+        wait_detached(shared.stop(), ec2, &ni.eni_id).await;
+        delete_with_retry(shared.stop(), ec2, &ni.eni_id).await;
         return Err(e);
     }
     shared.enis().attached(&ni.eni_id, &attachment);
@@ -183,7 +183,7 @@ pub(super) async fn create_eni(
         status: "attached".into(),
         delete_on_termination: true,
     });
-    let obs = observation(shared, &ni, subnet_cidr);
+    let obs = observation(&shared.facts, &ni, subnet_cidr);
     if let Some(node) = shared.node_network() {
         if let Err(e) = node.setup_eni(&node_eni(&obs.info, shared.opts.mtu)).await {
             // The ENI is attached and ours; EC2 state is consistent. Every periodic pass
@@ -199,8 +199,8 @@ pub(super) async fn create_eni(
 /// `DeleteNetworkInterface` with retries ([`delete_retries`]); an ENI already gone counts as
 /// deleted. Gives up at the stop signal or after the last attempt: the ENI keeps its tags and
 /// the leaked-ENI sweep deletes it once it is old enough.
-pub(super) async fn delete_with_retry(shared: &Shared, ec2: &dyn Ec2Api, eni_id: &str) {
-    let mut cancel = shared.stop().clone();
+pub(super) async fn delete_with_retry(stop: &Cancel, ec2: &dyn Ec2Api, eni_id: &str) {
+    let mut cancel = stop.clone();
     let res = vpcnet_backoff::retry(
         &delete_retries(),
         &mut cancel,
@@ -227,10 +227,10 @@ pub(super) async fn delete_with_retry(shared: &Shared, ec2: &dyn Ec2Api, eni_id:
 
 /// Polls until EC2 reports the attachment `attached` (an attach answers `attaching`);
 /// false after [`ATTACH_WAIT`] or at the stop signal.
-async fn wait_attached(shared: &Shared, ec2: &dyn Ec2Api, eni_id: &str) -> bool {
+async fn wait_attached(stop: &Cancel, ec2: &dyn Ec2Api, eni_id: &str) -> bool {
     let ids = [eni_id.to_string()];
     let mut polls = attach_polls().start();
-    let mut cancel = shared.stop().clone();
+    let mut cancel = stop.clone();
     loop {
         if let Ok(v) = ec2.describe_network_interfaces_by_id(&ids).await {
             if v.first()
@@ -248,10 +248,10 @@ async fn wait_attached(shared: &Shared, ec2: &dyn Ec2Api, eni_id: &str) -> bool 
 
 /// Polls until the ENI is detached (or gone); false after [`DETACH_WAIT`] or at the stop
 /// signal.
-async fn wait_detached(shared: &Shared, ec2: &dyn Ec2Api, eni_id: &str) -> bool {
+async fn wait_detached(stop: &Cancel, ec2: &dyn Ec2Api, eni_id: &str) -> bool {
     let ids = [eni_id.to_string()];
     let mut polls = detach_polls().start();
-    let mut cancel = shared.stop().clone();
+    let mut cancel = stop.clone();
     loop {
         match ec2.describe_network_interfaces_by_id(&ids).await {
             Ok(v)
@@ -282,7 +282,7 @@ pub(super) async fn delete_eni(
             Err(e) if e.is_not_found() => {}
             Err(e) => return Err(e),
         }
-        wait_detached(shared, ec2, eni_id).await;
+        wait_detached(shared.stop(), ec2, eni_id).await;
     }
     match ec2.delete_network_interface(eni_id).await {
         Ok(()) => {}

@@ -4,7 +4,8 @@
 use vpcnet_ipam::EniInfo;
 
 use crate::node::{NodeEni, NodeFirewall};
-use crate::state::Shared;
+use crate::options::AgentOptions;
+use crate::state::{NodeFacts, Shared};
 
 /// The node's view of a secondary ENI.
 pub(crate) fn node_eni(e: &EniInfo, mtu: u32) -> NodeEni {
@@ -47,19 +48,18 @@ pub async fn setup_node_firewall(shared: &Shared) {
     let Some(node) = shared.node_network() else {
         return;
     };
-    let fw = node_firewall(shared);
+    let fw = node_firewall(&shared.opts, &shared.facts);
     if let Err(err) = node.setup_node_firewall(&fw).await {
         tracing::error!("node firewall (SNAT, connmark) setup failed: {err:#}");
     }
 }
 
 /// The node firewall from the static facts and the options.
-pub(crate) fn node_firewall(shared: &Shared) -> NodeFirewall {
-    let o = &shared.opts;
+pub(crate) fn node_firewall(o: &AgentOptions, facts: &NodeFacts) -> NodeFirewall {
     NodeFirewall {
-        primary_mac: shared.facts.primary_mac.clone(),
-        primary_ip: shared.facts.primary_ip,
-        vpc_cidrs: shared.facts.vpc_cidrs.clone(),
+        primary_mac: facts.primary_mac.clone(),
+        primary_ip: facts.primary_ip,
+        vpc_cidrs: facts.vpc_cidrs.clone(),
         exclude_snat_cidrs: o.exclude_snat_cidrs.clone(),
         randomize_snat: o.randomize_snat,
         external_snat: o.external_snat,

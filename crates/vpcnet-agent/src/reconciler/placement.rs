@@ -12,7 +12,7 @@ use vpcnet_ec2::Ec2Error;
 
 use crate::cloud::Ec2Api;
 
-use crate::state::Shared;
+use crate::state::{KubeView, Shared};
 
 pub use super::new_eni::EniPlacement;
 
@@ -58,7 +58,7 @@ pub async fn candidates(
     let placement = required(shared)?;
     let checked = checked_subnet_cidr(shared, ec2, &placement).await;
     if checked.is_err() {
-        record_outcome(shared, &placement, &checked);
+        record_outcome(shared.kube(), &placement, &checked);
     }
     Ok(vec![super::new_eni::Candidate {
         cidr: checked?,
@@ -153,8 +153,8 @@ pub fn is_eniconfig_fault(e: &Ec2Error) -> bool {
 /// ([`crate::kubernetes::eniconfig_watch::REJECTED`]): an error [`is_eniconfig_fault`] sets
 /// it, an ENI created clears it; other errors leave it as it is. Nothing without custom
 /// networking, or when the node's choice changed meanwhile.
-pub fn record_outcome<T>(shared: &Shared, p: &EniPlacement, outcome: &Result<T, Ec2Error>) {
-    let (Some(tx), Some(name)) = (shared.kube().eniconfig(), &p.eniconfig) else {
+pub fn record_outcome<T>(kube: &KubeView, p: &EniPlacement, outcome: &Result<T, Ec2Error>) {
+    let (Some(tx), Some(name)) = (kube.eniconfig(), &p.eniconfig) else {
         return;
     };
     let error = match outcome {

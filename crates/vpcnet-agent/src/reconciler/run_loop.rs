@@ -65,7 +65,7 @@ pub async fn run(
         let result = tokio::select! {
             r = &mut pass => r,
             _ = cancel.cancelled() => {
-                finish_at_stop(&shared, pass).await;
+                finish_at_stop(shared.opts.shutdown_timeout, pass).await;
                 return;
             }
         };
@@ -183,12 +183,11 @@ async fn pass(
 /// dropped pass leaves is safe: the checkpoint holds only assignments and cooldowns (written
 /// again at shutdown), an address being released is settled by the next start's describe, an
 /// ENI attached is adopted by it, and an ENI created but never attached keeps its tags for
-/// the leaked-ENI sweep.
-async fn finish_at_stop<F>(shared: &Shared, pass: std::pin::Pin<&mut F>)
+/// the leaked-ENI sweep. `bound` is `shutdown_timeout`.
+async fn finish_at_stop<F>(bound: Duration, pass: std::pin::Pin<&mut F>)
 where
     F: std::future::Future<Output = Result<bool, Ec2Error>>,
 {
-    let bound = shared.opts.shutdown_timeout;
     match tokio::time::timeout(bound, pass).await {
         Ok(Ok(_)) => tracing::info!("EC2 work in flight at the stop signal finished"),
         Ok(Err(e)) => tracing::info!(

@@ -19,7 +19,7 @@ use vpcnet_ec2::{Action, Ec2Error, Subnet};
 pub use super::new_eni::{Candidate, EniPlacement};
 use crate::cloud::Ec2Api;
 use crate::errors::chain;
-use crate::state::Shared;
+use crate::state::{NodeFacts, Shared};
 
 /// The subnet tag the VPC CNI discovers subnets by.
 pub const CNI_ROLE_TAG: &str = "kubernetes.io/role/cni";
@@ -88,8 +88,7 @@ fn no_subnet(message: String) -> Ec2Error {
 }
 
 /// The node's subnet with its security groups.
-fn node_candidate(shared: &Shared) -> Candidate {
-    let f = &shared.facts;
+fn node_candidate(f: &NodeFacts) -> Candidate {
     Candidate {
         placement: EniPlacement {
             subnet_id: f.subnet_id.clone(),
@@ -117,7 +116,7 @@ pub async fn candidates(shared: &Shared, ec2: &dyn Ec2Api) -> Result<Vec<Candida
                  ENABLE_SUBNET_DISCOVERY=true and tag another subnet of {} {CNI_ROLE_TAG}=1",
                 f.subnet_id, f.availability_zone
             ))),
-            Ok(_) => Ok(vec![node_candidate(shared)]),
+            Ok(_) => Ok(vec![node_candidate(f)]),
             Err(e) => {
                 tracing::warn!(
                     subnet = %f.subnet_id,
@@ -125,7 +124,7 @@ pub async fn candidates(shared: &Shared, ec2: &dyn Ec2Api) -> Result<Vec<Candida
                      ({}); creating the ENI there",
                     chain(&e)
                 );
-                Ok(vec![node_candidate(shared)])
+                Ok(vec![node_candidate(f)])
             }
         };
     }

@@ -142,7 +142,7 @@ pub async fn sweep_leaked(shared: &Shared, ec2: &dyn Ec2Api) {
         match old_enough(ni, shared.opts.leaked_eni_min_age, now) {
             Some(true) => {
                 tracing::warn!(eni = %ni.eni_id, "deleting leaked ENI of this instance");
-                delete_with_retry(shared, ec2, &ni.eni_id).await;
+                delete_with_retry(shared.stop(), ec2, &ni.eni_id).await;
             }
             Some(false) => {
                 tracing::info!(eni = %ni.eni_id, "detached ENI of this instance is younger than the minimum age; left for a later sweep");

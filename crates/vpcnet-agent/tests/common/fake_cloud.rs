@@ -73,6 +73,11 @@ struct Inner {
     rates: Mutex<(Rates, rand_chacha::ChaCha8Rng)>,
     calls: Mutex<Vec<Call>>,
     attach_delay: Mutex<Duration>,
+    /// The EC2 error codes the model answered, in order (calls that reached it and were
+    /// refused, e.g. `InsufficientCidrBlocks`).
+    refused: Mutex<Vec<(Action, String)>>,
+    /// IMDS's delay behind EC2 (`None`: IMDS shows the model as it is).
+    imds_lag: Mutex<Option<Duration>>,
     /// Reads of every attached ENI from IMDS (the reconciler's drift check).
     imds_reads: std::sync::atomic::AtomicUsize,
 }
@@ -114,6 +119,8 @@ impl FakeCloud {
             rates: Mutex::new((Rates::default(), rand_chacha::ChaCha8Rng::seed_from_u64(13))),
             calls: Mutex::new(Vec::new()),
             attach_delay: Mutex::new(Duration::from_millis(500)),
+            imds_lag: Mutex::new(None),
+            refused: Mutex::new(Vec::new()),
             imds_reads: Default::default(),
         }))
     }
@@ -141,6 +148,12 @@ impl FakeCloud {
             .extend(outcomes);
     }
 
+    /// Drops the outcomes still queued for `action` (its calls succeed again, unless rates say
+    /// otherwise).
+    pub fn unscript(&self, action: Action) {
+        self.0.script.lock().unwrap().remove(&action);
+    }
+
     /// Once the next call of `trigger` is made, the next calls of `action` have `outcomes`
     /// first (e.g. the describe after a lost reply is slow).
     pub fn after(&self, trigger: Action, action: Action, outcomes: Vec<Outcome>) {
@@ -163,6 +176,28 @@ impl FakeCloud {
         *self.0.attach_delay.lock().unwrap() = d;
     }
 
+    /// IMDS shows each change of the instance's network `lag` after EC2 made it (the
+    /// emulator's eventual consistency, `vpcnet_emu::model::Cloud::refresh_imds`).
+    pub fn set_imds_lag(&self, lag: Duration) {
+        *self.0.imds_lag.lock().unwrap() = Some(lag);
+        self.with_model(|m| m.refresh_imds(now(), &|_| lag));
+    }
+
+    /// What IMDS shows of the instance's network now when it lags (`None` without a lag).
+    fn lagged_imds(&self) -> Option<Arc<model::ImdsNetwork>> {
+        let lag = (*self.0.imds_lag.lock().unwrap())?;
+        let mut m = self.0.model.lock().unwrap();
+        // Attachments complete with time, not with a call: recorded as they are seen.
+        m.refresh_imds(now(), &|_| lag);
+        m.imds_network(&self.0.instance_id, now())
+    }
+
+    /// How many calls the model refused with the EC2 error `code` so far.
+    pub fn refusals(&self, code: &str) -> usize {
+        let refused = self.0.refused.lock().unwrap();
+        refused.iter().filter(|(_, c)| c == code).count()
+    }
+
     /// Every call so far.
     pub fn calls(&self) -> Vec<Call> {
         self.0.calls.lock().unwrap().clone()
@@ -183,8 +218,8 @@ impl FakeCloud {
         f(&mut self.0.model.lock().unwrap())
     }
 
-    /// ENIs attached to the instance: id → secondary IPs.
-    pub fn ec2_enis(&self) -> BTreeMap<String, BTreeSet<Ipv4Addr>> {
+    /// The ENIs attached to the instance, as EC2 has them.
+    pub fn attached_enis(&self) -> Vec<model::Eni> {
         self.with_model(|m| {
             m.enis()
                 .filter(|e| {
@@ -192,9 +227,17 @@ impl FakeCloud {
                         .as_ref()
                         .is_some_and(|a| a.instance_id == self.0.instance_id)
                 })
-                .map(|e| (e.id.clone(), e.secondary_ips.iter().copied().collect()))
+                .cloned()
                 .collect()
         })
+    }
+
+    /// ENIs attached to the instance: id → secondary IPs.
+    pub fn ec2_enis(&self) -> BTreeMap<String, BTreeSet<Ipv4Addr>> {
+        self.attached_enis()
+            .into_iter()
+            .map(|e| (e.id, e.secondary_ips.into_iter().collect()))
+            .collect()
     }
 
     /// Every secondary IP EC2 lists on the instance.
@@ -260,7 +303,15 @@ impl FakeCloud {
         let mut m = self.0.model.lock().unwrap();
         let r = apply(&mut m, now());
         m.take_events();
+        if let Some(lag) = *self.0.imds_lag.lock().unwrap() {
+            m.refresh_imds(now(), &|_| lag);
+        }
         r.map_err(|e| {
+            self.0
+                .refused
+                .lock()
+                .unwrap()
+                .push((action, e.code.to_string()));
             let status = e.status();
             Ec2Error::api(action, e.code, e.message, Some(status))
         })

@@ -349,5 +349,6 @@ pub async fn faulty_front_lossy(
     (format!("http://{addr}"), counts)
 }
 pub mod fake_cloud;
+pub mod fake_kube;
 pub mod fake_node;
 pub mod netns;

@@ -429,6 +429,10 @@ impl Cloud {
     pub fn subnet(&self, id: &str) -> Option<&Subnet> {
         self.subnets.get(id)
     }
+    /// Subnet `id`, to change (fragment it, as tests do).
+    pub fn subnet_mut(&mut self, id: &str) -> Option<&mut Subnet> {
+        self.subnets.get_mut(id)
+    }
     pub fn eni(&self, id: &str) -> Option<&Eni> {
         self.enis.get(id)
     }

@@ -51,6 +51,13 @@ impl MetadataApi for FakeCloud {
     }
     fn interface<'a>(&'a self, mac: &'a str) -> ImdsResult<'a, ImdsInterface> {
         let path = format!("network/interfaces/macs/{mac}/");
+        if let Some(net) = self.lagged_imds() {
+            let r = net
+                .by_mac(mac)
+                .map(lagged)
+                .ok_or(ImdsError::NotFound { path });
+            return Box::pin(async move { r });
+        }
         let r = self.imds(&path, |m, i| {
             let e = m.enis().find(|e| e.mac == mac)?;
             imds_interface(m, i, e)
@@ -61,6 +68,10 @@ impl MetadataApi for FakeCloud {
         self.0
             .imds_reads
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(net) = self.lagged_imds() {
+            let r = Ok(net.interfaces.iter().map(lagged).collect());
+            return Box::pin(async move { r });
+        }
         let r = self.imds("network/interfaces/macs/", |m, i| {
             let mut all: Vec<ImdsInterface> =
                 m.enis().filter_map(|e| imds_interface(m, i, e)).collect();
@@ -68,6 +79,23 @@ impl MetadataApi for FakeCloud {
             Some(all)
         });
         Box::pin(async move { r })
+    }
+}
+
+/// An interface of the emulator's lagging IMDS view as the agent reads it.
+fn lagged(i: &model::ImdsInterface) -> ImdsInterface {
+    ImdsInterface {
+        mac: i.mac.clone(),
+        device_number: i.device_number,
+        network_card: i.network_card,
+        interface_id: i.eni_id.clone(),
+        subnet_id: i.subnet_id.clone(),
+        subnet_cidr: i.subnet_cidr,
+        vpc_id: i.vpc_id.clone(),
+        vpc_cidrs: i.vpc_cidrs.clone(),
+        security_group_ids: i.security_group_ids.clone(),
+        local_ipv4s: i.local_ipv4s.clone(),
+        ipv4_prefixes: i.ipv4_prefixes.clone(),
     }
 }
 
