@@ -39,10 +39,29 @@ fn key_of(container_id: &str, if_name: &str) -> Result<PodKey, Status> {
 /// `VPCNET_ADD_IP_WAIT`): it wakes at once when the pool grows ([`Shared::pool_grew`]); this
 /// catches what no event announces, an address whose cooldown ends.
 const ADD_WAIT_POLL: std::time::Duration = std::time::Duration::from_millis(250);
-/// How long a DEL that arrives while the agent starts waits for start-up to finish.
-const DEL_READY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long a DEL or GC that arrives while the agent starts waits for start-up to finish.
+const RELEASE_READY_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Backend {
+    /// Waits (at most [`RELEASE_READY_WAIT`]) for start-up to finish before a release (DEL,
+    /// GC). While the agent starts, its pool is the checkpoint's and start-up still adds what
+    /// the node's evidence (the runtime's CNI cache, pod routes) names; a release served now
+    /// would be undone by that evidence, which names the pod until the runtime has seen the
+    /// release succeed. Not ready in time: UNAVAILABLE, saying `then` (what happens instead).
+    async fn after_start_up(&self, then: &str) -> Result<(), Status> {
+        if self
+            .shared
+            .pool_state()
+            .wait_ready(RELEASE_READY_WAIT)
+            .await
+        {
+            return Ok(());
+        }
+        Err(Status::unavailable(format!(
+            "the agent is starting: its pool is not restored yet, so {then}"
+        )))
+    }
+
     /// The status of an ADD that got no address: UNAVAILABLE while the pool can still grow or
     /// addresses are cooling down (the runtime retries), RESOURCE_EXHAUSTED at the node's
     /// ENI/IP limit. Counts the failure in `awscni_no_available_ip_addresses`.
@@ -288,18 +307,13 @@ impl CniBackend for Backend {
         self.shared.metrics().inc_del_ip_req("PodDeleted");
         let r = req.into_inner();
         let key = key_of(&r.container_id, &r.if_name)?;
-        // While the agent starts, its pool is the checkpoint's and start-up still adds what
-        // the node's evidence (the runtime's CNI cache, pod routes) names. A release served
-        // now would be undone by that evidence, which names the pod until the runtime has
-        // seen this DEL succeed: wait for start-up to finish first. Not ready in time: the
-        // DEL fails (the plugin goes on with the datapath, and the pod reclaim frees the
-        // address once the evidence is gone; a runtime that retries the DEL releases it).
-        if !self.shared.pool_state().wait_ready(DEL_READY_WAIT).await {
-            return Err(Status::unavailable(
-                "the agent is starting: its pool is not restored yet, so the address is not \
-                 released now; retry the DEL (the pod reclaim frees it otherwise)",
-            ));
-        }
+        // Not ready in time: the DEL fails (the plugin goes on with the datapath, and the
+        // pod reclaim frees the address once the evidence is gone; a runtime that retries the
+        // DEL releases it).
+        self.after_start_up(
+            "the address is not released now; retry the DEL (the pod reclaim frees it otherwise)",
+        )
+        .await?;
         // The pod's address and, for a multi-homed pod, those of its further interfaces.
         let released: Vec<(PodKey, Assignment, Granted)> = {
             let mut pool = self.shared.pool();
@@ -421,6 +435,11 @@ impl CniBackend for Backend {
         for a in &r.valid_attachments {
             valid.insert(key_of(&a.container_id, &a.if_name)?);
         }
+        self.after_start_up(
+            "nothing is garbage collected now; the runtime's next GC does it (the pod reclaim \
+             frees stale addresses otherwise)",
+        )
+        .await?;
         let gone = self.shared.pool().garbage_collect(&valid, now_ms());
         if !gone.is_empty() {
             let _ = self.shared.persist().await;

@@ -401,3 +401,138 @@ async fn after_the_swap_addresses_the_vpc_cni_did_not_list_cool_down() {
     assert_cools_from_start(&agent, ip3, before, after);
     agent.shutdown().await;
 }
+
+/// How the runtime releases the pod: its DEL, or a GC that no longer lists it.
+#[derive(Clone, Copy)]
+enum Release {
+    Del,
+    Gc,
+}
+
+/// A release (DEL or GC) that arrives while the agent starts (here: listing the node's pod
+/// routes takes `listing` seconds) against a restored checkpoint that holds the pod.
+/// Start-up's evidence, the runtime's CNI cache, still names the pod until the runtime has
+/// seen the release succeed (here 4 s after the agent's answer), so a release served before
+/// start-up ended would be undone by it.
+async fn release_during_start_up(listing: u64, how: Release) -> StartUpRelease {
+    let fake = FakeCloud::new("m5.large");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let node = Arc::new(FakeNode::default());
+    let (agent, running) = first_life(&fake, dir, &node, &["p1"]).await;
+    let ip = running["p1"];
+    agent.shutdown().await;
+
+    *node.listing_delay.lock().unwrap() = Duration::from_secs(listing);
+    let t0 = tokio::time::Instant::now();
+    let starting = tokio::spawn(vpcnet_agent::start(
+        chart_options(dir),
+        chart_deps(&fake, &node),
+    ));
+    // Serving (the socket is bound and answered before start-up's evidence is read).
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut c = client(&dir.join("agent.sock")).await;
+    let released = match how {
+        Release::Del => c.del_network(del_req("p1")).await.map(|r| {
+            let r = r.into_inner();
+            r.released.then_some(r.ipv4_addr).into_iter().collect()
+        }),
+        Release::Gc => c
+            .garbage_collect(vpcnet_proto::GarbageCollectRequest {
+                valid_attachments: vec![],
+            })
+            .await
+            .map(|r| r.into_inner().released),
+    };
+    let took = t0.elapsed();
+    if released.is_ok() {
+        // The plugin removes the pod's datapath at once, the runtime its cache entry later.
+        node.routes.lock().unwrap().remove(&ip);
+        node.rules.lock().unwrap().remove(&ip);
+        node.links.lock().unwrap().remove(&veth_of("p1"));
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        remove_cni_cache(&dir.join("cni"), "p1");
+    }
+    let agent = starting.await.unwrap().unwrap();
+    StartUpRelease {
+        released,
+        took,
+        ip,
+        agent,
+        _dir: tmp,
+    }
+}
+
+/// What [`release_during_start_up`] saw: the addresses the answer released, when it came
+/// (from the start), the pod's address, and the agent once started (with its files).
+struct StartUpRelease {
+    released: Result<Vec<String>, tonic::Status>,
+    took: Duration,
+    ip: Ipv4Addr,
+    agent: vpcnet_agent::AgentHandle,
+    _dir: tempfile::TempDir,
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_release_while_the_agent_starts_waits_for_start_up_and_stays_done() {
+    for how in [Release::Del, Release::Gc] {
+        let StartUpRelease {
+            released,
+            took,
+            ip,
+            agent,
+            _dir,
+        } = release_during_start_up(3, how).await;
+        let released = released.expect("answered once start-up ends");
+        assert_eq!(released, vec![ip.to_string()]);
+        assert!(
+            took >= Duration::from_secs(3),
+            "the release was served before start-up ended ({took:?})"
+        );
+        // Start-up read the CNI cache before the release was served: the pod is not held
+        // again.
+        let p1 = agent
+            .shared
+            .pool()
+            .assignment(&PodKey::new("p1", "eth0"))
+            .cloned();
+        assert_eq!(p1, None, "the release was undone by start-up");
+        agent.shutdown().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_release_while_a_slow_start_up_runs_is_refused_with_what_to_do() {
+    for (how, says) in [(Release::Del, "retry the DEL"), (Release::Gc, "next GC")] {
+        let StartUpRelease {
+            released,
+            took,
+            ip,
+            agent,
+            _dir,
+        } = release_during_start_up(8, how).await;
+        let e = released.expect_err("start-up takes longer than a release waits");
+        assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+        assert!(
+            e.message().contains("the agent is starting") && e.message().contains(says),
+            "{}",
+            e.message()
+        );
+        // Refused after waiting 5 s (RELEASE_READY_WAIT) of the 8 s start-up.
+        assert!(
+            took >= Duration::from_secs(5) && took < Duration::from_secs(8),
+            "{took:?}"
+        );
+        // Nothing was released: the pod keeps its address until the runtime's retry.
+        let p1 = agent
+            .shared
+            .pool()
+            .assignment(&PodKey::new("p1", "eth0"))
+            .map(|a| a.ip);
+        assert_eq!(p1, Some(ip));
+        let mut c = client(&agent.socket_path).await;
+        let d = c.del_network(del_req("p1")).await.unwrap().into_inner();
+        assert!(d.released && d.ipv4_addr == ip.to_string(), "{d:?}");
+        agent.shutdown().await;
+    }
+}

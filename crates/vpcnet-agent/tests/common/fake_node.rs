@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use vpcnet_agent::node::{BoxFuture, NodeEni, NodeFirewall, NodeNetwork};
 
@@ -12,6 +13,8 @@ pub struct FakeNode {
     pub routes: Mutex<BTreeSet<Ipv4Addr>>,
     pub rules: Mutex<BTreeSet<Ipv4Addr>>,
     pub links: Mutex<BTreeSet<String>>,
+    /// How long listing the pod routes takes (tokio's clock): a slow start-up.
+    pub listing_delay: Mutex<Duration>,
 }
 
 impl NodeNetwork for FakeNode {
@@ -19,7 +22,11 @@ impl NodeNetwork for FakeNode {
         Box::pin(async { Ok(()) })
     }
     fn pod_route_ips(&self) -> BoxFuture<'_, anyhow::Result<BTreeSet<Ipv4Addr>>> {
-        Box::pin(async { Ok(self.routes.lock().unwrap().clone()) })
+        let delay = *self.listing_delay.lock().unwrap();
+        Box::pin(async move {
+            tokio::time::sleep(delay).await;
+            Ok(self.routes.lock().unwrap().clone())
+        })
     }
     fn pod_rule_ips(&self) -> BoxFuture<'_, anyhow::Result<BTreeSet<Ipv4Addr>>> {
         Box::pin(async { Ok(self.rules.lock().unwrap().clone()) })
