@@ -1,5 +1,5 @@
 //! The install step end to end in a network namespace this test creates (and deletes, even
-//! when it fails): a dummy interface as the primary with the default route through it; the
+//! when it fails): one end of a veth pair as the primary with the default route through it; the
 //! binary run with `ip netns exec`; the sysctls read back from that namespace's `/proc/sys`.
 //! Needs root; fails (never skips) without it.
 
@@ -103,8 +103,8 @@ fn ok(o: &Output) -> String {
 fn sets_rp_filter_on_the_default_route_interface_and_early_demux_both_ways() {
     require_root();
     let ns = Netns::create();
-    ns.exec(&["ip", "link", "add", "prim0", "type", "dummy"]);
-    ns.exec(&["ip", "link", "add", "other0", "type", "dummy"]);
+    // A veth pair stands in for two interfaces (the dummy driver may not be loadable).
+    ns.exec(&["ip", "link", "add", "prim0", "type", "veth", "peer", "name", "other0"]);
     for l in ["lo", "prim0", "other0"] {
         ns.exec(&["ip", "link", "set", l, "up"]);
     }
@@ -146,7 +146,7 @@ fn refuses_ipv6_and_a_namespace_without_default_route_before_touching_anything()
     assert!(err.contains("no IPv4 default route") && err.contains("--primary-interface"), "{err}");
     assert!(names(dst.path()).is_empty(), "nothing installed on a refused run");
 
-    ns.exec(&["ip", "link", "add", "prim0", "type", "dummy"]);
+    ns.exec(&["ip", "link", "add", "prim0", "type", "veth", "peer", "name", "prim0p"]);
     let o = ns.init(
         src.path(),
         dst.path(),
