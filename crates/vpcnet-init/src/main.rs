@@ -41,6 +41,7 @@ fn main() {
                 .unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     if let Err(e) = run(Args::parse()) {
         tracing::error!("{e:#}");
