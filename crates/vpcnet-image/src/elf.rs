@@ -183,7 +183,10 @@ pub fn unresolved(files: &BTreeMap<String, Vec<u8>>, system: &[String]) -> Vec<S
         }
         let dirs = search_dirs(path, &d, system);
         for n in &d.needed {
-            if !dirs.iter().any(|dir| files.contains_key(&format!("{}/{n}", dir.trim_end_matches('/')))) {
+            if !dirs
+                .iter()
+                .any(|dir| files.contains_key(&format!("{}/{n}", dir.trim_end_matches('/'))))
+            {
                 missing.push(format!("{path}: {n}"));
             }
         }
@@ -202,7 +205,11 @@ mod tests {
         let d = deps("/x", &data).unwrap();
         assert!(d.needed.iter().any(|n| n.starts_with("libc.so")), "{d:?}");
         let bins = BTreeMap::from([("/usr/bin/t".to_string(), data)]);
-        let sys = system_dirs(if cfg!(target_arch = "x86_64") { "amd64" } else { "arm64" });
+        let sys = system_dirs(if cfg!(target_arch = "x86_64") {
+            "amd64"
+        } else {
+            "arm64"
+        });
         let need = closure(Path::new("/"), &bins, &sys).unwrap();
         let mut files = bins.clone();
         for n in &need {
@@ -212,7 +219,9 @@ mod tests {
         assert!(files.contains_key(d.interpreter.as_deref().unwrap()));
         // Without its libraries the same set is reported incomplete.
         let alone = BTreeMap::from([("/usr/bin/t".to_string(), files["/usr/bin/t"].clone())]);
-        assert!(unresolved(&alone, &sys).iter().any(|m| m.contains("libc.so")));
+        assert!(unresolved(&alone, &sys)
+            .iter()
+            .any(|m| m.contains("libc.so")));
     }
 
     #[test]

@@ -145,7 +145,10 @@ fn labels(title: &str, tag: &str) -> Vec<(String, String)> {
     vec![
         ("org.opencontainers.image.title".into(), title.into()),
         ("org.opencontainers.image.version".into(), tag.into()),
-        ("org.opencontainers.image.licenses".into(), "Apache-2.0".into()),
+        (
+            "org.opencontainers.image.licenses".into(),
+            "Apache-2.0".into(),
+        ),
     ]
 }
 
@@ -159,7 +162,12 @@ pub fn node(inputs: &Inputs) -> Result<Image> {
         "root:x:0:\n",
     )?;
     // Mount points of the aws-node DaemonSet's host paths.
-    for d in ["var/log/aws-routed-eni", "var/run/aws-node", "etc/cni/net.d", "host/opt/cni/bin"] {
+    for d in [
+        "var/log/aws-routed-eni",
+        "var/run/aws-node",
+        "etc/cni/net.d",
+        "host/opt/cni/bin",
+    ] {
         layer.dir(d, 0o755)?;
     }
     let mut files = BTreeMap::new();
@@ -179,7 +187,10 @@ pub fn node(inputs: &Inputs) -> Result<Image> {
     }
     files.insert(
         HOST_NFT.into(),
-        (inputs.read_host(HOST_NFT, "install Debian's nftables")?, 0o755),
+        (
+            inputs.read_host(HOST_NFT, "install Debian's nftables")?,
+            0o755,
+        ),
     );
     add_with_libraries(&mut layer, inputs, files)?;
     Ok(Image {

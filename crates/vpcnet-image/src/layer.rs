@@ -63,15 +63,11 @@ impl Layer {
             parent.push_str(c);
             match self.entries.get(&parent) {
                 None => {
-                    self.entries.insert(parent.clone(), Entry::Dir { mode: 0o755 });
+                    self.entries
+                        .insert(parent.clone(), Entry::Dir { mode: 0o755 });
                 }
                 Some(Entry::Dir { .. }) => {}
-                Some(_) => {
-                    return Err(LayerError::ParentNotDir {
-                        path: p,
-                        parent,
-                    })
-                }
+                Some(_) => return Err(LayerError::ParentNotDir { path: p, parent }),
             }
         }
         match self.entries.get(&p) {
@@ -108,7 +104,8 @@ impl Layer {
 
     /// The entry at `path` (relative, or absolute as a process in the image sees it).
     pub fn get(&self, path: &str) -> Option<&Entry> {
-        self.entries.get(path.trim_start_matches('/').trim_end_matches('/'))
+        self.entries
+            .get(path.trim_start_matches('/').trim_end_matches('/'))
     }
 
     pub fn entries(&self) -> impl Iterator<Item = (&str, &Entry)> {
@@ -193,7 +190,15 @@ mod tests {
         let got: Vec<String> = paths(&t).into_iter().map(|p| p.0).collect();
         assert_eq!(
             got,
-            ["etc/", "etc/passwd", "tmp/", "usr/", "usr/bin/", "usr/bin/a", "usr/bin/b"]
+            [
+                "etc/",
+                "etc/passwd",
+                "tmp/",
+                "usr/",
+                "usr/bin/",
+                "usr/bin/a",
+                "usr/bin/b"
+            ]
         );
         for (p, mode, owners, mtime) in paths(&t) {
             assert_eq!(owners, 0, "{p}");
@@ -219,7 +224,10 @@ mod tests {
     fn bad_paths_and_conflicts_are_refused() {
         let mut l = Layer::new();
         for p in ["/abs", "a/../b", "", "a//b", "./a"] {
-            assert!(matches!(l.file(p, vec![], 0o644), Err(LayerError::BadPath(_))), "{p}");
+            assert!(
+                matches!(l.file(p, vec![], 0o644), Err(LayerError::BadPath(_))),
+                "{p}"
+            );
         }
         l.file("a", b"1".to_vec(), 0o644).unwrap();
         l.file("a", b"1".to_vec(), 0o644).unwrap();

@@ -9,8 +9,8 @@ use std::io::Read;
 
 use oci_spec::image::{
     Arch, Config, ConfigBuilder, Descriptor, DescriptorBuilder, Digest, ImageConfiguration,
-    ImageConfigurationBuilder, ImageIndex, ImageIndexBuilder, ImageManifest,
-    ImageManifestBuilder, MediaType, OciLayoutBuilder, Os, PlatformBuilder, RootFsBuilder,
+    ImageConfigurationBuilder, ImageIndex, ImageIndexBuilder, ImageManifest, ImageManifestBuilder,
+    MediaType, OciLayoutBuilder, Os, PlatformBuilder, RootFsBuilder,
 };
 use serde_json::Value;
 use sha2::{Digest as _, Sha256};
@@ -94,7 +94,10 @@ fn descriptor(media: MediaType, data: &[u8]) -> Result<Descriptor, LayoutError> 
 
 /// The image configuration: no `created` time and no history, so it depends on the layer
 /// and the spec only.
-pub fn image_config(spec: &ImageSpec, layer_digest: &str) -> Result<ImageConfiguration, LayoutError> {
+pub fn image_config(
+    spec: &ImageSpec,
+    layer_digest: &str,
+) -> Result<ImageConfiguration, LayoutError> {
     let mut c = ConfigBuilder::default()
         .env(spec.env.clone())
         .working_dir(spec.working_dir.clone());
@@ -273,7 +276,9 @@ pub fn read(archive: &[u8]) -> Result<ReadImage, LayoutError> {
     };
     let layer = blob(l)?;
     if config.rootfs().diff_ids() != &vec![l.digest().to_string()] {
-        return Err(bad("the configuration's diff_ids do not name the layer".into()));
+        return Err(bad(
+            "the configuration's diff_ids do not name the layer".into()
+        ));
     }
     Ok(ReadImage {
         index,
@@ -310,7 +315,10 @@ mod tests {
         let ann = m.annotations().as_ref().unwrap();
         assert_eq!(ann[CONTAINERD_IMAGE_NAME], "localhost/vpcnet/test:1");
         assert_eq!(ann[OCI_REF_NAME], "1");
-        assert_eq!(r.manifest.config().digest().to_string(), built.config_digest);
+        assert_eq!(
+            r.manifest.config().digest().to_string(),
+            built.config_digest
+        );
         assert_eq!(r.layer, b"layer bytes");
         let c = r.config.config().as_ref().unwrap();
         assert_eq!(c.user().as_deref(), Some("65532:65532"));
@@ -324,7 +332,10 @@ mod tests {
             // HashMap order differs per map: several writes must still agree byte for byte.
             assert_eq!(write(&spec(), b"layer", 0).unwrap().archive, a.archive);
         }
-        assert_ne!(write(&spec(), b"layer2", 0).unwrap().manifest_digest, a.manifest_digest);
+        assert_ne!(
+            write(&spec(), b"layer2", 0).unwrap().manifest_digest,
+            a.manifest_digest
+        );
         assert_ne!(write(&spec(), b"layer", 1).unwrap().archive, a.archive);
     }
 

@@ -9,7 +9,10 @@ use clap::{Parser, Subcommand};
 use vpcnet_image::images::{self, Inputs};
 
 #[derive(Parser)]
-#[command(name = "vpcnet-image", about = "Build vpcnet's container images (OCI archives) without a container engine")]
+#[command(
+    name = "vpcnet-image",
+    about = "Build vpcnet's container images (OCI archives) without a container engine"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,

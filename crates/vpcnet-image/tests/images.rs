@@ -11,7 +11,13 @@ use vpcnet_image::elf;
 use vpcnet_image::images::{self, Inputs, NODE_CNI_DIR, NONROOT_ID};
 use vpcnet_image::layout;
 
-const ALL_BINARIES: [&str; 5] = ["vpcnet-agent", "vpcnet-cni", "vpcnet-init", "vpcnet", "vpcnet-targets"];
+const ALL_BINARIES: [&str; 5] = [
+    "vpcnet-agent",
+    "vpcnet-cni",
+    "vpcnet-init",
+    "vpcnet",
+    "vpcnet-targets",
+];
 
 fn bin_dir() -> tempfile::TempDir {
     let d = tempfile::tempdir().unwrap();
@@ -42,7 +48,12 @@ fn two_builds_of_the_same_inputs_are_byte_identical() {
     assert_eq!(one.len(), 2);
     for ((p1, _, b1), (p2, _, b2)) in one.iter().zip(&two) {
         assert_eq!(b1.manifest_digest, b2.manifest_digest);
-        assert_eq!(std::fs::read(p1).unwrap(), std::fs::read(p2).unwrap(), "{}", p1.display());
+        assert_eq!(
+            std::fs::read(p1).unwrap(),
+            std::fs::read(p2).unwrap(),
+            "{}",
+            p1.display()
+        );
     }
     // A different input (the epoch) gives a different image.
     let mut later = inputs(bin.path());
@@ -58,10 +69,19 @@ fn node_image_reads_back_holds_every_library_and_runs_the_agent_by_default() {
     let image = images::node(&inputs(bin.path())).unwrap();
     let built = image.build(0).unwrap();
     let r = layout::read(&built.archive).unwrap();
-    assert_eq!(r.index.manifests()[0].digest().to_string(), built.manifest_digest);
+    assert_eq!(
+        r.index.manifests()[0].digest().to_string(),
+        built.manifest_digest
+    );
     let c = r.config.config().as_ref().unwrap();
-    assert_eq!(c.cmd().as_deref(), Some(&["/usr/bin/vpcnet-agent".to_string()][..]));
-    assert!(c.user().is_none(), "the node image runs as root (it programs the node)");
+    assert_eq!(
+        c.cmd().as_deref(),
+        Some(&["/usr/bin/vpcnet-agent".to_string()][..])
+    );
+    assert!(
+        c.user().is_none(),
+        "the node image runs as root (it programs the node)"
+    );
 
     let files = images::layer_files(&image.layer);
     for f in [
@@ -74,14 +94,21 @@ fn node_image_reads_back_holds_every_library_and_runs_the_agent_by_default() {
         assert!(files.contains_key(f), "{f} missing");
     }
     for p in ["vpcnet-cni", "portmap", "bandwidth", "tuning"] {
-        assert!(files.contains_key(&format!("{NODE_CNI_DIR}/{p}")), "{p} missing");
+        assert!(
+            files.contains_key(&format!("{NODE_CNI_DIR}/{p}")),
+            "{p} missing"
+        );
     }
     // The layer in the archive is the file set: same bytes as written from the model.
     assert_eq!(r.layer, image.layer.to_tar(0).unwrap());
     let sys = elf::system_dirs(&r.config.architecture().to_string());
     assert_eq!(elf::unresolved(&files, &sys), Vec::<String>::new());
     // nft's own libraries came along (found through its DT_NEEDED, not listed by hand).
-    assert!(files.keys().any(|p| p.contains("libnftables.so")), "{:?}", files.keys());
+    assert!(
+        files.keys().any(|p| p.contains("libnftables.so")),
+        "{:?}",
+        files.keys()
+    );
 }
 
 #[test]
@@ -98,12 +125,23 @@ fn targets_image_runs_as_a_non_root_user_it_declares() {
     );
     let files = images::layer_files(&image.layer);
     let passwd = String::from_utf8(files["/etc/passwd"].clone()).unwrap();
-    assert!(passwd.lines().any(|l| l.starts_with(&format!("nonroot:x:{id}:{id}:"))), "{passwd}");
+    assert!(
+        passwd
+            .lines()
+            .any(|l| l.starts_with(&format!("nonroot:x:{id}:{id}:"))),
+        "{passwd}"
+    );
     let group = String::from_utf8(files["/etc/group"].clone()).unwrap();
-    assert!(group.lines().any(|l| l == format!("nonroot:x:{id}:")), "{group}");
+    assert!(
+        group.lines().any(|l| l == format!("nonroot:x:{id}:")),
+        "{group}"
+    );
     let sys = elf::system_dirs(&r.config.architecture().to_string());
     assert_eq!(elf::unresolved(&files, &sys), Vec::<String>::new());
-    assert!(!files.contains_key("/usr/sbin/nft"), "only the controller and what it needs");
+    assert!(
+        !files.contains_key("/usr/sbin/nft"),
+        "only the controller and what it needs"
+    );
 }
 
 #[test]
@@ -111,7 +149,10 @@ fn a_missing_binary_names_the_path_and_the_fix() {
     let bin = bin_dir();
     std::fs::remove_file(bin.path().join("vpcnet-init")).unwrap();
     let e = format!("{:#}", images::node(&inputs(bin.path())).unwrap_err());
-    assert!(e.contains("vpcnet-init") && e.contains("scripts/build-images.sh"), "{e}");
+    assert!(
+        e.contains("vpcnet-init") && e.contains("scripts/build-images.sh"),
+        "{e}"
+    );
 }
 
 /// A throwaway containerd with its own root, state, socket and configuration in a temp dir
@@ -126,10 +167,16 @@ impl Containerd {
         let euid = std::fs::read_to_string("/proc/self/status")
             .unwrap()
             .lines()
-            .find_map(|l| l.strip_prefix("Uid:").map(|r| r.split_whitespace().nth(1).unwrap().to_string()))
+            .find_map(|l| {
+                l.strip_prefix("Uid:")
+                    .map(|r| r.split_whitespace().nth(1).unwrap().to_string())
+            })
             .unwrap();
         assert_eq!(euid, "0", "this test starts containerd, which needs root: run it as root, as scripts/test.sh does");
-        let dir = tempfile::Builder::new().prefix("vpcnet-ctd").tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("vpcnet-ctd")
+            .tempdir()
+            .unwrap();
         let d = dir.path();
         let config = format!(
             r#"version = 2
@@ -202,14 +249,21 @@ fn path_str(p: &PathBuf) -> &str {
 }
 
 #[test]
-fn containerd_imports_both_archives_under_their_names_and_digests_and_runs_nft_from_the_node_image() {
+fn containerd_imports_both_archives_under_their_names_and_digests_and_runs_nft_from_the_node_image()
+{
     let bin = bin_dir();
     let out = tempfile::tempdir().unwrap();
     let built = images::build_all(&inputs(bin.path()), out.path()).unwrap();
     let ctd = Containerd::start();
     for (path, image, b) in &built {
-        ctd.ctr(&["images", "import", "--snapshotter", "overlayfs", path_str(path)])
-            .unwrap_or_else(|e| panic!("import {}: {e}", path.display()));
+        ctd.ctr(&[
+            "images",
+            "import",
+            "--snapshotter",
+            "overlayfs",
+            path_str(path),
+        ])
+        .unwrap_or_else(|e| panic!("import {}: {e}", path.display()));
         let ls = ctd.ctr(&["images", "ls"]).unwrap();
         let line = ls
             .lines()
@@ -220,7 +274,16 @@ fn containerd_imports_both_archives_under_their_names_and_digests_and_runs_nft_f
     // The node image's nft starts with the loader and libraries the image carries.
     let node = &built[0].1.spec.reference;
     let out = ctd
-        .ctr(&["run", "--rm", "--snapshotter", "overlayfs", node, "vpcnet-image-test-nft", "/usr/sbin/nft", "--version"])
+        .ctr(&[
+            "run",
+            "--rm",
+            "--snapshotter",
+            "overlayfs",
+            node,
+            "vpcnet-image-test-nft",
+            "/usr/sbin/nft",
+            "--version",
+        ])
         .unwrap_or_else(|e| panic!("running nft in {node}: {e}"));
     assert!(out.starts_with("nftables v"), "{out}");
 }

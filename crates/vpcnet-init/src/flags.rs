@@ -2,7 +2,9 @@
 
 /// Errors of reading a boolean setting.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("{name}={value:?} is not a boolean: use true or false (or 1/0, t/f, TRUE/FALSE, True/False)")]
+#[error(
+    "{name}={value:?} is not a boolean: use true or false (or 1/0, t/f, TRUE/FALSE, True/False)"
+)]
 pub struct BadBool {
     pub name: String,
     pub value: String,

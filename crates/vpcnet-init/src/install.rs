@@ -135,12 +135,21 @@ mod tests {
         let s = src.path().join("portmap");
         fs::write(&s, b"new plugin").unwrap();
         fs::set_permissions(&s, fs::Permissions::from_mode(0o600)).unwrap();
-        assert_eq!(install(&s, dst.path(), "portmap").unwrap(), Outcome::Installed);
+        assert_eq!(
+            install(&s, dst.path(), "portmap").unwrap(),
+            Outcome::Installed
+        );
         let t = dst.path().join("portmap");
         assert_eq!(fs::read(&t).unwrap(), b"new plugin");
-        assert_eq!(fs::metadata(&t).unwrap().permissions().mode() & 0o7777, 0o755);
+        assert_eq!(
+            fs::metadata(&t).unwrap().permissions().mode() & 0o7777,
+            0o755
+        );
         let ino = std::os::unix::fs::MetadataExt::ino(&fs::metadata(&t).unwrap());
-        assert_eq!(install(&s, dst.path(), "portmap").unwrap(), Outcome::Unchanged);
+        assert_eq!(
+            install(&s, dst.path(), "portmap").unwrap(),
+            Outcome::Unchanged
+        );
         assert_eq!(
             std::os::unix::fs::MetadataExt::ino(&fs::metadata(&t).unwrap()),
             ino,
@@ -149,8 +158,14 @@ mod tests {
         assert_eq!(names(dst.path()), ["portmap"]);
         // Same contents but the wrong mode: installed again, mode fixed.
         fs::set_permissions(&t, fs::Permissions::from_mode(0o644)).unwrap();
-        assert_eq!(install(&s, dst.path(), "portmap").unwrap(), Outcome::Installed);
-        assert_eq!(fs::metadata(&t).unwrap().permissions().mode() & 0o7777, 0o755);
+        assert_eq!(
+            install(&s, dst.path(), "portmap").unwrap(),
+            Outcome::Installed
+        );
+        assert_eq!(
+            fs::metadata(&t).unwrap().permissions().mode() & 0o7777,
+            0o755
+        );
     }
 
     #[test]
@@ -172,7 +187,11 @@ mod tests {
                 let mut reads = 0u32;
                 while !stop.load(Ordering::SeqCst) || reads < 50 {
                     let got = fs::read(&target).expect("the target always exists");
-                    assert!(got == old || got == new, "read {} bytes of a mixed file", got.len());
+                    assert!(
+                        got == old || got == new,
+                        "read {} bytes of a mixed file",
+                        got.len()
+                    );
                     reads += 1;
                 }
                 reads
@@ -205,14 +224,22 @@ mod tests {
         let src = tempfile::tempdir().unwrap();
         let dst = tempfile::tempdir().unwrap();
         let s = src.path().join("vpcnet-cni");
-        let e = install(&s, dst.path(), "vpcnet-cni").unwrap_err().to_string();
-        assert!(e.contains(&s.display().to_string()) && e.contains("rebuild it"), "{e}");
+        let e = install(&s, dst.path(), "vpcnet-cni")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&s.display().to_string()) && e.contains("rebuild it"),
+            "{e}"
+        );
         assert!(names(dst.path()).is_empty());
 
         fs::write(&s, b"x").unwrap();
         let gone = dst.path().join("not-mounted");
         let e = install(&s, &gone, "vpcnet-cni").unwrap_err().to_string();
-        assert!(e.contains(&gone.display().to_string()) && e.contains("hostPath"), "{e}");
+        assert!(
+            e.contains(&gone.display().to_string()) && e.contains("hostPath"),
+            "{e}"
+        );
 
         let file = dst.path().join("a-file");
         fs::write(&file, b"").unwrap();
@@ -230,7 +257,13 @@ mod tests {
         fs::create_dir(dst.path().join("portmap")).unwrap();
         fs::write(dst.path().join("portmap/keep"), b"").unwrap();
         let e = install(&s, dst.path(), "portmap").unwrap_err().to_string();
-        assert!(e.starts_with(&format!("cannot write {}", dst.path().join("portmap").display())), "{e}");
+        assert!(
+            e.starts_with(&format!(
+                "cannot write {}",
+                dst.path().join("portmap").display()
+            )),
+            "{e}"
+        );
         assert_eq!(names(dst.path()), ["portmap"]);
     }
 }

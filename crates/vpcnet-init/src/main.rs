@@ -16,7 +16,11 @@ use vpcnet_init::{primary, sysctl};
 )]
 struct Args {
     /// Where the image keeps the plugins to install.
-    #[arg(long, env = "VPCNET_CNI_SOURCE_DIR", default_value = "/opt/vpcnet/cni/bin")]
+    #[arg(
+        long,
+        env = "VPCNET_CNI_SOURCE_DIR",
+        default_value = "/opt/vpcnet/cni/bin"
+    )]
     source_dir: PathBuf,
     /// The host's CNI bin directory as mounted in this container (the VPC CNI's name).
     #[arg(long, env = "HOST_CNI_BIN_PATH", default_value = "/host/opt/cni/bin")]
@@ -37,8 +41,7 @@ const ROUTES: &str = "/proc/net/route";
 fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -59,8 +62,8 @@ fn run(args: Args) -> Result<()> {
         Some(match &args.primary_interface {
             Some(p) => p.clone(),
             None => {
-                let text = std::fs::read_to_string(ROUTES)
-                    .with_context(|| format!("reading {ROUTES}"))?;
+                let text =
+                    std::fs::read_to_string(ROUTES).with_context(|| format!("reading {ROUTES}"))?;
                 primary::default_route_interface(ROUTES, &text)?
             }
         })

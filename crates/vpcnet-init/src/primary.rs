@@ -41,7 +41,11 @@ pub fn default_route_interface(path: &str, text: &str) -> Result<String, Primary
         let hex = |s: &str| u32::from_str_radix(s, 16).map_err(|_| malformed());
         let (dest, flags, mask) = (hex(f[1])?, hex(f[3])?, hex(f[7])?);
         let metric: u32 = f[6].parse().map_err(|_| malformed())?;
-        if dest == 0 && mask == 0 && flags & RTF_UP != 0 && best.as_ref().is_none_or(|b| metric < b.0) {
+        if dest == 0
+            && mask == 0
+            && flags & RTF_UP != 0
+            && best.as_ref().is_none_or(|b| metric < b.0)
+        {
             best = Some((metric, f[0].to_string()));
         }
     }
@@ -53,7 +57,8 @@ pub fn default_route_interface(path: &str, text: &str) -> Result<String, Primary
 mod tests {
     use super::*;
 
-    const HEAD: &str = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n";
+    const HEAD: &str =
+        "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n";
 
     #[test]
     fn the_default_route_with_the_lowest_metric_wins() {

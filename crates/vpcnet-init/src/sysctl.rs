@@ -100,7 +100,10 @@ pub fn apply(proc_sys: &Path, s: &Setting) -> Result<Applied, SysctlError> {
         return Ok(Applied::Unchanged);
     }
     std::fs::write(&path, &s.value).map_err(err)?;
-    let after = std::fs::read_to_string(&path).map_err(err)?.trim().to_string();
+    let after = std::fs::read_to_string(&path)
+        .map_err(err)?
+        .trim()
+        .to_string();
     Ok(Applied::Changed { before, after })
 }
 
@@ -117,19 +120,30 @@ mod tests {
         let p = plan("ens5", &env(&[])).unwrap();
         assert_eq!(p[0].key, "net/ipv4/conf/ens5/rp_filter");
         assert_eq!(p[0].value, "2");
-        assert_eq!((p[1].key.as_str(), p[1].value.as_str()), ("net/ipv4/tcp_early_demux", "1"));
+        assert_eq!(
+            (p[1].key.as_str(), p[1].value.as_str()),
+            ("net/ipv4/tcp_early_demux", "1")
+        );
         let p = plan("ens5", &env(&[("DISABLE_TCP_EARLY_DEMUX", "true")])).unwrap();
         assert_eq!(p[1].value, "0");
     }
 
     #[test]
     fn ipv6_and_odd_interface_names_are_refused() {
-        let e = plan("eth0", &env(&[("ENABLE_IPv6", "true")])).unwrap_err().to_string();
-        assert!(e.starts_with("ENABLE_IPv6=true") && e.contains("remove it"), "{e}");
+        let e = plan("eth0", &env(&[("ENABLE_IPv6", "true")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("ENABLE_IPv6=true") && e.contains("remove it"),
+            "{e}"
+        );
         assert!(plan("eth0", &env(&[("ENABLE_V6_EGRESS", "1")])).is_err());
         assert!(plan("eth0", &env(&[("ENABLE_IPv6", "false")])).is_ok());
         for bad in ["", "../all", "a b", "x234567890123456"] {
-            assert!(matches!(plan(bad, &env(&[])), Err(SysctlError::BadInterface(_))), "{bad}");
+            assert!(
+                matches!(plan(bad, &env(&[])), Err(SysctlError::BadInterface(_))),
+                "{bad}"
+            );
         }
     }
 
@@ -141,7 +155,10 @@ mod tests {
         let p = plan("eth0", &env(&[])).unwrap();
         assert_eq!(
             apply(d.path(), &p[0]).unwrap(),
-            Applied::Changed { before: "1".into(), after: "2".into() }
+            Applied::Changed {
+                before: "1".into(),
+                after: "2".into()
+            }
         );
         assert_eq!(apply(d.path(), &p[0]).unwrap(), Applied::Unchanged);
         assert_eq!(apply(d.path(), &p[1]).unwrap(), Applied::Absent);

@@ -25,10 +25,15 @@ fn require_root() {
 }
 
 fn run(args: &[&str]) -> String {
-    let o = Command::new(args[0]).args(&args[1..]).output().unwrap_or_else(|e| {
-        panic!("{args:?}: {e} (install iproute2)")
-    });
-    assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    let o = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("{args:?}: {e} (install iproute2)"));
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
@@ -37,7 +42,11 @@ struct Netns(String);
 
 impl Netns {
     fn create() -> Self {
-        let name = format!("vpcnet-init-t{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst));
+        let name = format!(
+            "vpcnet-init-t{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        );
         run(&["ip", "netns", "add", &name]);
         Netns(name)
     }
@@ -47,7 +56,9 @@ impl Netns {
         run(&full)
     }
     fn sysctl(&self, key: &str) -> String {
-        self.exec(&["cat", &format!("/proc/sys/{key}")]).trim().to_string()
+        self.exec(&["cat", &format!("/proc/sys/{key}")])
+            .trim()
+            .to_string()
     }
     fn init(&self, src: &Path, dst: &Path, env: &[(&str, &str)]) -> Output {
         let mut c = Command::new("ip");
@@ -104,20 +115,36 @@ fn sets_rp_filter_on_the_default_route_interface_and_early_demux_both_ways() {
     require_root();
     let ns = Netns::create();
     // A veth pair stands in for two interfaces (the dummy driver may not be loadable).
-    ns.exec(&["ip", "link", "add", "prim0", "type", "veth", "peer", "name", "other0"]);
+    ns.exec(&[
+        "ip", "link", "add", "prim0", "type", "veth", "peer", "name", "other0",
+    ]);
     for l in ["lo", "prim0", "other0"] {
         ns.exec(&["ip", "link", "set", l, "up"]);
     }
     ns.exec(&["ip", "addr", "add", "10.0.0.10/24", "dev", "prim0"]);
-    ns.exec(&["ip", "route", "add", "default", "via", "10.0.0.1", "dev", "prim0"]);
+    ns.exec(&[
+        "ip", "route", "add", "default", "via", "10.0.0.1", "dev", "prim0",
+    ]);
     for l in ["prim0", "other0"] {
-        ns.exec(&["sh", "-c", &format!("echo 1 > /proc/sys/net/ipv4/conf/{l}/rp_filter")]);
+        ns.exec(&[
+            "sh",
+            "-c",
+            &format!("echo 1 > /proc/sys/net/ipv4/conf/{l}/rp_filter"),
+        ]);
     }
     let (src, dst) = (plugins_dir(), tempfile::tempdir().unwrap());
 
-    let log = ok(&ns.init(src.path(), dst.path(), &[("DISABLE_TCP_EARLY_DEMUX", "true")]));
+    let log = ok(&ns.init(
+        src.path(),
+        dst.path(),
+        &[("DISABLE_TCP_EARLY_DEMUX", "true")],
+    ));
     assert_eq!(ns.sysctl("net/ipv4/conf/prim0/rp_filter"), "2");
-    assert_eq!(ns.sysctl("net/ipv4/conf/other0/rp_filter"), "1", "only the primary changes");
+    assert_eq!(
+        ns.sysctl("net/ipv4/conf/other0/rp_filter"),
+        "1",
+        "only the primary changes"
+    );
     assert_eq!(ns.sysctl("net/ipv4/tcp_early_demux"), "0");
     assert!(log.contains("prim0") && log.contains("rp_filter"), "{log}");
     assert_eq!(names(dst.path()), ["portmap", "vpcnet-cni"]);
@@ -127,7 +154,11 @@ fn sets_rp_filter_on_the_default_route_interface_and_early_demux_both_ways() {
     }
 
     // Rerun with the default and the bandwidth plugin asked for.
-    let log = ok(&ns.init(src.path(), dst.path(), &[("ENABLE_BANDWIDTH_PLUGIN", "true")]));
+    let log = ok(&ns.init(
+        src.path(),
+        dst.path(),
+        &[("ENABLE_BANDWIDTH_PLUGIN", "true")],
+    ));
     assert_eq!(ns.sysctl("net/ipv4/tcp_early_demux"), "1");
     assert_eq!(ns.sysctl("net/ipv4/conf/prim0/rp_filter"), "2");
     assert!(log.contains("already installed"), "{log}");
@@ -143,10 +174,18 @@ fn refuses_ipv6_and_a_namespace_without_default_route_before_touching_anything()
     let o = ns.init(src.path(), dst.path(), &[]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("no IPv4 default route") && err.contains("--primary-interface"), "{err}");
-    assert!(names(dst.path()).is_empty(), "nothing installed on a refused run");
+    assert!(
+        err.contains("no IPv4 default route") && err.contains("--primary-interface"),
+        "{err}"
+    );
+    assert!(
+        names(dst.path()).is_empty(),
+        "nothing installed on a refused run"
+    );
 
-    ns.exec(&["ip", "link", "add", "prim0", "type", "veth", "peer", "name", "prim0p"]);
+    ns.exec(&[
+        "ip", "link", "add", "prim0", "type", "veth", "peer", "name", "prim0p",
+    ]);
     let o = ns.init(
         src.path(),
         dst.path(),
@@ -177,5 +216,8 @@ fn a_missing_host_directory_is_an_error_naming_it() {
         .unwrap();
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains(&gone.display().to_string()) && err.contains("hostPath"), "{err}");
+    assert!(
+        err.contains(&gone.display().to_string()) && err.contains("hostPath"),
+        "{err}"
+    );
 }
