@@ -3,6 +3,9 @@
 //! the reference plugins, libraries, CA bundle) from this machine: reproducible, parseable with
 //! oci-spec, self-contained, and accepted by a real containerd.
 
+// The containerd test waits for a real process: std's clock and sleep are the point here.
+#![allow(clippy::disallowed_methods)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -164,15 +167,7 @@ struct Containerd {
 
 impl Containerd {
     fn start() -> Self {
-        let euid = std::fs::read_to_string("/proc/self/status")
-            .unwrap()
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix("Uid:")
-                    .map(|r| r.split_whitespace().nth(1).unwrap().to_string())
-            })
-            .unwrap();
-        assert_eq!(euid, "0", "this test starts containerd, which needs root: run it as root, as scripts/test.sh does");
+        vpcnet_cni_harness::netns::require_root();
         let dir = tempfile::Builder::new()
             .prefix("vpcnet-ctd")
             .tempdir()

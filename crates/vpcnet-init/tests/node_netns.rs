@@ -6,54 +6,20 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicU32, Ordering};
 
-static N: AtomicU32 = AtomicU32::new(0);
+use vpcnet_cni_harness::netns::{require_root, run, TestNetns};
 
-fn require_root() {
-    // SAFETY-free check: /proc/self/status's effective uid.
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let euid = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .unwrap();
-    assert_eq!(
-        euid, "0",
-        "this test needs root (it creates a network namespace and sets sysctls in it): run it as root, as scripts/test.sh does"
-    );
-}
-
-fn run(args: &[&str]) -> String {
-    let o = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .unwrap_or_else(|e| panic!("{args:?}: {e} (install iproute2)"));
-    assert!(
-        o.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-/// A network namespace owned by the test, deleted on drop.
-struct Netns(String);
+/// The project's test namespace (unique name, deleted on drop) and what this test runs in it.
+struct Netns(TestNetns);
 
 impl Netns {
     fn create() -> Self {
-        let name = format!(
-            "vpcnet-init-t{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        );
-        run(&["ip", "netns", "add", &name]);
-        Netns(name)
+        Netns(TestNetns::create().expect("creating a test network namespace (ip netns add)"))
     }
     fn exec(&self, args: &[&str]) -> String {
-        let mut full = vec!["ip", "netns", "exec", &self.0];
+        let mut full = vec!["ip", "netns", "exec", &self.0.name];
         full.extend_from_slice(args);
-        run(&full)
+        run(&full).unwrap()
     }
     fn sysctl(&self, key: &str) -> String {
         self.exec(&["cat", &format!("/proc/sys/{key}")])
@@ -62,28 +28,31 @@ impl Netns {
     }
     fn init(&self, src: &Path, dst: &Path, env: &[(&str, &str)]) -> Output {
         let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.0, env!("CARGO_BIN_EXE_vpcnet-init")])
-            .arg("--source-dir")
-            .arg(src)
-            .arg("--host-cni-bin-dir")
-            .arg(dst)
-            .env_remove("PRIMARY_INTERFACE")
-            .env_remove("HOST_CNI_BIN_PATH")
-            .env_remove("ENABLE_BANDWIDTH_PLUGIN")
-            .env_remove("DISABLE_POD_V6")
-            .env_remove("DISABLE_TCP_EARLY_DEMUX")
-            .env_remove("ENABLE_IPv6")
-            .env_remove("ENABLE_V6_EGRESS");
+        c.args([
+            "netns",
+            "exec",
+            &self.0.name,
+            env!("CARGO_BIN_EXE_vpcnet-init"),
+        ])
+        .arg("--source-dir")
+        .arg(src)
+        .arg("--host-cni-bin-dir")
+        .arg(dst);
+        for k in [
+            "PRIMARY_INTERFACE",
+            "HOST_CNI_BIN_PATH",
+            "ENABLE_BANDWIDTH_PLUGIN",
+            "DISABLE_POD_V6",
+            "DISABLE_TCP_EARLY_DEMUX",
+            "ENABLE_IPv6",
+            "ENABLE_V6_EGRESS",
+        ] {
+            c.env_remove(k);
+        }
         for (k, v) in env {
             c.env(k, v);
         }
         c.output().unwrap()
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
     }
 }
 
