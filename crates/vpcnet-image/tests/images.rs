@@ -6,7 +6,7 @@
 // The containerd test waits for a real process: std's clock and sleep are the point here.
 #![allow(clippy::disallowed_methods)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -239,7 +239,7 @@ impl Drop for Containerd {
     }
 }
 
-fn path_str(p: &PathBuf) -> &str {
+fn path_str(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
