@@ -18,6 +18,7 @@ have conntrack || need_pkgs+=(conntrack)           # kube-proxy clears UDP connt
 have gcc || need_pkgs+=(gcc)                       # the lab's pause image (gcc -static)
 [ -e /usr/lib/x86_64-linux-gnu/libc.a ] || [ -e /usr/lib/aarch64-linux-gnu/libc.a ] || need_pkgs+=(libc6-dev)
 have openssl || need_pkgs+=(openssl)
+[ -f /etc/ssl/certs/ca-certificates.crt ] || need_pkgs+=(ca-certificates)   # the images carry the CA bundle (scripts/build-images.sh)
 # The lab's load balancers: one HAProxy per load balancer, inside the lab's namespaces.
 have haproxy || need_pkgs+=(haproxy)
 

@@ -3,14 +3,17 @@
 //! SHA-256) that `ctr images import` accepts:
 //! - busybox: Debian's static busybox (`/bin/busybox`) with one symlink per applet;
 //! - pause: the pod sandbox image, the lab's own `lab/pause/pause.c` compiled statically.
+//!
+//! Both are written by `vpcnet-image` (the layer model and the OCI layout on `oci-spec`), as
+//! vpcnet's own images are.
 
 use std::io::Write;
 use std::path::Path;
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
-use serde_json::json;
-use sha2::{Digest, Sha256};
+use vpcnet_image::layer::Layer;
+use vpcnet_image::layout::{self, ImageSpec};
 
 /// The image reference the lab imports and runs.
 pub const IMAGE_REF: &str = "localhost/vpcnet-lab/busybox:latest";
@@ -22,72 +25,34 @@ pub const PAUSE_SOURCE: &str = include_str!("../../../lab/pause/pause.c");
 /// Where Debian's busybox-static installs the binary.
 pub const BUSYBOX: &str = "/bin/busybox";
 
-fn sha256_hex(data: &[u8]) -> String {
-    hex::encode(Sha256::digest(data))
-}
-
 /// The OCI platform architecture name of this machine (`amd64`, `arm64`, ...).
 pub fn oci_arch() -> &'static str {
-    match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        "arm" => "arm",
-        "powerpc64" => "ppc64le",
-        "s390x" => "s390x",
-        other => other,
-    }
-}
-
-fn header(path: &str, kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
-    let mut h = tar::Header::new_ustar();
-    h.set_entry_type(kind);
-    h.set_mode(mode);
-    h.set_size(size);
-    h.set_uid(0);
-    h.set_gid(0);
-    h.set_mtime(0);
-    h.set_path(path).expect("short ASCII path");
-    h.set_cksum();
-    h
+    vpcnet_image::images::host_arch()
 }
 
 /// The root filesystem layer as an uncompressed tar: `bin/busybox` (from `busybox`), a
 /// symlink `bin/<applet>` → `busybox` per name in `applets`, empty `dev proc sys tmp etc root`
 /// and a minimal `etc/passwd` / `etc/group`.
 pub fn rootfs_layer(busybox: &[u8], applets: &[String]) -> Result<Vec<u8>> {
-    let mut b = tar::Builder::new(Vec::new());
-    for d in ["bin/", "dev/", "etc/", "proc/", "root/", "sys/", "tmp/"] {
-        let mode = if d == "tmp/" { 0o1777 } else { 0o755 };
-        b.append(&header(d, tar::EntryType::Directory, mode, 0), &[][..])?;
+    let mut l = Layer::new();
+    for d in ["bin", "dev", "etc", "proc", "root", "sys"] {
+        l.dir(d, 0o755)?;
     }
-    b.append(
-        &header(
-            "bin/busybox",
-            tar::EntryType::Regular,
-            0o755,
-            busybox.len() as u64,
-        ),
-        busybox,
-    )?;
+    l.dir("tmp", 0o1777)?;
+    l.file("bin/busybox", busybox.to_vec(), 0o755)?;
     for a in applets {
         if a == "busybox" || a.is_empty() || a.contains('/') {
             continue;
         }
-        let mut h = header(&format!("bin/{a}"), tar::EntryType::Symlink, 0o777, 0);
-        h.set_link_name("busybox")?;
-        h.set_cksum();
-        b.append(&h, &[][..])?;
+        l.symlink(&format!("bin/{a}"), "busybox")?;
     }
-    for (name, text) in [
-        ("etc/passwd", "root:x:0:0:root:/root:/bin/sh\n"),
-        ("etc/group", "root:x:0:\n"),
-    ] {
-        b.append(
-            &header(name, tar::EntryType::Regular, 0o644, text.len() as u64),
-            text.as_bytes(),
-        )?;
-    }
-    Ok(b.into_inner()?)
+    l.file(
+        "etc/passwd",
+        b"root:x:0:0:root:/root:/bin/sh\n".to_vec(),
+        0o644,
+    )?;
+    l.file("etc/group", b"root:x:0:\n".to_vec(), 0o644)?;
+    Ok(l.to_tar(0)?)
 }
 
 /// Packs an OCI image layout tarball around one uncompressed `layer`, named `reference`, for
@@ -99,63 +64,18 @@ pub fn oci_archive(
     entrypoint: &[&str],
     cmd: &[&str],
 ) -> Result<Vec<u8>> {
-    let layer_digest = sha256_hex(layer);
-    let config = serde_json::to_vec(&json!({
-        "architecture": arch,
-        "os": "linux",
-        "config": { "Env": ["PATH=/bin"], "Entrypoint": entrypoint, "Cmd": cmd, "WorkingDir": "/" },
-        "rootfs": { "type": "layers", "diff_ids": [format!("sha256:{layer_digest}")] },
-    }))?;
-    let config_digest = sha256_hex(&config);
-    let manifest = serde_json::to_vec(&json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {
-            "mediaType": "application/vnd.oci.image.config.v1+json",
-            "digest": format!("sha256:{config_digest}"),
-            "size": config.len(),
-        },
-        "layers": [{
-            "mediaType": "application/vnd.oci.image.layer.v1.tar",
-            "digest": format!("sha256:{layer_digest}"),
-            "size": layer.len(),
-        }],
-    }))?;
-    let manifest_digest = sha256_hex(&manifest);
-    let index = serde_json::to_vec(&json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": [{
-            "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "digest": format!("sha256:{manifest_digest}"),
-            "size": manifest.len(),
-            "platform": { "architecture": arch, "os": "linux" },
-            "annotations": {
-                "io.containerd.image.name": reference,
-                "org.opencontainers.image.ref.name": "latest",
-            },
-        }],
-    }))?;
-    let layout = br#"{"imageLayoutVersion":"1.0.0"}"#.to_vec();
-
-    let mut b = tar::Builder::new(Vec::new());
-    for d in ["blobs/", "blobs/sha256/"] {
-        b.append(&header(d, tar::EntryType::Directory, 0o755, 0), &[][..])?;
-    }
-    let files: Vec<(String, &[u8])> = vec![
-        ("oci-layout".into(), &layout),
-        ("index.json".into(), &index),
-        (format!("blobs/sha256/{layer_digest}"), layer),
-        (format!("blobs/sha256/{config_digest}"), &config),
-        (format!("blobs/sha256/{manifest_digest}"), &manifest),
-    ];
-    for (name, data) in files {
-        b.append(
-            &header(&name, tar::EntryType::Regular, 0o644, data.len() as u64),
-            data,
-        )?;
-    }
-    Ok(b.into_inner()?)
+    let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let spec = ImageSpec {
+        reference: reference.to_string(),
+        arch: arch.to_string(),
+        entrypoint: strings(entrypoint),
+        cmd: strings(cmd),
+        env: vec!["PATH=/bin".into()],
+        user: String::new(),
+        working_dir: "/".into(),
+        labels: vec![],
+    };
+    Ok(layout::write(&spec, layer, 0)?.archive)
 }
 
 /// Builds the busybox image tarball from the host's [`BUSYBOX`] and writes it to `out`.
@@ -210,12 +130,9 @@ pub fn build_pause(out: &Path, work: &Path) -> Result<()> {
         );
     }
     let pause = std::fs::read(&bin)?;
-    let mut b = tar::Builder::new(Vec::new());
-    b.append(
-        &header("pause", tar::EntryType::Regular, 0o755, pause.len() as u64),
-        &pause[..],
-    )?;
-    let layer = b.into_inner()?;
+    let mut l = Layer::new();
+    l.file("pause", pause, 0o755)?;
+    let layer = l.to_tar(0)?;
     write(
         out,
         &oci_archive(&layer, oci_arch(), PAUSE_REF, &["/pause"], &[])?,
@@ -225,46 +142,19 @@ pub fn build_pause(out: &Path, work: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
-    use std::io::Read;
-
-    fn entries(tarball: &[u8]) -> BTreeMap<String, Vec<u8>> {
-        let mut a = tar::Archive::new(tarball);
-        let mut m = BTreeMap::new();
-        for e in a.entries().unwrap() {
-            let mut e = e.unwrap();
-            let p = e.path().unwrap().to_string_lossy().into_owned();
-            let mut v = Vec::new();
-            e.read_to_end(&mut v).unwrap();
-            m.insert(p, v);
-        }
-        m
-    }
 
     #[test]
     fn layout_blobs_match_their_digests_and_index_names_the_image() {
         let layer = rootfs_layer(b"\x7fELF-fake", &["sh".into(), "sleep".into()]).unwrap();
-        let files = entries(&oci_archive(&layer, "amd64", IMAGE_REF, &[], &["sh"]).unwrap());
-        for (p, data) in &files {
-            if let Some(d) = p.strip_prefix("blobs/sha256/") {
-                if !d.is_empty() {
-                    assert_eq!(sha256_hex(data), d, "blob {p}");
-                }
-            }
-        }
-        let index: serde_json::Value = serde_json::from_slice(&files["index.json"]).unwrap();
-        let m = &index["manifests"][0];
-        assert_eq!(m["annotations"]["io.containerd.image.name"], IMAGE_REF);
-        let md = m["digest"]
-            .as_str()
-            .unwrap()
-            .strip_prefix("sha256:")
-            .unwrap();
-        let manifest: serde_json::Value =
-            serde_json::from_slice(&files[&format!("blobs/sha256/{md}")]).unwrap();
-        let ld = manifest["layers"][0]["digest"].as_str().unwrap();
-        assert_eq!(ld, format!("sha256:{}", sha256_hex(&layer)));
-        assert_eq!(manifest["layers"][0]["size"], layer.len());
+        let archive = oci_archive(&layer, "amd64", IMAGE_REF, &[], &["sh"]).unwrap();
+        // read() checks every blob against its name and every descriptor's size.
+        let image = layout::read(&archive).unwrap();
+        let m = &image.index.manifests()[0];
+        let names = m.annotations().as_ref().unwrap();
+        assert_eq!(names[layout::CONTAINERD_IMAGE_NAME], IMAGE_REF);
+        assert_eq!(image.layer, layer);
+        let config = image.config.config().as_ref().unwrap();
+        assert_eq!(config.cmd().as_deref(), Some(&["sh".to_string()][..]));
     }
 
     #[test]
@@ -287,16 +177,17 @@ mod tests {
                 ));
             } else if p == "bin/busybox" {
                 let mut v = Vec::new();
-                e.read_to_end(&mut v).unwrap();
+                std::io::Read::read_to_end(&mut e, &mut v).unwrap();
                 bin = Some(v);
             }
         }
         assert_eq!(bin.as_deref(), Some(&b"BB"[..]));
+        // Entries in path order (the layer is written sorted).
         assert_eq!(
             links,
             vec![
-                ("bin/sh".to_string(), "busybox".to_string()),
-                ("bin/ping".to_string(), "busybox".to_string())
+                ("bin/ping".to_string(), "busybox".to_string()),
+                ("bin/sh".to_string(), "busybox".to_string())
             ]
         );
     }
