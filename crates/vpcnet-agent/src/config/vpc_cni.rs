@@ -143,9 +143,9 @@ pub const SETTINGS: &[VpcCniSetting] = &[
         "DISABLE_TCP_EARLY_DEMUX",
         "false",
         ONLY_FALSE,
-        "vpcnet does not change the node's net.ipv4.tcp_early_demux (the VPC CNI's init \
-         container does, for pods with their own security groups, ENABLE_POD_ENI, which \
-         vpcnet refuses)",
+        "the agent does not change the node's net.ipv4.tcp_early_demux: the init container \
+         (vpcnet-init) does, as the VPC CNI's does, so set it there (the chart's init.env), \
+         not on the agent",
         REMOVE_OR_FALSE,
     ),
     refused(

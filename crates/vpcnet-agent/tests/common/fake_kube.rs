@@ -257,9 +257,13 @@ impl FakeKube {
         sent
     }
 
-    fn put(&self, collection: &'static str, mut obj: Value) {
-        let name = obj["metadata"]["name"].as_str().unwrap().to_string();
+    fn put(&self, collection: &'static str, obj: Value) {
         let mut st = self.0.store.lock().unwrap();
+        self.put_locked(&mut st, collection, obj);
+    }
+
+    fn put_locked(&self, st: &mut Store, collection: &'static str, mut obj: Value) {
+        let name = obj["metadata"]["name"].as_str().unwrap().to_string();
         st.rv += 1;
         obj["metadata"]["resourceVersion"] = json!(st.rv.to_string());
         let kind = match st
@@ -271,7 +275,7 @@ impl FakeKube {
             Some(_) => "MODIFIED",
             None => "ADDED",
         };
-        self.record(&mut st, collection, &name, kind, obj);
+        self.record(st, collection, &name, kind, obj);
     }
 
     fn record(&self, st: &mut Store, collection: &'static str, name: &str, kind: &str, obj: Value) {
@@ -285,14 +289,16 @@ impl FakeKube {
         let _ = self.0.changes.send(change);
     }
 
-    /// Merges a strategic-merge patch of `status.conditions` (keyed by `type`) into the Node.
+    /// Merges a strategic-merge patch of `status.conditions` (keyed by `type`) into the Node
+    /// as it is now, under one lock: like the API server's status subresource, it never
+    /// changes anything but the status, whatever else changed the Node meanwhile.
     fn patch_node_status(&self, name: &str, patch: &Value) -> Option<Value> {
-        let mut node = {
-            let st = self.0.store.lock().unwrap();
-            st.objects.get(NODES)?.get(name)?.clone()
-        };
-        let conditions = node["status"]["conditions"].as_array().cloned();
-        let mut conditions = conditions.unwrap_or_default();
+        let mut st = self.0.store.lock().unwrap();
+        let mut node = st.objects.get(NODES)?.get(name)?.clone();
+        let mut conditions = node["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         for c in patch["status"]["conditions"]
             .as_array()
             .into_iter()
@@ -302,7 +308,7 @@ impl FakeKube {
             conditions.push(c.clone());
         }
         node["status"]["conditions"] = Value::Array(conditions);
-        self.put(NODES, node.clone());
+        self.put_locked(&mut st, NODES, node.clone());
         Some(node)
     }
 }

@@ -32,6 +32,22 @@ impl Lab {
         .unwrap();
         node.ip(&["link", "set", "eth1", "up"]).unwrap();
         node.ip(&["link", "set", "vpc1", "up"]).unwrap();
+        // The pair's carrier comes up asynchronously: the baseline is taken once both ends
+        // are, or a later snapshot differs from it in the link state alone.
+        for link in ["eth1", "vpc1"] {
+            let mut tries = 0;
+            while !node
+                .ip(&["-o", "link", "show", link])
+                .unwrap()
+                .contains("state UP")
+            {
+                tries += 1;
+                assert!(tries < 500, "{link} not up after 5 s");
+                // A real kernel link: wall time.
+                #[allow(clippy::disallowed_methods)]
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
         node.ip(&["route", "add", "10.0.1.0/24", "dev", "eth1", "table", "2"])
             .unwrap();
         node.ip(&[
