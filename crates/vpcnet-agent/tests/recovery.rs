@@ -473,45 +473,40 @@ struct StartUpRelease {
     _dir: tempfile::TempDir,
 }
 
+impl StartUpRelease {
+    /// The address the agent's pool assigns to pod `p1` now.
+    fn p1(&self) -> Option<Ipv4Addr> {
+        let pool = self.agent.shared.pool();
+        pool.assignment(&PodKey::new("p1", "eth0")).map(|a| a.ip)
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_release_while_the_agent_starts_waits_for_start_up_and_stays_done() {
     for how in [Release::Del, Release::Gc] {
-        let StartUpRelease {
-            released,
-            took,
-            ip,
-            agent,
-            _dir,
-        } = release_during_start_up(3, how).await;
-        let released = released.expect("answered once start-up ends");
-        assert_eq!(released, vec![ip.to_string()]);
+        let r = release_during_start_up(3, how).await;
+        let released = r.released.as_ref().expect("answered once start-up ends");
+        assert_eq!(released, &vec![r.ip.to_string()]);
         assert!(
-            took >= Duration::from_secs(3),
-            "the release was served before start-up ended ({took:?})"
+            r.took >= Duration::from_secs(3),
+            "the release was served before start-up ended ({:?})",
+            r.took
         );
         // Start-up read the CNI cache before the release was served: the pod is not held
         // again.
-        let p1 = agent
-            .shared
-            .pool()
-            .assignment(&PodKey::new("p1", "eth0"))
-            .cloned();
-        assert_eq!(p1, None, "the release was undone by start-up");
-        agent.shutdown().await;
+        assert_eq!(r.p1(), None, "the release was undone by start-up");
+        r.agent.shutdown().await;
     }
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_release_while_a_slow_start_up_runs_is_refused_with_what_to_do() {
     for (how, says) in [(Release::Del, "retry the DEL"), (Release::Gc, "next GC")] {
-        let StartUpRelease {
-            released,
-            took,
-            ip,
-            agent,
-            _dir,
-        } = release_during_start_up(8, how).await;
-        let e = released.expect_err("start-up takes longer than a release waits");
+        let r = release_during_start_up(8, how).await;
+        let e = r
+            .released
+            .as_ref()
+            .expect_err("start-up takes longer than a release waits");
         assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
         assert!(
             e.message().contains("the agent is starting") && e.message().contains(says),
@@ -520,19 +515,15 @@ async fn a_release_while_a_slow_start_up_runs_is_refused_with_what_to_do() {
         );
         // Refused after waiting 5 s (RELEASE_READY_WAIT) of the 8 s start-up.
         assert!(
-            took >= Duration::from_secs(5) && took < Duration::from_secs(8),
-            "{took:?}"
+            r.took >= Duration::from_secs(5) && r.took < Duration::from_secs(8),
+            "{:?}",
+            r.took
         );
         // Nothing was released: the pod keeps its address until the runtime's retry.
-        let p1 = agent
-            .shared
-            .pool()
-            .assignment(&PodKey::new("p1", "eth0"))
-            .map(|a| a.ip);
-        assert_eq!(p1, Some(ip));
-        let mut c = client(&agent.socket_path).await;
+        assert_eq!(r.p1(), Some(r.ip));
+        let mut c = client(&r.agent.socket_path).await;
         let d = c.del_network(del_req("p1")).await.unwrap().into_inner();
-        assert!(d.released && d.ipv4_addr == ip.to_string(), "{d:?}");
-        agent.shutdown().await;
+        assert!(d.released && d.ipv4_addr == r.ip.to_string(), "{d:?}");
+        r.agent.shutdown().await;
     }
 }
