@@ -173,12 +173,7 @@ fn detached_eni_disappears_from_the_node_and_the_fabric() {
                 !sh("ip", &["-n", &vpc, "-o", "link"]).contains(&port),
                 "bridge port {port} left"
             );
-            let sdc = sh(
-                "ip",
-                &[
-                    "netns", "exec", &vpc, "nft", "list", "set", "bridge", "vpcnet", "owned",
-                ],
-            );
+            let sdc = nft(&vpc, &["list", "set", "bridge", "vpcnet", "owned"]);
             assert!(
                 !sdc.contains(&port),
                 "source check still allows {port}: {sdc}"
@@ -195,12 +190,16 @@ fn detached_eni_disappears_from_the_node_and_the_fabric() {
     );
 }
 
+/// `nft <args>` run in namespace `ns`; its stdout (fails the test when nft fails).
+fn nft(ns: &str, args: &[&str]) -> String {
+    let mut v = vec!["netns", "exec", ns, "nft"];
+    v.extend_from_slice(args);
+    sh("ip", &v)
+}
+
 /// Packets counted by the rule with `comment "<tag>"` in `nft list table ip <table>` of `ns`.
 fn nft_count(ns: &str, table: &str, tag: &str) -> u64 {
-    let out = sh(
-        "ip",
-        &["netns", "exec", ns, "nft", "list", "table", "ip", table],
-    );
+    let out = nft(ns, &["list", "table", "ip", table]);
     let line = out
         .lines()
         .find(|l| l.contains(&format!("comment \"{tag}\"")))
@@ -221,19 +220,7 @@ fn traffic_leaving_the_vpc_is_snated_to_the_node_ip_and_vpc_traffic_keeps_the_po
             let vpc = lab.state().unwrap().namespaces[0].clone();
             let node_ip: Ipv4Addr = node.primary_ip.parse().unwrap();
             // The agent applied its table at start: SNAT to the primary IP, connmark rule.
-            let fw = sh(
-                "ip",
-                &[
-                    "netns",
-                    "exec",
-                    &node.netns,
-                    "nft",
-                    "list",
-                    "table",
-                    "ip",
-                    "vpcnet",
-                ],
-            );
+            let fw = nft(&node.netns, &["list", "table", "ip", "vpcnet"]);
             assert!(
                 fw.contains(&format!("snat to {node_ip} fully-random")),
                 "node firewall:\n{fw}"
@@ -305,10 +292,7 @@ fn traffic_leaving_the_vpc_is_snated_to_the_node_ip_and_vpc_traffic_keeps_the_po
             );
             let path = lab.dir.join("snatprobe.nft");
             std::fs::write(&path, probe).unwrap();
-            sh(
-                "ip",
-                &["netns", "exec", &vpc, "nft", "-f", path.to_str().unwrap()],
-            );
+            nft(&vpc, &["-f", path.to_str().unwrap()]);
 
             // Outside the VPC: SNATed to the node's primary IP, and it leaves by eth0 (the
             // fabric's source/destination check drops the node IP on eth1's port), so the
@@ -339,19 +323,9 @@ fn traffic_leaving_the_vpc_is_snated_to_the_node_ip_and_vpc_traffic_keeps_the_po
                     .containers()
                     .ping("s2", outside.parse().unwrap())
                     .unwrap());
-                let fw = sh(
-                    "ip",
-                    &[
-                        "netns",
-                        "exec",
-                        &node.netns,
-                        "nft",
-                        "list",
-                        "chain",
-                        "ip",
-                        "vpcnet",
-                        "postrouting",
-                    ],
+                let fw = nft(
+                    &node.netns,
+                    &["list", "chain", "ip", "vpcnet", "postrouting"],
                 );
                 if !fw.contains("counter packets 0 ") {
                     break;
@@ -360,19 +334,7 @@ fn traffic_leaving_the_vpc_is_snated_to_the_node_ip_and_vpc_traffic_keeps_the_po
             }
 
             // Drift is repaired by the agent's periodic pass (every 2 s here).
-            sh(
-                "ip",
-                &[
-                    "netns",
-                    "exec",
-                    &node.netns,
-                    "nft",
-                    "delete",
-                    "table",
-                    "ip",
-                    "vpcnet",
-                ],
-            );
+            nft(&node.netns, &["delete", "table", "ip", "vpcnet"]);
             ipn(&node, &["rule", "del", "priority", "1024"]);
             wait_until(
                 "the agent re-applies its table and fwmark rule",
