@@ -104,7 +104,7 @@ async fn main() -> std::process::ExitCode {
     };
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(writer.ansi())
+        .event_format(vpcnet_log::JsonLines::new())
         .with_writer(writer)
         .init();
     let names: Vec<String> = std::env::vars_os()

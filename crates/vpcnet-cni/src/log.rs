@@ -37,8 +37,7 @@ pub fn init(file: &str, level_name: &str) {
     };
     let _ = tracing_subscriber::fmt()
         .with_max_level(level(level_name))
-        .with_ansi(false)
-        .with_target(false)
+        .event_format(vpcnet_log::JsonLines::new())
         .with_writer(writer)
         .try_init();
 }

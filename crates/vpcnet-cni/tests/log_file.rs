@@ -47,9 +47,18 @@ fn answer(out: &Output) -> Value {
         .unwrap_or_else(|e| panic!("stdout is not the CNI answer alone ({e}): {out:?}"))
 }
 
+/// The lines of `log` at `level`; every line must be a JSON object with the VPC CNI's keys
+/// (`level`, `ts`, `caller`, `msg`).
 fn lines_at(log: &str, level: &str) -> usize {
     log.lines()
-        .filter(|l| l.split_whitespace().nth(1) == Some(level))
+        .filter(|l| {
+            let v: serde_json::Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}"));
+            for key in ["level", "ts", "caller", "msg"] {
+                assert!(v[key].is_string(), "no {key} in {l}");
+            }
+            v["level"] == level.to_ascii_lowercase()
+        })
         .count()
 }
 

@@ -25,14 +25,6 @@ impl LogWriter {
             Target::File(path) => LogWriter::File(RotatingFile::open(path, rotation)?),
         })
     }
-
-    /// Whether lines may carry terminal colours: never in a file, nor with `NO_COLOR` set to
-    /// anything but empty (`tracing_subscriber`'s own default, which an explicit choice
-    /// replaces).
-    pub fn ansi(&self) -> bool {
-        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-        !matches!(self, LogWriter::File(_)) && !no_color
-    }
 }
 
 /// One line's writer, from [`LogWriter`].
@@ -90,11 +82,6 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("ipamd.log");
         let w = LogWriter::open(&Target::File(log.clone()), r).unwrap();
-        assert!(!w.ansi());
-        assert_eq!(
-            LogWriter::Stdout.ansi(),
-            std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
-        );
         // Opened at once: the file exists before any line.
         assert!(log.exists());
         w.make_writer().write_all(b"a line\n").unwrap();
@@ -107,7 +94,7 @@ mod tests {
         let log = dir.path().join("plugin.log");
         let w = LogWriter::open(&Target::File(log.clone()), Rotation::VPC_CNI).unwrap();
         let subscriber = tracing_subscriber::fmt()
-            .with_ansi(w.ansi())
+            .event_format(crate::JsonLines::new())
             .with_writer(w)
             .with_max_level(tracing_subscriber::filter::LevelFilter::INFO)
             .finish();
@@ -117,10 +104,10 @@ mod tests {
         });
         let text = std::fs::read_to_string(&log).unwrap();
         assert!(
-            text.contains("INFO") && text.contains("shown at info"),
+            text.starts_with(r#"{"level":"info","#) && text.contains(r#""msg":"shown at info""#),
             "{text}"
         );
+        assert_eq!(text.lines().count(), 1, "{text}");
         assert!(!text.contains("hidden"), "{text}");
-        assert!(!text.contains('\u{1b}'), "colour codes in a file: {text:?}");
     }
 }
