@@ -1,6 +1,6 @@
 //! The `TargetGroupBinding` resource (`targetgroupbindings.elbv2.k8s.aws`, version
 //! `v1beta1`, namespaced), with the spec fields aws-load-balancer-controller defines, so
-//! existing bindings work unchanged; its CRD is `deploy/crds/targetgroupbinding.yaml`.
+//! existing bindings work unchanged; its CRD is `charts/vpcnet-targets/crds/targetgroupbinding.yaml`.
 
 use std::collections::BTreeMap;
 
@@ -166,7 +166,7 @@ mod tests {
     /// the controller writes.
     #[test]
     fn the_crd_file_matches_the_rust_type() {
-        let text = include_str!("../../../deploy/crds/targetgroupbinding.yaml");
+        let text = include_str!("../../../charts/vpcnet-targets/crds/targetgroupbinding.yaml");
         let crd: serde_json::Value = serde_yaml::from_str(text).unwrap();
         let spec = &crd["spec"];
         assert_eq!(spec["group"], TargetGroupBinding::group(&()).as_ref());

@@ -69,7 +69,7 @@ struct Args {
         default_value = "vpcnet-targets"
     )]
     leader_election_id: String,
-    /// Serve TargetGroupBindings (their CRD must be installed: deploy/crds/
+    /// Serve TargetGroupBindings (their CRD must be installed: charts/vpcnet-targets/crds/
     /// targetgroupbinding.yaml). `false` for the label-selector mode alone.
     #[arg(long, env = "VPCNET_TARGETS_TARGET_GROUP_BINDINGS", default_value_t = true, action = clap::ArgAction::Set)]
     target_group_bindings: bool,

@@ -1,7 +1,7 @@
 //! The ENIConfig resource (custom networking) and the pure choice of a node's ENIConfig.
 //!
 //! Resource: `eniconfigs.crd.k8s.amazonaws.com`, version `v1alpha1`, kind `ENIConfig`,
-//! cluster-scoped, as the VPC CNI defines it (its CRD is `deploy/crds/eniconfig.yaml`):
+//! cluster-scoped, as the VPC CNI defines it (its CRD is `charts/vpcnet/crds/eniconfig.yaml`):
 //! `spec.subnet` (subnet ID, required) and `spec.securityGroups` (security group IDs).
 //!
 //! Choice per node, as the VPC CNI makes it: the Node annotation `k8s.amazonaws.com/eniConfig`
@@ -270,7 +270,7 @@ impl fmt::Display for Unresolved {
             )?,
             Unresolved::WatchFailed(why) => write!(
                 f,
-                "cannot list the Node and the ENIConfigs: {why}; install the ENIConfig CRD (deploy/crds/eniconfig.yaml) and let the agent's service account get, list and watch nodes and eniconfigs.crd.k8s.amazonaws.com"
+                "cannot list the Node and the ENIConfigs: {why}; install the ENIConfig CRD (charts/vpcnet/crds/eniconfig.yaml) and let the agent's service account get, list and watch nodes and eniconfigs.crd.k8s.amazonaws.com"
             )?,
         }
         if !matches!(self, Unresolved::ApiUnavailable(_)) {
@@ -488,7 +488,7 @@ mod tests {
     /// type the agent watches.
     #[test]
     fn the_crd_file_matches_the_rust_type() {
-        let text = include_str!("../../../../deploy/crds/eniconfig.yaml");
+        let text = include_str!("../../../../charts/vpcnet/crds/eniconfig.yaml");
         let crd: serde_json::Value = serde_yaml::from_str(text).unwrap();
         let spec = &crd["spec"];
         assert_eq!(crd["kind"], "CustomResourceDefinition");

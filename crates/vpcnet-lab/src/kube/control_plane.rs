@@ -230,7 +230,7 @@ pub fn start(lab: &Lab, ca: &Ca, spec: &Spec) -> Result<ControlPlaneRecord> {
         .context("applying the lab's base manifests (RBAC)")?;
     kubectl
         .apply(manifests::ENICONFIG_CRD)
-        .context("installing the ENIConfig CRD (deploy/crds/eniconfig.yaml)")?;
+        .context("installing the ENIConfig CRD (charts/vpcnet/crds/eniconfig.yaml)")?;
     kubectl
         .run(&[
             "wait",

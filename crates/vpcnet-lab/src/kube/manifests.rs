@@ -6,8 +6,8 @@ pub const CCM_USER: &str = "system:cloud-controller-manager";
 pub const AGENT_SERVICE_ACCOUNT: (&str, &str) = ("kube-system", "aws-node");
 
 /// The ENIConfig CustomResourceDefinition (custom networking), the file operators apply:
-/// `deploy/crds/eniconfig.yaml`.
-pub const ENICONFIG_CRD: &str = include_str!("../../../../deploy/crds/eniconfig.yaml");
+/// `charts/vpcnet/crds/eniconfig.yaml`.
+pub const ENICONFIG_CRD: &str = include_str!("../../../../charts/vpcnet/crds/eniconfig.yaml");
 /// Its name, for `kubectl wait`.
 pub const ENICONFIG_CRD_NAME: &str = "eniconfigs.crd.k8s.amazonaws.com";
 

@@ -24,9 +24,9 @@ use crate::lbctl::LbSettings;
 use crate::procs::ProcRecord;
 use crate::spawn::Place;
 
-/// The TargetGroupBinding CRD (`deploy/crds/targetgroupbinding.yaml`).
+/// The TargetGroupBinding CRD (`charts/vpcnet-targets/crds/targetgroupbinding.yaml`).
 pub const TARGETGROUPBINDING_CRD: &str =
-    include_str!("../../../../deploy/crds/targetgroupbinding.yaml");
+    include_str!("../../../../charts/vpcnet-targets/crds/targetgroupbinding.yaml");
 /// Its name, for `kubectl wait`.
 pub const TARGETGROUPBINDING_CRD_NAME: &str = "targetgroupbindings.elbv2.k8s.aws";
 /// `preStop` sleep of the gated pods: longer than the controller's reaction (deletion
