@@ -54,6 +54,14 @@ Rendered first by daemonset.yaml. Each message starts "vpcnet: <key>".
 {{- if ne $hostBin "/host/opt/cni/bin" -}}
 {{- fail (printf "vpcnet: init.env.HOST_CNI_BIN_PATH=%s is not supported: the chart mounts the host's /opt/cni/bin at /host/opt/cni/bin, where vpcnet-init installs the plugins; remove it" $hostBin) -}}
 {{- end -}}
+{{- $true := list "1" "t" "T" "TRUE" "true" "True" -}}
+{{- range $key := list "DISABLE_POD_V6" "ENABLE_BANDWIDTH_PLUGIN" -}}
+{{- if and (hasKey $v.env $key) (hasKey $v.init.env $key) -}}
+{{- if ne (has (toString (index $v.env $key)) $true) (has (toString (index $v.init.env $key)) $true) -}}
+{{- fail (printf "vpcnet: init.env.%s=%v differs from env.%s=%v: the agent's conflist chains the plugins vpcnet-init installs, so they must agree; remove init.env.%s (the chart passes env's value to the init container)" $key (index $v.init.env $key) $key (index $v.env $key) $key) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- range $name := list "livenessProbe" "readinessProbe" -}}
 {{- $probe := index $v $name -}}
 {{- if and $probe.exec $probe.exec.command (contains "grpc-health-probe" (index $probe.exec.command 0)) -}}

@@ -125,6 +125,17 @@ fn env_the_chart_owns_is_refused() {
 }
 
 #[test]
+fn chain_settings_that_differ_between_agent_and_init_are_refused() {
+    for key in ["ENABLE_BANDWIDTH_PLUGIN", "DISABLE_POD_V6"] {
+        let agent = format!("env.{key}=true");
+        let init = format!("init.env.{key}=false");
+        let named = format!("vpcnet: init.env.{key}=false differs from env.{key}=true");
+        let fix = format!("remove init.env.{key}");
+        node(&[&agent, &init], &[&named, &fix]);
+    }
+}
+
+#[test]
 fn the_vpc_cni_health_probe_is_refused() {
     for probe in ["livenessProbe", "readinessProbe"] {
         let set = format!("{probe}.exec.command={{/app/grpc-health-probe,-addr=unix:///var/run/aws-node/ipamd.sock}}");
