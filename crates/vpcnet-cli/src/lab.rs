@@ -52,6 +52,12 @@ struct UpArgs {
     /// `kubernetes` Service, i.e. before kube-proxy runs).
     #[arg(long)]
     cluster_endpoint: bool,
+    /// How vpcnet's agent runs on the nodes: `process` (a lab process per node, the default)
+    /// or `chart` (the node image imported into each node's containerd and charts/vpcnet
+    /// installed with Helm, built by scripts/build-helm.sh: the `aws-node` DaemonSet's pods,
+    /// started by kubelet).
+    #[arg(long, value_name = "process|chart", default_value = "process")]
+    agent_install: vpcnet_lab::state::AgentInstall,
     /// CNI of the nodes: `vpcnet` (default) or `vpc-cni` (AWS's VPC CNI, built by
     /// scripts/build-k8s.sh); `NODE=CNI` (e.g. `n2=vpc-cni`) for one node; repeatable, later wins.
     #[arg(long = "cni", value_name = "[NODE=]CNI")]
@@ -169,6 +175,7 @@ fn up_options(a: &UpArgs, default_nodes: usize) -> Result<UpOptions> {
     o.kubernetes = !a.no_kubernetes;
     o.k8s_bin_dir = a.k8s_bin_dir.clone();
     o.cluster_endpoint = a.cluster_endpoint;
+    o.agent_install = a.agent_install;
     o.agent_env = vpcnet_lab::lab::parse_agent_env(&a.agent_env)?;
     o.cni = parse_cni(&a.cni)?;
     if a.two_zones {

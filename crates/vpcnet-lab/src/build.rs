@@ -24,7 +24,7 @@ use crate::lab::{
 use crate::netns;
 use crate::procs;
 use crate::spawn::Place;
-use crate::state::{self, LabState, NodeCni, NodeRecord};
+use crate::state::{self, AgentInstall, LabState, NodeCni, NodeRecord};
 use crate::teardown;
 use crate::wait::{log_tail, wait_for};
 
@@ -69,9 +69,25 @@ impl Lab {
                 opts.instance_type
             );
         }
+        let chart = opts.agent_install == AgentInstall::Chart;
+        if chart && !opts.kubernetes {
+            bail!("the chart install needs Kubernetes: drop --no-kubernetes, or use --agent-install process");
+        }
+        if chart && opts.cni_timing {
+            bail!(
+                "the timing shim replaces the plugins the lab copies into /opt/cni/bin, but with \
+                 the chart install the init container installs them: use --agent-install process \
+                 with the timing shim"
+            );
+        }
         let mut ours = vec!["vpcnet", "vpcnet-agent", "vpcnet-cni"];
         if opts.kubernetes {
             ours.push("vpcnet-bootstrap");
+        }
+        if chart {
+            // Helm first: a missing build fails now, not after the cluster is up.
+            crate::kube::vpcnet_chart::helm()?;
+            ours.push("vpcnet-init");
         }
         for b in ours {
             if !opts.bin_dir.join(b).is_file() {
@@ -101,6 +117,7 @@ impl Lab {
             name: opts.name.clone(),
             prefix: prefix.clone(),
             instance_type: opts.instance_type.clone(),
+            agent_install: opts.agent_install,
             ..Default::default()
         }
         .save(&dir)?;
@@ -370,6 +387,7 @@ impl Build<'_> {
                     k == "ANNOTATE_POD_IP"
                         && ["1", "t", "T", "TRUE", "true", "True"].contains(&v.as_str())
                 }),
+                agent_chart: self.opts.agent_install == AgentInstall::Chart,
             },
         )?;
         Ok((ca, record))
@@ -407,6 +425,9 @@ impl Build<'_> {
             containerd::import(node, containerd::CRI_NAMESPACE, &images.pause)?;
         }
         match node.cni {
+            // kubelet starts the agent's DaemonSet pod once the chart is installed
+            // (`join_cluster`).
+            NodeCni::Vpcnet if opts.agent_install == AgentInstall::Chart => Ok(()),
             NodeCni::Vpcnet => {
                 progress(&format!("node {}: starting vpcnet-agent", node.name));
                 self.lab.node(&node.name).start_agent_with(opts)
@@ -423,16 +444,30 @@ impl Build<'_> {
     fn join_cluster(&self, nodes: &[NodeRecord]) -> Result<()> {
         let opts = self.opts;
         let peers: Vec<&NodeRecord> = nodes.iter().filter(|n| n.cni == NodeCni::VpcCni).collect();
-        self.lab
-            .kube()
-            .join_nodes(opts.kube_proxy, opts.wait_ready && peers.is_empty())?;
+        let charted: Vec<NodeRecord> = nodes
+            .iter()
+            .filter(|n| n.cni == NodeCni::Vpcnet && opts.agent_install == AgentInstall::Chart)
+            .cloned()
+            .collect();
+        self.lab.kube().join_nodes(
+            opts.kube_proxy,
+            opts.wait_ready && peers.is_empty() && charted.is_empty(),
+        )?;
+        if !charted.is_empty() {
+            let chart = self.lab.vpcnet_chart();
+            chart.install_on_nodes(&charted, opts.cluster_endpoint, &opts.agent_env)?;
+            if opts.wait_ready {
+                progress("waiting for the aws-node pods (started by kubelet) to turn Ready");
+                chart.wait_agents_ready(Duration::from_secs(180))?;
+            }
+        }
         for node in &peers {
             self.lab
                 .kube()
                 .wait_node_registered(node, Duration::from_secs(120))?;
             self.lab.node(&node.name).start_vpc_cni_with(opts)?;
         }
-        if opts.wait_ready && !peers.is_empty() {
+        if opts.wait_ready && !(peers.is_empty() && charted.is_empty()) {
             progress("waiting for the nodes to turn Ready and be initialized");
             self.lab.kube().wait_nodes_ready(Duration::from_secs(180))?;
         }
@@ -445,8 +480,13 @@ impl Build<'_> {
 /// ones when asked.
 fn install_plugins(node: &NodeRecord, opts: &UpOptions) -> Result<()> {
     let bin = node.cni_bin_dir();
-    fs::copy(opts.bin_dir.join("vpcnet-cni"), bin.join("vpcnet-cni"))
-        .context("copying vpcnet-cni into the node's CNI bin dir")?;
+    // With the chart, the agent pod's init container installs vpcnet-cni (and its own copies of
+    // the reference plugins the conflist chains); the lab's copies of the reference plugins are
+    // the ones an EKS AMI ships in /opt/cni/bin (containerd needs `loopback` for every pod).
+    if !(node.cni == NodeCni::Vpcnet && opts.agent_install == AgentInstall::Chart) {
+        fs::copy(opts.bin_dir.join("vpcnet-cni"), bin.join("vpcnet-cni"))
+            .context("copying vpcnet-cni into the node's CNI bin dir")?;
+    }
     if node.cni == NodeCni::VpcCni {
         let peer = crate::kube::bins::locate_peer(opts.k8s_bin_dir.as_deref())?;
         for b in ["aws-cni", "egress-cni"] {

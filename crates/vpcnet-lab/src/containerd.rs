@@ -233,6 +233,11 @@ pub fn tasks(node: &NodeRecord) -> Result<Vec<Task>> {
     Ok(parse_tasks(&ctr(node, &["tasks", "ls"])?))
 }
 
+/// Tasks of the node's containerd namespace `namespace` (kubelet's: [`CRI_NAMESPACE`]).
+pub fn tasks_in(node: &NodeRecord, namespace: &str) -> Result<Vec<Task>> {
+    Ok(parse_tasks(&ctr_ns(node, namespace, &["tasks", "ls"])?))
+}
+
 /// Waits until container `id`'s task is RUNNING (which `ctr run --cni` reaches only after
 /// the CNI ADD succeeded) and returns it. Errors after `timeout` or when the `ctr` process
 /// exited (the ADD failed: its log says why).

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Result};
 
 use crate::daemon;
-use crate::state::{self, LabState, NodeCni};
+use crate::state::{self, AgentInstall, LabState, NodeCni};
 use crate::teardown;
 
 /// VPC CIDR of every lab.
@@ -92,6 +92,9 @@ pub struct UpOptions {
     /// Start kube-proxy on every node (false: tests start it later with
     /// [`crate::kube::cluster::Kube::start_kube_proxy`]).
     pub kube_proxy: bool,
+    /// How vpcnet's agent runs on the nodes (with Kubernetes): lab processes (the default), or
+    /// installed with its Helm chart as the `aws-node` DaemonSet.
+    pub agent_install: AgentInstall,
     /// Give every agent `CLUSTER_ENDPOINT` = the API server's address, so it reaches the API
     /// server without the `kubernetes` Service (that is, before kube-proxy runs).
     pub cluster_endpoint: bool,
@@ -152,6 +155,7 @@ impl UpOptions {
             kubernetes: true,
             k8s_bin_dir: None,
             kube_proxy: true,
+            agent_install: AgentInstall::Process,
             cluster_endpoint: false,
             wait_ready: true,
             cni: Vec::new(),

@@ -14,7 +14,7 @@ use anyhow::{bail, Context, Result};
 use crate::cloud::RequestRecord;
 use crate::lab::{CniTiming, Lab, UpOptions, CNI_TIMING_LOG, CONFLIST};
 use crate::procs::ProcRecord;
-use crate::state::{self, NodeCni, NodeRecord};
+use crate::state::{self, AgentInstall, NodeCni, NodeRecord};
 use crate::wait::{log_tail, wait_for};
 
 /// One node of a lab ([`Lab::node`]): a name; the node's record is read when a method needs
@@ -155,6 +155,14 @@ impl Node<'_> {
         let node = self.record()?;
         if node.cni == NodeCni::VpcCni {
             return self.start_vpc_cni();
+        }
+        if self.lab.state()?.agent_install == AgentInstall::Chart {
+            bail!(
+                "the agent of node {} runs as a pod of the aws-node DaemonSet (the lab installed \
+                 vpcnet with its chart): kubelet starts and restarts it; delete the pod \
+                 (kubectl -n kube-system delete pod) for a new one",
+                node.name
+            );
         }
         let bin_dir = self.lab.bin_dir();
         let conflist = node.cni_conf_dir().join(CONFLIST);

@@ -52,6 +52,33 @@ pub enum NodeCni {
     VpcCni,
 }
 
+/// How vpcnet's agent runs on the nodes of a lab with Kubernetes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AgentInstall {
+    /// A lab process per node, started by the lab with the environment a DaemonSet pod would
+    /// get; the plugins copied into the node's `/opt/cni/bin` by the lab.
+    #[default]
+    Process,
+    /// Installed as an operator installs it: the node image imported into every node's
+    /// containerd and `charts/vpcnet` installed with Helm; kubelet starts the `aws-node`
+    /// DaemonSet's pods, whose init container installs the plugins
+    /// ([`crate::kube::vpcnet_chart`]).
+    Chart,
+}
+
+impl std::str::FromStr for AgentInstall {
+    type Err = anyhow::Error;
+    /// `process` or `chart`.
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        match s {
+            "process" => Ok(AgentInstall::Process),
+            "chart" => Ok(AgentInstall::Chart),
+            _ => anyhow::bail!("unknown agent install {s:?}: use process or chart"),
+        }
+    }
+}
+
 impl std::str::FromStr for NodeCni {
     type Err = anyhow::Error;
     /// `vpcnet` or `vpc-cni`.
@@ -134,6 +161,9 @@ pub struct LabState {
     /// The host outside the VPC (the two-zone layout).
     #[serde(default)]
     pub outside: Option<OutsideRecord>,
+    /// How vpcnet's agent runs on the nodes.
+    #[serde(default)]
+    pub agent_install: AgentInstall,
 }
 
 /// A host outside the VPC, routed through the VPC router: a stand-in for an on-premises

@@ -97,8 +97,8 @@ impl Kube<'_> {
     /// the node against its IMDS and the lab cloud's EC2, writing the files only (no systemd in
     /// the lab): kubelet configuration, kubeconfig, CA, kubelet unit and drop-ins, and
     /// containerd's configuration from the lab's template (`--containerd-config-file`, as an
-    /// operator customizes it on EKS) with the lab's pause image; and the agent's
-    /// service-account token.
+    /// operator customizes it on EKS) with the lab's pause image; and, for an agent the lab runs
+    /// as a process, its service-account token.
     pub(crate) fn bootstrap_node(
         &self,
         node: &NodeRecord,
@@ -148,6 +148,10 @@ impl Kube<'_> {
         }
         let argv = node::kubelet_argv(&node.root(), &cp.bin_dir.join("kubelet"))?;
         std::fs::write(node.dir.join("kubelet.cmdline"), argv.join(" ") + "\n")?;
+        if self.lab.state()?.agent_install == crate::state::AgentInstall::Chart {
+            // kubelet projects the token into the agent's pod.
+            return Ok(());
+        }
         node::write_agent_token(cp, &node.root())
     }
 

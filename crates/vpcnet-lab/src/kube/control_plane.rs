@@ -79,10 +79,14 @@ pub struct Spec<'a> {
     /// The agents run with `ANNOTATE_POD_IP=true`: their ClusterRole grants `patch` on pods
     /// ([`manifests::base`]).
     pub annotate_pod_ip: bool,
+    /// The agents are installed by the chart, which brings their service account, RBAC and
+    /// the ENIConfig CRD: the lab applies only the cloud controller's binding.
+    pub agent_chart: bool,
 }
 
 /// Starts etcd, kube-apiserver (waits for `/readyz`, 90 s), applies the lab's base manifests
-/// (RBAC for the agent and the cloud controller), then kube-controller-manager, kube-scheduler and
+/// (RBAC for the cloud controller, and for the agent and the ENIConfig CRD unless the chart
+/// installs them), then kube-controller-manager, kube-scheduler and
 /// aws-cloud-controller-manager, and the kubelet serving certificate approver. Every process is
 /// recorded in the lab state before it starts, the control plane once the API server is ready;
 /// a component that exits is named in the error with the end of its log.
@@ -225,20 +229,26 @@ pub fn start(lab: &Lab, ca: &Ca, spec: &Spec) -> Result<ControlPlaneRecord> {
             Ok(out.status.success().then_some(()))
         },
     )?;
-    kubectl
-        .apply(&manifests::base(spec.annotate_pod_ip))
-        .context("applying the lab's base manifests (RBAC)")?;
-    kubectl
-        .apply(manifests::ENICONFIG_CRD)
-        .context("installing the ENIConfig CRD (charts/vpcnet/crds/eniconfig.yaml)")?;
-    kubectl
-        .run(&[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            &format!("crd/{}", manifests::ENICONFIG_CRD_NAME),
-        ])
-        .context("waiting for the ENIConfig CRD to be established")?;
+    if spec.agent_chart {
+        kubectl
+            .apply(&manifests::cloud_controller())
+            .context("applying the cloud controller's binding")?;
+    } else {
+        kubectl
+            .apply(&manifests::base(spec.annotate_pod_ip))
+            .context("applying the lab's base manifests (RBAC)")?;
+        kubectl
+            .apply(manifests::ENICONFIG_CRD)
+            .context("installing the ENIConfig CRD (charts/vpcnet/crds/eniconfig.yaml)")?;
+        kubectl
+            .run(&[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                &format!("crd/{}", manifests::ENICONFIG_CRD_NAME),
+            ])
+            .context("waiting for the ENIConfig CRD to be established")?;
+    }
 
     progress("control plane: starting kube-controller-manager, kube-scheduler, aws-cloud-controller-manager");
     let kcm_args = [

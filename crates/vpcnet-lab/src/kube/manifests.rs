@@ -11,19 +11,9 @@ pub const ENICONFIG_CRD: &str = include_str!("../../../../charts/vpcnet/crds/eni
 /// Its name, for `kubectl wait`.
 pub const ENICONFIG_CRD_NAME: &str = "eniconfigs.crd.k8s.amazonaws.com";
 
-/// The lab's base objects: the cloud controller manager's binding (it runs off-cluster with a
-/// client certificate; bound to `cluster-admin` in the lab), and the node agent's service
-/// account with the permissions the VPC CNI's `aws-node` ClusterRole grants for what vpcnet
-/// reads and writes: Nodes (read, and patch for conditions and labels), Pods (read, and patch
-/// when `annotate_pod_ip`: the agents run with `ANNOTATE_POD_IP=true`, for which the VPC CNI's
-/// chart adds the same verb), ENIConfigs (read), Events (write).
-pub fn base(annotate_pod_ip: bool) -> String {
-    let (ns, sa) = AGENT_SERVICE_ACCOUNT;
-    let pod_verbs = if annotate_pod_ip {
-        "get, list, watch, patch"
-    } else {
-        "get, list, watch"
-    };
+/// The cloud controller manager's binding: it runs off-cluster with a client certificate; bound
+/// to `cluster-admin` in the lab.
+pub fn cloud_controller() -> String {
     format!(
         r#"apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
@@ -32,8 +22,30 @@ metadata:
 roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}}
 subjects:
 - {{apiGroup: rbac.authorization.k8s.io, kind: User, name: "{CCM_USER}"}}
----
-apiVersion: v1
+"#
+    )
+}
+
+/// The lab's base objects: [`cloud_controller`], and for agents the lab runs as processes
+/// (with the chart install, the chart brings its own) the node agent's service account with the
+/// permissions the VPC CNI's `aws-node` ClusterRole grants for what vpcnet reads and writes:
+/// Nodes (read, and patch for conditions and labels), Pods (read, and patch when
+/// `annotate_pod_ip`: the agents run with `ANNOTATE_POD_IP=true`, for which the VPC CNI's chart
+/// adds the same verb), ENIConfigs (read), Events (write).
+pub fn base(annotate_pod_ip: bool) -> String {
+    format!("{}---\n{}", cloud_controller(), agent(annotate_pod_ip))
+}
+
+/// The node agent's service account, ClusterRole and binding (see [`base`]).
+pub fn agent(annotate_pod_ip: bool) -> String {
+    let (ns, sa) = AGENT_SERVICE_ACCOUNT;
+    let pod_verbs = if annotate_pod_ip {
+        "get, list, watch, patch"
+    } else {
+        "get, list, watch"
+    };
+    format!(
+        r#"apiVersion: v1
 kind: ServiceAccount
 metadata: {{name: {sa}, namespace: {ns}}}
 ---

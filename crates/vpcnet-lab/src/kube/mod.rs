@@ -13,4 +13,5 @@ pub mod manifests;
 pub mod node;
 pub mod pki;
 pub mod targets;
+pub mod vpcnet_chart;
 pub mod workload;
