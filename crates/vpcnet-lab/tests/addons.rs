@@ -211,6 +211,27 @@ fn kube_proxy_daemonset_and_coredns_serve_names_and_services() {
                 addr, web_ip,
                 "CoreDNS answers the Service's clusterIP: {last}"
             );
+            // A name outside the cluster: no answer (the Corefile forwards nothing out).
+            let out = lab
+                .workloads()
+                .pod_exec("client", &["nslookup", "example.com."])
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert_eq!(
+                parse_nslookup(&text).1,
+                None,
+                "nothing answered from outside: {text}"
+            );
+            // CoreDNS logged no error (a plugin with no next one to hand a query to would);
+            // the outside name above is the one query expected to fail.
+            for p in &dns {
+                let logs = k.run(&["logs", "-n", "kube-system", &p.name]).unwrap();
+                let errors: Vec<&str> = logs
+                    .lines()
+                    .filter(|l| l.contains("[ERROR]") && !l.contains("example.com"))
+                    .collect();
+                assert!(errors.is_empty(), "{}: {errors:?}", p.name);
+            }
 
             // The backend through that address: kube-proxy's rules on n2.
             let body = lab

@@ -52,14 +52,16 @@ pub fn cluster_dns_ip() -> Result<Ipv4Addr> {
 }
 
 /// The Corefile: errors logged, health (with lameduck) and readiness endpoints, the cluster
-/// zone and the reverse zones from the API server, metrics on 9153, cache, loop detection,
-/// reload on change, round-robin answers; no `forward` (see the module documentation).
+/// zone and the reverse zones from the API server, metrics on 9153, cache, reload on change,
+/// round-robin answers; no `forward` (see the module documentation), hence no `loop` either:
+/// it detects forwarding loops, and with nothing after `kubernetes` to answer its own probe it
+/// would only log an error at every start.
 pub fn corefile() -> String {
     format!(
         ".:53 {{\n    errors\n    health {{\n        lameduck 5s\n    }}\n    ready\n    \
          kubernetes {CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{\n        pods insecure\n        \
          fallthrough in-addr.arpa ip6.arpa\n    }}\n    prometheus :9153\n    cache 30\n    \
-         loop\n    reload\n    loadbalance\n}}\n"
+         reload\n    loadbalance\n}}\n"
     )
 }
 
