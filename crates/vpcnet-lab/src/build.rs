@@ -1,6 +1,7 @@
 //! `lab up` as the steps it prints: the VPC (namespace, fabric, outside network), the nodes'
 //! namespaces and files, the control-plane host, the lab cloud, the images, the Kubernetes
-//! control plane, each node's services, and the nodes joining the cluster. Every step records
+//! control plane, each node's services, the nodes joining the cluster, and EKS's add-ons when
+//! asked (kube-proxy's DaemonSet, CoreDNS: [`crate::kube::addons`]). Every step records
 //! what it creates before creating it ([`crate::state`]); [`Lab::up`] tears everything down when
 //! a step fails.
 

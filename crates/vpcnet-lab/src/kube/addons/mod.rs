@@ -225,3 +225,32 @@ impl Addons<'_> {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kube_proxy_modes_parse_and_unknown_ones_are_named() {
+        assert_eq!(
+            "process".parse::<KubeProxyMode>().unwrap(),
+            KubeProxyMode::Process
+        );
+        assert_eq!(
+            "daemonset".parse::<KubeProxyMode>().unwrap(),
+            KubeProxyMode::DaemonSet
+        );
+        let e = "ds".parse::<KubeProxyMode>().unwrap_err().to_string();
+        assert!(e.contains("\"ds\"") && e.contains("daemonset"), "{e}");
+    }
+
+    #[test]
+    fn manifests_are_json_documents_kubectl_splits() {
+        let m = manifest(&kube_proxy::config_objects("https://10.0.0.9:6443"));
+        let docs: Vec<Value> = m
+            .split("\n---\n")
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect();
+        assert_eq!(docs.len(), 4);
+    }
+}
