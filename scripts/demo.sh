@@ -7,8 +7,9 @@
 # a Service, prints nodes, pods, pod / IP / ENI / device, the ENIs, pings and an HTTP request
 # through the ClusterIP, then tears everything down.
 # Everything runs in network namespaces the lab creates and removes. Needs root.
-# Extra arguments go to `vpcnet lab demo` (e.g. --instance-type m5.xlarge --count 20, or
-# --no-kubernetes for the bare containerd lab).
+# Extra arguments go to `vpcnet lab demo` (e.g. --instance-type m5.xlarge --count 20,
+# --no-kubernetes for the bare containerd lab, or --kube-proxy daemonset --coredns for EKS's
+# add-ons).
 # If interrupted (Ctrl-C), `target/debug/vpcnet lab down --all` (as root) removes what is left.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +34,15 @@ fi
 echo "==> Kubernetes binaries for the lab (built once from the Go modules pinned in lab/)" >&2
 VPCNET_K8S_BIN_DIR=$(./scripts/build-k8s.sh | tail -n 1)
 export VPCNET_K8S_BIN_DIR
+
+# With --coredns (EKS's CoreDNS add-on, see docs/lab.md), CoreDNS built from its Go module.
+for a in "$@"; do
+  if [ "$a" = --coredns ]; then
+    echo "==> CoreDNS for the lab's add-ons (built once from lab/coredns/go.mod)" >&2
+    VPCNET_COREDNS_BIN_DIR=$(./scripts/build-coredns.sh | tail -n 1)
+    export VPCNET_COREDNS_BIN_DIR
+  fi
+done
 
 echo "==> building vpcnet, vpcnet-agent, vpcnet-cni, vpcnet-bootstrap" >&2
 cargo build -p vpcnet-cli -p vpcnet-agent -p vpcnet-cni -p vpcnet-bootstrap

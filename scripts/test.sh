@@ -27,6 +27,9 @@ export VPCNET_REGISTRY_BIN_DIR
 echo "==> helm for the charts' lint and template tests (scripts/build-helm.sh; cached per pins)" >&2
 VPCNET_HELM_BIN_DIR=$(./scripts/build-helm.sh | tail -n 1)
 export VPCNET_HELM_BIN_DIR
+echo "==> CoreDNS for the lab's add-ons (scripts/build-coredns.sh; cached per pins)" >&2
+VPCNET_COREDNS_BIN_DIR=$(./scripts/build-coredns.sh | tail -n 1)
+export VPCNET_COREDNS_BIN_DIR
 echo "==> cargo build (binaries used by end-to-end tests, with the tests' feature set)" >&2
 cargo build --workspace --all-targets
 echo "==> tests" >&2

@@ -67,6 +67,18 @@ struct UpArgs {
     /// the VPC (10.200.0.10) routed through the VPC router. See docs/lab.md, "VPC layouts".
     #[arg(long)]
     two_zones: bool,
+    /// How kube-proxy runs: `process` (default; a lab process per node) or `daemonset`
+    /// (EKS's add-on: the kube-proxy DaemonSet from the lab's image, started by kubelet).
+    #[arg(long, default_value = "process", value_name = "MODE")]
+    kube_proxy: String,
+    /// Install CoreDNS as EKS does (Deployment `coredns` behind Service `kube-dns`), from
+    /// scripts/build-coredns.sh's build.
+    #[arg(long)]
+    coredns: bool,
+    /// Directory of the CoreDNS binary (default: the newest build of scripts/build-coredns.sh
+    /// in /var/cache/vpcnet).
+    #[arg(long, env = "VPCNET_COREDNS_BIN_DIR", value_name = "DIR")]
+    coredns_bin_dir: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -178,6 +190,12 @@ fn up_options(a: &UpArgs, default_nodes: usize) -> Result<UpOptions> {
     o.agent_install = a.agent_install;
     o.agent_env = vpcnet_lab::lab::parse_agent_env(&a.agent_env)?;
     o.cni = parse_cni(&a.cni)?;
+    o.kube_proxy_mode = a
+        .kube_proxy
+        .parse()
+        .with_context(|| format!("--kube-proxy {:?}", a.kube_proxy))?;
+    o.coredns = a.coredns;
+    o.coredns_bin_dir = a.coredns_bin_dir.clone();
     if a.two_zones {
         o.layout = vpcnet_lab::lab::VpcLayout::TwoZones;
     }

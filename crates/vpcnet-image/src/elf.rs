@@ -57,17 +57,24 @@ pub fn deps(path: &str, data: &[u8]) -> Result<ElfDeps, ElfError> {
     })
 }
 
-/// The loader's own directories on a multiarch (Debian) system for the OCI architecture
-/// `arch`, in its search order.
-pub fn system_dirs(arch: &str) -> Vec<String> {
-    let triplet = match arch {
+/// Debian's multiarch triplet of the OCI architecture `arch` (`amd64` → `x86_64-linux-gnu`):
+/// the directory name under `/lib` and `/usr/lib` of its libraries (and of plugin directories
+/// such as iptables' `/usr/lib/<triplet>/xtables`).
+pub fn multiarch_triplet(arch: &str) -> &str {
+    match arch {
         "amd64" => "x86_64-linux-gnu",
         "arm64" => "aarch64-linux-gnu",
         "arm" => "arm-linux-gnueabihf",
         "ppc64le" => "powerpc64le-linux-gnu",
         "s390x" => "s390x-linux-gnu",
         other => other,
-    };
+    }
+}
+
+/// The loader's own directories on a multiarch (Debian) system for the OCI architecture
+/// `arch`, in its search order.
+pub fn system_dirs(arch: &str) -> Vec<String> {
+    let triplet = multiarch_triplet(arch);
     vec![
         format!("/lib/{triplet}"),
         format!("/usr/lib/{triplet}"),

@@ -113,11 +113,25 @@ fn add_with_libraries(
     inputs: &Inputs,
     files: BTreeMap<String, (Vec<u8>, u32)>,
 ) -> Result<()> {
+    add_files_with_libraries(layer, &inputs.host_root, &inputs.arch, files)
+}
+
+/// Adds `files` (absolute image path → bytes, mode) to `layer`, and every shared library and
+/// loader their ELF files need ([`elf::closure`]), read from the build machine under
+/// `host_root` (`/` normally) for the OCI architecture `arch`. Files another program loads
+/// with `dlopen()` (plugins, extension modules) are no ELF file's `DT_NEEDED`: list them in
+/// `files` themselves, and their own needs are added. Errors name a library that is missing.
+pub fn add_files_with_libraries(
+    layer: &mut Layer,
+    host_root: &Path,
+    arch: &str,
+    files: BTreeMap<String, (Vec<u8>, u32)>,
+) -> Result<()> {
     let bytes: BTreeMap<String, Vec<u8>> = files
         .iter()
         .map(|(p, (d, _))| (p.clone(), d.clone()))
         .collect();
-    let needed = elf::closure(&inputs.host_root, &bytes, &elf::system_dirs(&inputs.arch))?;
+    let needed = elf::closure(host_root, &bytes, &elf::system_dirs(arch))?;
     for (p, (data, mode)) in files {
         layer.file(p.trim_start_matches('/'), data, mode)?;
     }

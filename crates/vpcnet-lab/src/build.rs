@@ -1,6 +1,7 @@
 //! `lab up` as the steps it prints: the VPC (namespace, fabric, outside network), the nodes'
 //! namespaces and files, the control-plane host, the lab cloud, the images, the Kubernetes
-//! control plane, each node's services, and the nodes joining the cluster. Every step records
+//! control plane, each node's services, the nodes joining the cluster, and EKS's add-ons when
+//! asked (kube-proxy's DaemonSet, CoreDNS: [`crate::kube::addons`]). Every step records
 //! what it creates before creating it ([`crate::state`]); [`Lab::up`] tears everything down when
 //! a step fails.
 
@@ -18,8 +19,8 @@ use crate::image;
 use crate::kube::control_plane::{self, ControlPlaneRecord};
 use crate::kube::pki::Ca;
 use crate::lab::{
-    progress, Lab, LabSubnet, UpOptions, VpcLayout, CONTROL_PLANE_NAME, OUTSIDE_CIDR, OUTSIDE_HOST,
-    SECONDARY_CIDR, TIMED_PLUGINS, VPC_CIDR,
+    progress, KubeProxyMode, Lab, LabSubnet, UpOptions, VpcLayout, CONTROL_PLANE_NAME,
+    OUTSIDE_CIDR, OUTSIDE_HOST, SECONDARY_CIDR, TIMED_PLUGINS, VPC_CIDR,
 };
 use crate::netns;
 use crate::procs;
@@ -102,6 +103,18 @@ impl Lab {
         } else {
             None
         };
+        if !opts.kubernetes && (opts.coredns || opts.kube_proxy_mode == KubeProxyMode::DaemonSet) {
+            bail!(
+                "CoreDNS and the kube-proxy DaemonSet are Kubernetes add-ons: drop --no-kubernetes"
+            );
+        }
+        let coredns_bin_dir = if opts.coredns {
+            Some(crate::kube::bins::locate_coredns(
+                opts.coredns_bin_dir.as_deref(),
+            )?)
+        } else {
+            None
+        };
         let dir = state::lab_dir(&opts.name);
         if dir.join("state.json").exists() {
             bail!(
@@ -127,7 +140,7 @@ impl Lab {
             opts,
             prefix: &prefix,
         };
-        match build.run(k8s_bin_dir.as_deref()) {
+        match build.run(k8s_bin_dir.as_deref(), coredns_bin_dir.as_deref()) {
             Ok(()) => Ok(lab),
             Err(e) => {
                 progress("lab up failed: tearing down");
@@ -155,7 +168,7 @@ struct Build<'a> {
 
 impl Build<'_> {
     /// Builds the lab `opts` describes, step by step, with names prefixed `prefix`.
-    fn run(&self, k8s_bin_dir: Option<&Path>) -> Result<()> {
+    fn run(&self, k8s_bin_dir: Option<&Path>, coredns_bin_dir: Option<&Path>) -> Result<()> {
         let opts = self.opts;
         fs::write(
             self.lab.dir.join("bin_dir"),
@@ -168,7 +181,7 @@ impl Build<'_> {
             self.create_netns(&cp_ns)?;
         }
         let ready = self.start_cloud(&vpc, &nodes, &cp_ns)?;
-        let images = self.build_images()?;
+        let images = self.build_images(k8s_bin_dir, coredns_bin_dir)?;
         let k8s = match k8s_bin_dir {
             Some(bins) => Some(self.start_control_plane(&ready, &cp_ns, bins)?),
             None => None,
@@ -346,8 +359,9 @@ impl Build<'_> {
         Ok(ready)
     }
 
-    /// The busybox image and, with Kubernetes, the pause image, as OCI archives.
-    fn build_images(&self) -> Result<Images> {
+    /// The busybox image and, with Kubernetes, the pause image, as OCI archives; the add-ons'
+    /// images when the options ask for them (kube-proxy's DaemonSet, CoreDNS).
+    fn build_images(&self, k8s: Option<&Path>, coredns: Option<&Path>) -> Result<Images> {
         progress("building the images (busybox from /bin/busybox; pause from lab/pause/pause.c)");
         let images = Images {
             busybox: self.lab.dir.join("busybox.tar"),
@@ -356,6 +370,15 @@ impl Build<'_> {
         image::build(&images.busybox)?;
         if self.opts.kubernetes {
             image::build_pause(&images.pause, &self.lab.dir.join("pause-build"))?;
+        }
+        if let Some(k8s) = k8s {
+            let daemonset = self.opts.kube_proxy_mode == KubeProxyMode::DaemonSet;
+            for a in self.lab.addons().build_images(k8s, daemonset, coredns)? {
+                progress(&format!(
+                    "  {} {} ({} bytes of layer)",
+                    a.reference, a.digest, a.layer_size
+                ));
+            }
         }
         Ok(images)
     }
@@ -423,6 +446,7 @@ impl Build<'_> {
         if k8s.is_some() {
             containerd::import(node, containerd::CRI_NAMESPACE, &images.busybox)?;
             containerd::import(node, containerd::CRI_NAMESPACE, &images.pause)?;
+            self.lab.addons().import_images(node)?;
         }
         match node.cni {
             // kubelet starts the agent's DaemonSet pod once the chart is installed
@@ -439,8 +463,11 @@ impl Build<'_> {
         }
     }
 
-    /// kubelet and kube-proxy on every node; the VPC CNI's ipamd on its nodes once their Node
-    /// is registered; then, when asked, all nodes Ready.
+    /// kubelet and kube-proxy on every node (kube-proxy as a process, or its DaemonSet created
+    /// before the kubelets start, as both are scheduled onto a booting EKS node; so is vpcnet's
+    /// `aws-node` DaemonSet with the chart install); the VPC CNI's
+    /// ipamd on its nodes once their Node is registered; then, when asked, all nodes Ready;
+    /// CoreDNS last, waited for when the nodes are and kube-proxy runs.
     fn join_cluster(&self, nodes: &[NodeRecord]) -> Result<()> {
         let opts = self.opts;
         let peers: Vec<&NodeRecord> = nodes.iter().filter(|n| n.cni == NodeCni::VpcCni).collect();
@@ -449,17 +476,26 @@ impl Build<'_> {
             .filter(|n| n.cni == NodeCni::Vpcnet && opts.agent_install == AgentInstall::Chart)
             .cloned()
             .collect();
+        let daemonset = opts.kube_proxy_mode == KubeProxyMode::DaemonSet;
+        if daemonset {
+            self.lab.addons().prepare_kube_proxy()?;
+            if opts.kube_proxy {
+                self.lab.addons().start_kube_proxy()?;
+            }
+        }
+        // The aws-node DaemonSet too exists before the kubelets start (the seed scenario: both
+        // DaemonSets' pods are scheduled onto a booting node at the same moment).
+        let chart = self.lab.vpcnet_chart();
+        if !charted.is_empty() {
+            chart.install_on_nodes(&charted, opts.cluster_endpoint, &opts.agent_env)?;
+        }
         self.lab.kube().join_nodes(
-            opts.kube_proxy,
+            opts.kube_proxy && !daemonset,
             opts.wait_ready && peers.is_empty() && charted.is_empty(),
         )?;
-        if !charted.is_empty() {
-            let chart = self.lab.vpcnet_chart();
-            chart.install_on_nodes(&charted, opts.cluster_endpoint, &opts.agent_env)?;
-            if opts.wait_ready {
-                progress("waiting for the aws-node pods (started by kubelet) to turn Ready");
-                chart.wait_agents_ready(Duration::from_secs(180))?;
-            }
+        if !charted.is_empty() && opts.wait_ready {
+            progress("waiting for the aws-node pods (started by kubelet) to turn Ready");
+            chart.wait_agents_ready(Duration::from_secs(180))?;
         }
         for node in &peers {
             self.lab
@@ -470,6 +506,19 @@ impl Build<'_> {
         if opts.wait_ready && !(peers.is_empty() && charted.is_empty()) {
             progress("waiting for the nodes to turn Ready and be initialized");
             self.lab.kube().wait_nodes_ready(Duration::from_secs(180))?;
+        }
+        if daemonset && opts.kube_proxy && opts.wait_ready {
+            progress("waiting for a kube-proxy pod on every node");
+            self.lab
+                .addons()
+                .wait_kube_proxy(Duration::from_secs(120))?;
+        }
+        if opts.coredns {
+            self.lab.addons().install_coredns()?;
+            if opts.wait_ready && opts.kube_proxy {
+                progress("waiting for CoreDNS to be Ready");
+                self.lab.addons().wait_coredns(Duration::from_secs(180))?;
+            }
         }
         Ok(())
     }

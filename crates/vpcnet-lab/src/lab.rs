@@ -4,9 +4,9 @@
 //! components reached from it, each in its own module: [`Lab::up`] (the build steps,
 //! `build`), [`Lab::processes`], [`Lab::cloud`], [`Lab::node`], [`Lab::containers`],
 //! [`Lab::registry`], [`Lab::lbs`], and with Kubernetes [`Lab::kube`], [`Lab::workloads`],
-//! [`Lab::aws_lbc`] and [`Lab::targets_controller`]. A component is a borrowed view of the
-//! lab (`Component<'a> { lab: &'a Lab }`): it adds methods without growing `Lab`, and reads
-//! the record ([`crate::state`]) when it needs it.
+//! [`Lab::aws_lbc`], [`Lab::targets_controller`] and [`Lab::addons`]. A component is a
+//! borrowed view of the lab (`Component<'a> { lab: &'a Lab }`): it adds methods without
+//! growing `Lab`, and reads the record ([`crate::state`]) when it needs it.
 
 use std::fs;
 use std::net::Ipv4Addr;
@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Result};
 
 use crate::daemon;
+pub use crate::kube::addons::KubeProxyMode;
 use crate::state::{self, AgentInstall, LabState, NodeCni};
 use crate::teardown;
 
@@ -89,12 +90,21 @@ pub struct UpOptions {
     pub kubernetes: bool,
     /// Directory of the Kubernetes binaries (default: see [`crate::kube::bins::locate`]).
     pub k8s_bin_dir: Option<PathBuf>,
-    /// Start kube-proxy on every node (false: tests start it later with
-    /// [`crate::kube::cluster::Kube::start_kube_proxy`]).
+    /// Start kube-proxy on every node during `lab up` (false: hold it back; tests start it
+    /// later with [`crate::kube::cluster::Kube::start_kube_proxy`] per node in
+    /// [`KubeProxyMode::Process`], or [`crate::kube::addons::Addons::start_kube_proxy`] in
+    /// [`KubeProxyMode::DaemonSet`]).
     pub kube_proxy: bool,
     /// How vpcnet's agent runs on the nodes (with Kubernetes): lab processes (the default), or
     /// installed with its Helm chart as the `aws-node` DaemonSet.
     pub agent_install: AgentInstall,
+    /// How kube-proxy runs: a lab process per node (default) or EKS's add-on DaemonSet.
+    pub kube_proxy_mode: KubeProxyMode,
+    /// Install CoreDNS as EKS does (Deployment `coredns` behind Service `kube-dns`, from the
+    /// lab's image of CoreDNS built by `scripts/build-coredns.sh`).
+    pub coredns: bool,
+    /// Directory of the CoreDNS binary (default: see [`crate::kube::bins::locate_coredns`]).
+    pub coredns_bin_dir: Option<PathBuf>,
     /// Give every agent `CLUSTER_ENDPOINT` = the API server's address, so it reaches the API
     /// server without the `kubernetes` Service (that is, before kube-proxy runs).
     pub cluster_endpoint: bool,
@@ -156,6 +166,9 @@ impl UpOptions {
             k8s_bin_dir: None,
             kube_proxy: true,
             agent_install: AgentInstall::Process,
+            kube_proxy_mode: KubeProxyMode::Process,
+            coredns: false,
+            coredns_bin_dir: None,
             cluster_endpoint: false,
             wait_ready: true,
             cni: Vec::new(),

@@ -103,6 +103,55 @@ pub fn locate_peer(explicit: Option<&Path>) -> Result<PathBuf> {
     )
 }
 
+/// Environment variable naming the directory of the CoreDNS binary (what
+/// `scripts/build-coredns.sh` prints last).
+pub const COREDNS_BIN_DIR_ENV: &str = "VPCNET_COREDNS_BIN_DIR";
+
+/// The directory holding `coredns` (built from `lab/coredns/go.mod` by
+/// `scripts/build-coredns.sh`): `explicit`, else `$VPCNET_COREDNS_BIN_DIR`, else the newest
+/// build in `$VPCNET_CACHE/coredns` (default `/var/cache/vpcnet/coredns`). Errors say how to
+/// build it.
+pub fn locate_coredns(explicit: Option<&Path>) -> Result<PathBuf> {
+    let cache =
+        PathBuf::from(std::env::var("VPCNET_CACHE").unwrap_or_else(|_| "/var/cache/vpcnet".into()))
+            .join("coredns");
+    let newest = || {
+        let mut builds: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(&cache)
+            .ok()?
+            .flatten()
+            .filter_map(|e| {
+                let bin = e.path().join("bin");
+                let t = std::fs::metadata(bin.join("coredns"))
+                    .ok()?
+                    .modified()
+                    .ok()?;
+                Some((t, bin))
+            })
+            .collect();
+        builds.sort();
+        builds.pop().map(|(_, p)| p)
+    };
+    let Some(dir) = explicit
+        .map(Path::to_path_buf)
+        .or_else(|| std::env::var_os(COREDNS_BIN_DIR_ENV).map(PathBuf::from))
+        .or_else(newest)
+    else {
+        bail!(
+            "CoreDNS is not built: run scripts/build-coredns.sh (builds it from lab/coredns/go.mod \
+             into {}, once per machine), or set {COREDNS_BIN_DIR_ENV} to the directory it prints",
+            cache.display()
+        );
+    };
+    if !dir.join("coredns").is_file() {
+        bail!(
+            "{} has no coredns: run scripts/build-coredns.sh and use the directory it prints \
+             ({COREDNS_BIN_DIR_ENV})",
+            dir.display()
+        );
+    }
+    Ok(dir)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

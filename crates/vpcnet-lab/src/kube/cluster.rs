@@ -300,7 +300,7 @@ impl Kube<'_> {
             if kube_proxy {
                 ""
             } else {
-                " (kube-proxy not started)"
+                " (no kube-proxy process)"
             }
         ));
         Ok(())

@@ -137,17 +137,25 @@ pub fn write_node_files(
 /// kube-proxy's configuration: iptables mode, the node's name, conntrack sysctls left alone
 /// (they are global, not per namespace, on this kernel), metrics and health on loopback.
 pub fn kube_proxy_config(node_name: &str) -> String {
-    serde_json::to_string_pretty(&json!({
+    let mut c = kube_proxy_configuration();
+    c["hostnameOverride"] = json!(node_name);
+    serde_json::to_string_pretty(&c).expect("JSON")
+}
+
+/// The node-independent part of [`kube_proxy_config`], shared with the kube-proxy add-on's
+/// ConfigMap (whose pods get the node's name with `--hostname-override`): the kubeconfig at
+/// `/var/lib/kube-proxy/kubeconfig`, iptables mode, conntrack sysctls left alone, metrics and
+/// health on loopback.
+pub fn kube_proxy_configuration() -> serde_json::Value {
+    json!({
         "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
         "kind": "KubeProxyConfiguration",
         "clientConnection": {"kubeconfig": "/var/lib/kube-proxy/kubeconfig"},
         "mode": "iptables",
-        "hostnameOverride": node_name,
         "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
         "metricsBindAddress": "127.0.0.1:10249",
         "healthzBindAddress": "127.0.0.1:10256",
-    }))
-    .expect("JSON")
+    })
 }
 
 /// Writes the agent's service-account token (a TokenRequest for `kube-system/aws-node`, as a
