@@ -2,14 +2,16 @@
 //! the node image imported into each node's containerd, `charts/vpcnet` installed with the
 //! pinned Helm, the agent started by kubelet as the `aws-node` DaemonSet's pod under the chart's
 //! service account and ClusterRole, the plugins installed by its init container. Needs root, the
-//! workspace binaries, the Kubernetes binaries and Helm (scripts/test.sh provides them).
+//! workspace binaries, the Kubernetes binaries, Helm and CoreDNS (scripts/test.sh provides them).
+//! EKS's default add-ons run beside it: kube-proxy as a DaemonSet, CoreDNS behind kube-dns.
 
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
+use vpcnet_lab::kube::addons::coredns;
 use vpcnet_lab::kube::vpcnet_chart::{DAEMONSET, NAMESPACE};
 use vpcnet_lab::kube::workload::{httpd_manifest, Placement};
-use vpcnet_lab::lab::Lab;
+use vpcnet_lab::lab::{KubeProxyMode, Lab};
 use vpcnet_lab::state::{AgentInstall, NodeRecord};
 
 mod common;
@@ -48,6 +50,8 @@ fn the_chart_installs_the_agent_as_a_daemonset_that_kubelet_runs_and_restarts() 
         |o| {
             o.nodes = 2;
             o.agent_install = AgentInstall::Chart;
+            o.kube_proxy_mode = KubeProxyMode::DaemonSet;
+            o.coredns = true;
         },
         |lab| {
             let k = lab.kube().kubectl().unwrap();
@@ -127,6 +131,42 @@ fn the_chart_installs_the_agent_as_a_daemonset_that_kubelet_runs_and_restarts() 
                 });
                 assert_eq!(eni.instance_id, node.instance_id);
             }
+
+            // EKS's add-ons beside it: kube-proxy's pods on both nodes, CoreDNS Ready; a pod
+            // resolves the Service's name through kube-dns and CoreDNS answers its clusterIP.
+            let kp = lab
+                .addons()
+                .wait_kube_proxy(Duration::from_secs(60))
+                .unwrap();
+            assert_eq!(kp.len(), 2, "{kp:?}");
+            lab.addons().wait_coredns(Duration::from_secs(60)).unwrap();
+            k.run(&[
+                "expose",
+                "deployment",
+                "web",
+                "--name",
+                "web-svc",
+                "--port",
+                "80",
+            ])
+            .unwrap();
+            let svc_ip = lab.workloads().service_ip("web-svc").unwrap();
+            let dns_ip = coredns::cluster_dns_ip().unwrap();
+            wait_until(
+                "a pod to resolve web-svc through kube-dns",
+                Duration::from_secs(60),
+                || {
+                    let out = lab
+                        .workloads()
+                        .pod_exec(
+                            &web[0].name,
+                            &["nslookup", "web-svc.default.svc.cluster.local"],
+                        )
+                        .unwrap();
+                    let text = String::from_utf8_lossy(&out.stdout);
+                    text.contains(&dns_ip.to_string()) && text.contains(&svc_ip.to_string())
+                },
+            );
 
             // `vpcnet inspect` from `kubectl exec` into the agent pod.
             let n1 = state.node("n1").unwrap();
