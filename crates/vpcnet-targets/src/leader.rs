@@ -171,6 +171,31 @@ pub async fn run(client: Client, e: Election, leader: watch::Sender<bool>, metri
     }
 }
 
+/// Gives the Lease up on shutdown, as client-go's `ReleaseOnCancel` does: if this replica holds
+/// it, the holder is cleared (and the duration set to 1 s), so a follower takes over at its
+/// next round ([`decide`]: an empty holder is taken over) instead of waiting out the lease
+/// duration. Call it once the controller has stopped. Returns whether the Lease was released.
+pub async fn release(client: Client, e: &Election) -> Result<bool, kube::Error> {
+    let api: Api<Lease> = Api::namespaced(client, &e.namespace);
+    let Some(mut l) = api.get_opt(&e.name).await? else {
+        return Ok(false);
+    };
+    let mut s = l.spec.clone().unwrap_or_default();
+    if s.holder_identity.as_deref() != Some(e.identity.as_str()) {
+        return Ok(false);
+    }
+    // The release time is a wall-clock timestamp shared with other replicas.
+    #[allow(clippy::disallowed_methods)]
+    let now = Utc::now();
+    s.holder_identity = None;
+    s.lease_duration_seconds = Some(1);
+    s.renew_time = Some(micro(now));
+    s.acquire_time = Some(micro(now));
+    l.spec = Some(s);
+    api.replace(&e.name, &PostParams::default(), &l).await?;
+    Ok(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -204,32 +204,61 @@ async fn main() -> Result<()> {
     let (leader_tx, leader) = tokio::sync::watch::channel(!args.leader_elect);
     // Without election the sender is held here for the life of the process (the controller
     // ends when it is dropped).
-    let _always_leader = if args.leader_elect {
+    let election = args.leader_elect.then(|| {
         let duration = Duration::from_secs(args.lease_duration_seconds.max(2));
-        tokio::spawn(vpcnet_targets::leader::run(
+        vpcnet_targets::leader::Election {
+            namespace: args.leader_election_namespace.clone(),
+            name: args.leader_election_id.clone(),
+            identity: id.clone(),
+            duration,
+            retry: (duration / 5).max(Duration::from_millis(500)),
+        }
+    });
+    let (_always_leader, election_task) = if let Some(e) = &election {
+        let task = tokio::spawn(vpcnet_targets::leader::run(
             client.clone(),
-            vpcnet_targets::leader::Election {
-                namespace: args.leader_election_namespace.clone(),
-                name: args.leader_election_id.clone(),
-                identity: id.clone(),
-                duration,
-                retry: (duration / 5).max(Duration::from_millis(500)),
-            },
+            e.clone(),
             leader_tx,
             metrics.clone(),
         ));
-        None
+        (None, Some(task))
     } else {
         metrics.leader.set(1);
-        Some(leader_tx)
+        (Some(leader_tx), None)
     };
     let http = tokio::spawn(vpcnet_targets::http::serve(
         args.http_addr,
         metrics.clone(),
         synced.clone(),
     ));
-    tokio::select! {
-        r = controller::run(client, elb, settings, metrics, leader, synced) => r,
-        r = http => r.context("the HTTP task panicked")?,
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    // As a container's PID 1 the process gets no default action for SIGTERM: without this it
+    // would run (and hold the Lease) until the kubelet's SIGKILL after the grace period.
+    let signal = tokio::select! {
+        r = controller::run(client.clone(), elb, settings, metrics, leader, synced) => return r,
+        r = http => return r.context("the HTTP task panicked")?,
+        _ = term.recv() => "SIGTERM",
+        _ = tokio::signal::ctrl_c() => "SIGINT",
+    };
+    // The controller's future is dropped here: no more target-group writes of ours. Stop
+    // renewing, then hand the Lease over.
+    tracing::info!(signal, "stopping");
+    if let Some(task) = election_task {
+        task.abort();
     }
+    if let Some(e) = &election {
+        match tokio::time::timeout(
+            Duration::from_secs(5),
+            vpcnet_targets::leader::release(client, e),
+        )
+        .await
+        {
+            Ok(Ok(true)) => tracing::info!(identity = %e.identity, "released the lease"),
+            Ok(Ok(false)) => {}
+            Ok(Err(err)) => tracing::warn!(error = %err, "releasing the lease failed"),
+            Err(_) => tracing::warn!("releasing the lease timed out"),
+        }
+    }
+    Ok(())
 }

@@ -15,5 +15,6 @@ pub mod manifests;
 pub mod node;
 pub mod pki;
 pub mod targets;
+pub mod targets_chart;
 pub mod vpcnet_chart;
 pub mod workload;

@@ -1,7 +1,8 @@
 //! The target controller (`vpcnet-targets`) on the lab cluster: its CRD, the controller run as
 //! a recorded lab process in the VPC namespace (where both the API server and the lab cloud's
-//! ELBv2 endpoint are reachable; the lab's images are busybox and pause, so it does not run as
-//! an in-cluster Deployment), and a gated `httpd` Deployment + Service + TargetGroupBinding.
+//! ELBv2 endpoint are reachable; tests kill and restart it at will; installed by its chart as
+//! an in-cluster Deployment instead: [`super::targets_chart`]), and a gated `httpd`
+//! Deployment + Service + TargetGroupBinding.
 //!
 //! Lossless rollouts (the settings [`gated_httpd_manifest`] uses): the pod lists the readiness
 //! gate `target-health.elbv2.k8s.aws/<binding>`, so a new pod turns Ready (and the Deployment

@@ -61,6 +61,43 @@ pub fn helm() -> Result<PathBuf> {
     })
 }
 
+/// `helm upgrade --install <release> charts/<chart> --namespace <namespace>` with `values`
+/// (written to `<lab>/<release>-values.json`), run in the control plane's namespace with the
+/// admin kubeconfig (the operator's). Returns once Helm has applied the objects.
+pub fn helm_upgrade_install(
+    lab: &Lab,
+    release: &str,
+    chart: Chart,
+    namespace: &str,
+    values: &Value,
+) -> Result<()> {
+    let helm = helm()?;
+    let values_file = lab.dir.join(format!("{release}-values.json"));
+    std::fs::write(&values_file, serde_json::to_vec_pretty(values)?)?;
+    let kubectl = lab.kube().kubectl()?;
+    let mut c = std::process::Command::new(&helm);
+    c.arg("upgrade")
+        .arg("--install")
+        .arg(release)
+        .arg(chart.dir())
+        .args(["--namespace", namespace, "--values"])
+        .arg(&values_file)
+        .arg("--kubeconfig")
+        .arg(&kubectl.kubeconfig);
+    Place::netns(&kubectl.netns).apply(&mut c)?;
+    let out = c
+        .output()
+        .with_context(|| format!("running {}", helm.display()))?;
+    if !out.status.success() {
+        bail!(
+            "helm upgrade --install {release} charts/{} failed: {}",
+            chart.name(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
 /// The vpcnet chart on one lab ([`Lab::vpcnet_chart`]).
 #[derive(Debug, Clone, Copy)]
 pub struct VpcnetChart<'a> {
@@ -184,33 +221,13 @@ impl VpcnetChart<'_> {
     /// admin kubeconfig (the operator's). Returns once Helm has applied the objects; the pods
     /// start as kubelet gets to them ([`Self::wait_agents_ready`]).
     pub fn install(&self, reference: &str, env: &BTreeMap<String, String>) -> Result<()> {
-        let helm = helm()?;
-        let values_file = self.lab.dir.join("vpcnet-values.json");
-        std::fs::write(
-            &values_file,
-            serde_json::to_vec_pretty(&values(reference, env))?,
-        )?;
-        let kubectl = self.lab.kube().kubectl()?;
-        let mut c = std::process::Command::new(&helm);
-        c.arg("upgrade")
-            .arg("--install")
-            .arg(RELEASE)
-            .arg(Chart::Vpcnet.dir())
-            .args(["--namespace", NAMESPACE, "--values"])
-            .arg(&values_file)
-            .arg("--kubeconfig")
-            .arg(&kubectl.kubeconfig);
-        Place::netns(&kubectl.netns).apply(&mut c)?;
-        let out = c
-            .output()
-            .with_context(|| format!("running {}", helm.display()))?;
-        if !out.status.success() {
-            bail!(
-                "helm upgrade --install {RELEASE} charts/vpcnet failed: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        Ok(())
+        helm_upgrade_install(
+            self.lab,
+            RELEASE,
+            Chart::Vpcnet,
+            NAMESPACE,
+            &values(reference, env),
+        )
     }
 
     /// Builds and imports the node image on every node, then installs the chart
