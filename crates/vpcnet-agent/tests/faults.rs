@@ -276,7 +276,14 @@ async fn an_ended_essential_task_exits_the_process_non_zero_with_one_error_line(
             "{task}: exit {:?}\n{text}",
             out.status
         );
-        let errors: Vec<&str> = text.lines().filter(|l| l.contains("ERROR")).collect();
+        // Log lines are JSON (`level`, `msg`, ...); anything else on the output (the exit
+        // message on stderr) is not a log line.
+        let errors: Vec<&str> = text
+            .lines()
+            .filter(|l| {
+                serde_json::from_str::<serde_json::Value>(l).is_ok_and(|v| v["level"] == "error")
+            })
+            .collect();
         assert_eq!(errors.len(), 1, "{task}: one error line\n{text}");
         assert!(
             errors[0].contains(&format!("essential task {task}")),

@@ -169,9 +169,13 @@ fn enis_in(lab: &Lab, subnet: &str) -> usize {
 /// The subnets the agent's log says it moved on from.
 fn moved_on_from(out: &str) -> Vec<String> {
     out.lines()
-        .filter(|l| l.contains("trying the next discovered subnet"))
-        .filter_map(|l| l.split("subnet=").nth(1))
-        .map(|rest| rest.split_whitespace().next().unwrap_or("").to_string())
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| {
+            v["msg"]
+                .as_str()
+                .is_some_and(|m| m.contains("trying the next discovered subnet"))
+        })
+        .map(|v| v["subnet"].as_str().unwrap_or("").to_string())
         .collect()
 }
 

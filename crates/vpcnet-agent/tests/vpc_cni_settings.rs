@@ -108,7 +108,7 @@ async fn enable_ipv6_true_is_refused_before_anything_happens() {
     let warning = run
         .output
         .lines()
-        .find(|l| l.contains("WARN") && l.contains("WARM_IP_TARGETS"))
+        .find(|l| l.contains(r#""level":"warn""#) && l.contains("WARM_IP_TARGETS"))
         .unwrap_or_else(|| panic!("no warning about WARM_IP_TARGETS:\n{}", run.output));
     assert!(
         warning.contains("neither a vpcnet setting nor one of the VPC CNI"),
