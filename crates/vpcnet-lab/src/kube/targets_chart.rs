@@ -101,23 +101,12 @@ impl TargetsChart<'_> {
     /// Builds the `vpcnet-targets` image from the lab's binaries ([`Lab::bin_dir`]) into the
     /// lab directory and returns its reference and digest.
     pub fn build_image(&self) -> Result<(String, String)> {
-        use vpcnet_image::images::{self, Inputs};
-        let inputs = Inputs {
-            bin_dir: self.lab.bin_dir(),
-            host_root: "/".into(),
-            arch: images::host_arch().to_string(),
-            repository: images::DEFAULT_REPOSITORY.to_string(),
-            tag: env!("CARGO_PKG_VERSION").to_string(),
-            mtime: 0,
-        };
-        let image = images::targets(&inputs).context(
-            "building the vpcnet-targets image from the lab's binaries (cargo build --workspace \
-             builds vpcnet-targets)",
-        )?;
-        let built = image.build(0)?;
-        std::fs::write(self.archive(), &built.archive)
-            .with_context(|| format!("writing {}", self.archive().display()))?;
-        Ok((image.spec.reference, built.manifest_digest))
+        super::vpcnet_chart::build_lab_image(
+            self.lab,
+            vpcnet_image::images::targets,
+            &self.archive(),
+            "the vpcnet-targets image (cargo build --workspace builds vpcnet-targets)",
+        )
     }
 
     /// Imports the image built by [`Self::build_image`] into `node`'s containerd (the CRI

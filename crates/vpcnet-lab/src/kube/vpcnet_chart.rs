@@ -147,6 +147,33 @@ pub fn parse_agent_pods(list: &Value) -> Vec<AgentPod> {
         .collect()
 }
 
+/// Builds one of vpcnet's images (`image`: [`vpcnet_image::images::node`] or `targets`) from
+/// the lab's binaries ([`Lab::bin_dir`]) and the host's packages into `archive`, tagged with
+/// this build's version; returns its reference and digest. `what` names the image and how to
+/// build its binaries, for the error.
+pub(crate) fn build_lab_image(
+    lab: &Lab,
+    image: fn(&vpcnet_image::images::Inputs) -> Result<vpcnet_image::images::Image>,
+    archive: &std::path::Path,
+    what: &str,
+) -> Result<(String, String)> {
+    use vpcnet_image::images::{self, Inputs};
+    let inputs = Inputs {
+        bin_dir: lab.bin_dir(),
+        host_root: "/".into(),
+        arch: images::host_arch().to_string(),
+        repository: images::DEFAULT_REPOSITORY.to_string(),
+        tag: env!("CARGO_PKG_VERSION").to_string(),
+        mtime: 0,
+    };
+    let image =
+        image(&inputs).with_context(|| format!("building {what} from the lab's binaries"))?;
+    let built = image.build(0)?;
+    std::fs::write(archive, &built.archive)
+        .with_context(|| format!("writing {}", archive.display()))?;
+    Ok((image.spec.reference, built.manifest_digest))
+}
+
 /// The values file the lab installs the chart with: the image `reference` (imported, never
 /// pulled) and `env` merged over the chart's default `env`.
 pub fn values(reference: &str, env: &BTreeMap<String, String>) -> Value {
@@ -168,23 +195,13 @@ impl VpcnetChart<'_> {
     /// and returns its reference and digest. Errors: a binary is missing (names the build
     /// command), or a host package the image takes files from is missing.
     pub fn build_image(&self) -> Result<(String, String)> {
-        use vpcnet_image::images::{self, Inputs};
-        let inputs = Inputs {
-            bin_dir: self.lab.bin_dir(),
-            host_root: "/".into(),
-            arch: images::host_arch().to_string(),
-            repository: images::DEFAULT_REPOSITORY.to_string(),
-            tag: env!("CARGO_PKG_VERSION").to_string(),
-            mtime: 0,
-        };
-        let image = images::node(&inputs).context(
-            "building the node image from the lab's binaries (cargo build --workspace builds \
-             vpcnet-agent, vpcnet-cni, vpcnet-init and vpcnet)",
-        )?;
-        let built = image.build(0)?;
-        std::fs::write(self.archive(), &built.archive)
-            .with_context(|| format!("writing {}", self.archive().display()))?;
-        Ok((image.spec.reference, built.manifest_digest))
+        build_lab_image(
+            self.lab,
+            vpcnet_image::images::node,
+            &self.archive(),
+            "the node image (cargo build --workspace builds vpcnet-agent, vpcnet-cni, \
+             vpcnet-init and vpcnet)",
+        )
     }
 
     /// Imports the node image built by [`Self::build_image`] into `node`'s containerd (the
