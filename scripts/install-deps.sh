@@ -21,18 +21,26 @@ have openssl || need_pkgs+=(openssl)
 [ -f /etc/ssl/certs/ca-certificates.crt ] || need_pkgs+=(ca-certificates)   # the images carry the CA bundle (scripts/build-images.sh)
 # The lab's load balancers: one HAProxy per load balancer, inside the lab's namespaces.
 have haproxy || need_pkgs+=(haproxy)
+# Programs the Kubernetes e2e suite's test images carry (crates/vpcnet-lab/src/kube/conformance/images.rs):
+# agnhost's curl, nc (netcat-openbsd, as Alpine's) and DNS tools, and the nginx image's nginx.
+have curl || need_pkgs+=(curl)
+[ -x /bin/nc.openbsd ] || need_pkgs+=(netcat-openbsd)
+have dig || need_pkgs+=(bind9-dnsutils)            # dig, nslookup; host comes with bind9-host
+[ -x /usr/sbin/nginx ] || need_pkgs+=(nginx)
 
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "==> installing Debian packages: ${need_pkgs[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
-  # Debian's package starts haproxy.service with its sample configuration; the lab starts its
-  # own HAProxy processes in its namespaces and needs no system-wide one. Only the service this
-  # run installed is stopped.
-  if [[ " ${need_pkgs[*]} " == *" haproxy "* ]] && [ -d /run/systemd/system ]; then
-    systemctl disable --now haproxy >/dev/null 2>&1 || true
-  fi
+  # Debian's packages start haproxy.service and nginx.service with their sample configurations;
+  # the lab starts its own HAProxy processes in its namespaces and runs nginx only in an image,
+  # and needs no system-wide one. Only a service this run installed is stopped.
+  for svc in haproxy nginx; do
+    if [[ " ${need_pkgs[*]} " == *" $svc "* ]] && [ -d /run/systemd/system ]; then
+      systemctl disable --now "$svc" >/dev/null 2>&1 || true
+    fi
+  done
 fi
 
 if ! python3 -c 'import moto.server' >/dev/null 2>&1; then

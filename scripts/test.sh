@@ -30,6 +30,9 @@ export VPCNET_HELM_BIN_DIR
 echo "==> CoreDNS for the lab's add-ons (scripts/build-coredns.sh; cached per pins)" >&2
 VPCNET_COREDNS_BIN_DIR=$(./scripts/build-coredns.sh | tail -n 1)
 export VPCNET_COREDNS_BIN_DIR
+echo "==> Kubernetes' end-to-end suite for the conformance test (scripts/build-e2e.sh; cached per pins)" >&2
+VPCNET_E2E_BIN_DIR=$(./scripts/build-e2e.sh | tail -n 1)
+export VPCNET_E2E_BIN_DIR
 echo "==> cargo build (binaries used by end-to-end tests, with the tests' feature set)" >&2
 cargo build --workspace --all-targets
 echo "==> tests" >&2

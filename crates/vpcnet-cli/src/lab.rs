@@ -2,6 +2,7 @@
 //! control plane, per-node containerd, kubelet, kube-proxy and vpcnet-agent come from the
 //! `vpcnet-lab` crate; this module is the command line and the tables, `demo` the demo.
 
+mod conformance;
 mod demo;
 mod requests;
 
@@ -165,6 +166,9 @@ enum LabCommand {
         #[arg(long, default_value_t = 12)]
         count: usize,
     },
+    /// Kubernetes' own network end-to-end tests (lab/e2e/selection.toml) on a lab installed as
+    /// on EKS, per CNI, with a table of results (docs/conformance.md).
+    Conformance(conformance::Args),
     /// (internal) The lab cloud daemon, run by `lab up` inside the VPC namespace.
     #[command(hide = true)]
     Serve {
@@ -322,6 +326,7 @@ pub fn run(args: Args) -> Result<()> {
         }
         LabCommand::Lb(args) => crate::lab_lb::run(args),
         LabCommand::Requests(a) => requests::run(&a),
+        LabCommand::Conformance(a) => conformance::run(&a),
         LabCommand::Demo { up, count } => {
             if up.no_kubernetes {
                 demo(&up, count)

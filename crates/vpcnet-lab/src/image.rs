@@ -30,29 +30,72 @@ pub fn oci_arch() -> &'static str {
     vpcnet_image::images::host_arch()
 }
 
-/// The root filesystem layer as an uncompressed tar: `bin/busybox` (from `busybox`), a
-/// symlink `bin/<applet>` → `busybox` per name in `applets`, empty `dev proc sys tmp etc root`
-/// and a minimal `etc/passwd` / `etc/group`.
+/// The root filesystem layer as an uncompressed tar: [`busybox_layer`].
 pub fn rootfs_layer(busybox: &[u8], applets: &[String]) -> Result<Vec<u8>> {
+    Ok(busybox_layer(busybox, applets)?.to_tar(0)?)
+}
+
+/// The busybox root filesystem: `bin/busybox` (from `busybox`) and its applets' links
+/// ([`add_busybox`]), empty `dev proc sys tmp etc root` and a minimal `etc/passwd` /
+/// `etc/group`.
+pub fn busybox_layer(busybox: &[u8], applets: &[String]) -> Result<Layer> {
     let mut l = Layer::new();
     for d in ["bin", "dev", "etc", "proc", "root", "sys"] {
         l.dir(d, 0o755)?;
     }
     l.dir("tmp", 0o1777)?;
-    l.file("bin/busybox", busybox.to_vec(), 0o755)?;
-    for a in applets {
-        if a == "busybox" || a.is_empty() || a.contains('/') {
-            continue;
-        }
-        l.symlink(&format!("bin/{a}"), "busybox")?;
-    }
+    add_busybox(&mut l, busybox, applets, &[])?;
     l.file(
         "etc/passwd",
         b"root:x:0:0:root:/root:/bin/sh\n".to_vec(),
         0o644,
     )?;
     l.file("etc/group", b"root:x:0:\n".to_vec(), 0o644)?;
-    Ok(l.to_tar(0)?)
+    Ok(l)
+}
+
+/// Adds `bin/busybox` (from `busybox`) and a symlink `bin/<applet>` → `busybox` per name in
+/// `applets`, except the names in `except` (commands the image carries as real programs).
+pub fn add_busybox(
+    l: &mut Layer,
+    busybox: &[u8],
+    applets: &[String],
+    except: &[&str],
+) -> Result<()> {
+    l.file("bin/busybox", busybox.to_vec(), 0o755)?;
+    for a in applets {
+        if a == "busybox" || a.is_empty() || a.contains('/') || except.contains(&a.as_str()) {
+            continue;
+        }
+        l.symlink(&format!("bin/{a}"), "busybox")?;
+    }
+    Ok(())
+}
+
+/// Reads the static busybox at `path` (normally [`BUSYBOX`]) and lists its applets
+/// (`busybox --list`). Errors: busybox-static is not installed (says how to install it).
+pub fn host_busybox(path: &Path) -> Result<(Vec<u8>, Vec<String>)> {
+    let busybox = std::fs::read(path).with_context(|| {
+        format!(
+            "{} missing: install Debian's busybox-static (scripts/install-deps.sh)",
+            path.display()
+        )
+    })?;
+    let list = Command::new(path)
+        .arg("--list")
+        .output()
+        .with_context(|| format!("running {} --list", path.display()))?;
+    if !list.status.success() {
+        bail!(
+            "{} --list failed: is it the static busybox?",
+            path.display()
+        );
+    }
+    let applets = String::from_utf8_lossy(&list.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    Ok((busybox, applets))
 }
 
 /// Packs an OCI image layout tarball around one uncompressed `layer`, named `reference`, for
@@ -81,20 +124,7 @@ pub fn oci_archive(
 /// Builds the busybox image tarball from the host's [`BUSYBOX`] and writes it to `out`.
 /// Errors: busybox-static is not installed (says how to install it).
 pub fn build(out: &Path) -> Result<()> {
-    let busybox = std::fs::read(BUSYBOX).with_context(|| {
-        format!("{BUSYBOX} missing: install Debian's busybox-static (scripts/install-deps.sh)")
-    })?;
-    let list = Command::new(BUSYBOX)
-        .arg("--list")
-        .output()
-        .with_context(|| format!("running {BUSYBOX} --list"))?;
-    if !list.status.success() {
-        bail!("{BUSYBOX} --list failed: is it the static busybox?");
-    }
-    let applets: Vec<String> = String::from_utf8_lossy(&list.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect();
+    let (busybox, applets) = host_busybox(Path::new(BUSYBOX))?;
     let layer = rootfs_layer(&busybox, &applets)?;
     write(
         out,
@@ -109,10 +139,27 @@ fn write(out: &Path, data: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// Builds the pause image tarball at `out`: [`PAUSE_SOURCE`] compiled with `gcc -static` (in
-/// `work`, a scratch directory) as `/pause`, the image's entrypoint. Errors: gcc or the static C
-/// library is missing (says how to install them) or the compile failed (quotes gcc).
+/// Builds the pause image tarball at `out`: [`compile_pause`] (in `work`) as `/pause`, the
+/// image's entrypoint.
 pub fn build_pause(out: &Path, work: &Path) -> Result<()> {
+    let layer = pause_layer(compile_pause(work)?)?.to_tar(0)?;
+    write(
+        out,
+        &oci_archive(&layer, oci_arch(), PAUSE_REF, &["/pause"], &[])?,
+    )
+}
+
+/// The pause layer: `pause`, the binary [`compile_pause`] made, and nothing else.
+pub fn pause_layer(pause: Vec<u8>) -> Result<Layer> {
+    let mut l = Layer::new();
+    l.file("pause", pause, 0o755)?;
+    Ok(l)
+}
+
+/// [`PAUSE_SOURCE`] compiled with `gcc -static` in `work` (a scratch directory): the binary.
+/// Errors: gcc or the static C library is missing (says how to install them) or the compile
+/// failed (quotes gcc).
+pub fn compile_pause(work: &Path) -> Result<Vec<u8>> {
     std::fs::create_dir_all(work)?;
     let src = work.join("pause.c");
     let bin = work.join("pause");
@@ -129,14 +176,7 @@ pub fn build_pause(out: &Path, work: &Path) -> Result<()> {
             String::from_utf8_lossy(&o.stderr).trim()
         );
     }
-    let pause = std::fs::read(&bin)?;
-    let mut l = Layer::new();
-    l.file("pause", pause, 0o755)?;
-    let layer = l.to_tar(0)?;
-    write(
-        out,
-        &oci_archive(&layer, oci_arch(), PAUSE_REF, &["/pause"], &[])?,
-    )
+    Ok(std::fs::read(&bin)?)
 }
 
 #[cfg(test)]

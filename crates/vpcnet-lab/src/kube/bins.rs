@@ -63,10 +63,22 @@ pub fn locate(explicit: Option<&Path>) -> Result<PathBuf> {
 /// every one of `wanted`. Errors: `not_built` when there is no directory at all; the directory
 /// and the missing names, then `fix`, when some are absent.
 fn find(explicit: Option<&Path>, wanted: &[&str], not_built: &str, fix: &str) -> Result<PathBuf> {
+    find_in(explicit, BIN_DIR_ENV, newest_cached, wanted, not_built, fix)
+}
+
+/// [`find`] with the environment variable `env` and the cache lookup `cached`.
+fn find_in(
+    explicit: Option<&Path>,
+    env: &str,
+    cached: impl FnOnce() -> Option<PathBuf>,
+    wanted: &[&str],
+    not_built: &str,
+    fix: &str,
+) -> Result<PathBuf> {
     let Some(dir) = explicit
         .map(Path::to_path_buf)
-        .or_else(|| std::env::var_os(BIN_DIR_ENV).map(PathBuf::from))
-        .or_else(newest_cached)
+        .or_else(|| std::env::var_os(env).map(PathBuf::from))
+        .or_else(cached)
     else {
         bail!("{not_built}");
     };
@@ -107,39 +119,43 @@ pub fn locate_peer(explicit: Option<&Path>) -> Result<PathBuf> {
 /// `scripts/build-coredns.sh` prints last).
 pub const COREDNS_BIN_DIR_ENV: &str = "VPCNET_COREDNS_BIN_DIR";
 
+/// The newest build of one of the `scripts/build-*.sh` caches: the `<key>/bin` directory under
+/// `$VPCNET_CACHE/<tool>` (default `/var/cache/vpcnet/<tool>`) whose `marker` (a file in it) is
+/// the most recent.
+fn newest_build(tool: &str, marker: &str) -> Option<PathBuf> {
+    let cache =
+        PathBuf::from(std::env::var("VPCNET_CACHE").unwrap_or_else(|_| "/var/cache/vpcnet".into()))
+            .join(tool);
+    let mut builds: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(&cache)
+        .ok()?
+        .flatten()
+        .filter_map(|e| {
+            let bin = e.path().join("bin");
+            let t = std::fs::metadata(bin.join(marker))
+                .ok()?
+                .modified()
+                .ok()?;
+            Some((t, bin))
+        })
+        .collect();
+    builds.sort();
+    builds.pop().map(|(_, p)| p)
+}
+
 /// The directory holding `coredns` (built from `lab/coredns/go.mod` by
 /// `scripts/build-coredns.sh`): `explicit`, else `$VPCNET_COREDNS_BIN_DIR`, else the newest
 /// build in `$VPCNET_CACHE/coredns` (default `/var/cache/vpcnet/coredns`). Errors say how to
 /// build it.
 pub fn locate_coredns(explicit: Option<&Path>) -> Result<PathBuf> {
-    let cache =
-        PathBuf::from(std::env::var("VPCNET_CACHE").unwrap_or_else(|_| "/var/cache/vpcnet".into()))
-            .join("coredns");
-    let newest = || {
-        let mut builds: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(&cache)
-            .ok()?
-            .flatten()
-            .filter_map(|e| {
-                let bin = e.path().join("bin");
-                let t = std::fs::metadata(bin.join("coredns"))
-                    .ok()?
-                    .modified()
-                    .ok()?;
-                Some((t, bin))
-            })
-            .collect();
-        builds.sort();
-        builds.pop().map(|(_, p)| p)
-    };
     let Some(dir) = explicit
         .map(Path::to_path_buf)
         .or_else(|| std::env::var_os(COREDNS_BIN_DIR_ENV).map(PathBuf::from))
-        .or_else(newest)
+        .or_else(|| newest_build("coredns", "coredns"))
     else {
         bail!(
             "CoreDNS is not built: run scripts/build-coredns.sh (builds it from lab/coredns/go.mod \
-             into {}, once per machine), or set {COREDNS_BIN_DIR_ENV} to the directory it prints",
-            cache.display()
+             into /var/cache/vpcnet/coredns, once per machine), or set {COREDNS_BIN_DIR_ENV} to \
+             the directory it prints"
         );
     };
     if !dir.join("coredns").is_file() {
@@ -150,6 +166,39 @@ pub fn locate_coredns(explicit: Option<&Path>) -> Result<PathBuf> {
         );
     }
     Ok(dir)
+}
+
+/// Environment variable naming the directory of Kubernetes' end-to-end suite (what
+/// `scripts/build-e2e.sh` prints last).
+pub const E2E_BIN_DIR_ENV: &str = "VPCNET_E2E_BIN_DIR";
+
+/// What `scripts/build-e2e.sh` builds from `lab/e2e/go.mod`: the suite, the ginkgo CLI that runs
+/// it in parallel, agnhost with the certificate and key its image carries, and the conntrack
+/// test's image binary.
+pub const E2E_FILES: &[&str] = &[
+    "e2e.test",
+    "ginkgo",
+    "agnhost",
+    "regression-issue-74839",
+    "localhost.crt",
+    "localhost.key",
+];
+
+/// The directory holding [`E2E_FILES`]: `explicit`, else `$VPCNET_E2E_BIN_DIR`, else the newest
+/// complete build in `$VPCNET_CACHE/e2e`. Errors say how to build it and list what is missing.
+pub fn locate_e2e(explicit: Option<&Path>) -> Result<PathBuf> {
+    find_in(
+        explicit,
+        E2E_BIN_DIR_ENV,
+        || newest_build("e2e", "e2e.test"),
+        E2E_FILES,
+        &format!(
+            "Kubernetes' end-to-end suite is not built: run scripts/build-e2e.sh (builds e2e.test, \
+             ginkgo and the test images' binaries from lab/e2e/go.mod into /var/cache/vpcnet/e2e, once per \
+             machine), or set {E2E_BIN_DIR_ENV} to the directory it prints"
+        ),
+        &format!("run scripts/build-e2e.sh and use the directory it prints ({E2E_BIN_DIR_ENV})"),
+    )
 }
 
 #[cfg(test)]

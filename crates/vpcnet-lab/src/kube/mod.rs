@@ -7,6 +7,7 @@
 pub mod addons;
 pub mod aws_lbc;
 pub mod bins;
+pub mod conformance;
 pub mod cluster;
 pub mod control_plane;
 pub mod csr;

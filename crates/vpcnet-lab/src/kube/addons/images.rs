@@ -63,8 +63,13 @@ pub struct Sources {
 
 impl Sources {
     fn host(&self, p: &str) -> PathBuf {
-        self.host_root.join(p.trim_start_matches('/'))
+        host_path(&self.host_root, p)
     }
+}
+
+/// `p`, an absolute path on the build machine, under `host_root` (normally `/`).
+pub(crate) fn host_path(host_root: &Path, p: &str) -> PathBuf {
+    host_root.join(p.trim_start_matches('/'))
 }
 
 /// iptables' extension directory for `arch`: `/usr/lib/<triplet>/xtables`.
@@ -72,11 +77,13 @@ pub fn xtables_dir(arch: &str) -> String {
     format!("/usr/lib/{}/xtables", elf::multiarch_triplet(arch))
 }
 
-fn read(p: &Path, fix: &str) -> Result<Vec<u8>> {
+/// The file at `p`; an error names it and `fix`, what to do when it is missing.
+pub(crate) fn read(p: &Path, fix: &str) -> Result<Vec<u8>> {
     std::fs::read(p).with_context(|| format!("reading {}: {fix}", p.display()))
 }
 
-fn base(layer: &mut Layer, passwd: &str, group: &str) -> Result<()> {
+/// The directories every image has (`/tmp` sticky) and its `/etc/passwd` and `/etc/group`.
+pub(crate) fn base(layer: &mut Layer, passwd: &str, group: &str) -> Result<()> {
     layer.dir("tmp", 0o1777)?;
     for d in ["etc", "proc", "sys", "dev", "run", "var", "root"] {
         layer.dir(d, 0o755)?;
@@ -86,7 +93,9 @@ fn base(layer: &mut Layer, passwd: &str, group: &str) -> Result<()> {
     Ok(())
 }
 
-fn spec(reference: &str, arch: &str, entrypoint: &[&str], user: String) -> ImageSpec {
+/// The configuration of an image named `reference`: `entrypoint`, no command, the usual
+/// `PATH`, `user` (empty: root), title and version labels from the reference.
+pub(crate) fn spec(reference: &str, arch: &str, entrypoint: &[&str], user: String) -> ImageSpec {
     let title = reference
         .rsplit_once(':')
         .map(|(n, _)| n)

@@ -1,0 +1,129 @@
+//! `vpcnet lab conformance`: Kubernetes' own network end-to-end tests on a lab installed as on
+//! EKS, per CNI, one table with a column per CNI (the `vpcnet-lab` crate's
+//! `kube::conformance` does the work; this is the command line).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::Args as ClapArgs;
+use vpcnet_lab::kube::bins;
+use vpcnet_lab::kube::conformance::report::{side_by_side, RunReport};
+use vpcnet_lab::kube::conformance::selection::{Scope, Selection};
+use vpcnet_lab::kube::conformance::{self, RunOptions};
+use vpcnet_lab::lab::{progress, Lab};
+use vpcnet_lab::state::NodeCni;
+
+#[derive(ClapArgs)]
+pub struct Args {
+    /// Lab name (a lab is brought up, used and torn down per CNI).
+    #[arg(long, default_value = "conformance")]
+    name: String,
+    /// CNI of the lab's nodes: `vpcnet` (installed by its chart) or `vpc-cni` (AWS's VPC CNI,
+    /// unmodified); repeat for one run per CNI and a column per CNI in the table.
+    #[arg(long = "cni", value_name = "CNI", default_value = "vpcnet")]
+    cni: Vec<NodeCni>,
+    /// Run the tests matching this Go regular expression instead of the selection's focus
+    /// (lab/e2e/selection.toml; its skips still apply); repeatable.
+    #[arg(long, value_name = "REGEX", conflicts_with = "ci")]
+    focus: Vec<String>,
+    /// Run the CI subset of the selection (what `.ci/run` runs).
+    #[arg(long)]
+    ci: bool,
+    /// Ginkgo processes running tests at once.
+    #[arg(long, default_value_t = 2)]
+    parallel: usize,
+    /// Lab nodes (the inter-node tests need two).
+    #[arg(long, default_value_t = 2)]
+    nodes: usize,
+    /// EC2 instance type of the nodes.
+    #[arg(long, default_value = "m5.large")]
+    instance_type: String,
+    /// Directory for the reports: `<CNI>/report.json`, `junit.xml`, `ginkgo.log`, and the
+    /// table (`table.txt`).
+    #[arg(long, default_value = "conformance-results")]
+    out: PathBuf,
+    /// Limit of one run, in minutes.
+    #[arg(long, default_value_t = 180)]
+    timeout_minutes: u64,
+    /// Run on the lab `--name` that is already up (`vpcnet lab up` with --agent-install chart
+    /// --kube-proxy daemonset --coredns and 2 nodes, as this command would) and leave it up.
+    #[arg(long, conflicts_with = "cni")]
+    existing: bool,
+    /// Directory of the suite (default: the newest build of scripts/build-e2e.sh).
+    #[arg(long, env = bins::E2E_BIN_DIR_ENV, value_name = "DIR")]
+    e2e_bin_dir: Option<PathBuf>,
+    /// Directory of the Kubernetes binaries (default: the newest build of scripts/build-k8s.sh).
+    #[arg(long, env = bins::BIN_DIR_ENV, value_name = "DIR")]
+    k8s_bin_dir: Option<PathBuf>,
+    /// Directory of CoreDNS (default: the newest build of scripts/build-coredns.sh).
+    #[arg(long, env = bins::COREDNS_BIN_DIR_ENV, value_name = "DIR")]
+    coredns_bin_dir: Option<PathBuf>,
+}
+
+fn cni_name(cni: NodeCni) -> &'static str {
+    match cni {
+        NodeCni::Vpcnet => "vpcnet",
+        NodeCni::VpcCni => "vpc-cni",
+    }
+}
+
+pub fn run(a: &Args) -> Result<()> {
+    let selection = Selection::checked_in()?;
+    let scope = if a.ci {
+        Scope::Ci
+    } else if !a.focus.is_empty() {
+        Scope::Focus(a.focus.clone())
+    } else {
+        Scope::All
+    };
+    let e2e = bins::locate_e2e(a.e2e_bin_dir.as_deref())?;
+    let mut cnis = a.cni.clone();
+    cnis.dedup();
+    let out = std::path::absolute(&a.out).context("--out")?;
+    let run_opts = |dir: &str| RunOptions {
+        e2e_bin_dir: e2e.clone(),
+        scope: scope.clone(),
+        parallel: a.parallel,
+        out_dir: out.join(dir),
+        timeout: Duration::from_secs(a.timeout_minutes * 60),
+    };
+    let mut runs: Vec<(String, RunReport)> = Vec::new();
+    if a.existing {
+        let lab = Lab::open(&a.name)?;
+        lab.conformance().import_images(&e2e)?;
+        runs.push((
+            a.name.clone(),
+            lab.conformance().run(&run_opts(&a.name), &selection)?,
+        ));
+    } else {
+        for cni in cnis {
+            let mut up = conformance::up_options(&a.name, cni, a.nodes);
+            up.instance_type = a.instance_type.clone();
+            up.k8s_bin_dir = a.k8s_bin_dir.clone();
+            up.coredns_bin_dir = a.coredns_bin_dir.clone();
+            progress(&format!(
+                "conformance with {} on {} node(s)",
+                cni_name(cni),
+                a.nodes
+            ));
+            let report = conformance::run_on_new_lab(&up, &run_opts(cni_name(cni)), &selection)?;
+            progress(&format!("{}: {}", cni_name(cni), report.summary()));
+            runs.push((cni_name(cni).to_string(), report));
+        }
+    }
+    let columns: Vec<(&str, &RunReport)> = runs.iter().map(|(n, r)| (n.as_str(), r)).collect();
+    let table = side_by_side(&columns);
+    std::fs::write(out.join("table.txt"), &table)?;
+    println!();
+    print!("{table}");
+    println!("(reports in {})", out.display());
+    let failed: Vec<String> = runs
+        .iter()
+        .flat_map(|(n, r)| r.failures().into_iter().map(move |f| format!("{n}: {f}")))
+        .collect();
+    if !failed.is_empty() {
+        bail!("{} failure(s):\n{}", failed.len(), failed.join("\n"));
+    }
+    Ok(())
+}
