@@ -22,8 +22,9 @@ have openssl || need_pkgs+=(openssl)
 # The lab's load balancers: one HAProxy per load balancer, inside the lab's namespaces.
 have haproxy || need_pkgs+=(haproxy)
 # Programs the Kubernetes e2e suite's test images carry (crates/vpcnet-lab/src/kube/conformance/images.rs):
-# agnhost's curl, nc (netcat-openbsd, as Alpine's) and DNS tools, and the nginx image's nginx.
+# agnhost's curl, wget, nc (netcat-openbsd, as Alpine's) and DNS tools, and the nginx image's nginx.
 have curl || need_pkgs+=(curl)
+have wget || need_pkgs+=(wget)                     # GNU wget: busybox's crashes on `wget -T`
 [ -x /bin/nc.openbsd ] || need_pkgs+=(netcat-openbsd)
 have dig || need_pkgs+=(bind9-dnsutils)            # dig, nslookup; host comes with bind9-host
 [ -x /usr/sbin/nginx ] || need_pkgs+=(nginx)

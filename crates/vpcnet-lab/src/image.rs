@@ -5,7 +5,9 @@
 //! - pause: the pod sandbox image, the lab's own `lab/pause/pause.c` compiled statically.
 //!
 //! Both are written by `vpcnet-image` (the layer model and the OCI layout on `oci-spec`), as
-//! vpcnet's own images are.
+//! vpcnet's own images are. Their parts ([`host_busybox`], [`add_busybox`], [`busybox_layer`],
+//! [`compile_pause`], [`pause_layer`]) also make the Kubernetes e2e suite's images
+//! (`kube::conformance::images`).
 
 use std::io::Write;
 use std::path::Path;

@@ -91,7 +91,8 @@ fn the_ci_subset_of_kubernetes_network_conformance_passes_with_vpcnet() {
             conformance::as_on_eks(o, NodeCni::Vpcnet);
         },
         |lab| {
-            lab.conformance().import_images(&e2e).unwrap();
+            let coredns = bins::locate_coredns(None).unwrap_or_else(|e| panic!("{e:#}"));
+            lab.conformance().import_images(&e2e, &coredns).unwrap();
             let opts = RunOptions {
                 e2e_bin_dir: e2e.clone(),
                 scope: Scope::Ci,

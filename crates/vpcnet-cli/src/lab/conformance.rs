@@ -50,6 +50,10 @@ pub struct Args {
     /// --kube-proxy daemonset --coredns and 2 nodes, as this command would) and leave it up.
     #[arg(long, conflicts_with = "cni")]
     existing: bool,
+    /// Run nothing: print the table of the reports an earlier run left in `--out`, one
+    /// column per `--cni`.
+    #[arg(long, conflicts_with = "existing")]
+    from_reports: bool,
     /// Directory of the suite (default: the newest build of scripts/build-e2e.sh).
     #[arg(long, env = bins::E2E_BIN_DIR_ENV, value_name = "DIR")]
     e2e_bin_dir: Option<PathBuf>,
@@ -77,10 +81,20 @@ pub fn run(a: &Args) -> Result<()> {
     } else {
         Scope::All
     };
-    let e2e = bins::locate_e2e(a.e2e_bin_dir.as_deref())?;
     let mut cnis = a.cni.clone();
     cnis.dedup();
     let out = std::path::absolute(&a.out).context("--out")?;
+    if a.from_reports {
+        let runs = cnis
+            .iter()
+            .map(|c| {
+                let r = conformance::read_reports(&out.join(cni_name(*c)), &selection, &scope)?;
+                Ok((cni_name(*c).to_string(), r))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        return show(&runs, &out);
+    }
+    let e2e = bins::locate_e2e(a.e2e_bin_dir.as_deref())?;
     let run_opts = |dir: &str| RunOptions {
         e2e_bin_dir: e2e.clone(),
         scope: scope.clone(),
@@ -91,10 +105,17 @@ pub fn run(a: &Args) -> Result<()> {
     let mut runs: Vec<(String, RunReport)> = Vec::new();
     if a.existing {
         let lab = Lab::open(&a.name)?;
-        lab.conformance().import_images(&e2e)?;
+        let cni = lab
+            .state()?
+            .nodes
+            .first()
+            .map(|n| n.cni)
+            .context("the lab has no node")?;
+        let coredns = bins::locate_coredns(a.coredns_bin_dir.as_deref())?;
+        lab.conformance().import_images(&e2e, &coredns)?;
         runs.push((
-            a.name.clone(),
-            lab.conformance().run(&run_opts(&a.name), &selection)?,
+            cni_name(cni).to_string(),
+            lab.conformance().run(&run_opts(cni_name(cni)), &selection)?,
         ));
     } else {
         for cni in cnis {
@@ -112,6 +133,11 @@ pub fn run(a: &Args) -> Result<()> {
             runs.push((cni_name(cni).to_string(), report));
         }
     }
+    show(&runs, &out)
+}
+
+/// Prints (and writes to `out/table.txt`) the table of `runs`; errors when a test failed.
+fn show(runs: &[(String, RunReport)], out: &std::path::Path) -> Result<()> {
     let columns: Vec<(&str, &RunReport)> = runs.iter().map(|(n, r)| (n.as_str(), r)).collect();
     let table = side_by_side(&columns);
     std::fs::write(out.join("table.txt"), &table)?;

@@ -114,15 +114,15 @@ impl Lab {
 }
 
 impl Conformance<'_> {
-    /// Builds the suite's images into the lab directory and imports them into every node's
-    /// containerd (CRI namespace).
-    pub fn import_images(&self, e2e_bin_dir: &Path) -> Result<()> {
-        progress("building the e2e test images (agnhost, pause, busybox, jessie-dnsutils, nginx)");
-        let src = images::Sources {
-            e2e_bins: e2e_bin_dir.to_path_buf(),
-            host_root: "/".into(),
-            arch: crate::image::oci_arch().into(),
-        };
+    /// Builds the suite's images (from `scripts/build-e2e.sh`'s `e2e_bin_dir`, CoreDNS from
+    /// `scripts/build-coredns.sh`'s `coredns_bin_dir`, Debian's programs) into the lab directory
+    /// and imports them into every node's containerd (CRI namespace).
+    pub fn import_images(&self, e2e_bin_dir: &Path, coredns_bin_dir: &Path) -> Result<()> {
+        progress(
+            "building the e2e test images (agnhost, pause, busybox, jessie-dnsutils, nginx, \
+             regression-issue-74839)",
+        );
+        let src = images::Sources::host(e2e_bin_dir, &coredns_bin_dir.join("coredns"));
         let dir = self.lab.dir.join("e2e-images");
         std::fs::create_dir_all(&dir)?;
         let archives = images::write_all(&src, &dir)?;
@@ -247,11 +247,29 @@ impl Conformance<'_> {
     }
 }
 
+/// Reads the reports a run left in `out_dir` (both phases, or the one that ran) again.
+pub fn read_reports(out_dir: &Path, selection: &Selection, scope: &Scope) -> Result<RunReport> {
+    let mut report: Option<RunReport> = None;
+    for phase in [Phase::Parallel, Phase::Disruptive] {
+        let json = out_dir.join(phase.json_report());
+        if !json.is_file() {
+            continue;
+        }
+        let r = RunReport::read(&json, selection, &selection.focus(scope))?;
+        report = Some(match report {
+            Some(all) => all.merge(r),
+            None => r,
+        });
+    }
+    report.with_context(|| format!("no ginkgo report in {}", out_dir.display()))
+}
+
 /// Brings a lab up with `up`, imports the test images, runs the suite and tears the lab down
 /// (also on failure). Returns the run's report.
 pub fn run_on_new_lab(up: &UpOptions, run: &RunOptions, selection: &Selection) -> Result<RunReport> {
+    let coredns = crate::kube::bins::locate_coredns(up.coredns_bin_dir.as_deref())?;
     crate::lab::with_lab(up, |lab| {
-        lab.conformance().import_images(&run.e2e_bin_dir)?;
+        lab.conformance().import_images(&run.e2e_bin_dir, &coredns)?;
         lab.conformance().run(run, selection)
     })
 }
