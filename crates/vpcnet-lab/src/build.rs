@@ -356,6 +356,11 @@ impl Build<'_> {
             s.ec2_endpoint = ready.ec2_endpoints.first().cloned();
             Ok(())
         })?;
+        for n in nodes {
+            if let Some(i) = ready.instances.get(&n.name) {
+                crate::machine::set_hostname(&n.mntns, &i.private_dns_name)?;
+            }
+        }
         Ok(ready)
     }
 

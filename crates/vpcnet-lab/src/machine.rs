@@ -12,6 +12,11 @@
 //! `ip netns` keeps network namespaces. Bind-mount targets that do not exist on the host are
 //! created there as empty directories (nothing is ever written into them on the host).
 //!
+//! Beside it each node has a UTS namespace of its own, kept alive the same way
+//! ([`uts_file`]): its hostname is the node's name until the cloud has launched its instance,
+//! then the instance's private DNS name ([`set_hostname`]), as cloud-init sets it on EC2. The
+//! node's processes join it with the mount namespace, so host-network pods see the node's name.
+//!
 //! Kernel tunables kubelet insists on (`vm.overcommit_memory`, `kernel.panic`, ... in
 //! kubelet's `setupKernelTunables`) are global, not per namespace: the node sees per-node files
 //! holding kubelet's values bind-mounted over them, so kubelet finds what it wants and never
@@ -131,10 +136,16 @@ pub fn create(lab_dir: &Path, node: &str, root: &Path) -> Result<PathBuf> {
     }
     let file = ensure_ns_dir(lab_dir)?.join(node);
     fs::write(&file, b"").with_context(|| format!("creating {}", file.display()))?;
+    let uts = uts_file(&file);
+    fs::write(&uts, b"").with_context(|| format!("creating {}", uts.display()))?;
     let out = Command::new("unshare")
         .arg(format!("--mount={}", file.display()))
+        .arg(format!("--uts={}", uts.display()))
         .args(["--propagation", "slave", "--", "/bin/sh", "-c"])
-        .arg(setup_script(root, &tunables))
+        .arg(format!(
+            "{}hostname '{node}'\n",
+            setup_script(root, &tunables)
+        ))
         .output()
         .context("cannot run `unshare` (util-linux)")?;
     if !out.status.success() {
@@ -144,6 +155,27 @@ pub fn create(lab_dir: &Path, node: &str, root: &Path) -> Result<PathBuf> {
         );
     }
     Ok(file)
+}
+
+/// The file that holds a node's UTS namespace (its own hostname, as an EC2 instance has), beside
+/// its mount namespace's file `mntns`: host-network pods share it, so agnhost's `/hostname` in
+/// such a pod answers the node's name, as on EKS.
+pub fn uts_file(mntns: &Path) -> PathBuf {
+    let mut name = mntns.as_os_str().to_owned();
+    name.push(".uts");
+    PathBuf::from(name)
+}
+
+/// Sets the hostname of the node whose mount namespace is `mntns` (its instance's private DNS
+/// name once the cloud has launched it, as cloud-init sets it on EC2).
+pub fn set_hostname(mntns: &Path, hostname: &str) -> Result<()> {
+    let uts = uts_file(mntns);
+    cmd::run(
+        "nsenter",
+        &[&format!("--uts={}", uts.display()), "hostname", hostname],
+    )
+    .with_context(|| format!("setting the hostname {hostname} in {}", uts.display()))?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -21,6 +21,10 @@ pub struct Place {
     /// Persistent mount namespace to join (a file bind-mounted from `/proc/<pid>/ns/mnt`, see
     /// [`crate::machine`]); `None` keeps the caller's.
     pub mntns: Option<PathBuf>,
+    /// Persistent UTS namespace to join (the node's hostname, [`crate::machine::uts_file`]);
+    /// `None`, or a file that does not exist (a lab made before nodes had one), keeps the
+    /// caller's.
+    pub utsns: Option<PathBuf>,
 }
 
 impl Place {
@@ -61,6 +65,9 @@ impl Place {
         if let Some(p) = &self.mntns {
             w.arg(arg_with("--mount=", p)).arg("--wd=/");
         }
+        if let Some(p) = self.utsns.as_ref().filter(|p| p.exists()) {
+            w.arg(arg_with("--uts=", p));
+        }
         if let Some(name) = &self.netns {
             w.arg(arg_with("--net=", &netns::path(name)));
         }
@@ -81,9 +88,11 @@ impl Place {
 }
 
 impl NodeRecord {
-    /// Where the node's processes run: its network and mount namespaces.
+    /// Where the node's processes run: its network, mount and UTS namespaces.
     pub fn place(&self) -> Place {
-        Place::netns(&self.netns).mount_ns(&self.mntns)
+        let mut p = Place::netns(&self.netns).mount_ns(&self.mntns);
+        p.utsns = Some(crate::machine::uts_file(&self.mntns));
+        p
     }
 }
 

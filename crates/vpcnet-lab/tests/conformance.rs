@@ -91,6 +91,16 @@ fn the_ci_subset_of_kubernetes_network_conformance_passes_with_vpcnet() {
             conformance::as_on_eks(o, NodeCni::Vpcnet);
         },
         |lab| {
+            // Each node has its instance's hostname (host-network pods answer it; the suite's
+            // internalTrafficPolicy and DNS HostNetwork tests compare it with the Node's name).
+            for n in lab.state().unwrap().nodes {
+                let uts = vpcnet_lab::machine::uts_file(&n.mntns);
+                let name = sh(
+                    "nsenter",
+                    &[&format!("--uts={}", uts.display()), "hostname"],
+                );
+                assert_eq!(name.trim(), n.k8s_name, "hostname of {}", n.name);
+            }
             let coredns = bins::locate_coredns(None).unwrap_or_else(|e| panic!("{e:#}"));
             lab.conformance().import_images(&e2e, &coredns).unwrap();
             let opts = RunOptions {
@@ -114,12 +124,10 @@ fn the_ci_subset_of_kubernetes_network_conformance_passes_with_vpcnet() {
                 .filter(|t| t.outcome == Outcome::Passed)
                 .count();
             assert_eq!(
-                passed,
-                selection.ci.tests,
+                passed, selection.ci.tests,
                 "the CI subset should run and pass {} tests (a pattern that stopped matching \
                  runs fewer): {:#?}",
-                selection.ci.tests,
-                report.tests
+                selection.ci.tests, report.tests
             );
         },
     );

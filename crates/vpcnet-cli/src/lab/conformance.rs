@@ -115,7 +115,8 @@ pub fn run(a: &Args) -> Result<()> {
         lab.conformance().import_images(&e2e, &coredns)?;
         runs.push((
             cni_name(cni).to_string(),
-            lab.conformance().run(&run_opts(cni_name(cni)), &selection)?,
+            lab.conformance()
+                .run(&run_opts(cni_name(cni)), &selection)?,
         ));
     } else {
         for cni in cnis {

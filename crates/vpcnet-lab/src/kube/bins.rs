@@ -131,10 +131,7 @@ fn newest_build(tool: &str, marker: &str) -> Option<PathBuf> {
         .flatten()
         .filter_map(|e| {
             let bin = e.path().join("bin");
-            let t = std::fs::metadata(bin.join(marker))
-                .ok()?
-                .modified()
-                .ok()?;
+            let t = std::fs::metadata(bin.join(marker)).ok()?.modified().ok()?;
             Some((t, bin))
         })
         .collect();

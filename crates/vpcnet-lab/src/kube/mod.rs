@@ -7,8 +7,8 @@
 pub mod addons;
 pub mod aws_lbc;
 pub mod bins;
-pub mod conformance;
 pub mod cluster;
+pub mod conformance;
 pub mod control_plane;
 pub mod csr;
 pub mod kubectl;

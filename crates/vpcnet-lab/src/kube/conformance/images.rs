@@ -288,10 +288,7 @@ pub fn agnhost(src: &Sources) -> Result<Image> {
         (CA_BUNDLE.to_string(), (ca, 0o644)),
         (
             COREDNS_PATH.to_string(),
-            (
-                read(&src.coredns, "run scripts/build-coredns.sh")?,
-                0o755,
-            ),
+            (read(&src.coredns, "run scripts/build-coredns.sh")?, 0o755),
         ),
     ]);
     let programs: Vec<Program> = AGNHOST_TOOLS.iter().chain(&DNS_TOOLS).copied().collect();

@@ -142,7 +142,12 @@ impl Conformance<'_> {
 
     /// The ginkgo command of a run: the CLI with the selection's focus and skips, then, after
     /// `--`, the suite's own flags (the lab's admin kubeconfig and kubectl, no cloud provider).
-    pub fn command(&self, opts: &RunOptions, selection: &Selection, phase: Phase) -> Result<Command> {
+    pub fn command(
+        &self,
+        opts: &RunOptions,
+        selection: &Selection,
+        phase: Phase,
+    ) -> Result<Command> {
         let kubectl = self.lab.kube().kubectl()?;
         let e2e = &opts.e2e_bin_dir;
         let mut c = Command::new(e2e.join("ginkgo"));
@@ -266,10 +271,15 @@ pub fn read_reports(out_dir: &Path, selection: &Selection, scope: &Scope) -> Res
 
 /// Brings a lab up with `up`, imports the test images, runs the suite and tears the lab down
 /// (also on failure). Returns the run's report.
-pub fn run_on_new_lab(up: &UpOptions, run: &RunOptions, selection: &Selection) -> Result<RunReport> {
+pub fn run_on_new_lab(
+    up: &UpOptions,
+    run: &RunOptions,
+    selection: &Selection,
+) -> Result<RunReport> {
     let coredns = crate::kube::bins::locate_coredns(up.coredns_bin_dir.as_deref())?;
     crate::lab::with_lab(up, |lab| {
-        lab.conformance().import_images(&run.e2e_bin_dir, &coredns)?;
+        lab.conformance()
+            .import_images(&run.e2e_bin_dir, &coredns)?;
         lab.conformance().run(run, selection)
     })
 }

@@ -274,7 +274,10 @@ pub fn side_by_side(runs: &[(&str, &RunReport)]) -> String {
                             format!("{word} [{}]", note(format!("skipped by the test: {m}")))
                         }
                         Outcome::SkippedBySelection(m) => {
-                            format!("{word} [{}]", note(format!("skipped by the selection: {m}")))
+                            format!(
+                                "{word} [{}]",
+                                note(format!("skipped by the selection: {m}"))
+                            )
                         }
                     };
                     row.push(cell);
@@ -412,7 +415,11 @@ covers = "host ports"
             &focus,
         )
         .unwrap();
-        assert_eq!(parallel.failures().len(), 1, "alone, the left-out test counts as failed");
+        assert_eq!(
+            parallel.failures().len(),
+            1,
+            "alone, the left-out test counts as failed"
+        );
         let both = parallel.merge(disruptive);
         assert!(both.failures().is_empty(), "{:?}", both.failures());
         assert_eq!(both.summary(), "passed 2, FAILED 0, skipped 0 in 3 s");
@@ -430,6 +437,10 @@ covers = "host ports"
             "{t}"
         );
         assert!(t.contains("1 passed, 1 failed, 2 skipped"), "{t}");
-        assert_eq!(t.matches("timed out waiting").count(), 1, "one note per reason: {t}");
+        assert_eq!(
+            t.matches("timed out waiting").count(),
+            1,
+            "one note per reason: {t}"
+        );
     }
 }
