@@ -396,25 +396,22 @@ covers = "host ports"
         );
     }
 
+    /// A report of the two tests `[sig-network] A x` and `[sig-network] B y [Disruptive]` in
+    /// the states `a` and `b`, run in `seconds`.
+    fn two_tests(a: &str, b: &str, seconds: u64) -> RunReport {
+        let text = format!(
+            r#"[{{"RunTime":{},"SpecReports":[
+          {{"ContainerHierarchyTexts":["[sig-network] A"],"LeafNodeType":"It","LeafNodeText":"x","State":"{a}"}},
+          {{"ContainerHierarchyTexts":["[sig-network] B"],"LeafNodeType":"It","LeafNodeText":"y [Disruptive]","State":"{b}"}}]}}]"#,
+            seconds * 1_000_000_000
+        );
+        RunReport::parse(&text, &selection(), &["sig-network".to_string()]).unwrap()
+    }
+
     #[test]
     fn merging_takes_a_left_out_test_from_the_run_that_ran_it() {
-        let focus = ["sig-network".to_string()];
-        let parallel = RunReport::parse(
-            r#"[{"RunTime":2000000000,"SpecReports":[
-          {"ContainerHierarchyTexts":["[sig-network] A"],"LeafNodeType":"It","LeafNodeText":"x","State":"passed"},
-          {"ContainerHierarchyTexts":["[sig-network] B"],"LeafNodeType":"It","LeafNodeText":"y [Disruptive]","State":"skipped"}]}]"#,
-            &selection(),
-            &focus,
-        )
-        .unwrap();
-        let disruptive = RunReport::parse(
-            r#"[{"RunTime":1000000000,"SpecReports":[
-          {"ContainerHierarchyTexts":["[sig-network] A"],"LeafNodeType":"It","LeafNodeText":"x","State":"skipped"},
-          {"ContainerHierarchyTexts":["[sig-network] B"],"LeafNodeType":"It","LeafNodeText":"y [Disruptive]","State":"passed"}]}]"#,
-            &selection(),
-            &focus,
-        )
-        .unwrap();
+        let parallel = two_tests("passed", "skipped", 2);
+        let disruptive = two_tests("skipped", "passed", 1);
         assert_eq!(
             parallel.failures().len(),
             1,
@@ -432,8 +429,7 @@ covers = "host ports"
         assert!(t.contains("vpcnet"), "{t}");
         assert!(t.contains("vpc-cni"), "{t}");
         assert!(
-            t.contains("[1] skipped by the selection: no cloud load balancer")
-                || t.contains("skipped by the selection: no cloud load balancer"),
+            t.contains("[3] skipped by the selection: no cloud load balancer"),
             "{t}"
         );
         assert!(t.contains("1 passed, 1 failed, 2 skipped"), "{t}");
