@@ -33,8 +33,8 @@ pub struct Args {
     /// Ginkgo processes running tests at once.
     #[arg(long, default_value_t = 2)]
     parallel: usize,
-    /// Lab nodes (the inter-node tests need two).
-    #[arg(long, default_value_t = 2)]
+    /// Lab nodes (the inter-node tests need two, one Services test three).
+    #[arg(long, default_value_t = 3)]
     nodes: usize,
     /// EC2 instance type of the nodes.
     #[arg(long, default_value = "m5.large")]
@@ -47,7 +47,7 @@ pub struct Args {
     #[arg(long, default_value_t = 180)]
     timeout_minutes: u64,
     /// Run on the lab `--name` that is already up (`vpcnet lab up` with --agent-install chart
-    /// --kube-proxy daemonset --coredns and 2 nodes, as this command would) and leave it up.
+    /// --kube-proxy daemonset --coredns and 3 nodes, as this command would) and leave it up.
     #[arg(long, conflicts_with = "cni")]
     existing: bool,
     /// Run nothing: print the table of the reports an earlier run left in `--out`, one

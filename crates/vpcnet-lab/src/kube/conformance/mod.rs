@@ -81,8 +81,8 @@ impl Phase {
 /// Ginkgo's own output of both phases, in [`RunOptions::out_dir`].
 pub const LOG: &str = "ginkgo.log";
 
-/// The lab's options for a conformance run with `cni` on every node: `nodes` nodes (the suite
-/// needs two for its inter-node tests), installed [as on EKS](as_on_eks).
+/// The lab's options for a conformance run with `cni` on every node: `nodes` nodes (the suite's
+/// inter-node tests need two, one Services test three), installed [as on EKS](as_on_eks).
 pub fn up_options(name: &str, cni: NodeCni, nodes: usize) -> UpOptions {
     let mut o = UpOptions::new(name);
     o.nodes = nodes;
@@ -175,6 +175,9 @@ impl Conformance<'_> {
             // No cloud: tests that need one (load balancers, SSH to nodes) skip themselves.
             .arg("--provider=skeleton")
             .arg(format!("--e2e-output-dir={}", opts.out_dir.display()))
+            // The suite's own count of nodes: tests that need two or three nodes skip
+            // themselves unless it says so ("Requires at least 2 nodes (not -1)").
+            .arg(format!("--num-nodes={}", self.lab.state()?.nodes.len()))
             .arg("--allowed-not-ready-nodes=0")
             .arg("--system-pods-startup-timeout=5m")
             .env("HOME", &opts.out_dir)
