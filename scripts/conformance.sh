@@ -2,16 +2,16 @@
 # Kubernetes' own network end-to-end tests on the lab (docs/conformance.md): installs what the lab
 # needs, builds the lab's Kubernetes, Helm, CoreDNS and the pinned release's e2e suite (e2e.test,
 # agnhost, ginkgo) from their Go modules (first run only), builds vpcnet, then runs
-# `vpcnet lab conformance`: per CNI a lab of two nodes installed as on EKS (vpcnet by its chart,
+# `vpcnet lab conformance`: per CNI a lab of three nodes installed as on EKS (vpcnet by its chart,
 # kube-proxy's DaemonSet, CoreDNS), the tests' images imported into every node, the selection of
 # lab/e2e/selection.toml run by ginkgo, a table of results; the lab is torn down after each run.
 #
 #   scripts/conformance.sh                          # the whole selection with vpcnet
 #   scripts/conformance.sh --cni vpcnet --cni vpc-cni   # both CNIs, one table with a column each
 #   scripts/conformance.sh --focus 'HostPort' --parallel 1
-#   scripts/conformance.sh --ci                     # the subset .ci/run runs
+#   scripts/conformance.sh --ci --nodes 2           # the subset CI runs (tests/conformance.rs)
 #
-# Reports go to ./conformance-results/<cni>/ (report.json, junit.xml, ginkgo.log) and the table
+# Reports go to ./conformance-results/<cni>/ (report-*.json, junit-*.xml, ginkgo.log) and the table
 # to ./conformance-results/table.txt (--out DIR to change). Needs root. If interrupted,
 # `target/debug/vpcnet lab down --all` removes what is left.
 set -euo pipefail

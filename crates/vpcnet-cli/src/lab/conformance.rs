@@ -39,19 +39,21 @@ pub struct Args {
     /// EC2 instance type of the nodes.
     #[arg(long, default_value = "m5.large")]
     instance_type: String,
-    /// Directory for the reports: `<CNI>/report.json`, `junit.xml`, `ginkgo.log`, and the
-    /// table (`table.txt`).
+    /// Directory for the reports: per CNI `<CNI>/report-parallel.json`,
+    /// `report-disruptive.json`, the same as JUnit XML (`junit-*.xml`) and `ginkgo.log`; and
+    /// the table (`table.txt`).
     #[arg(long, default_value = "conformance-results")]
     out: PathBuf,
     /// Limit of one run, in minutes.
     #[arg(long, default_value_t = 180)]
     timeout_minutes: u64,
-    /// Run on the lab `--name` that is already up (`vpcnet lab up` with --agent-install chart
-    /// --kube-proxy daemonset --coredns and 3 nodes, as this command would) and leave it up.
+    /// Run on the lab `--name` that is already up (`vpcnet lab up --name NAME --agent-install
+    /// chart --kube-proxy daemonset --coredns --nodes 3`, as this command would build it) and
+    /// leave it up; the CNI is the lab's.
     #[arg(long, conflicts_with = "cni")]
     existing: bool,
     /// Run nothing: print the table of the reports an earlier run left in `--out`, one
-    /// column per `--cni`.
+    /// column per `--cni` (each report knows what it ran; `table.txt` is not rewritten).
     #[arg(long, conflicts_with = "existing")]
     from_reports: bool,
     /// Directory of the suite (default: the newest build of scripts/build-e2e.sh).
@@ -81,8 +83,12 @@ pub fn run(a: &Args) -> Result<()> {
     } else {
         Scope::All
     };
-    let mut cnis = a.cni.clone();
-    cnis.dedup();
+    let mut cnis: Vec<NodeCni> = Vec::new();
+    for c in &a.cni {
+        if !cnis.contains(c) {
+            cnis.push(*c);
+        }
+    }
     let out = std::path::absolute(&a.out).context("--out")?;
     if a.from_reports {
         let runs = cnis
@@ -92,7 +98,7 @@ pub fn run(a: &Args) -> Result<()> {
                 Ok((cni_name(*c).to_string(), r))
             })
             .collect::<Result<Vec<_>>>()?;
-        return show(&runs, &out);
+        return show(&runs, None);
     }
     let e2e = bins::locate_e2e(a.e2e_bin_dir.as_deref())?;
     let run_opts = |dir: &str| RunOptions {
@@ -134,17 +140,20 @@ pub fn run(a: &Args) -> Result<()> {
             runs.push((cni_name(cni).to_string(), report));
         }
     }
-    show(&runs, &out)
+    show(&runs, Some(&out))
 }
 
-/// Prints (and writes to `out/table.txt`) the table of `runs`; errors when a test failed.
-fn show(runs: &[(String, RunReport)], out: &std::path::Path) -> Result<()> {
+/// Prints the table of `runs` (and writes it to `<out>/table.txt` when given); errors when a
+/// test failed.
+fn show(runs: &[(String, RunReport)], out: Option<&std::path::Path>) -> Result<()> {
     let columns: Vec<(&str, &RunReport)> = runs.iter().map(|(n, r)| (n.as_str(), r)).collect();
     let table = side_by_side(&columns);
-    std::fs::write(out.join("table.txt"), &table)?;
     println!();
     print!("{table}");
-    println!("(reports in {})", out.display());
+    if let Some(out) = out {
+        std::fs::write(out.join("table.txt"), &table)?;
+        println!("(reports and this table in {})", out.display());
+    }
     let failed: Vec<String> = runs
         .iter()
         .flat_map(|(n, r)| r.failures().into_iter().map(move |f| format!("{n}: {f}")))

@@ -66,7 +66,17 @@ struct SuiteJson {
     #[serde(default)]
     run_time: u64,
     #[serde(default)]
+    suite_config: Option<SuiteConfigJson>,
+    #[serde(default)]
     spec_reports: Vec<SpecJson>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct SuiteConfigJson {
+    // What the run was given with `--focus`.
+    #[serde(default)]
+    focus_strings: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -107,17 +117,26 @@ fn first_line(s: &str) -> String {
 
 impl RunReport {
     /// Reads ginkgo's JSON report `text`. Tests that neither ran nor were skipped by the test are
-    /// kept only when a focus of `selection` (`focus`) matches them: those are the selection's
-    /// skips (with their reason); the rest are the suite's other thousands of tests.
+    /// kept only when a focus pattern of the run matches them: those are the selection's skips
+    /// (with their reason); the rest are the suite's other thousands of tests. The run's focus
+    /// patterns are the ones the report records (ginkgo's `SuiteConfig.FocusStrings`), else
+    /// `focus`.
     pub fn parse(text: &str, selection: &Selection, focus: &[String]) -> Result<RunReport> {
         let suites: Vec<SuiteJson> =
             serde_json::from_str(text).context("parsing ginkgo's JSON report")?;
-        let focus: Vec<regex::Regex> = focus
-            .iter()
-            .map(|f| regex::Regex::new(f))
-            .collect::<std::result::Result<_, _>>()?;
         let mut r = RunReport::default();
         for suite in suites {
+            let recorded = suite
+                .suite_config
+                .as_ref()
+                .and_then(|c| c.focus_strings.clone())
+                .filter(|f| !f.is_empty());
+            let focus: Vec<regex::Regex> = recorded
+                .as_deref()
+                .unwrap_or(focus)
+                .iter()
+                .map(|f| regex::Regex::new(f))
+                .collect::<std::result::Result<_, _>>()?;
             r.duration += Duration::from_nanos(suite.run_time);
             for spec in suite.spec_reports {
                 let message = spec
@@ -379,6 +398,17 @@ covers = "host ports"
         );
         assert_eq!(r.summary(), "passed 1, FAILED 1, skipped 2 in 5 s");
         assert_eq!(r.failures().len(), 1);
+    }
+
+    #[test]
+    fn the_focus_a_report_records_wins_over_the_one_given() {
+        let text = r#"[{"RunTime":1,"SuiteConfig":{"FocusStrings":["HostPort"]},"SpecReports":[
+          {"ContainerHierarchyTexts":["[sig-network] HostPort"],"LeafNodeType":"It","LeafNodeText":"x","State":"passed"},
+          {"ContainerHierarchyTexts":["[sig-network] DNS"],"LeafNodeType":"It","LeafNodeText":"y","State":"skipped"}]}]"#;
+        // Given the whole selection's focus, the DNS test would count as "did not run".
+        let r = RunReport::parse(text, &selection(), &["sig-network".into()]).unwrap();
+        assert_eq!(r.tests.len(), 1, "{:?}", r.tests);
+        assert!(r.failures().is_empty());
     }
 
     #[test]
