@@ -79,15 +79,24 @@ impl std::str::FromStr for AgentInstall {
     }
 }
 
+impl NodeCni {
+    /// The name `--cni` takes: `vpcnet` or `vpc-cni`.
+    pub fn name(self) -> &'static str {
+        match self {
+            NodeCni::Vpcnet => "vpcnet",
+            NodeCni::VpcCni => "vpc-cni",
+        }
+    }
+}
+
 impl std::str::FromStr for NodeCni {
     type Err = anyhow::Error;
-    /// `vpcnet` or `vpc-cni`.
+    /// `vpcnet` or `vpc-cni` ([`NodeCni::name`]).
     fn from_str(s: &str) -> anyhow::Result<Self> {
-        match s {
-            "vpcnet" => Ok(NodeCni::Vpcnet),
-            "vpc-cni" => Ok(NodeCni::VpcCni),
-            _ => anyhow::bail!("unknown CNI {s:?}: use vpcnet or vpc-cni"),
-        }
+        [NodeCni::Vpcnet, NodeCni::VpcCni]
+            .into_iter()
+            .find(|c| c.name() == s)
+            .ok_or_else(|| anyhow::anyhow!("unknown CNI {s:?}: use vpcnet or vpc-cni"))
     }
 }
 

@@ -67,13 +67,6 @@ pub struct Args {
     coredns_bin_dir: Option<PathBuf>,
 }
 
-fn cni_name(cni: NodeCni) -> &'static str {
-    match cni {
-        NodeCni::Vpcnet => "vpcnet",
-        NodeCni::VpcCni => "vpc-cni",
-    }
-}
-
 pub fn run(a: &Args) -> Result<()> {
     let selection = Selection::checked_in()?;
     let scope = if a.ci {
@@ -94,8 +87,8 @@ pub fn run(a: &Args) -> Result<()> {
         let runs = cnis
             .iter()
             .map(|c| {
-                let r = conformance::read_reports(&out.join(cni_name(*c)), &selection, &scope)?;
-                Ok((cni_name(*c).to_string(), r))
+                let r = conformance::read_reports(&out.join(c.name()), &selection, &scope)?;
+                Ok((c.name().to_string(), r))
             })
             .collect::<Result<Vec<_>>>()?;
         return show(&runs, None);
@@ -120,9 +113,8 @@ pub fn run(a: &Args) -> Result<()> {
         let coredns = bins::locate_coredns(a.coredns_bin_dir.as_deref())?;
         lab.conformance().import_images(&e2e, &coredns)?;
         runs.push((
-            cni_name(cni).to_string(),
-            lab.conformance()
-                .run(&run_opts(cni_name(cni)), &selection)?,
+            cni.name().to_string(),
+            lab.conformance().run(&run_opts(cni.name()), &selection)?,
         ));
     } else {
         for cni in cnis {
@@ -132,12 +124,12 @@ pub fn run(a: &Args) -> Result<()> {
             up.coredns_bin_dir = a.coredns_bin_dir.clone();
             progress(&format!(
                 "conformance with {} on {} node(s)",
-                cni_name(cni),
+                cni.name(),
                 a.nodes
             ));
-            let report = conformance::run_on_new_lab(&up, &run_opts(cni_name(cni)), &selection)?;
-            progress(&format!("{}: {}", cni_name(cni), report.summary()));
-            runs.push((cni_name(cni).to_string(), report));
+            let report = conformance::run_on_new_lab(&up, &run_opts(cni.name()), &selection)?;
+            progress(&format!("{}: {}", cni.name(), report.summary()));
+            runs.push((cni.name().to_string(), report));
         }
     }
     show(&runs, Some(&out))
