@@ -1,0 +1,1 @@
+//! Conversion from the Kubernetes API objects.
