@@ -73,6 +73,16 @@ repository with init.image.tag, else the agent's image. */}}
 {{- end -}}
 
 {{/* Whether env names ANNOTATE_POD_IP true (the VPC CNI's spellings of true). */}}
+{{/* Whether the agent enforces NetworkPolicy: enableNetworkPolicy, unless nodeAgent.enabled is
+false (as the VPC CNI chart: without its node agent nothing enforces). */}}
+{{- define "vpcnet.networkPolicy" -}}
+{{- $agent := true -}}
+{{- if and .Values.nodeAgent (hasKey .Values.nodeAgent "enabled") -}}
+{{- $agent = .Values.nodeAgent.enabled -}}
+{{- end -}}
+{{- if and (eq (toString .Values.enableNetworkPolicy) "true") (ne (toString $agent) "false") -}}true{{- end -}}
+{{- end -}}
+
 {{- define "vpcnet.annotatePodIp" -}}
 {{- $v := toString (index .Values.env "ANNOTATE_POD_IP" | default "") -}}
 {{- if has $v (list "1" "t" "T" "TRUE" "true" "True") -}}true{{- end -}}

@@ -18,17 +18,17 @@ Rendered first by daemonset.yaml. Each message starts "vpcnet: <key>".
 {{- fail "vpcnet: init.image.tag is not supported with image.override: the init image's repository is not known then; set init.image.override (or init.image.overrideRepository), or remove init.image.tag to run the agent's image" -}}
 {{- end -}}
 {{- with $v.nodeAgent -}}
-{{- if .enabled -}}
-{{- fail "vpcnet: nodeAgent.enabled=true is not supported: vpcnet runs no network policy agent container (aws-eks-nodeagent) and does not enforce NetworkPolicy yet; remove nodeAgent (or set nodeAgent.enabled=false)" -}}
-{{- end -}}
 {{- range $key, $_ := . -}}
 {{- if ne $key "enabled" -}}
-{{- fail (printf "vpcnet: nodeAgent.%s is not supported: vpcnet runs no network policy agent container (aws-eks-nodeagent), so it would configure nothing; remove nodeAgent.%s" $key $key) -}}
+{{- fail (printf "vpcnet: nodeAgent.%s is not supported: vpcnet enforces network policy in its own agent (no aws-eks-nodeagent container), so it would configure nothing; remove nodeAgent.%s (nodeAgent.enabled and enableNetworkPolicy are what vpcnet reads)" $key $key) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
-{{- if ne (toString $v.enableNetworkPolicy) "false" -}}
-{{- fail (printf "vpcnet: enableNetworkPolicy=%v is not supported: vpcnet does not enforce NetworkPolicy yet (the VPC CNI's network policy agent and controller); remove it or set it to \"false\"" $v.enableNetworkPolicy) -}}
+{{- if not (has (toString $v.enableNetworkPolicy) (list "true" "false")) -}}
+{{- fail (printf "vpcnet: enableNetworkPolicy=%v is not valid: set it to \"true\" (enforce NetworkPolicy on the nodes) or \"false\"" $v.enableNetworkPolicy) -}}
+{{- end -}}
+{{- if and (include "vpcnet.networkPolicy" .) (hasKey $v.env "VPCNET_ENABLE_NETWORK_POLICY") -}}
+{{- fail "vpcnet: env.VPCNET_ENABLE_NETWORK_POLICY is set by the chart from enableNetworkPolicy; remove it from env" -}}
 {{- end -}}
 {{- range $key, $default := dict "enableWindowsIpam" "false" "enableWindowsPrefixDelegation" "false" "warmWindowsPrefixTarget" "0" "warmWindowsIPTarget" "1" "minimumWindowsIPTarget" "3" -}}
 {{- if ne (toString (index $v $key)) $default -}}

@@ -264,6 +264,12 @@ async fn bring_up(
     }
     crate::reconciler::setup_node_enis(shared).await;
     crate::reconciler::setup_node_firewall(shared).await;
+    if let (None, Some(node)) = (shared.network_policy(), shared.node_network()) {
+        // Enforcement off: a previous run's rules must not keep isolating pods.
+        if let Err(e) = node.remove_policy().await {
+            tracing::warn!("network policy is off but its table could not be removed: {e:#}");
+        }
+    }
     if let Err(e) = crate::reconciler::fill(shared, ec2).await {
         let e = crate::errors::chain(&e);
         tracing::warn!("initial pool fill failed: {e}; the reconciler retries");

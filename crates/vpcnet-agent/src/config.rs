@@ -35,7 +35,7 @@ pub use declare::Declaration;
 pub use error::{ConfigError, InvalidSetting};
 use kinds::{
     AbsPath, Bind, Cidrs, Flag, Int, Optional, Rate, Tags, Target, Url, AGENT_LOG_FILE, LOG_LEVEL,
-    PLUGIN_LOG_FILE, PLUGIN_LOG_LEVEL, RANDOMIZE_SNAT, TEXT, VETH_PREFIX,
+    PLUGIN_LOG_FILE, PLUGIN_LOG_LEVEL, POLICY_MODE, RANDOMIZE_SNAT, TEXT, VETH_PREFIX,
 };
 
 /// Port randomisation of the SNAT rule (`AWS_VPC_K8S_CNI_RANDOMIZESNAT`).
@@ -53,6 +53,22 @@ pub enum RandomizeSnat {
 impl fmt::Display for RandomizeSnat {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&kinds::Kind::show(&RANDOMIZE_SNAT, self))
+    }
+}
+
+/// `NETWORK_POLICY_ENFORCING_MODE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PolicyMode {
+    /// A pod no policy selects is open (`standard`; `none` means the same here).
+    Standard,
+    /// A pod no policy selects denies everything.
+    Strict,
+}
+
+impl fmt::Display for PolicyMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&kinds::Kind::show(&POLICY_MODE, self))
     }
 }
 
@@ -221,6 +237,22 @@ settings! {
         node_port_support: bool = "AWS_VPC_CNI_NODE_PORT_SUPPORT", "true", Flag;
         /// Program node routes, rules, SNAT and connmark (`false` for emulator-only runs).
         node_datapath: bool = "VPCNET_NODE_DATAPATH", "true", Flag;
+
+        ["network-policy"]
+        /// Enforce Kubernetes NetworkPolicy on the node (the VPC CNI's node agent
+        /// `--enable-network-policy`, which the chart's `enableNetworkPolicy` sets): the agent
+        /// watches NetworkPolicies, Pods and Namespaces and programs each local pod's rules in
+        /// the nftables table `inet vpcnet_policy` before the pod's ADD is answered. Needs the
+        /// Kubernetes API (`list`/`watch` on those three, `get` on pods) and
+        /// `VPCNET_NODE_DATAPATH=true`. `false` removes the table. See
+        /// [network policy](network-policy.md).
+        enable_network_policy: bool = "VPCNET_ENABLE_NETWORK_POLICY", "false", Flag;
+        /// What a pod no policy selects may do: `standard` (or `none`): everything, in the
+        /// directions no policy isolates; `strict`: nothing, both ways, until a policy
+        /// selects it. Either way a pod's policies are in force before its ADD is answered.
+        /// `strict` needs `VPCNET_ENABLE_NETWORK_POLICY=true`.
+        network_policy_enforcing_mode: PolicyMode =
+            "NETWORK_POLICY_ENFORCING_MODE", "standard", POLICY_MODE;
 
         ["cluster"]
         /// The API server's `https://` URL, used directly instead of the `kubernetes` Service,
@@ -403,7 +435,7 @@ impl Config {
     /// `ENABLE_IMDS_ONLY_MODE`) no ENI is created, so settings that only shape the ENIs the
     /// agent creates (custom networking's subnet and security groups, extra tags) are refused.
     pub fn conflicts(&self) -> Vec<InvalidSetting> {
-        let mut out = Vec::new();
+        let mut out = self.policy_conflicts();
         let off = if self.enable_imds_only_mode {
             "ENABLE_IMDS_ONLY_MODE=true"
         } else if self.disable_network_resource_provisioning {
@@ -438,6 +470,41 @@ impl Config {
                     "tag the ENIs where they are created and remove ADDITIONAL_ENI_TAGS (or set \
                      it to {{}}), or remove {off}"
                 ),
+                refused: true,
+            });
+        }
+        out
+    }
+
+    /// Network policy settings that contradict another setting.
+    fn policy_conflicts(&self) -> Vec<InvalidSetting> {
+        let mut out = Vec::new();
+        if self.network_policy_enforcing_mode == PolicyMode::Strict && !self.enable_network_policy
+        {
+            out.push(InvalidSetting {
+                var: "NETWORK_POLICY_ENFORCING_MODE",
+                value: "strict".into(),
+                problem: "strict mode makes every pod no policy selects deny all traffic, which \
+                          needs network policy enforcement, and VPCNET_ENABLE_NETWORK_POLICY is \
+                          false"
+                    .into(),
+                accepted: "set VPCNET_ENABLE_NETWORK_POLICY=true (the chart's \
+                           enableNetworkPolicy=true), or set NETWORK_POLICY_ENFORCING_MODE to \
+                           standard"
+                    .into(),
+                refused: true,
+            });
+        }
+        if self.enable_network_policy && !self.node_datapath {
+            out.push(InvalidSetting {
+                var: "VPCNET_ENABLE_NETWORK_POLICY",
+                value: "true".into(),
+                problem: "network policy is enforced in the node's nftables, and \
+                          VPCNET_NODE_DATAPATH=false turns the node datapath off"
+                    .into(),
+                accepted: "remove VPCNET_NODE_DATAPATH=false, or set \
+                           VPCNET_ENABLE_NETWORK_POLICY=false"
+                    .into(),
                 refused: true,
             });
         }

@@ -255,6 +255,26 @@ impl CniBackend for Backend {
             }
             self.shared.update_gauges();
         }
+        if let Some(np) = self.shared.network_policy() {
+            // The pod's rules are in force before the runtime starts a container.
+            if let Err(e) = np
+                .admit(&self.shared, &r.k8s_pod_namespace, &r.k8s_pod_name, g.ip)
+                .await
+            {
+                if new {
+                    self.undo_add(&key, &grants);
+                    if let Err(pe) = self.shared.persist().await {
+                        tracing::warn!(container = %key.container_id, ip = %g.ip, error = %pe, "the undone assignment could not be checkpointed; the pod reclaim frees it");
+                    }
+                    np.release(&self.shared, &r.k8s_pod_namespace, &r.k8s_pod_name)
+                        .await;
+                }
+                tracing::error!(container = %key.container_id, ip = %g.ip, "ADD failed: {e}");
+                return Err(Status::unavailable(format!(
+                    "{e}; the address was not handed out"
+                )));
+            }
+        }
         if self.shared.opts.annotate_pod_ip {
             let ip = g.ip.to_string();
             if let Err(e) = self
@@ -360,6 +380,10 @@ impl CniBackend for Backend {
         self.shared.update_gauges();
         self.shared.pool_state().wake_reconciler();
         self.shared.pool_state().wake_conntrack();
+        if let Some(np) = self.shared.network_policy() {
+            np.release(&self.shared, &r.k8s_pod_namespace, &r.k8s_pod_name)
+                .await;
+        }
         let main = released.iter().find(|(k, _, _)| *k == key);
         let extra_interfaces: Vec<PodInterface> = released
             .iter()

@@ -26,6 +26,7 @@ pub mod introspection;
 pub mod kubernetes;
 pub mod log_file;
 pub mod metrics;
+pub mod network_policy;
 pub mod node;
 pub mod options;
 pub mod provisioning;

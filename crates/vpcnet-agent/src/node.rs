@@ -167,6 +167,21 @@ pub trait NodeNetwork: Send + Sync + 'static {
         Box::pin(async { Ok(Default::default()) })
     }
 
+    /// Applies one network policy transaction (`vpcnet_datapath::policy`, an `nft -f -`
+    /// script touching only the table `inet vpcnet_policy`). The default refuses: fakes in
+    /// tests enforce nothing.
+    fn apply_policy<'a>(&'a self, script: &'a str) -> BoxFuture<'a, anyhow::Result<()>> {
+        let _ = script;
+        Box::pin(async {
+            anyhow::bail!("this node network cannot enforce network policy (no nftables)")
+        })
+    }
+
+    /// Removes the network policy table if present (enforcement off). `Ok`: the default.
+    fn remove_policy(&self) -> BoxFuture<'_, anyhow::Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
+
     /// Links removed from the node from now on (netlink `RTM_DELLINK`), so a secondary ENI
     /// whose interface vanishes is noticed at once. `Ok(None)`: no events (the default).
     fn removed_links(
@@ -280,6 +295,22 @@ impl NodeNetwork for NetlinkNode {
                 .with_context(|| format!("node firewall on {}", link.name))?;
             tracing::debug!(interface = %link.name, external_snat = fw.external_snat, node_port_support = fw.node_port_support, "node firewall applied");
             Ok(())
+        })
+    }
+
+    fn apply_policy<'a>(&'a self, script: &'a str) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async move {
+            vpcnet_datapath::policy::apply(self.netns.as_deref(), script)
+                .await
+                .context("network policy table inet vpcnet_policy")
+        })
+    }
+
+    fn remove_policy(&self) -> BoxFuture<'_, anyhow::Result<()>> {
+        Box::pin(async move {
+            vpcnet_datapath::policy::remove(self.netns.as_deref())
+                .await
+                .context("removing the network policy table inet vpcnet_policy")
         })
     }
 

@@ -173,6 +173,10 @@ pub struct AgentOptions {
     /// ANNOTATE_POD_IP: annotate each pod `vpc.amazonaws.com/pod-ips` with its address at ADD
     /// (cleared at DEL) through the Kubernetes API ([`crate::kubernetes::pod_ips`]).
     pub annotate_pod_ip: bool,
+    /// VPCNET_ENABLE_NETWORK_POLICY with NETWORK_POLICY_ENFORCING_MODE: `Some(mode)` = the
+    /// agent enforces NetworkPolicy ([`crate::network_policy`]); `None` = off (the table is
+    /// removed at start).
+    pub network_policy: Option<vpcnet_policy::Mode>,
     /// AWS_MANAGE_ENIS_NON_SCHEDULABLE: `false` pauses pool growth and ENI deletion while the
     /// Node is cordoned ([`crate::kubernetes::node_watch`]); `true` (and the default of these
     /// options, for tests) manages ENIs whatever the Node's state.
@@ -232,6 +236,7 @@ impl Default for AgentOptions {
             },
             shutdown_timeout: Duration::from_secs(5),
             annotate_pod_ip: false,
+            network_policy: None,
             manage_enis_non_schedulable: true,
             provisioning: Default::default(),
         }
@@ -336,6 +341,10 @@ pub fn options_from_config(c: &Config) -> anyhow::Result<AgentOptions> {
             }
         }),
         annotate_pod_ip: c.annotate_pod_ip,
+        network_policy: c.enable_network_policy.then_some(match c.network_policy_enforcing_mode {
+            crate::config::PolicyMode::Standard => vpcnet_policy::Mode::Standard,
+            crate::config::PolicyMode::Strict => vpcnet_policy::Mode::Strict,
+        }),
         manage_enis_non_schedulable: c.manage_enis_non_schedulable,
         provisioning,
         ..AgentOptions::default()

@@ -62,6 +62,8 @@ pub struct Shared {
     enis: EniBook,
     health: Health,
     kube: KubeView,
+    /// Network policy enforcement (`VPCNET_ENABLE_NETWORK_POLICY`); `None` when off.
+    network_policy: Option<Arc<crate::network_policy::Enforcer>>,
 }
 
 impl Shared {
@@ -74,6 +76,14 @@ impl Shared {
         node_network: Option<Arc<dyn NodeNetwork>>,
     ) -> Self {
         let kube = KubeView::new(opts.custom_networking.is_some(), now_ms());
+        let network_policy = opts.network_policy.zip(node_network.clone()).map(|(mode, node)| {
+            Arc::new(crate::network_policy::Enforcer::new(
+                mode,
+                opts.conflist.veth_prefix.clone(),
+                node,
+                metrics.clone(),
+            ))
+        });
         Shared {
             opts,
             facts,
@@ -84,7 +94,13 @@ impl Shared {
             enis: EniBook::default(),
             health: Health::default(),
             kube,
+            network_policy,
         }
+    }
+
+    /// Network policy enforcement, when on.
+    pub fn network_policy(&self) -> Option<&Arc<crate::network_policy::Enforcer>> {
+        self.network_policy.as_ref()
     }
 
     /// Sets the stop signal (before the tasks start).

@@ -52,18 +52,21 @@ fn init_tag_with_image_override_is_refused() {
 }
 
 #[test]
-fn the_network_policy_agent_is_refused() {
+fn the_network_policy_agent_s_own_settings_are_refused() {
     node(
-        &["nodeAgent.enabled=true"],
-        &["vpcnet: nodeAgent.enabled=true", "remove nodeAgent"],
-    );
-    node(
-        &["nodeAgent.enabled=false", "nodeAgent.logLevel=debug"],
+        &["nodeAgent.enabled=true", "nodeAgent.logLevel=debug"],
         &["vpcnet: nodeAgent.logLevel", "remove nodeAgent.logLevel"],
     );
     node(
-        &["enableNetworkPolicy=true"],
-        &["vpcnet: enableNetworkPolicy=true", "set it to \"false\""],
+        &["enableNetworkPolicy=yes"],
+        &["vpcnet: enableNetworkPolicy=yes is not valid", "\"true\""],
+    );
+    node(
+        &[
+            "enableNetworkPolicy=true",
+            "env.VPCNET_ENABLE_NETWORK_POLICY=false",
+        ],
+        &["vpcnet: env.VPCNET_ENABLE_NETWORK_POLICY", "remove it from env"],
     );
 }
 

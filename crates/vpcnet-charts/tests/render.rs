@@ -212,6 +212,52 @@ fn the_agents_cluster_role_is_least_privilege() {
 }
 
 #[test]
+fn enable_network_policy_sets_the_agent_variable_and_grants_its_watches() {
+    let agent_env = |docs: &[Value]| -> Vec<String> {
+        let ds = daemonset(docs);
+        let agent = container(&ds["spec"]["template"]["spec"], "containers", "aws-node");
+        agent["env"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|e| format!("{}={}", e["name"].as_str().unwrap(), e["value"].as_str().unwrap_or("<from>")))
+            .collect()
+    };
+    let on = node_docs(Render::new(Chart::Vpcnet).set("enableNetworkPolicy=true"));
+    assert!(agent_env(&on).contains(&"VPCNET_ENABLE_NETWORK_POLICY=true".to_string()));
+    let r = rules(find(&on, "ClusterRole", "aws-node").unwrap());
+    for want in [
+        " pods get,list,watch",
+        " namespaces list,watch",
+        "networking.k8s.io networkpolicies list,watch",
+    ] {
+        assert!(r.contains(&want.to_string()), "{want} in {r:?}");
+    }
+    // With ANNOTATE_POD_IP the pods rule is one, with both needs.
+    let both = node_docs(
+        Render::new(Chart::Vpcnet)
+            .set("enableNetworkPolicy=true")
+            .set("env.ANNOTATE_POD_IP=true"),
+    );
+    let r = rules(find(&both, "ClusterRole", "aws-node").unwrap());
+    assert_eq!(r.iter().filter(|x| x.contains(" pods ")).count(), 1, "{r:?}");
+    assert!(r.contains(&" pods get,list,watch,patch".to_string()), "{r:?}");
+    // Off by default, and off with the VPC CNI's node agent disabled (as in its chart).
+    for docs in [
+        node_docs(Render::new(Chart::Vpcnet)),
+        node_docs(
+            Render::new(Chart::Vpcnet)
+                .set("enableNetworkPolicy=true")
+                .set("nodeAgent.enabled=false"),
+        ),
+    ] {
+        assert!(!agent_env(&docs).iter().any(|e| e.starts_with("VPCNET_ENABLE_NETWORK_POLICY")));
+        let r = rules(find(&docs, "ClusterRole", "aws-node").unwrap());
+        assert!(!r.iter().any(|x| x.contains("networkpolicies")), "{r:?}");
+    }
+}
+
+#[test]
 fn values_carry_into_the_daemonset() {
     let docs = node_docs(
         Render::new(Chart::Vpcnet)

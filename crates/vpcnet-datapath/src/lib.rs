@@ -46,3 +46,4 @@ pub const PRIO_TO_POD: u32 = 512;
 pub const PRIO_FROM_POD: u32 = 1536;
 /// The main routing table id.
 pub const MAIN_TABLE: u32 = 254;
+pub mod policy;

@@ -120,6 +120,11 @@ pub(super) fn spawn_api_client(
         ),
         (_, true) => {}
     }
+    // Network policy: the watches that feed the enforcer (ADDs wait for their first read).
+    if let Some(np) = shared.network_policy() {
+        let watch = crate::network_policy::watch::run(shared.clone(), np.clone(), clients_rx.clone());
+        tasks.other_until(stop, watch);
+    }
     // Prefix delegation: its fallback to secondary IPs on a fragmented subnet is reported on
     // the Node.
     if let (Some(node), true) = (&opts.api.node_name, opts.targets.prefix_delegation) {

@@ -43,6 +43,7 @@ impl Config {
                 "warm-pool" => "Warm pool",
                 "custom-networking" => "Custom networking",
                 "datapath" => "Datapath",
+                "network-policy" => "Network policy",
                 "cluster" => "Cluster and ENIs",
                 "endpoints" => "Endpoints and files",
                 "ec2" => "EC2",

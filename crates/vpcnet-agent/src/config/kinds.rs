@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use ipnet::Ipv4Net;
 
-use super::{BindAddress, RandomizeSnat};
+use super::{BindAddress, PolicyMode, RandomizeSnat};
 
 /// How one setting's text becomes its value.
 pub trait Kind {
@@ -350,6 +350,16 @@ impl Kind for Spelling {
         self.accepted.into()
     }
 }
+
+/// `NETWORK_POLICY_ENFORCING_MODE` (the VPC CNI accepts `none`, `strict` and `standard`).
+pub const POLICY_MODE: Choice<PolicyMode> = Choice {
+    words: &[
+        ("standard", PolicyMode::Standard),
+        ("none", PolicyMode::Standard),
+        ("strict", PolicyMode::Strict),
+    ],
+    accepted: "standard, strict, none (as standard)",
+};
 
 /// `AWS_VPC_K8S_CNI_RANDOMIZESNAT`.
 pub const RANDOMIZE_SNAT: Choice<RandomizeSnat> = Choice {

@@ -227,18 +227,6 @@ pub const SETTINGS: &[VpcCniSetting] = &[
         "the VPC CNI finds its own pod with it to attach Kubernetes events; vpcnet sends its \
          events to the Node",
     ),
-    refused(
-        "NETWORK_POLICY_ENFORCING_MODE",
-        "standard",
-        Accepts::Words {
-            valid: &["none", "strict", "standard"],
-            ok: &["none", "standard"],
-        },
-        "vpcnet does not enforce NetworkPolicy yet, so it cannot start pods denying all \
-         traffic as strict asks (with standard and none pods start allowing all, as with \
-         vpcnet)",
-        "set it to standard or none, or remove it",
-    ),
     no_op(
         "POD_SECURITY_GROUP_ENFORCING_MODE",
         "strict",

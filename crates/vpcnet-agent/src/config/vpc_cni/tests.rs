@@ -56,12 +56,6 @@ fn a_refusal_names_variable_value_why_and_instead() {
         ("ENABLE_IPv4", "false", "IPv4 addresses only", "true"),
         ("ENABLE_POD_ENI", "True", "trunk ENI", "false"),
         (
-            "NETWORK_POLICY_ENFORCING_MODE",
-            "strict",
-            "NetworkPolicy",
-            "standard",
-        ),
-        (
             "HOST_CNI_CONFDIR_PATH",
             "/host/etc/cni/conf",
             "conflist",
@@ -100,8 +94,6 @@ fn values_that_are_vpcnets_behaviour_are_accepted() {
         ("ENABLE_IPv6", "0"),
         ("ENABLE_IPv4", "true"),
         ("ENABLE_POD_ENI", "false"),
-        ("NETWORK_POLICY_ENFORCING_MODE", "none"),
-        ("NETWORK_POLICY_ENFORCING_MODE", "standard"),
         ("AWS_VPC_K8S_CNI_CONNMARK", "128"),
         ("ENABLE_V4_EGRESS", "false"),
         ("ENABLE_V4_EGRESS", "true"),
@@ -118,11 +110,6 @@ fn malformed_values_are_invalid_not_refused() {
     for (var, value, accepted) in [
         ("ENABLE_IPv6", "yes", "true, false"),
         ("ENABLE_V4_EGRESS", "on", "true, false"),
-        (
-            "NETWORK_POLICY_ENFORCING_MODE",
-            "Strict",
-            "none, strict, standard",
-        ),
         (
             "POD_SECURITY_GROUP_ENFORCING_MODE",
             "loose",
