@@ -25,10 +25,8 @@ mod world;
 
 pub use compile::{compile, LocalPod, Mode};
 pub use model::{
-    LabelSelector, Namespace, NamedPort, Peer, Policy, Pod, PortRef, PortSpec, Protocol,
+    LabelSelector, NamedPort, Namespace, Peer, Pod, Policy, PortRef, PortSpec, Protocol,
     Requirement, Rule,
 };
-pub use ruleset::{
-    Allow, AddrRange, Direction, PeerMatch, PeerSet, PodRules, PortMatch, Ruleset,
-};
+pub use ruleset::{AddrRange, Allow, Direction, PeerMatch, PeerSet, PodRules, PortMatch, Ruleset};
 pub use world::World;

@@ -69,10 +69,20 @@ pub struct LabelSelector {
 /// One `matchExpressions` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Requirement {
-    In { key: String, values: BTreeSet<String> },
-    NotIn { key: String, values: BTreeSet<String> },
-    Exists { key: String },
-    DoesNotExist { key: String },
+    In {
+        key: String,
+        values: BTreeSet<String>,
+    },
+    NotIn {
+        key: String,
+        values: BTreeSet<String>,
+    },
+    Exists {
+        key: String,
+    },
+    DoesNotExist {
+        key: String,
+    },
 }
 
 /// A NetworkPolicy, defaulted: `ingress` is `Some` iff `policyTypes` includes Ingress (the
