@@ -87,7 +87,11 @@ pub fn run(a: &Args) -> Result<()> {
         let runs = cnis
             .iter()
             .map(|c| {
-                let r = conformance::read_reports(&out.join(c.name()), &selection, &scope)?;
+                let r = conformance::read_reports(
+                    &out.join(c.name()),
+                    &selection.for_cni(c.name()),
+                    &scope,
+                )?;
                 Ok((c.name().to_string(), r))
             })
             .collect::<Result<Vec<_>>>()?;
@@ -114,7 +118,8 @@ pub fn run(a: &Args) -> Result<()> {
         lab.conformance().import_images(&e2e, &coredns)?;
         runs.push((
             cni.name().to_string(),
-            lab.conformance().run(&run_opts(cni.name()), &selection)?,
+            lab.conformance()
+                .run(&run_opts(cni.name()), &selection.for_cni(cni.name()))?,
         ));
     } else {
         for cni in cnis {
@@ -127,7 +132,11 @@ pub fn run(a: &Args) -> Result<()> {
                 cni.name(),
                 a.nodes
             ));
-            let report = conformance::run_on_new_lab(&up, &run_opts(cni.name()), &selection)?;
+            let report = conformance::run_on_new_lab(
+                &up,
+                &run_opts(cni.name()),
+                &selection.for_cni(cni.name()),
+            )?;
             progress(&format!("{}: {}", cni.name(), report.summary()));
             runs.push((cni.name().to_string(), report));
         }

@@ -175,13 +175,20 @@ pub(crate) fn build_lab_image(
 }
 
 /// The values file the lab installs the chart with: the image `reference` (imported, never
-/// pulled) and `env` merged over the chart's default `env`.
+/// pulled) and `env` merged over the chart's default `env`. `VPCNET_ENABLE_NETWORK_POLICY`
+/// in `env` becomes the chart's `enableNetworkPolicy`, as an operator turns enforcement on
+/// (the chart then also grants the agent its watches).
 pub fn values(reference: &str, env: &BTreeMap<String, String>) -> Value {
     let image = json!({"override": reference, "pullPolicy": "Never"});
+    let mut env = env.clone();
+    let policy = env
+        .remove("VPCNET_ENABLE_NETWORK_POLICY")
+        .is_some_and(|v| ["1", "t", "T", "TRUE", "true", "True"].contains(&v.as_str()));
     json!({
         "image": image,
         "init": {"image": image},
         "env": env,
+        "enableNetworkPolicy": policy.to_string(),
     })
 }
 

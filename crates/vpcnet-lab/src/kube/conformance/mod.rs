@@ -90,14 +90,19 @@ pub fn up_options(name: &str, cni: NodeCni, nodes: usize) -> UpOptions {
     o
 }
 
-/// Sets `o` to install the cluster as on EKS with `cni` on every node: vpcnet by its chart (the
-/// VPC CNI, until its chart runs in the lab, as its lab process), kube-proxy's DaemonSet and
-/// CoreDNS.
+/// Sets `o` to install the cluster as on EKS with `cni` on every node: vpcnet by its chart with
+/// network policy enforced (the VPC CNI, until its chart runs in the lab, as its lab process),
+/// kube-proxy's DaemonSet and CoreDNS.
 pub fn as_on_eks(o: &mut UpOptions, cni: NodeCni) {
     o.cni = vec![("*".into(), cni)];
     o.agent_install = AgentInstall::Chart;
     o.kube_proxy_mode = KubeProxyMode::DaemonSet;
     o.coredns = true;
+    if cni == NodeCni::Vpcnet {
+        // The chart's enableNetworkPolicy=true: the Netpol tests judge its enforcement.
+        o.agent_env
+            .push(("VPCNET_ENABLE_NETWORK_POLICY".into(), "true".into()));
+    }
 }
 
 /// The suite against a lab ([`Lab::conformance`]).

@@ -29,6 +29,10 @@ pub struct Skip {
     pub pattern: String,
     /// Why: what the lab cannot provide (or the evidence that the test is wrong for the lab).
     pub reason: String,
+    /// Only for runs with this CNI ([`crate::state::NodeCni::name`], e.g. `vpc-cni`); every
+    /// run when absent.
+    #[serde(default)]
+    pub cni: Option<String>,
 }
 
 /// The subset `.ci/run` runs (within about ten minutes).
@@ -92,6 +96,11 @@ impl Selection {
         }
         for k in &s.skip {
             check_pattern(&k.pattern, "skip")?;
+            if let Some(c) = &k.cni {
+                c.parse::<crate::state::NodeCni>().map_err(|e| {
+                    anyhow::anyhow!("skip {:?}: cni = {c:?}: {e}", k.pattern)
+                })?;
+            }
             if k.reason.trim().is_empty() {
                 bail!(
                     "skip {:?} has no reason: every skip says what the lab cannot provide",
@@ -108,6 +117,14 @@ impl Selection {
     /// The checked-in selection.
     pub fn checked_in() -> Result<Selection> {
         Selection::parse(SELECTION)
+    }
+
+    /// The selection for runs with the CNI named `cni`: the skips of every run and those of
+    /// that CNI.
+    pub fn for_cni(&self, cni: &str) -> Selection {
+        let mut s = self.clone();
+        s.skip.retain(|k| k.cni.as_deref().is_none_or(|c| c == cni));
+        s
     }
 
     /// The focus patterns of `scope`.
