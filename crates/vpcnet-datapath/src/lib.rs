@@ -27,6 +27,7 @@ pub mod link_watch;
 pub mod names;
 pub mod netns;
 pub mod nl;
+mod nft;
 pub mod node;
 pub mod pod;
 pub mod prereq;
