@@ -35,6 +35,7 @@ use rtnetlink::packet_route::rule::{RuleAction, RuleAttribute};
 use rtnetlink::Handle;
 
 use crate::error::{errno, errnos, nl};
+use crate::nft;
 use crate::nl::{delete_rule, rules_v4, Rule};
 use crate::{Error, Result, MAIN_TABLE};
 
@@ -217,7 +218,7 @@ pub fn render(spec: &FirewallSpec) -> Result<String> {
 /// the ruleset (its message is included), or the sysctl cannot be written; [`Error::Netlink`].
 pub async fn apply(h: &Handle, netns: Option<&Path>, spec: &FirewallSpec) -> Result<()> {
     let ruleset = render(spec)?;
-    nft(netns, &ruleset).await?;
+    nft::apply(netns, &ruleset, &format!("table ip {TABLE}")).await?;
     if spec.uses_connmark() {
         add_connmark_rule(h).await?;
     } else {
@@ -238,9 +239,10 @@ pub async fn apply(h: &Handle, netns: Option<&Path>, spec: &FirewallSpec) -> Res
 ///
 /// Errors: [`Error::Io`] when `nft` fails, [`Error::Netlink`].
 pub async fn remove(h: &Handle, netns: Option<&Path>) -> Result<()> {
-    nft(
+    nft::apply(
         netns,
         &format!("table ip {TABLE} {{}}\ndelete table ip {TABLE}\n"),
+        &format!("table ip {TABLE}"),
     )
     .await?;
     remove_connmark_rule(h).await
@@ -282,45 +284,6 @@ async fn add_connmark_rule(h: &Handle) -> Result<()> {
 async fn remove_connmark_rule(h: &Handle) -> Result<()> {
     for r in rules_v4(h).await?.iter().filter(|r| is_connmark_rule(r)) {
         delete_rule(h, r).await?;
-    }
-    Ok(())
-}
-
-/// Runs `nft -f -` with `input` on stdin, in `netns` when given (through `nsenter --net`).
-async fn nft(netns: Option<&Path>, input: &str) -> Result<()> {
-    use tokio::io::AsyncWriteExt;
-    let mut cmd = match netns {
-        Some(p) => {
-            let mut c = tokio::process::Command::new("nsenter");
-            c.arg(format!("--net={}", p.display())).arg("nft");
-            c
-        }
-        None => tokio::process::Command::new("nft"),
-    };
-    cmd.args(["-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true);
-    let io = |what: &str| {
-        let what = what.to_string();
-        move |source| Error::Io { what, source }
-    };
-    let mut child = cmd
-        .spawn()
-        .map_err(io("run nft (install nftables: apt-get install nftables)"))?;
-    let mut stdin = child.stdin.take().expect("stdin is piped");
-    stdin
-        .write_all(input.as_bytes())
-        .await
-        .map_err(io("write the ruleset to nft"))?;
-    drop(stdin);
-    let out = child.wait_with_output().await.map_err(io("wait for nft"))?;
-    if !out.status.success() {
-        return Err(Error::Io {
-            what: format!("nft -f - (table ip {TABLE})"),
-            source: std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_string()),
-        });
     }
     Ok(())
 }

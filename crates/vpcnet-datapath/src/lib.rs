@@ -12,7 +12,9 @@
 //! - node: deleting the connection-tracking entries of released pod addresses before reuse
 //!   ([`conntrack`]);
 //! - node: SNAT of VPC-external traffic to the primary IP and the connmark that sends replies
-//!   out of the primary ENI, as one nftables table `ip vpcnet` ([`firewall`]).
+//!   out of the primary ENI, as one nftables table `ip vpcnet` ([`firewall`]);
+//! - node: NetworkPolicy, each local pod's allow rules and the peer sets they name, as one
+//!   nftables table `inet vpcnet_policy` replaced or updated in place ([`policy`]).
 //!
 //! Every function takes an [`rtnetlink::Handle`] bound to the namespace it acts in; use
 //! [`netns::connect`] / [`netns::connect_in`] to get one. No function changes the calling
@@ -26,9 +28,11 @@ pub mod host;
 pub mod link_watch;
 pub mod names;
 pub mod netns;
+mod nft;
 pub mod nl;
 pub mod node;
 pub mod pod;
+pub mod policy;
 pub mod prereq;
 pub mod sysctl;
 
@@ -46,4 +50,3 @@ pub const PRIO_TO_POD: u32 = 512;
 pub const PRIO_FROM_POD: u32 = 1536;
 /// The main routing table id.
 pub const MAIN_TABLE: u32 = 254;
-pub mod policy;

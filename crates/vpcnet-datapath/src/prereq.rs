@@ -10,7 +10,9 @@ use rtnetlink::Handle;
 use crate::audit::{finding, not_repairing, Finding, Kind};
 use crate::firewall::{FirewallSpec, TABLE};
 use crate::node::{self, EniSpec};
-use crate::{sysctl, Error, Result};
+#[cfg(doc)]
+use crate::Error;
+use crate::{sysctl, Result};
 
 /// The forwarding sysctl: without it the node routes nothing to or from its pods.
 pub const IP_FORWARD: &str = "net.ipv4.ip_forward";
@@ -83,32 +85,9 @@ pub async fn check_eni(h: &Handle, spec: &EniSpec, repair: bool) -> Result<Vec<F
 /// Errors: [`Error::Io`] when `nft` cannot run or fails for another reason than a missing
 /// table.
 pub async fn firewall_table_present(netns: Option<&Path>) -> Result<bool> {
-    let mut cmd = match netns {
-        Some(p) => {
-            let mut c = tokio::process::Command::new("nsenter");
-            c.arg(format!("--net={}", p.display())).arg("nft");
-            c
-        }
-        None => tokio::process::Command::new("nft"),
-    };
-    cmd.args(["list", "table", "ip", TABLE])
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true);
-    let out = cmd.output().await.map_err(|source| Error::Io {
-        what: "run nft (install nftables: apt-get install nftables)".into(),
-        source,
-    })?;
-    if out.status.success() {
-        return Ok(true);
-    }
-    let err = String::from_utf8_lossy(&out.stderr);
-    if err.contains("No such file or directory") {
-        return Ok(false);
-    }
-    Err(Error::Io {
-        what: format!("nft list table ip {TABLE}"),
-        source: std::io::Error::other(err.trim().to_string()),
-    })
+    Ok(crate::nft::list(netns, &["list", "table", "ip", TABLE])
+        .await?
+        .is_some())
 }
 
 /// Checks the node firewall of `spec`: the table `ip vpcnet` exists and, with node port

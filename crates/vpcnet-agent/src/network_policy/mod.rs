@@ -153,11 +153,11 @@ impl Enforcer {
         let local = self.local_pods(shared);
         let rules = vpcnet_policy::compile(&inner.world, &local, self.mode);
         let script = match &inner.applied {
-            Some(old) => match vpcnet_datapath::policy::render_update(old, &rules) {
+            Some(old) => match vpcnet_datapath::policy::render_update(old, &rules)? {
                 Some(s) => s,
                 None => return Ok(()),
             },
-            None => vpcnet_datapath::policy::render_full(&rules),
+            None => vpcnet_datapath::policy::render_full(&rules)?,
         };
         let full = inner.applied.is_none();
         inner.applied = None;
