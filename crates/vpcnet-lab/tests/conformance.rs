@@ -1,6 +1,6 @@
 //! Kubernetes' own network end-to-end tests (the pinned release's `e2e.test`, unmodified) on a
 //! lab of two nodes installed as on EKS: the CI subset of `lab/e2e/selection.toml` (pod to pod
-//! within and across nodes over HTTP and UDP, pod to a Service, host ports). The whole selection,
+//! within and across nodes over HTTP and UDP, pod to a Service, host ports, NetworkPolicy with vpcnet enforcing). The whole selection,
 //! and the VPC CNI beside vpcnet, run with scripts/conformance.sh (docs/conformance.md). Needs
 //! root, the workspace binaries, the Kubernetes binaries, Helm, CoreDNS and the suite
 //! (scripts/build-e2e.sh); a missing one fails the test naming the script that builds it.
@@ -36,7 +36,7 @@ fn suite_tests(e2e: &std::path::Path) -> Vec<String> {
 #[test]
 fn every_pattern_of_the_selection_matches_tests_of_the_pinned_suite() {
     let e2e = bins::locate_e2e(None).unwrap_or_else(|e| panic!("{e:#}"));
-    let s = Selection::checked_in().unwrap();
+    let s = Selection::checked_in().unwrap().for_cni("vpcnet");
     let tests = suite_tests(&e2e);
     assert!(tests.len() > 5000, "the suite lists {} tests", tests.len());
     let re = |p: &str| regex::Regex::new(p).unwrap();
@@ -82,7 +82,7 @@ fn every_pattern_of_the_selection_matches_tests_of_the_pinned_suite() {
 #[test]
 fn the_ci_subset_of_kubernetes_network_conformance_passes_with_vpcnet() {
     let e2e = bins::locate_e2e(None).unwrap_or_else(|e| panic!("{e:#}"));
-    let selection = Selection::checked_in().unwrap();
+    let selection = Selection::checked_in().unwrap().for_cni("vpcnet");
     let out = tempfile::tempdir().unwrap();
     with_kube_lab(
         "conformance",

@@ -352,3 +352,37 @@ fn serializes_for_env_settings() {
     assert_eq!(json["metrics_bind_address"], "0.0.0.0:61678");
     assert_eq!(json["ec2"]["mutating_bucket_size"], 20);
 }
+
+#[test]
+fn network_policy_settings_parse_and_contradictions_are_refused() {
+    let c = cfg(&[]).unwrap();
+    assert!(!c.enable_network_policy);
+    assert_eq!(c.network_policy_enforcing_mode, PolicyMode::Standard);
+    for (mode, want) in [
+        ("standard", PolicyMode::Standard),
+        ("none", PolicyMode::Standard),
+        ("strict", PolicyMode::Strict),
+    ] {
+        let c = cfg(&[
+            ("VPCNET_ENABLE_NETWORK_POLICY", "true"),
+            ("NETWORK_POLICY_ENFORCING_MODE", mode),
+        ])
+        .unwrap();
+        assert!(c.enable_network_policy);
+        assert_eq!(c.network_policy_enforcing_mode, want, "{mode}");
+    }
+    let e = err(&[("NETWORK_POLICY_ENFORCING_MODE", "loose")]);
+    assert_eq!(e.first.var, "NETWORK_POLICY_ENFORCING_MODE");
+    assert!(e.to_string().contains("standard, strict"), "{e}");
+    // strict without enforcement: every pod would be open, not denied.
+    let e = err(&[("NETWORK_POLICY_ENFORCING_MODE", "strict")]);
+    assert!(e.first.refused, "{e}");
+    assert!(e.first.accepted.contains("VPCNET_ENABLE_NETWORK_POLICY=true"), "{e}");
+    // Enforcement lives in the node datapath.
+    let e = err(&[
+        ("VPCNET_ENABLE_NETWORK_POLICY", "true"),
+        ("VPCNET_NODE_DATAPATH", "false"),
+    ]);
+    assert_eq!(e.first.var, "VPCNET_ENABLE_NETWORK_POLICY");
+    assert!(e.first.problem.contains("nftables"), "{e}");
+}

@@ -18,6 +18,7 @@ fn populated() -> Arc<Metrics> {
     m.set_provisioning_mode([("ec2", 1)]);
     m.set_prefix_fallback(0);
     m.observe_watch_apply("x", Duration::ZERO);
+    m.observe_policy_program("x", Duration::ZERO);
     m.inc_checkpoint_recovery("x");
     m.inc_evidence_hold("x");
     drop(m.action("x"));

@@ -214,6 +214,25 @@ covers = "host ports"
     }
 
     #[test]
+    fn a_skip_for_one_cni_applies_to_that_cni_only() {
+        let text = format!(
+            "{SMALL}\n[[skip]]\npattern = 'Netpol'\ncni = \"vpc-cni\"\nreason = \"no node agent\"\n"
+        );
+        let s = Selection::parse(&text).unwrap();
+        let netpol = "[sig-network] Netpol NetworkPolicy should deny";
+        assert_eq!(s.for_cni("vpc-cni").skip_reason(netpol), Some("no node agent"));
+        assert_eq!(s.for_cni("vpcnet").skip_reason(netpol), None);
+        assert!(s
+            .for_cni("vpcnet")
+            .ginkgo_args(&Scope::All)
+            .iter()
+            .all(|a| a != "--skip=Netpol"));
+        let bad = text.replace("vpc-cni", "calico");
+        let e = Selection::parse(&bad).unwrap_err();
+        assert!(format!("{e:#}").contains("calico"), "{e:#}");
+    }
+
+    #[test]
     fn a_skip_without_a_reason_or_a_bad_pattern_is_refused() {
         let e = Selection::parse(&SMALL.replace("no cloud load balancer", " "))
             .unwrap_err()

@@ -1,0 +1,211 @@
+//! NetworkPolicy enforced by vpcnet from a pod's first packet, on the lab cluster with vpcnet
+//! installed by its chart with `enableNetworkPolicy=true` (the agent under the chart's service
+//! account and ClusterRole). Each probe pod's container does one thing as soon as it starts:
+//! one HTTP request; its phase (Succeeded or Failed, `restartPolicy: Never`) is the verdict of
+//! its very first connection. With a window at pod start (the VPC CNI's `standard` mode lets a
+//! new pod through until its policies arrive; its `strict` mode denies until then) the denied
+//! pods' first request would pass, or the allowed pods' would fail. Needs root, the workspace
+//! binaries, the Kubernetes binaries and Helm (scripts/test.sh provides them).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use vpcnet_lab::image::IMAGE_REF;
+use vpcnet_lab::kube::workload::{httpd_manifest, Placement};
+use vpcnet_lab::lab::{KubeProxyMode, Lab};
+use vpcnet_lab::spawn::in_netns;
+use vpcnet_lab::state::AgentInstall;
+
+mod common;
+use common::*;
+
+/// A pod on `node` whose container's first and only act is `wget http://<to>/` (5 s timeout).
+fn probe(name: &str, labels: serde_json::Value, node: &str, to: std::net::Ipv4Addr) -> String {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": labels},
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": false,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "probe", "image": IMAGE_REF, "imagePullPolicy": "Never",
+                "command": ["sh", "-c", format!("wget -T 5 -q -O /dev/null http://{to}/")],
+            }],
+        },
+    })
+    .to_string()
+}
+
+fn policy(name: &str, spec: serde_json::Value) -> String {
+    json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": spec,
+    })
+    .to_string()
+}
+
+/// The phase a probe pod ends in (`Succeeded` or `Failed`).
+fn verdict(lab: &Lab, pod: &str) -> String {
+    let k = lab.kube().kubectl().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let p = k.json(&["get", "pod", "-n", "default", pod]).unwrap();
+        let phase = p["status"]["phase"].as_str().unwrap_or_default().to_string();
+        if phase == "Succeeded" || phase == "Failed" {
+            return phase;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "probe {pod} did not finish in 90 s: {}",
+            p["status"]
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[test]
+fn policies_hold_from_a_pods_first_packet() {
+    with_kube_lab(
+        "netpol",
+        |o| {
+            o.nodes = 2;
+            o.agent_install = AgentInstall::Chart;
+            o.kube_proxy_mode = KubeProxyMode::DaemonSet;
+            o.agent_env
+                .push(("VPCNET_ENABLE_NETWORK_POLICY".into(), "true".into()));
+        },
+        |lab| {
+            let k = lab.kube().kubectl().unwrap();
+            let state = lab.state().unwrap();
+            let (a, b) = (&state.nodes[0].k8s_name, &state.nodes[1].k8s_name);
+            let only = |n: &str| Placement {
+                only_node: Some(n.to_string()),
+                ..Default::default()
+            };
+            // A server the policies guard and one no policy selects, both on node a.
+            k.apply(&httpd_manifest("guarded", 1, &only(a))).unwrap();
+            k.apply(&httpd_manifest("open", 1, &only(a))).unwrap();
+            let w = lab.workloads();
+            let guarded = w
+                .wait_pods_ready("app=guarded", 1, Duration::from_secs(180))
+                .unwrap()[0]
+                .ip
+                .unwrap();
+            let open = w
+                .wait_pods_ready("app=open", 1, Duration::from_secs(180))
+                .unwrap()[0]
+                .ip
+                .unwrap();
+            // guarded admits role=client on port 80 only; role=locked pods may send nothing.
+            k.apply(&policy(
+                "guarded-ingress",
+                json!({
+                    "podSelector": {"matchLabels": {"app": "guarded"}},
+                    "ingress": [{"from": [{"podSelector": {"matchLabels": {"role": "client"}}}],
+                                 "ports": [{"port": 80}]}],
+                }),
+            ))
+            .unwrap();
+            k.apply(&policy(
+                "locked-egress",
+                json!({"podSelector": {"matchLabels": {"role": "locked"}}, "policyTypes": ["Egress"]}),
+            ))
+            .unwrap();
+            // The agent on a programs guarded's isolation once the policy reaches its watch.
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let node_a = &state.nodes[0];
+            loop {
+                let out = std::process::Command::new("ip")
+                    .args(["netns", "exec", &node_a.netns])
+                    .args(["nft", "list", "map", "inet", "vpcnet_policy", "ingress"])
+                    .output()
+                    .unwrap();
+                if String::from_utf8_lossy(&out.stdout).contains("jump in_") {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "node a's ingress map never isolated guarded: {}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                std::thread::sleep(Duration::from_millis(200));
+            }
+
+            // Each probe's first request gets the verdict its policies give.
+            let cases = [
+                // A client beside the server: allowed by label.
+                ("client-same", json!({"role": "client"}), a, guarded, "Succeeded"),
+                // A client on the other node: allowed by label (node a learns its address
+                // from its status; a dropped first SYN is retransmitted within the timeout).
+                ("client-remote", json!({"role": "client"}), b, guarded, "Succeeded"),
+                // Not a client: guarded's ingress denies it.
+                ("stranger", json!({"role": "other"}), a, guarded, "Failed"),
+                // Its own egress denies everything, from its first packet, on either node.
+                ("locked-same", json!({"role": "locked"}), a, open, "Failed"),
+                ("locked-remote", json!({"role": "locked"}), b, open, "Failed"),
+                // No policy selects it or its server.
+                ("free", json!({"role": "other"}), b, open, "Succeeded"),
+            ];
+            for (name, labels, node, to, _) in &cases {
+                k.apply(&probe(name, labels.clone(), node, *to)).unwrap();
+            }
+            let got: Vec<(&str, String)> = cases
+                .iter()
+                .map(|(name, ..)| (*name, verdict(lab, name)))
+                .collect();
+            let want: Vec<(&str, String)> = cases
+                .iter()
+                .map(|(name, .., v)| (*name, v.to_string()))
+                .collect();
+            assert_eq!(got, want);
+
+            // Deleting the egress policy opens locked pods for their first packet too.
+            k.run(&["delete", "networkpolicy", "-n", "default", "locked-egress"])
+                .unwrap();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let mut n = 0;
+            loop {
+                n += 1;
+                let name = format!("unlocked-{n}");
+                k.apply(&probe(&name, json!({"role": "locked"}), a, open))
+                    .unwrap();
+                if verdict(lab, &name) == "Succeeded" {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "locked pods stay denied after their policy was deleted"
+                );
+            }
+
+            // The agent counted its programs and isolated pods.
+            let text = in_netns(&node_a.netns, || {
+                let mut s = TcpStream::connect_timeout(
+                    &"127.0.0.1:61678".parse().unwrap(),
+                    Duration::from_secs(3),
+                )?;
+                s.set_read_timeout(Some(Duration::from_secs(3)))?;
+                write!(s, "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
+                let mut t = String::new();
+                s.read_to_string(&mut t)?;
+                Ok(t)
+            })
+            .unwrap();
+            assert!(
+                text.contains("vpcnet_network_policy_program_ms_count{trigger=\"ADD\"}"),
+                "{text}"
+            );
+            assert!(
+                text.lines().any(|l| l.starts_with("vpcnet_network_policy_isolated_pods ")
+                    && !l.ends_with(" 0")),
+                "{text}"
+            );
+        },
+    );
+}
