@@ -479,8 +479,7 @@ impl Config {
     /// Network policy settings that contradict another setting.
     fn policy_conflicts(&self) -> Vec<InvalidSetting> {
         let mut out = Vec::new();
-        if self.network_policy_enforcing_mode == PolicyMode::Strict && !self.enable_network_policy
-        {
+        if self.network_policy_enforcing_mode == PolicyMode::Strict && !self.enable_network_policy {
             out.push(InvalidSetting {
                 var: "NETWORK_POLICY_ENFORCING_MODE",
                 value: "strict".into(),

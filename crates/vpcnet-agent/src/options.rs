@@ -341,10 +341,12 @@ pub fn options_from_config(c: &Config) -> anyhow::Result<AgentOptions> {
             }
         }),
         annotate_pod_ip: c.annotate_pod_ip,
-        network_policy: c.enable_network_policy.then_some(match c.network_policy_enforcing_mode {
-            crate::config::PolicyMode::Standard => vpcnet_policy::Mode::Standard,
-            crate::config::PolicyMode::Strict => vpcnet_policy::Mode::Strict,
-        }),
+        network_policy: c
+            .enable_network_policy
+            .then_some(match c.network_policy_enforcing_mode {
+                crate::config::PolicyMode::Standard => vpcnet_policy::Mode::Standard,
+                crate::config::PolicyMode::Strict => vpcnet_policy::Mode::Strict,
+            }),
         manage_enis_non_schedulable: c.manage_enis_non_schedulable,
         provisioning,
         ..AgentOptions::default()

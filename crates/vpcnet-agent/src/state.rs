@@ -76,14 +76,17 @@ impl Shared {
         node_network: Option<Arc<dyn NodeNetwork>>,
     ) -> Self {
         let kube = KubeView::new(opts.custom_networking.is_some(), now_ms());
-        let network_policy = opts.network_policy.zip(node_network.clone()).map(|(mode, node)| {
-            Arc::new(crate::network_policy::Enforcer::new(
-                mode,
-                opts.conflist.veth_prefix.clone(),
-                node,
-                metrics.clone(),
-            ))
-        });
+        let network_policy = opts
+            .network_policy
+            .zip(node_network.clone())
+            .map(|(mode, node)| {
+                Arc::new(crate::network_policy::Enforcer::new(
+                    mode,
+                    opts.conflist.veth_prefix.clone(),
+                    node,
+                    metrics.clone(),
+                ))
+            });
         Shared {
             opts,
             facts,

@@ -66,7 +66,10 @@ fn the_network_policy_agent_s_own_settings_are_refused() {
             "enableNetworkPolicy=true",
             "env.VPCNET_ENABLE_NETWORK_POLICY=false",
         ],
-        &["vpcnet: env.VPCNET_ENABLE_NETWORK_POLICY", "remove it from env"],
+        &[
+            "vpcnet: env.VPCNET_ENABLE_NETWORK_POLICY",
+            "remove it from env",
+        ],
     );
 }
 

@@ -220,7 +220,13 @@ fn enable_network_policy_sets_the_agent_variable_and_grants_its_watches() {
             .as_sequence()
             .unwrap()
             .iter()
-            .map(|e| format!("{}={}", e["name"].as_str().unwrap(), e["value"].as_str().unwrap_or("<from>")))
+            .map(|e| {
+                format!(
+                    "{}={}",
+                    e["name"].as_str().unwrap(),
+                    e["value"].as_str().unwrap_or("<from>")
+                )
+            })
             .collect()
     };
     let on = node_docs(Render::new(Chart::Vpcnet).set("enableNetworkPolicy=true"));
@@ -240,8 +246,15 @@ fn enable_network_policy_sets_the_agent_variable_and_grants_its_watches() {
             .set("env.ANNOTATE_POD_IP=true"),
     );
     let r = rules(find(&both, "ClusterRole", "aws-node").unwrap());
-    assert_eq!(r.iter().filter(|x| x.contains(" pods ")).count(), 1, "{r:?}");
-    assert!(r.contains(&" pods get,list,watch,patch".to_string()), "{r:?}");
+    assert_eq!(
+        r.iter().filter(|x| x.contains(" pods ")).count(),
+        1,
+        "{r:?}"
+    );
+    assert!(
+        r.contains(&" pods get,list,watch,patch".to_string()),
+        "{r:?}"
+    );
     // Off by default, and off with the VPC CNI's node agent disabled (as in its chart).
     for docs in [
         node_docs(Render::new(Chart::Vpcnet)),
@@ -251,7 +264,9 @@ fn enable_network_policy_sets_the_agent_variable_and_grants_its_watches() {
                 .set("nodeAgent.enabled=false"),
         ),
     ] {
-        assert!(!agent_env(&docs).iter().any(|e| e.starts_with("VPCNET_ENABLE_NETWORK_POLICY")));
+        assert!(!agent_env(&docs)
+            .iter()
+            .any(|e| e.starts_with("VPCNET_ENABLE_NETWORK_POLICY")));
         let r = rules(find(&docs, "ClusterRole", "aws-node").unwrap());
         assert!(!r.iter().any(|x| x.contains("networkpolicies")), "{r:?}");
     }

@@ -55,7 +55,10 @@ fn verdict(lab: &Lab, pod: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let p = k.json(&["get", "pod", "-n", "default", pod]).unwrap();
-        let phase = p["status"]["phase"].as_str().unwrap_or_default().to_string();
+        let phase = p["status"]["phase"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         if phase == "Succeeded" || phase == "Failed" {
             return phase;
         }
@@ -88,8 +91,11 @@ fn policies_hold_from_a_pods_first_packet() {
                 ..Default::default()
             };
             // A server the policies guard and one no policy selects, both on node a.
-            k.apply(&httpd_manifest("guarded", 1, &only(a))).unwrap();
-            k.apply(&httpd_manifest("open", 1, &only(a))).unwrap();
+            // Placement by the lab's node label (its name, n1), probes by Kubernetes name.
+            let lab_a = &state.nodes[0].name;
+            k.apply(&httpd_manifest("guarded", 1, &only(lab_a)))
+                .unwrap();
+            k.apply(&httpd_manifest("open", 1, &only(lab_a))).unwrap();
             let w = lab.workloads();
             let guarded = w
                 .wait_pods_ready("app=guarded", 1, Duration::from_secs(180))
@@ -140,15 +146,33 @@ fn policies_hold_from_a_pods_first_packet() {
             // Each probe's first request gets the verdict its policies give.
             let cases = [
                 // A client beside the server: allowed by label.
-                ("client-same", json!({"role": "client"}), a, guarded, "Succeeded"),
+                (
+                    "client-same",
+                    json!({"role": "client"}),
+                    a,
+                    guarded,
+                    "Succeeded",
+                ),
                 // A client on the other node: allowed by label (node a learns its address
                 // from its status; a dropped first SYN is retransmitted within the timeout).
-                ("client-remote", json!({"role": "client"}), b, guarded, "Succeeded"),
+                (
+                    "client-remote",
+                    json!({"role": "client"}),
+                    b,
+                    guarded,
+                    "Succeeded",
+                ),
                 // Not a client: guarded's ingress denies it.
                 ("stranger", json!({"role": "other"}), a, guarded, "Failed"),
                 // Its own egress denies everything, from its first packet, on either node.
                 ("locked-same", json!({"role": "locked"}), a, open, "Failed"),
-                ("locked-remote", json!({"role": "locked"}), b, open, "Failed"),
+                (
+                    "locked-remote",
+                    json!({"role": "locked"}),
+                    b,
+                    open,
+                    "Failed",
+                ),
                 // No policy selects it or its server.
                 ("free", json!({"role": "other"}), b, open, "Succeeded"),
             ];
@@ -202,8 +226,9 @@ fn policies_hold_from_a_pods_first_packet() {
                 "{text}"
             );
             assert!(
-                text.lines().any(|l| l.starts_with("vpcnet_network_policy_isolated_pods ")
-                    && !l.ends_with(" 0")),
+                text.lines()
+                    .any(|l| l.starts_with("vpcnet_network_policy_isolated_pods ")
+                        && !l.ends_with(" 0")),
                 "{text}"
             );
         },

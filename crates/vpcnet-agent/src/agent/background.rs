@@ -122,7 +122,8 @@ pub(super) fn spawn_api_client(
     }
     // Network policy: the watches that feed the enforcer (ADDs wait for their first read).
     if let Some(np) = shared.network_policy() {
-        let watch = crate::network_policy::watch::run(shared.clone(), np.clone(), clients_rx.clone());
+        let watch =
+            crate::network_policy::watch::run(shared.clone(), np.clone(), clients_rx.clone());
         tasks.other_until(stop, watch);
     }
     // Prefix delegation: its fallback to secondary IPs on a fragmented subnet is reported on

@@ -377,7 +377,12 @@ fn network_policy_settings_parse_and_contradictions_are_refused() {
     // strict without enforcement: every pod would be open, not denied.
     let e = err(&[("NETWORK_POLICY_ENFORCING_MODE", "strict")]);
     assert!(e.first.refused, "{e}");
-    assert!(e.first.accepted.contains("VPCNET_ENABLE_NETWORK_POLICY=true"), "{e}");
+    assert!(
+        e.first
+            .accepted
+            .contains("VPCNET_ENABLE_NETWORK_POLICY=true"),
+        "{e}"
+    );
     // Enforcement lives in the node datapath.
     let e = err(&[
         ("VPCNET_ENABLE_NETWORK_POLICY", "true"),

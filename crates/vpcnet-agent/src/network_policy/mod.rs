@@ -22,7 +22,9 @@ pub mod watch;
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
@@ -47,7 +49,9 @@ pub enum AdmitError {
          rules cannot be computed; the runtime retries"
     )]
     NotSynced(Duration),
-    #[error("network policy: reading pod {pod} from the Kubernetes API: {reason}; the runtime retries")]
+    #[error(
+        "network policy: reading pod {pod} from the Kubernetes API: {reason}; the runtime retries"
+    )]
     PodRead { pod: String, reason: String },
     #[error("network policy: programming the node's nftables: {0:#}; the runtime retries")]
     Program(anyhow::Error),
@@ -134,7 +138,10 @@ impl Enforcer {
     }
 
     /// Changes the world (the watch's events) and tells whether anything changed.
-    pub(crate) async fn update(&self, f: impl FnOnce(&mut World, &BTreeMap<(String, String), Ipv4Addr>) -> bool) -> bool {
+    pub(crate) async fn update(
+        &self,
+        f: impl FnOnce(&mut World, &BTreeMap<(String, String), Ipv4Addr>) -> bool,
+    ) -> bool {
         let mut inner = self.inner.lock().await;
         let Inner {
             world, local_ips, ..
@@ -148,7 +155,12 @@ impl Enforcer {
         self.program_locked(shared, &mut inner, why).await
     }
 
-    async fn program_locked(&self, shared: &Shared, inner: &mut Inner, why: &str) -> anyhow::Result<()> {
+    async fn program_locked(
+        &self,
+        shared: &Shared,
+        inner: &mut Inner,
+        why: &str,
+    ) -> anyhow::Result<()> {
         let started = Instant::now();
         let local = self.local_pods(shared);
         let rules = vpcnet_policy::compile(&inner.world, &local, self.mode);
@@ -183,7 +195,15 @@ impl Enforcer {
             .sum();
         self.metrics
             .set_policy_state(local.len() as u64, isolated as u64, allows as u64);
-        tracing::debug!(why, full, local = local.len(), isolated, allows, ?took, "network policy programmed");
+        tracing::debug!(
+            why,
+            full,
+            local = local.len(),
+            isolated,
+            allows,
+            ?took,
+            "network policy programmed"
+        );
         inner.applied = Some(rules);
         Ok(())
     }

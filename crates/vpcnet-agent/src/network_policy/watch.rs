@@ -21,7 +21,7 @@ use crate::state::Shared;
 /// One object event of one of the three kinds.
 enum Change {
     Policy(watcher::Event<NetworkPolicy>),
-    Pod(watcher::Event<Pod>),
+    Pod(Box<watcher::Event<Pod>>),
     Namespace(watcher::Event<Namespace>),
 }
 
@@ -68,7 +68,7 @@ async fn follow(shared: &Shared, enforcer: &Enforcer, client: &Client) {
         .boxed();
     let pods = watcher(Api::<Pod>::all(client.clone()), cfg())
         .default_backoff()
-        .map(|e| e.map(Change::Pod))
+        .map(|e| e.map(|ev| Change::Pod(Box::new(ev))))
         .boxed();
     let namespaces = watcher(Api::<Namespace>::all(client.clone()), cfg())
         .default_backoff()
@@ -95,7 +95,9 @@ async fn follow(shared: &Shared, enforcer: &Enforcer, client: &Client) {
         }
         if !enforcer.is_synced() {
             enforcer.set_synced();
-            tracing::info!("network policy: NetworkPolicies, Pods and Namespaces read; programming the node");
+            tracing::info!(
+                "network policy: NetworkPolicies, Pods and Namespaces read; programming the node"
+            );
             changed = true;
         }
         if changed {
@@ -146,7 +148,7 @@ async fn apply(enforcer: &Enforcer, relist: &mut Relist, change: Change) -> bool
                     .await
             }
         },
-        Change::Pod(ev) => match ev {
+        Change::Pod(ev) => match *ev {
             watcher::Event::Init => {
                 relist.pods = Some(BTreeSet::new());
                 false
@@ -183,7 +185,8 @@ async fn apply(enforcer: &Enforcer, relist: &mut Relist, change: Change) -> bool
                             .map(|p| (p.namespace.clone(), p.name.clone()))
                             .filter(|k| !seen.contains(k))
                             .collect();
-                        gone.iter().fold(false, |c, (ns, n)| w.remove_pod(ns, n) | c)
+                        gone.iter()
+                            .fold(false, |c, (ns, n)| w.remove_pod(ns, n) | c)
                     })
                     .await
             }

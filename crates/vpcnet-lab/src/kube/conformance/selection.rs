@@ -97,9 +97,8 @@ impl Selection {
         for k in &s.skip {
             check_pattern(&k.pattern, "skip")?;
             if let Some(c) = &k.cni {
-                c.parse::<crate::state::NodeCni>().map_err(|e| {
-                    anyhow::anyhow!("skip {:?}: cni = {c:?}: {e}", k.pattern)
-                })?;
+                c.parse::<crate::state::NodeCni>()
+                    .map_err(|e| anyhow::anyhow!("skip {:?}: cni = {c:?}: {e}", k.pattern))?;
             }
             if k.reason.trim().is_empty() {
                 bail!(
@@ -220,7 +219,10 @@ covers = "host ports"
         );
         let s = Selection::parse(&text).unwrap();
         let netpol = "[sig-network] Netpol NetworkPolicy should deny";
-        assert_eq!(s.for_cni("vpc-cni").skip_reason(netpol), Some("no node agent"));
+        assert_eq!(
+            s.for_cni("vpc-cni").skip_reason(netpol),
+            Some("no node agent")
+        );
         assert_eq!(s.for_cni("vpcnet").skip_reason(netpol), None);
         assert!(s
             .for_cni("vpcnet")
