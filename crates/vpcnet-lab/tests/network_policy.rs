@@ -4,24 +4,24 @@
 //! one HTTP request; its phase (Succeeded or Failed, `restartPolicy: Never`) is the verdict of
 //! its very first connection. With a window at pod start (the VPC CNI's `standard` mode lets a
 //! new pod through until its policies arrive; its `strict` mode denies until then) the denied
-//! pods' first request would pass, or the allowed pods' would fail. Needs root, the workspace
-//! binaries, the Kubernetes binaries and Helm (scripts/test.sh provides them).
+//! pods' first request would pass, or the allowed pods' would fail. Then the same in `strict`
+//! mode. Needs root, the workspace binaries, the Kubernetes binaries and Helm
+//! (scripts/test.sh provides them).
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use vpcnet_lab::image::IMAGE_REF;
 use vpcnet_lab::kube::workload::{httpd_manifest, Placement};
 use vpcnet_lab::lab::{KubeProxyMode, Lab};
-use vpcnet_lab::spawn::in_netns;
 use vpcnet_lab::state::AgentInstall;
 
 mod common;
 use common::*;
 
-/// A pod on `node` whose container's first and only act is `wget http://<to>/` (5 s timeout).
+/// A pod on `node` whose container's first and only act is `GET http://<to>/` (busybox `nc`,
+/// 5 s timeout; Debian's static busybox `wget` crashes without NSS files); it succeeds on a
+/// `200 OK`.
 fn probe(name: &str, labels: serde_json::Value, node: &str, to: std::net::Ipv4Addr) -> String {
     json!({
         "apiVersion": "v1", "kind": "Pod",
@@ -33,7 +33,9 @@ fn probe(name: &str, labels: serde_json::Value, node: &str, to: std::net::Ipv4Ad
             "terminationGracePeriodSeconds": 1,
             "containers": [{
                 "name": "probe", "image": IMAGE_REF, "imagePullPolicy": "Never",
-                "command": ["sh", "-c", format!("wget -T 5 -q -O /dev/null http://{to}/")],
+                "command": ["sh", "-c", format!(
+                    "printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 5 {to} 80 | grep -q '200 OK'"
+                )],
             }],
         },
     })
@@ -208,28 +210,97 @@ fn policies_hold_from_a_pods_first_packet() {
                 );
             }
 
-            // The agent counted its programs and isolated pods.
-            let text = in_netns(&node_a.netns, || {
-                let mut s = TcpStream::connect_timeout(
-                    &"127.0.0.1:61678".parse().unwrap(),
-                    Duration::from_secs(3),
-                )?;
-                s.set_read_timeout(Some(Duration::from_secs(3)))?;
-                write!(s, "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
-                let mut t = String::new();
-                s.read_to_string(&mut t)?;
-                Ok(t)
-            })
+            // Strict mode: a pod no policy selects denies everything from its first packet;
+            // once a policy selects it, the Kubernetes semantics apply. The agents restart with
+            // the new mode (a rolling update of the DaemonSet); the rules stay in force
+            // meanwhile and are replaced once each new agent has read the API.
+            k.run(&[
+                "set",
+                "env",
+                "daemonset/aws-node",
+                "-n",
+                "kube-system",
+                "-c",
+                "aws-node",
+                "NETWORK_POLICY_ENFORCING_MODE=strict",
+            ])
             .unwrap();
-            assert!(
-                text.contains("vpcnet_network_policy_program_ms_count{trigger=\"ADD\"}"),
-                "{text}"
-            );
-            assert!(
+            k.run(&[
+                "rollout",
+                "status",
+                "daemonset/aws-node",
+                "-n",
+                "kube-system",
+                "--timeout=180s",
+            ])
+            .unwrap();
+            k.apply(&policy(
+                "egress-allowed",
+                json!({"podSelector": {"matchLabels": {"egress": "allowed"}},
+                       "policyTypes": ["Egress"], "egress": [{}]}),
+            ))
+            .unwrap();
+            std::thread::sleep(Duration::from_secs(2));
+            let strict = [
+                // Selected by egress-allowed (egress open) and admitted by guarded's ingress.
+                (
+                    "strict-client",
+                    json!({"role": "client", "egress": "allowed"}),
+                    b,
+                    guarded,
+                    "Succeeded",
+                ),
+                // Admitted by guarded, but no policy selects it: strict denies its egress.
+                (
+                    "strict-unselected",
+                    json!({"role": "client"}),
+                    b,
+                    guarded,
+                    "Failed",
+                ),
+                // Its egress is allowed, but no policy selects the open server: strict denies
+                // the server's ingress.
+                (
+                    "strict-to-open",
+                    json!({"egress": "allowed"}),
+                    b,
+                    open,
+                    "Failed",
+                ),
+            ];
+            for (name, labels, node, to, _) in &strict {
+                k.apply(&probe(name, labels.clone(), node, *to)).unwrap();
+            }
+            let got: Vec<(&str, String)> = strict
+                .iter()
+                .map(|(name, ..)| (*name, verdict(lab, name)))
+                .collect();
+            let want: Vec<(&str, String)> = strict
+                .iter()
+                .map(|(name, .., v)| (*name, v.to_string()))
+                .collect();
+            assert_eq!(got, want, "strict mode");
+
+            // The agent counted its programs and isolated pods (node b's: the agents restarted
+            // with strict mode, and the strict probes ran on b).
+            let text = agent_metrics(&state.nodes[1].netns);
+            let sample = |name: &str| -> f64 {
                 text.lines()
-                    .any(|l| l.starts_with("vpcnet_network_policy_isolated_pods ")
-                        && !l.ends_with(" 0")),
-                "{text}"
+                    .find_map(|l| l.strip_prefix(name))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or_else(|| panic!("no {name} in the agent's metrics:\n{text}"))
+            };
+            let count = sample("vpcnet_network_policy_program_ms_count{trigger=\"ADD\"}");
+            let sum = sample("vpcnet_network_policy_program_ms_sum{trigger=\"ADD\"}");
+            assert!(count > 0.0, "no ADD programmed the rules");
+            eprintln!(
+                "node b: {count} ADDs programmed the rules, {:.1} ms each on average",
+                sum / count
+            );
+            assert_eq!(
+                sample("vpcnet_network_policy_program_errors"),
+                0.0,
+                "nft refused a program"
             );
         },
     );

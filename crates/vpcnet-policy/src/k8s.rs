@@ -45,9 +45,11 @@ pub fn namespace(ns: &core::Namespace) -> Option<Namespace> {
 
 /// A pod; `None` without a name or namespace.
 ///
-/// - `ips`: the IPv4 entries of `status.podIPs`, or `status.podIP` when that list is empty.
-///   None for a pod that has finished (`Succeeded` or `Failed`): its address may already
-///   belong to a new pod.
+/// - `ips`: the IPv4 entries of `status.podIPs`, or `status.podIP` when that list is empty,
+///   or, before kubelet has reported either, the [`POD_IPS_ANNOTATION`] that the node's agent
+///   writes before the pod's ADD is answered (`ANNOTATE_POD_IP=true`), so other nodes learn a
+///   new pod's address before its first packet. None for a pod that has finished (`Succeeded`
+///   or `Failed`): its address may already belong to a new pod.
 /// - `ports`: the named ports of every container and of every restartable (sidecar) init
 ///   container (`restartPolicy: Always`), protocol TCP when absent; entries with an unknown
 ///   protocol or a port out of range are left out. Sorted, no duplicates.
@@ -74,7 +76,7 @@ pub fn pod(pod: &core::Pod) -> Option<Pod> {
         namespace,
         name,
         labels: pod.metadata.labels.clone().unwrap_or_default(),
-        ips: pod_ips(pod.status.as_ref()),
+        ips: pod_ips(pod.status.as_ref(), pod.metadata.annotations.as_ref()),
         host_network: spec.and_then(|s| s.host_network).unwrap_or(false),
         ports,
     })
@@ -94,23 +96,32 @@ fn named_port(p: &core::ContainerPort) -> Option<NamedPort> {
     })
 }
 
-fn pod_ips(status: Option<&core::PodStatus>) -> Vec<Ipv4Addr> {
-    let Some(status) = status else {
-        return vec![];
-    };
-    if matches!(status.phase.as_deref(), Some("Succeeded" | "Failed")) {
+/// The annotation the VPC CNI (and vpcnet's agent, with `ANNOTATE_POD_IP=true`) writes on a
+/// pod during its ADD: its address, plain text.
+pub const POD_IPS_ANNOTATION: &str = "vpc.amazonaws.com/pod-ips";
+
+fn pod_ips(
+    status: Option<&core::PodStatus>,
+    annotations: Option<&std::collections::BTreeMap<String, String>>,
+) -> Vec<Ipv4Addr> {
+    if status.is_some_and(|s| matches!(s.phase.as_deref(), Some("Succeeded" | "Failed"))) {
         return vec![];
     }
     let listed: Vec<&str> = status
-        .pod_ips
-        .iter()
+        .and_then(|s| s.pod_ips.as_ref())
+        .into_iter()
         .flatten()
         .map(|ip| ip.ip.as_str())
         .collect();
-    let raw = if listed.is_empty() {
-        status.pod_ip.iter().map(String::as_str).collect()
-    } else {
+    let raw: Vec<&str> = if !listed.is_empty() {
         listed
+    } else if let Some(ip) = status.and_then(|s| s.pod_ip.as_deref()) {
+        vec![ip]
+    } else {
+        annotations
+            .and_then(|a| a.get(POD_IPS_ANNOTATION))
+            .map(|v| v.split(',').map(str::trim).collect())
+            .unwrap_or_default()
     };
     let mut ips: Vec<Ipv4Addr> = Vec::new();
     for ip in raw.into_iter().filter_map(|s| s.parse::<Ipv4Addr>().ok()) {

@@ -23,6 +23,9 @@ mod compile;
 mod ranges;
 mod world;
 
+#[cfg(test)]
+mod test_support;
+
 pub use compile::{compile, LocalPod, Mode};
 pub use model::{
     LabelSelector, NamedPort, Namespace, Peer, Pod, Policy, PortRef, PortSpec, Protocol,

@@ -22,7 +22,7 @@ use kube::Client;
 use tokio::sync::watch;
 
 /// The annotation the VPC CNI writes.
-pub const POD_IPS_ANNOTATION: &str = "vpc.amazonaws.com/pod-ips";
+pub const POD_IPS_ANNOTATION: &str = vpcnet_policy::k8s::POD_IPS_ANNOTATION;
 /// Deadline of one annotation (the wait for the API client included). Together with
 /// `VPCNET_ADD_IP_WAIT` (5 s by default) it stays within the plugin's 10 s `agentTimeout`.
 pub const ANNOTATE_TIMEOUT: Duration = Duration::from_secs(4);

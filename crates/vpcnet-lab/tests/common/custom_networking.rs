@@ -164,19 +164,8 @@ pub fn node_enis(lab: &Lab, node: &NodeRecord) -> Vec<(String, String, Vec<Strin
 
 /// The agent's `awscni_reconcile_count` (all kinds) from its metrics endpoint.
 pub fn reconcile_count(node: &NodeRecord) -> f64 {
-    let text = in_netns(&node.netns, || {
-        let mut s = TcpStream::connect_timeout(
-            &"127.0.0.1:61678".parse().unwrap(),
-            Duration::from_secs(3),
-        )?;
-        s.set_read_timeout(Some(Duration::from_secs(3)))?;
-        write!(s, "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
-        let mut t = String::new();
-        s.read_to_string(&mut t)?;
-        Ok(t)
-    })
-    .unwrap_or_default();
-    text.lines()
+    super::agent_metrics(&node.netns)
+        .lines()
         .filter(|l| l.starts_with("awscni_reconcile_count"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()

@@ -6,22 +6,9 @@ use std::net::Ipv4Addr;
 use sha1::{Digest, Sha1};
 
 use super::*;
-use crate::model::{LabelSelector, Labels, NamedPort, Namespace, Peer, Pod, Policy, Rule};
+use crate::model::{LabelSelector, NamedPort, Namespace, Peer, Pod, Policy, Rule};
 use crate::ruleset::AddrRange;
-
-fn labels(pairs: &[(&str, &str)]) -> Labels {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
-fn sel(pairs: &[(&str, &str)]) -> LabelSelector {
-    LabelSelector {
-        match_labels: labels(pairs),
-        match_expressions: vec![],
-    }
-}
+use crate::test_support::{labels, sel};
 
 fn ip(s: &str) -> Ipv4Addr {
     s.parse().unwrap()

@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use serde_json::{json, Value};
 
 use super::*;
+use crate::test_support::{labels, sel};
 
 fn np(spec: Value) -> Converted<Policy> {
     let object = json!({
@@ -21,20 +22,6 @@ fn clean(spec: Value) -> Policy {
     let c = np(spec);
     assert_eq!(c.warnings, Vec::<String>::new());
     c.value
-}
-
-fn labels(pairs: &[(&str, &str)]) -> Labels {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
-fn sel(pairs: &[(&str, &str)]) -> LabelSelector {
-    LabelSelector {
-        match_labels: labels(pairs),
-        match_expressions: vec![],
-    }
 }
 
 fn net(s: &str) -> Ipv4Net {
@@ -58,8 +45,6 @@ fn assert_warned(c: &Converted<Policy>, parts: &[&str]) {
         c.warnings
     );
 }
-
-use crate::model::Labels;
 
 #[test]
 fn namespace_needs_a_name_and_gets_its_name_label() {
@@ -172,6 +157,26 @@ fn pod_addresses() {
     let host = with_status(json!({"podIP": "192.168.0.1"}), true);
     assert!(host.host_network);
     assert_eq!(host.ips, [ip("192.168.0.1")]);
+
+    // Before kubelet reports an address: the ADD's vpc.amazonaws.com/pod-ips annotation;
+    // the status wins once there, and an emptied annotation (DEL) gives none.
+    let annotated = |value: &str, status: Value| {
+        let p: core::Pod = serde_json::from_value(json!({
+            "metadata": {"namespace": "shop", "name": "p",
+                         "annotations": {POD_IPS_ANNOTATION: value}},
+            "spec": {"containers": []},
+            "status": status,
+        }))
+        .unwrap();
+        pod(&p).unwrap().ips
+    };
+    assert_eq!(annotated("10.0.0.5", json!({})), [ip("10.0.0.5")]);
+    assert_eq!(
+        annotated("10.0.0.5", json!({"podIP": "10.0.0.6"})),
+        [ip("10.0.0.6")]
+    );
+    assert!(annotated("", json!({})).is_empty());
+    assert!(annotated("10.0.0.5", json!({"phase": "Failed"})).is_empty());
 
     let nameless: core::Pod =
         serde_json::from_value(json!({"metadata": {"namespace": "shop"}})).unwrap();
