@@ -492,7 +492,8 @@ fn write_elements(w: &mut String, elements: &[String]) {
 /// Within the transaction nothing is deleted while a rule or map element still names it:
 ///
 /// 1. sets new in `new` are added with their elements;
-/// 2. sets whose elements changed are flushed and refilled;
+/// 2. sets whose elements changed lose the elements that went and gain those that came (or,
+///    when that is longer, are flushed and refilled);
 /// 3. a set whose kind changed (same name, addresses ↔ address-protocol-port) is deleted and
 ///    added again, after flushing every chain whose rules name it (all such chains change);
 /// 4. new chains are added with their rules;
@@ -530,12 +531,25 @@ pub fn render_update(old: &Ruleset, new: &Ruleset) -> Result<Option<String>> {
             add_set(w, &t, name, set);
         }
     }
-    // 2. changed sets, in place.
+    // 2. changed sets, in place: the elements that went, then those that came (a pod starting
+    // elsewhere in the cluster changes one element, not the set); flushed and refilled when
+    // that would be shorter.
     for (name, set) in &n.sets {
         if let Some(old) = o.sets.get(name) {
             if old.kind == set.kind && old.elements != set.elements {
-                let _ = writeln!(w, "flush set {t} {name}");
-                add_elements(w, &t, name, &set.elements);
+                let was: BTreeSet<&String> = old.elements.iter().collect();
+                let is: BTreeSet<&String> = set.elements.iter().collect();
+                let gone: Vec<String> = was.difference(&is).map(|e| e.to_string()).collect();
+                let came: Vec<String> = is.difference(&was).map(|e| e.to_string()).collect();
+                if gone.len() + came.len() < set.elements.len() {
+                    if !gone.is_empty() {
+                        let _ = writeln!(w, "delete element {t} {name} {{ {} }}", gone.join(", "));
+                    }
+                    add_elements(w, &t, name, &came);
+                } else {
+                    let _ = writeln!(w, "flush set {t} {name}");
+                    add_elements(w, &t, name, &set.elements);
+                }
             }
         }
     }
@@ -1120,6 +1134,57 @@ table inet vpcnet_policy {
             format!("delete set {t} n_0123456789ab"),
         ];
         assert_eq!(lines(&got), want, "\n{got}");
+    }
+
+    #[test]
+    fn a_set_changes_by_its_elements_unless_refilling_is_shorter() {
+        let set = |ranges: &[(&str, &str)]| {
+            PeerSet::Addrs(ranges.iter().map(|(a, b)| range(a, b)).collect())
+        };
+        let mut old = example();
+        old.sets.insert(
+            "p_0123456789ab".into(),
+            set(&[
+                ("10.0.0.1", "10.0.0.1"),
+                ("10.0.0.3", "10.0.0.3"),
+                ("10.0.0.9", "10.0.0.9"),
+                ("10.0.1.0", "10.0.1.255"),
+                ("10.0.3.1", "10.0.3.1"),
+                ("10.0.4.1", "10.0.4.1"),
+            ]),
+        );
+        // 10.0.0.2 starts: 10.0.0.1 and 10.0.0.3 become one range; the rest stays.
+        let mut new = old.clone();
+        new.sets.insert(
+            "p_0123456789ab".into(),
+            set(&[
+                ("10.0.0.1", "10.0.0.3"),
+                ("10.0.0.9", "10.0.0.9"),
+                ("10.0.1.0", "10.0.1.255"),
+                ("10.0.3.1", "10.0.3.1"),
+                ("10.0.4.1", "10.0.4.1"),
+            ]),
+        );
+        let t = "inet vpcnet_policy";
+        assert_eq!(
+            lines(&render_update(&old, &new).unwrap().unwrap()),
+            [
+                format!("delete element {t} p_0123456789ab {{ 10.0.0.1, 10.0.0.3 }}"),
+                format!("add element {t} p_0123456789ab {{ 10.0.0.1-10.0.0.3 }}"),
+            ]
+        );
+        // Everything changes: flushed and refilled.
+        let mut other = old.clone();
+        other
+            .sets
+            .insert("p_0123456789ab".into(), set(&[("10.9.0.1", "10.9.0.1")]));
+        assert_eq!(
+            lines(&render_update(&old, &other).unwrap().unwrap()),
+            [
+                format!("flush set {t} p_0123456789ab"),
+                format!("add element {t} p_0123456789ab {{ 10.9.0.1 }}"),
+            ]
+        );
     }
 
     #[test]

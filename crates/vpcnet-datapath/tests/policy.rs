@@ -1166,12 +1166,13 @@ fn random_direction(r: &mut Rng, addrs: &[bool; 5]) -> Direction {
 fn random_set(r: &mut Rng, addrs: bool) -> PeerSet {
     let n = r.below(5);
     if addrs {
+        let n = r.pick(&[0, 2, 4, 16, 16]);
         // Random ranges in 10.0.0.0/22 (overlaps are merged by the renderer) and, at times,
         // the top of the address space.
         let mut ranges: Vec<AddrRange> = (0..n)
             .map(|_| {
                 let first = 0x0a00_0000 + r.below(1024) as u32;
-                let last = first + r.pick(&[0, 0, 3, 255]);
+                let last = first + r.pick(&[0, 0, 0, 0, 3, 255]);
                 AddrRange {
                     first: Ipv4Addr::from(first),
                     last: Ipv4Addr::from(last),
@@ -1252,8 +1253,21 @@ fn evolve(r: &mut Rng, prev: &Ruleset, addrs: &mut [bool; 5]) -> Ruleset {
             continue;
         }
         let set = match prev.sets.get(*name) {
-            Some(s @ PeerSet::Addrs(_)) if addrs[i] && r.percent(60) => s.clone(),
-            Some(s @ PeerSet::AddrPorts(_)) if !addrs[i] && r.percent(60) => s.clone(),
+            Some(s @ PeerSet::Addrs(_)) if addrs[i] && r.percent(40) => s.clone(),
+            Some(s @ PeerSet::AddrPorts(_)) if !addrs[i] && r.percent(40) => s.clone(),
+            // A few elements come and go (a pod starts or stops elsewhere): the update
+            // deletes and adds elements instead of refilling the set.
+            Some(PeerSet::Addrs(v)) if addrs[i] && r.percent(50) => {
+                let mut v = v.clone();
+                v.extend(std::iter::repeat_n((), 1 + r.below(2) as usize).map(|_| {
+                    let a = Ipv4Addr::from(0x0a00_0800 + r.below(1024) as u32);
+                    AddrRange { first: a, last: a }
+                }));
+                if r.percent(50) && !v.is_empty() {
+                    v.remove(r.below(v.len() as u64) as usize);
+                }
+                PeerSet::Addrs(v)
+            }
             _ => random_set(r, addrs[i]),
         };
         next.sets.insert(name.to_string(), set);
@@ -1310,6 +1324,12 @@ fn incremental_updates_converge_to_the_full_ruleset() {
             if kind_changed {
                 *seen.entry("set kind changed").or_default() += 1;
             }
+            if script
+                .lines()
+                .any(|l| l.starts_with("delete element inet vpcnet_policy p_"))
+            {
+                *seen.entry("set elements deleted in place").or_default() += 1;
+            }
             rt.block_on(policy::apply(Some(&inc), &script))
                 .unwrap_or_else(|e| panic!("step {step}: {e}\n{script}"));
         } else {
@@ -1327,7 +1347,10 @@ fn incremental_updates_converge_to_the_full_ruleset() {
         prev = next;
     }
     eprintln!("{steps} steps: {seen:?}");
-    for op in ops.iter().chain(&["set kind changed"]) {
+    for op in ops
+        .iter()
+        .chain(&["set kind changed", "set elements deleted in place"])
+    {
         assert!(
             seen.get(op).copied().unwrap_or(0) > 0,
             "no {op:?} in {steps} steps: {seen:?}"
