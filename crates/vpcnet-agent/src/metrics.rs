@@ -433,6 +433,19 @@ metrics! {
             "vpcnet_network_policy_allow_rules",
             "The number of network policy allow rules programmed on the node"
             => set set_policy_allow_rules;
+        /// Packets the node's allow rules let through, by allowing policy (`namespace/name`),
+        /// both directions: the rules' nftables counters, read every 15 s; a pod's counters
+        /// restart when its rules are reprogrammed.
+        network_policy_allowed_packets: Labelled<Gauge, 1> = Labelled::new(["policy"]),
+            "vpcnet_network_policy_allowed_packets",
+            "Packets the node's network policy allow rules let through, by policy"
+            => replace set_policy_allowed_packets;
+        /// Packets the node's rules dropped (new connections no policy allows), by direction
+        /// (`ingress`, `egress`), read as the allowed ones.
+        network_policy_denied_packets: Labelled<Gauge, 1> = Labelled::new(["direction"]),
+            "vpcnet_network_policy_denied_packets",
+            "Packets the node's network policy rules dropped, by direction"
+            => replace set_policy_denied_packets;
     }
 }
 

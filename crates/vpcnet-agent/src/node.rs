@@ -182,6 +182,14 @@ pub trait NodeNetwork: Send + Sync + 'static {
         Box::pin(async { Ok(()) })
     }
 
+    /// The counters of the network policy table's rules (empty without the table). Empty:
+    /// the default.
+    fn policy_counters(
+        &self,
+    ) -> BoxFuture<'_, anyhow::Result<Vec<vpcnet_datapath::policy::RuleCounter>>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
     /// Links removed from the node from now on (netlink `RTM_DELLINK`), so a secondary ENI
     /// whose interface vanishes is noticed at once. `Ok(None)`: no events (the default).
     fn removed_links(
@@ -311,6 +319,16 @@ impl NodeNetwork for NetlinkNode {
             vpcnet_datapath::policy::remove(self.netns.as_deref())
                 .await
                 .context("removing the network policy table inet vpcnet_policy")
+        })
+    }
+
+    fn policy_counters(
+        &self,
+    ) -> BoxFuture<'_, anyhow::Result<Vec<vpcnet_datapath::policy::RuleCounter>>> {
+        Box::pin(async move {
+            vpcnet_datapath::policy::counters(self.netns.as_deref())
+                .await
+                .context("reading the network policy table's counters")
         })
     }
 

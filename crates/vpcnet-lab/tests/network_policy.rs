@@ -302,6 +302,27 @@ fn policies_hold_from_a_pods_first_packet() {
                 0.0,
                 "nft refused a program"
             );
+            // strict-to-open's packets, dropped by the open server's ingress on node a (it
+            // runs on, so its counters stay), reach the verdict metric (read every 15 s).
+            let deadline = Instant::now() + Duration::from_secs(40);
+            let denied = "vpcnet_network_policy_denied_packets{direction=\"ingress\"} ";
+            loop {
+                let text = agent_metrics(&state.nodes[0].netns);
+                let n: f64 = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix(denied))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0.0);
+                if n > 0.0 {
+                    eprintln!("node a: {n} packets denied on ingress");
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "no denied ingress packets counted on node a:\n{text}"
+                );
+                std::thread::sleep(Duration::from_secs(2));
+            }
         },
     );
 }

@@ -125,6 +125,9 @@ pub(super) fn spawn_api_client(
         let watch =
             crate::network_policy::watch::run(shared.clone(), np.clone(), clients_rx.clone());
         tasks.other_until(stop, watch);
+        let verdicts =
+            crate::network_policy::export_verdicts(np.node().clone(), shared.metrics().clone());
+        tasks.other_until(stop, verdicts);
     }
     // Prefix delegation: its fallback to secondary IPs on a fragmented subnet is reported on
     // the Node.

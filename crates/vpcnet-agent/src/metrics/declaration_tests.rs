@@ -19,6 +19,8 @@ fn populated() -> Arc<Metrics> {
     m.set_prefix_fallback(0);
     m.observe_watch_apply("x", Duration::ZERO);
     m.observe_policy_program("x", Duration::ZERO);
+    m.set_policy_allowed_packets([("x", 1)]);
+    m.set_policy_denied_packets([("x", 1)]);
     m.inc_checkpoint_recovery("x");
     m.inc_evidence_hold("x");
     drop(m.action("x"));

@@ -77,6 +77,11 @@ struct Inner {
 }
 
 impl Enforcer {
+    /// The node network the rules are applied to.
+    pub fn node(&self) -> &Arc<dyn NodeNetwork> {
+        &self.node
+    }
+
     pub fn new(
         mode: Mode,
         veth_prefix: String,
@@ -286,6 +291,47 @@ impl Enforcer {
     }
 }
 
+/// How often [`export_verdicts`] reads the rules' counters.
+pub const VERDICTS_INTERVAL: Duration = Duration::from_secs(15);
+
+/// Sums the rules' counters into (packets allowed by policy, packets dropped by direction).
+pub fn verdicts(
+    counters: &[vpcnet_datapath::policy::RuleCounter],
+) -> (BTreeMap<String, u64>, BTreeMap<&'static str, u64>) {
+    let mut allowed: BTreeMap<String, u64> = BTreeMap::new();
+    let mut denied: BTreeMap<&'static str, u64> = BTreeMap::from([("ingress", 0), ("egress", 0)]);
+    for c in counters {
+        if c.drop {
+            let dir = if c.chain.starts_with("in_") {
+                "ingress"
+            } else {
+                "egress"
+            };
+            *denied.entry(dir).or_default() += c.packets;
+        } else if let Some(p) = &c.policy {
+            *allowed.entry(p.clone()).or_default() += c.packets;
+        }
+    }
+    (allowed, denied)
+}
+
+/// Publishes the node's verdict counters as metrics every [`VERDICTS_INTERVAL`] until the
+/// agent stops (`vpcnet_network_policy_allowed_packets`, `_denied_packets`).
+pub async fn export_verdicts(node: Arc<dyn NodeNetwork>, metrics: Arc<Metrics>) {
+    let mut tick = tokio::time::interval(VERDICTS_INTERVAL);
+    loop {
+        tick.tick().await;
+        match node.policy_counters().await {
+            Ok(counters) => {
+                let (allowed, denied) = verdicts(&counters);
+                metrics.set_policy_allowed_packets(allowed.iter().map(|(p, n)| (p.as_str(), *n)));
+                metrics.set_policy_denied_packets(denied);
+            }
+            Err(e) => tracing::debug!("network policy counters: {e:#}"),
+        }
+    }
+}
+
 fn count_allows(d: &vpcnet_policy::Direction) -> usize {
     match d {
         vpcnet_policy::Direction::Open => 0,
@@ -306,5 +352,35 @@ pub(crate) fn with_local_ip(world: &mut World, namespace: &str, name: &str, ip: 
             world.upsert_pod(p);
             true
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vpcnet_datapath::policy::RuleCounter;
+
+    #[test]
+    fn verdicts_sum_allows_by_policy_and_drops_by_direction() {
+        let c = |chain: &str, policy: Option<&str>, drop: bool, packets: u64| RuleCounter {
+            chain: chain.into(),
+            policy: policy.map(String::from),
+            drop,
+            packets,
+            bytes: packets * 100,
+        };
+        let (allowed, denied) = verdicts(&[
+            c("in_eni1", Some("shop/web"), false, 5),
+            c("out_eni2", Some("shop/web"), false, 2),
+            c("in_eni2", Some("shop/db"), false, 1),
+            c("in_eni1", None, true, 7),
+            c("out_eni2", None, true, 3),
+            c("in_eni2", None, true, 1),
+        ]);
+        assert_eq!(
+            allowed,
+            BTreeMap::from([("shop/db".to_string(), 1), ("shop/web".to_string(), 7)])
+        );
+        assert_eq!(denied, BTreeMap::from([("egress", 3), ("ingress", 8)]));
     }
 }
