@@ -1,11 +1,14 @@
 //! An in-memory Kubernetes API server for agent tests, reached through a real kube-rs client:
 //! [`FakeKube::client`] is `kube::Client::new` over this server's axum router as its tower
-//! service, with no socket in between, so the tests run on a paused clock. It keeps Nodes and
-//! ENIConfigs and answers what the agent's client and watches call: `GET /version`, get, list
-//! and watch (newline-delimited events from the requested `resourceVersion` on, ended at the
-//! request's `timeoutSeconds` as kube-apiserver ends them), strategic-merge status patches of a
-//! Node's conditions, and Events (kept). [`FakeKube::set_down`] makes every call fail with 503
-//! until it is up again. [`FakeKube::serve_tcp`] serves the same over loopback HTTP.
+//! service, with no socket in between, so the tests run on a paused clock. It keeps Nodes,
+//! ENIConfigs, Namespaces, Pods and NetworkPolicies and answers what the agent's client and
+//! watches call: `GET /version`, get, list and watch (newline-delimited events from the
+//! requested `resourceVersion` on, ended at the request's `timeoutSeconds` as kube-apiserver
+//! ends them) of each collection, namespaced ones across all namespaces or in one,
+//! strategic-merge status patches of a Node's conditions, and Events (kept).
+//! [`FakeKube::set_down`] makes every call fail with 503 until it is up again;
+//! [`FakeKube::hold_watches`] keeps changes from the watches (a watch lagging behind the
+//! server) until released. [`FakeKube::serve_tcp`] serves the same over loopback HTTP.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -24,6 +27,19 @@ use tokio::sync::broadcast;
 
 const NODES: &str = "/api/v1/nodes";
 const ENICONFIGS: &str = "/apis/crd.k8s.amazonaws.com/v1alpha1/eniconfigs";
+const NAMESPACES: &str = "/api/v1/namespaces";
+const PODS: &str = "/api/v1/pods";
+const NETWORKPOLICIES: &str = "/apis/networking.k8s.io/v1/networkpolicies";
+
+/// Every served collection: its path across namespaces, and whether its objects are
+/// namespaced (then also served under `<group>/namespaces/<ns>/<resource>`).
+const COLLECTIONS: [(&str, bool); 5] = [
+    (NODES, false),
+    (ENICONFIGS, false),
+    (NAMESPACES, false),
+    (PODS, true),
+    (NETWORKPOLICIES, true),
+];
 
 /// The Node `name` with `annotations` and, when given, kubelet's `capacity.pods`.
 pub fn node(
@@ -110,11 +126,13 @@ impl Seen {
     }
 }
 
-/// One change of a collection: its resourceVersion, the object's name and the watch line.
+/// One change of a collection: its resourceVersion, the object's namespace (empty for a
+/// cluster-scoped object) and name, and the watch line.
 #[derive(Debug, Clone)]
 struct Change {
     rv: u64,
     collection: &'static str,
+    namespace: String,
     name: String,
     line: String,
 }
@@ -122,9 +140,27 @@ struct Change {
 #[derive(Default)]
 struct Store {
     rv: u64,
-    /// collection path → name → object.
+    /// collection path → key (`<namespace>/<name>`, or the name of a cluster-scoped object)
+    /// → object.
     objects: BTreeMap<&'static str, BTreeMap<String, Value>>,
     history: Vec<Change>,
+    /// Changes kept from the watches while they are held ([`FakeKube::hold_watches`]).
+    held: Option<Vec<Change>>,
+}
+
+/// The store key of `namespace`/`name`.
+fn key(namespace: &str, name: &str) -> String {
+    if namespace.is_empty() {
+        name.to_string()
+    } else {
+        format!("{namespace}/{name}")
+    }
+}
+
+/// An object's `metadata.namespace` (empty when cluster-scoped) and `metadata.name`.
+fn namespace_and_name(obj: &Value) -> (String, String) {
+    let field = |f: &str| obj["metadata"][f].as_str().unwrap_or_default().to_string();
+    (field("namespace"), field("name"))
 }
 
 struct Inner {
@@ -186,6 +222,21 @@ impl FakeKube {
         self.0.down.store(down, Ordering::SeqCst);
     }
 
+    /// While `held`, changes reach the store (get and list see them) but no watch: a watch
+    /// lagging behind the API server. Releasing (`false`) delivers the held changes in order.
+    pub fn hold_watches(&self, held: bool) {
+        let mut st = self.0.store.lock().unwrap();
+        match (held, st.held.take()) {
+            (true, kept) => st.held = Some(kept.unwrap_or_default()),
+            (false, kept) => {
+                for change in kept.unwrap_or_default() {
+                    st.history.push(change.clone());
+                    let _ = self.0.changes.send(change);
+                }
+            }
+        }
+    }
+
     /// Creates or replaces the Node `node` (its `metadata.name`).
     pub fn put_node(&self, node: &k8s_openapi::api::core::v1::Node) {
         self.put(NODES, serde_json::to_value(node).unwrap());
@@ -198,13 +249,37 @@ impl FakeKube {
 
     /// Deletes the ENIConfig `name`.
     pub fn delete_eniconfig(&self, name: &str) {
-        let mut st = self.0.store.lock().unwrap();
-        let Some(mut obj) = st.objects.entry(ENICONFIGS).or_default().remove(name) else {
-            return;
-        };
-        st.rv += 1;
-        obj["metadata"]["resourceVersion"] = json!(st.rv.to_string());
-        self.record(&mut st, ENICONFIGS, name, "DELETED", obj);
+        self.delete(ENICONFIGS, "", name);
+    }
+
+    /// Creates or replaces the Namespace `ns`.
+    pub fn put_namespace(&self, ns: &k8s_openapi::api::core::v1::Namespace) {
+        self.put(NAMESPACES, serde_json::to_value(ns).unwrap());
+    }
+
+    /// Deletes the Namespace `name` (not the objects in it).
+    pub fn delete_namespace(&self, name: &str) {
+        self.delete(NAMESPACES, "", name);
+    }
+
+    /// Creates or replaces the Pod `pod` (its `metadata.namespace` and `metadata.name`).
+    pub fn put_pod(&self, pod: &k8s_openapi::api::core::v1::Pod) {
+        self.put(PODS, serde_json::to_value(pod).unwrap());
+    }
+
+    /// Deletes the Pod `namespace`/`name`.
+    pub fn delete_pod(&self, namespace: &str, name: &str) {
+        self.delete(PODS, namespace, name);
+    }
+
+    /// Creates or replaces the NetworkPolicy `policy`.
+    pub fn put_network_policy(&self, policy: &k8s_openapi::api::networking::v1::NetworkPolicy) {
+        self.put(NETWORKPOLICIES, serde_json::to_value(policy).unwrap());
+    }
+
+    /// Deletes the NetworkPolicy `namespace`/`name`.
+    pub fn delete_network_policy(&self, namespace: &str, name: &str) {
+        self.delete(NETWORKPOLICIES, namespace, name);
     }
 
     /// The Node `name` as stored now (with the status patches applied).
@@ -263,28 +338,51 @@ impl FakeKube {
     }
 
     fn put_locked(&self, st: &mut Store, collection: &'static str, mut obj: Value) {
-        let name = obj["metadata"]["name"].as_str().unwrap().to_string();
+        let (namespace, name) = namespace_and_name(&obj);
+        assert!(!name.is_empty(), "an object without metadata.name: {obj}");
         st.rv += 1;
         obj["metadata"]["resourceVersion"] = json!(st.rv.to_string());
         let kind = match st
             .objects
             .entry(collection)
             .or_default()
-            .insert(name.clone(), obj.clone())
+            .insert(key(&namespace, &name), obj.clone())
         {
             Some(_) => "MODIFIED",
             None => "ADDED",
         };
-        self.record(st, collection, &name, kind, obj);
+        self.record(st, collection, kind, obj);
     }
 
-    fn record(&self, st: &mut Store, collection: &'static str, name: &str, kind: &str, obj: Value) {
+    /// Deletes `namespace`/`name` (`namespace` empty for a cluster-scoped object), if there.
+    fn delete(&self, collection: &'static str, namespace: &str, name: &str) {
+        let mut st = self.0.store.lock().unwrap();
+        let Some(mut obj) = st
+            .objects
+            .entry(collection)
+            .or_default()
+            .remove(&key(namespace, name))
+        else {
+            return;
+        };
+        st.rv += 1;
+        obj["metadata"]["resourceVersion"] = json!(st.rv.to_string());
+        self.record(&mut st, collection, "DELETED", obj);
+    }
+
+    fn record(&self, st: &mut Store, collection: &'static str, kind: &str, obj: Value) {
+        let (namespace, name) = namespace_and_name(&obj);
         let change = Change {
             rv: st.rv,
             collection,
-            name: name.to_string(),
+            namespace,
+            name,
             line: format!("{}\n", json!({"type": kind, "object": obj})),
         };
+        if let Some(held) = st.held.as_mut() {
+            held.push(change);
+            return;
+        }
         st.history.push(change.clone());
         let _ = self.0.changes.send(change);
     }
@@ -358,26 +456,28 @@ async fn handle(
     if method == Method::PATCH && path.contains("/events/") {
         return axum::Json(body).into_response();
     }
-    let (collection, rest) = if let Some(r) = path.strip_prefix(NODES) {
-        (NODES, r)
-    } else if let Some(r) = path.strip_prefix(ENICONFIGS) {
-        (ENICONFIGS, r)
-    } else {
+    let Some((collection, namespace, segments)) = route(&path) else {
         return status(
             StatusCode::NOT_FOUND,
             "NotFound",
             &format!("{path}: not served"),
         );
     };
-    let segments: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
+    let namespaced = COLLECTIONS.iter().any(|(c, n)| *c == collection && *n);
+    let filter = Filter {
+        namespace: namespace.map(str::to_string),
+        name: selected_name(&query),
+    };
     match (method, segments.as_slice()) {
         (Method::GET, []) if query.get("watch").map(String::as_str) == Some("true") => {
-            watch(&api, collection, &query)
+            watch(&api, collection, filter, &query)
         }
-        (Method::GET, []) => list(&api, collection, &query),
-        (Method::GET, [name]) => {
+        (Method::GET, []) => list(&api, collection, &filter),
+        // A namespaced object is read under its namespace only.
+        (Method::GET, [name]) if namespaced == namespace.is_some() => {
             let st = api.0.store.lock().unwrap();
-            match st.objects.get(collection).and_then(|o| o.get(*name)) {
+            let k = key(namespace.unwrap_or_default(), name);
+            match st.objects.get(collection).and_then(|o| o.get(&k)) {
                 Some(o) => axum::Json(o.clone()).into_response(),
                 None => status(
                     StatusCode::NOT_FOUND,
@@ -400,6 +500,51 @@ async fn handle(
     }
 }
 
+/// The collection a request path names, the namespace for a namespaced path
+/// (`<group>/namespaces/<ns>/<resource>/…`), and the segments after the collection: none
+/// (list, watch), `[name]` (get) or `[name, subresource]`.
+fn route(path: &str) -> Option<(&'static str, Option<&str>, Vec<&str>)> {
+    fn segments(rest: &str) -> Vec<&str> {
+        rest.split('/').filter(|s| !s.is_empty()).collect()
+    }
+    for (collection, namespaced) in COLLECTIONS {
+        if !namespaced {
+            continue;
+        }
+        let (group, resource) = collection.rsplit_once('/').unwrap();
+        let Some(rest) = path
+            .strip_prefix(group)
+            .and_then(|r| r.strip_prefix("/namespaces/"))
+        else {
+            continue;
+        };
+        if let [ns, r, tail @ ..] = segments(rest).as_slice() {
+            if *r == resource {
+                return Some((collection, Some(*ns), tail.to_vec()));
+            }
+        }
+    }
+    COLLECTIONS.iter().find_map(|(collection, _)| {
+        let rest = path.strip_prefix(collection)?;
+        (rest.is_empty() || rest.starts_with('/')).then(|| (*collection, None, segments(rest)))
+    })
+}
+
+/// Which objects of a collection a list or watch asks for: one namespace's (a namespaced
+/// path), one name (`fieldSelector=metadata.name=<name>`), or all.
+#[derive(Clone)]
+struct Filter {
+    namespace: Option<String>,
+    name: Option<String>,
+}
+
+impl Filter {
+    fn matches(&self, namespace: &str, name: &str) -> bool {
+        self.namespace.as_ref().is_none_or(|n| n == namespace)
+            && self.name.as_ref().is_none_or(|n| n == name)
+    }
+}
+
 /// The name a `fieldSelector=metadata.name=<name>` asks for.
 fn selected_name(query: &BTreeMap<String, String>) -> Option<String> {
     query
@@ -408,16 +553,18 @@ fn selected_name(query: &BTreeMap<String, String>) -> Option<String> {
         .map(str::to_string)
 }
 
-fn list(api: &FakeKube, collection: &'static str, query: &BTreeMap<String, String>) -> Response {
-    let only = selected_name(query);
+fn list(api: &FakeKube, collection: &'static str, filter: &Filter) -> Response {
     let st = api.0.store.lock().unwrap();
     let items: Vec<Value> = st
         .objects
         .get(collection)
         .into_iter()
-        .flat_map(|o| o.iter())
-        .filter(|(n, _)| only.as_ref().is_none_or(|o| o == *n))
-        .map(|(_, v)| v.clone())
+        .flat_map(|o| o.values())
+        .filter(|v| {
+            let (ns, name) = namespace_and_name(v);
+            filter.matches(&ns, &name)
+        })
+        .cloned()
         .collect();
     axum::Json(json!({
         "apiVersion": "v1", "kind": "List",
@@ -426,8 +573,12 @@ fn list(api: &FakeKube, collection: &'static str, query: &BTreeMap<String, Strin
     .into_response()
 }
 
-fn watch(api: &FakeKube, collection: &'static str, query: &BTreeMap<String, String>) -> Response {
-    let only = selected_name(query);
+fn watch(
+    api: &FakeKube,
+    collection: &'static str,
+    filter: Filter,
+    query: &BTreeMap<String, String>,
+) -> Response {
     let from: u64 = query
         .get("resourceVersion")
         .and_then(|v| v.parse().ok())
@@ -438,7 +589,7 @@ fn watch(api: &FakeKube, collection: &'static str, query: &BTreeMap<String, Stri
         .unwrap_or(1800);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout);
     let wanted =
-        move |c: &Change| c.collection == collection && only.as_ref().is_none_or(|o| *o == c.name);
+        move |c: &Change| c.collection == collection && filter.matches(&c.namespace, &c.name);
     // Subscribed before the history is read, so no change falls between the two.
     let live = api.0.changes.subscribe();
     let replay: Vec<Change> = {

@@ -1,5 +1,5 @@
 //! A node datapath that only reports what the test says is there: /32 routes, pod rules and
-//! link names.
+//! link names. Network policy scripts are recorded, not run.
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
@@ -15,6 +15,18 @@ pub struct FakeNode {
     pub links: Mutex<BTreeSet<String>>,
     /// How long listing the pod routes takes (tokio's clock): a slow start-up.
     pub listing_delay: Mutex<Duration>,
+    /// The network policy scripts (`nft -f` input) applied so far, in order.
+    pub policy: Mutex<Vec<String>>,
+    /// While set, applying a network policy script fails with this message (as `nft`
+    /// refusing it) and nothing is recorded.
+    pub policy_error: Mutex<Option<String>>,
+}
+
+impl FakeNode {
+    /// The network policy scripts applied so far, in order.
+    pub fn policy_scripts(&self) -> Vec<String> {
+        self.policy.lock().unwrap().clone()
+    }
 }
 
 impl NodeNetwork for FakeNode {
@@ -39,6 +51,15 @@ impl NodeNetwork for FakeNode {
         _fw: &'a NodeFirewall,
     ) -> BoxFuture<'a, anyhow::Result<()>> {
         Box::pin(async { Ok(()) })
+    }
+    fn apply_policy<'a>(&'a self, script: &'a str) -> BoxFuture<'a, anyhow::Result<()>> {
+        Box::pin(async move {
+            if let Some(e) = self.policy_error.lock().unwrap().clone() {
+                anyhow::bail!("{e}");
+            }
+            self.policy.lock().unwrap().push(script.to_string());
+            Ok(())
+        })
     }
 }
 
