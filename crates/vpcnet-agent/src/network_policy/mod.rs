@@ -35,8 +35,8 @@ use crate::metrics::Metrics;
 use crate::node::NodeNetwork;
 use crate::state::Shared;
 
-/// Longest an ADD waits for the first complete read of policies, pods and namespaces, and
-/// for its pod's read. With `VPCNET_ADD_IP_WAIT` (5 s by default) it stays within the
+/// Longest an ADD waits for the first complete read of policies, pods and namespaces and for
+/// its pod's read, together. With `VPCNET_ADD_IP_WAIT` (5 s by default) it stays within the
 /// plugin's 10 s `agentTimeout`.
 pub const ADMIT_TIMEOUT: Duration = Duration::from_secs(4);
 
@@ -223,8 +223,10 @@ impl Enforcer {
         name: &str,
         ip: Ipv4Addr,
     ) -> Result<(), AdmitError> {
+        // One deadline for both waits, so the ADD stays within the plugin's timeout.
+        let deadline = Instant::now() + ADMIT_TIMEOUT;
         let mut synced = self.synced.subscribe();
-        if tokio::time::timeout(ADMIT_TIMEOUT, synced.wait_for(|s| *s))
+        if tokio::time::timeout_at(deadline, synced.wait_for(|s| *s))
             .await
             .map_or(true, |r| r.is_err())
         {
@@ -238,7 +240,7 @@ impl Enforcer {
             with_local_ip(&mut inner.world, namespace, name, ip)
         };
         if !known && !namespace.is_empty() && !name.is_empty() {
-            let pod = self.read_pod(shared, namespace, name).await?;
+            let pod = self.read_pod(shared, namespace, name, deadline).await?;
             let mut inner = self.inner.lock().await;
             if let Some(pod) = pod.as_ref().and_then(vpcnet_policy::k8s::pod) {
                 if inner.world.pod(namespace, name).is_none() {
@@ -271,6 +273,7 @@ impl Enforcer {
         shared: &Shared,
         namespace: &str,
         name: &str,
+        deadline: Instant,
     ) -> Result<Option<Pod>, AdmitError> {
         let pod = format!("{namespace}/{name}");
         let err = |reason: String| AdmitError::PodRead {
@@ -283,8 +286,10 @@ impl Enforcer {
             .and_then(|c| c.borrow().clone())
             .ok_or_else(|| err("the API client is not connected (see /v1/apiserver)".into()))?;
         let pods: Api<Pod> = Api::namespaced(client, namespace);
-        match tokio::time::timeout(ADMIT_TIMEOUT, pods.get_opt(name)).await {
-            Err(_) => Err(err(format!("no answer within {ADMIT_TIMEOUT:?}"))),
+        match tokio::time::timeout_at(deadline, pods.get_opt(name)).await {
+            Err(_) => Err(err(format!(
+                "no answer within the ADD's {ADMIT_TIMEOUT:?} for network policy"
+            ))),
             Ok(Err(e)) => Err(err(e.to_string())),
             Ok(Ok(p)) => Ok(p),
         }
