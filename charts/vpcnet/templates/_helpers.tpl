@@ -72,7 +72,6 @@ repository with init.image.tag, else the agent's image. */}}
 {{- end -}}
 {{- end -}}
 
-{{/* Whether env names ANNOTATE_POD_IP true (the VPC CNI's spellings of true). */}}
 {{/* Whether the agent enforces NetworkPolicy: enableNetworkPolicy, unless nodeAgent.enabled is
 false (as the VPC CNI chart: without its node agent nothing enforces). */}}
 {{- define "vpcnet.networkPolicy" -}}
@@ -83,6 +82,7 @@ false (as the VPC CNI chart: without its node agent nothing enforces). */}}
 {{- if and (eq (toString .Values.enableNetworkPolicy) "true") (ne (toString $agent) "false") -}}true{{- end -}}
 {{- end -}}
 
+{{/* Whether env names ANNOTATE_POD_IP true (the VPC CNI's spellings of true). */}}
 {{- define "vpcnet.annotatePodIp" -}}
 {{- $v := toString (index .Values.env "ANNOTATE_POD_IP" | default "") -}}
 {{- if has $v (list "1" "t" "T" "TRUE" "true" "True") -}}true{{- end -}}

@@ -27,8 +27,8 @@ Rendered first by daemonset.yaml. Each message starts "vpcnet: <key>".
 {{- if not (has (toString $v.enableNetworkPolicy) (list "true" "false")) -}}
 {{- fail (printf "vpcnet: enableNetworkPolicy=%v is not valid: set it to \"true\" (enforce NetworkPolicy on the nodes) or \"false\"" $v.enableNetworkPolicy) -}}
 {{- end -}}
-{{- if and (include "vpcnet.networkPolicy" .) (hasKey $v.env "VPCNET_ENABLE_NETWORK_POLICY") -}}
-{{- fail "vpcnet: env.VPCNET_ENABLE_NETWORK_POLICY is set by the chart from enableNetworkPolicy; remove it from env" -}}
+{{- if hasKey $v.env "VPCNET_ENABLE_NETWORK_POLICY" -}}
+{{- fail "vpcnet: env.VPCNET_ENABLE_NETWORK_POLICY is not supported: the chart sets it from enableNetworkPolicy, together with the RBAC the agent's watches need; remove it from env and set enableNetworkPolicy" -}}
 {{- end -}}
 {{- range $key, $default := dict "enableWindowsIpam" "false" "enableWindowsPrefixDelegation" "false" "warmWindowsPrefixTarget" "0" "warmWindowsIPTarget" "1" "minimumWindowsIPTarget" "3" -}}
 {{- if ne (toString (index $v $key)) $default -}}

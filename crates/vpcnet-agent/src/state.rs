@@ -76,6 +76,12 @@ impl Shared {
         node_network: Option<Arc<dyn NodeNetwork>>,
     ) -> Self {
         let kube = KubeView::new(opts.custom_networking.is_some(), now_ms());
+        if opts.network_policy.is_some() && node_network.is_none() {
+            // The settings refuse this; options built directly (tests) can still ask for it.
+            tracing::error!(
+                "network policy is on but the node datapath is off: nothing is enforced"
+            );
+        }
         let network_policy = opts
             .network_policy
             .zip(node_network.clone())

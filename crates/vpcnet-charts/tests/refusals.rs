@@ -61,16 +61,20 @@ fn the_network_policy_agent_s_own_settings_are_refused() {
         &["enableNetworkPolicy=yes"],
         &["vpcnet: enableNetworkPolicy=yes is not valid", "\"true\""],
     );
-    node(
-        &[
-            "enableNetworkPolicy=true",
-            "env.VPCNET_ENABLE_NETWORK_POLICY=false",
-        ],
-        &[
-            "vpcnet: env.VPCNET_ENABLE_NETWORK_POLICY",
-            "remove it from env",
-        ],
-    );
+    // Set by the chart with its RBAC, never through env (with enableNetworkPolicy=false the
+    // agent would enforce without the right to watch what it needs).
+    for enabled in ["true", "false"] {
+        node(
+            &[
+                &format!("enableNetworkPolicy={enabled}"),
+                "env.VPCNET_ENABLE_NETWORK_POLICY=true",
+            ],
+            &[
+                "vpcnet: env.VPCNET_ENABLE_NETWORK_POLICY",
+                "remove it from env and set enableNetworkPolicy",
+            ],
+        );
+    }
 }
 
 #[test]
