@@ -350,6 +350,21 @@ mod tests {
             assert_eq!(image["pullPolicy"], "Never");
         }
         assert_eq!(v["env"]["AWS_REGION"], "us-east-1");
+        assert_eq!(v["enableNetworkPolicy"], "false");
+    }
+
+    #[test]
+    fn the_network_policy_variable_becomes_the_charts_value() {
+        let env = BTreeMap::from([(
+            "VPCNET_ENABLE_NETWORK_POLICY".to_string(),
+            "true".to_string(),
+        )]);
+        let v = values("r", &env);
+        assert_eq!(v["enableNetworkPolicy"], "true");
+        assert!(
+            v["env"].get("VPCNET_ENABLE_NETWORK_POLICY").is_none(),
+            "{v}"
+        );
     }
 
     #[test]
