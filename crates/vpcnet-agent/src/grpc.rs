@@ -270,9 +270,10 @@ impl CniBackend for Backend {
                         .await;
                 }
                 tracing::error!(container = %key.container_id, ip = %g.ip, "ADD failed: {e}");
-                return Err(Status::unavailable(format!(
-                    "{e}; the address was not handed out"
-                )));
+                return Err(unavailable_because(
+                    vpcnet_proto::REASON_NETWORK_POLICY,
+                    format!("{e}; the address was not handed out"),
+                ));
             }
         }
         if self.shared.opts.annotate_pod_ip {
@@ -290,9 +291,10 @@ impl CniBackend for Backend {
                     }
                 }
                 tracing::error!(container = %key.container_id, ip = %g.ip, "ADD failed: {e}");
-                return Err(Status::unavailable(format!(
-                    "ANNOTATE_POD_IP: {e}; the address was not handed out, retry"
-                )));
+                return Err(unavailable_because(
+                    vpcnet_proto::REASON_POD_ANNOTATION,
+                    format!("ANNOTATE_POD_IP: {e}; the address was not handed out, retry"),
+                ));
             }
         }
         let extra_interfaces: Vec<PodInterface> = grants[1..]
@@ -500,10 +502,16 @@ pub fn bind(path: &Path) -> anyhow::Result<tokio::net::UnixListener> {
 /// UNAVAILABLE for a call undone because the checkpoint could not be written, marked
 /// ([`vpcnet_proto::REASON_HEADER`]) so the plugin does not report it as an empty pool.
 fn checkpoint_unavailable(msg: String) -> Status {
+    unavailable_because(vpcnet_proto::REASON_CHECKPOINT_WRITE, msg)
+}
+
+/// UNAVAILABLE with `reason` in [`vpcnet_proto::REASON_HEADER`], so the plugin does not take
+/// it for an empty pool.
+fn unavailable_because(reason: &'static str, msg: String) -> Status {
     let mut s = Status::unavailable(msg);
     s.metadata_mut().insert(
         vpcnet_proto::REASON_HEADER,
-        tonic::metadata::MetadataValue::from_static(vpcnet_proto::REASON_CHECKPOINT_WRITE),
+        tonic::metadata::MetadataValue::from_static(reason),
     );
     s
 }

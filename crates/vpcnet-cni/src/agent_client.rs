@@ -137,6 +137,26 @@ pub fn map_status(socket: &str, what: &str, s: Status) -> CniError {
                 format!("{m}; nothing was changed and the runtime retries the pod, but the retry fails until the agent's checkpoint directory is writable (disk full or read-only?): see the agent's log"),
             )
         }
+        Code::Unavailable
+            if s.metadata().get(vpcnet_proto::REASON_HEADER).and_then(|v| v.to_str().ok())
+                == Some(vpcnet_proto::REASON_NETWORK_POLICY) =>
+        {
+            CniError::new(
+                code::TRY_AGAIN_LATER,
+                "vpcnet-agent could not put the pod's network policy in place",
+                format!("{m}; the runtime retries the pod"),
+            )
+        }
+        Code::Unavailable
+            if s.metadata().get(vpcnet_proto::REASON_HEADER).and_then(|v| v.to_str().ok())
+                == Some(vpcnet_proto::REASON_POD_ANNOTATION) =>
+        {
+            CniError::new(
+                code::TRY_AGAIN_LATER,
+                "vpcnet-agent could not annotate the pod with its address",
+                format!("{m}; the runtime retries the pod"),
+            )
+        }
         Code::Unavailable => CniError::new(
             code::TRY_AGAIN_LATER,
             "no free IP address on this node right now",
@@ -241,6 +261,27 @@ mod tests {
         assert!(e.details.contains("no space left on device"), "{e:?}");
         let e = map_status("/s", "AddNetwork", Status::unavailable("pool empty"));
         assert!(e.msg.contains("no free IP"), "{e:?}");
+    }
+
+    #[test]
+    fn network_policy_and_annotation_failures_are_not_reported_as_an_empty_pool() {
+        for (reason, want) in [
+            (vpcnet_proto::REASON_NETWORK_POLICY, "network policy"),
+            (vpcnet_proto::REASON_POD_ANNOTATION, "annotate"),
+        ] {
+            let mut s = Status::unavailable("the cause; the address was not handed out");
+            s.metadata_mut().insert(
+                vpcnet_proto::REASON_HEADER,
+                tonic::metadata::MetadataValue::from_static(reason),
+            );
+            let e = map_status("/s", "AddNetwork", s);
+            assert_eq!(e.code, code::TRY_AGAIN_LATER);
+            assert!(
+                e.msg.contains(want) && !e.msg.contains("no free IP"),
+                "{e:?}"
+            );
+            assert!(e.details.contains("the cause"), "{e:?}");
+        }
     }
 
     #[test]

@@ -18,8 +18,9 @@ pub const PLUGIN_VERSION_HEADER: &str = "x-vpcnet-plugin-version";
 /// plugin that calls something the agent does not know can name both versions.
 pub const AGENT_VERSION_HEADER: &str = "x-vpcnet-agent-version";
 /// Response metadata key of an error status that says why, where the gRPC code alone is
-/// ambiguous (UNAVAILABLE: empty pool or [`REASON_CHECKPOINT_WRITE`]; RESOURCE_EXHAUSTED: the node's
-/// limit or [`REASON_PROVISIONING_DISABLED`]).
+/// ambiguous (UNAVAILABLE: empty pool, [`REASON_CHECKPOINT_WRITE`], [`REASON_NETWORK_POLICY`] or
+/// [`REASON_POD_ANNOTATION`]; RESOURCE_EXHAUSTED: the node's limit or
+/// [`REASON_PROVISIONING_DISABLED`]).
 pub const REASON_HEADER: &str = "x-vpcnet-reason";
 /// [`REASON_HEADER`] value: the call was undone because the agent could not write its
 /// checkpoint (disk full, read-only); retrying helps only once the disk is fixed.
@@ -28,5 +29,11 @@ pub const REASON_CHECKPOINT_WRITE: &str = "checkpoint-write-failed";
 /// (`DISABLE_NETWORK_RESOURCE_PROVISIONING` or `ENABLE_IMDS_ONLY_MODE`): more pods fit only once
 /// someone attaches more addresses to the node's ENIs (or a pod is deleted).
 pub const REASON_PROVISIONING_DISABLED: &str = "provisioning-disabled";
+/// [`REASON_HEADER`] value: the ADD was undone because the pod's network policy could not be
+/// put in place (the API objects not read yet, the pod not readable, nft refused).
+pub const REASON_NETWORK_POLICY: &str = "network-policy";
+/// [`REASON_HEADER`] value: the ADD was undone because `ANNOTATE_POD_IP` could not annotate
+/// the pod.
+pub const REASON_POD_ANNOTATION: &str = "pod-annotation";
 /// The release of plugin and agent built from this tree (the workspace version).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
