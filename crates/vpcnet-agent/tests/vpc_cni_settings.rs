@@ -126,7 +126,7 @@ async fn every_refusal_is_reported_in_one_run_with_the_invalid_values() {
         &[
             ("ENABLE_IPv6", "true"),
             ("ENABLE_POD_ENI", "true"),
-            ("NETWORK_POLICY_ENFORCING_MODE", "strict"),
+            ("AWS_VPC_K8S_CNI_CONNMARK", "0x40"),
             ("AWS_VPC_ENI_MTU", "100000"),
             // Accepted: vpcnet's behaviour, or no effect.
             ("ENABLE_IPv4", "true"),
@@ -140,7 +140,7 @@ async fn every_refusal_is_reported_in_one_run_with_the_invalid_values() {
         "invalid AWS_VPC_ENI_MTU=\"100000\"",
         "refused ENABLE_IPv6=\"true\"",
         "refused ENABLE_POD_ENI=\"true\": vpcnet does not label its Node for a trunk ENI",
-        "refused NETWORK_POLICY_ENFORCING_MODE=\"strict\"",
+        "refused AWS_VPC_K8S_CNI_CONNMARK=\"0x40\"",
     ] {
         assert!(err.contains(line), "{line} missing:\n{err}");
     }
