@@ -160,6 +160,15 @@ impl Backend {
         }
     }
 
+    /// [`Self::undo_add`], then the checkpoint written without it (a failure is logged: the pod
+    /// reclaim frees the address).
+    async fn take_back(&self, key: &PodKey, grants: &[Granted]) {
+        self.undo_add(key, grants);
+        if let Err(pe) = self.shared.persist().await {
+            tracing::warn!(container = %key.container_id, ip = %grants[0].ip, error = %pe, "the undone assignment could not be checkpointed; the pod reclaim frees it");
+        }
+    }
+
     /// Takes back what this ADD newly handed out (`grants`, in the order of [`Self::assign`])
     /// before it failed: no cooldown, no pod used them. Earlier assignments returned again stay.
     fn undo_add(&self, key: &PodKey, grants: &[Granted]) {
@@ -262,10 +271,7 @@ impl CniBackend for Backend {
                 .await
             {
                 if new {
-                    self.undo_add(&key, &grants);
-                    if let Err(pe) = self.shared.persist().await {
-                        tracing::warn!(container = %key.container_id, ip = %g.ip, error = %pe, "the undone assignment could not be checkpointed; the pod reclaim frees it");
-                    }
+                    self.take_back(&key, &grants).await;
                     np.release(&self.shared, &r.k8s_pod_namespace, &r.k8s_pod_name)
                         .await;
                 }
@@ -285,10 +291,7 @@ impl CniBackend for Backend {
                 // As the VPC CNI: the ADD fails. The address was never handed out: take it
                 // back now (a retried ADD gets one again).
                 if new {
-                    self.undo_add(&key, &grants);
-                    if let Err(pe) = self.shared.persist().await {
-                        tracing::warn!(container = %key.container_id, ip = %g.ip, error = %pe, "the undone assignment could not be checkpointed; the pod reclaim frees it");
-                    }
+                    self.take_back(&key, &grants).await;
                 }
                 tracing::error!(container = %key.container_id, ip = %g.ip, "ADD failed: {e}");
                 return Err(unavailable_because(

@@ -2,7 +2,7 @@
 //! by `(namespace, name)`, in ordered maps so everything read from it comes out in the same
 //! order every time.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::{Namespace, Pod, Policy};
 
@@ -19,6 +19,12 @@ fn key(namespace: &str, name: &str) -> (String, String) {
 }
 
 /// Inserts or replaces; true if the map changed.
+fn retain<K: Ord, V>(map: &mut BTreeMap<K, V>, seen: &BTreeSet<K>) -> bool {
+    let before = map.len();
+    map.retain(|k, _| seen.contains(k));
+    map.len() != before
+}
+
 fn upsert<K: Ord, V: PartialEq>(map: &mut BTreeMap<K, V>, key: K, value: V) -> bool {
     match map.get(&key) {
         Some(old) if *old == value => false,
@@ -68,6 +74,21 @@ impl World {
     /// Removes a policy; true if it was there.
     pub fn remove_policy(&mut self, namespace: &str, name: &str) -> bool {
         self.policies.remove(&key(namespace, name)).is_some()
+    }
+
+    /// Keeps only the namespaces named in `seen` (the end of a relist); true if any went.
+    pub fn retain_namespaces(&mut self, seen: &BTreeSet<String>) -> bool {
+        retain(&mut self.namespaces, seen)
+    }
+
+    /// Keeps only the pods whose (namespace, name) is in `seen`; true if any went.
+    pub fn retain_pods(&mut self, seen: &BTreeSet<(String, String)>) -> bool {
+        retain(&mut self.pods, seen)
+    }
+
+    /// Keeps only the policies whose (namespace, name) is in `seen`; true if any went.
+    pub fn retain_policies(&mut self, seen: &BTreeSet<(String, String)>) -> bool {
+        retain(&mut self.policies, seen)
     }
 
     /// A namespace by name.
@@ -150,6 +171,20 @@ mod tests {
             ingress: Some(vec![]),
             egress: None,
         }
+    }
+
+    #[test]
+    fn retain_keeps_what_a_relist_saw_and_says_whether_anything_went() {
+        let mut w = World::default();
+        w.upsert_pod(pod("a", "p1"));
+        w.upsert_pod(pod("a", "p2"));
+        let seen = BTreeSet::from([key("a", "p1")]);
+        assert!(w.retain_pods(&seen));
+        assert_eq!(
+            w.pods().map(|p| p.name.as_str()).collect::<Vec<_>>(),
+            ["p1"]
+        );
+        assert!(!w.retain_pods(&seen));
     }
 
     #[test]

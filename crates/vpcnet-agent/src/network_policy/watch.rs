@@ -135,17 +135,7 @@ async fn apply(enforcer: &Enforcer, relist: &mut Relist, change: Change) -> bool
             watcher::Event::InitDone => {
                 relist.done.insert(KINDS[0]);
                 let seen = relist.policies.take().unwrap_or_default();
-                enforcer
-                    .update(|w, _| {
-                        let gone: Vec<(String, String)> = w
-                            .policies()
-                            .map(|p| (p.namespace.clone(), p.name.clone()))
-                            .filter(|k| !seen.contains(k))
-                            .collect();
-                        gone.iter()
-                            .fold(false, |c, (ns, n)| w.remove_policy(ns, n) | c)
-                    })
-                    .await
+                enforcer.update(|w, _| w.retain_policies(&seen)).await
             }
         },
         Change::Pod(ev) => match *ev {
@@ -178,17 +168,7 @@ async fn apply(enforcer: &Enforcer, relist: &mut Relist, change: Change) -> bool
             watcher::Event::InitDone => {
                 relist.done.insert(KINDS[1]);
                 let seen = relist.pods.take().unwrap_or_default();
-                enforcer
-                    .update(|w, _| {
-                        let gone: Vec<(String, String)> = w
-                            .pods()
-                            .map(|p| (p.namespace.clone(), p.name.clone()))
-                            .filter(|k| !seen.contains(k))
-                            .collect();
-                        gone.iter()
-                            .fold(false, |c, (ns, n)| w.remove_pod(ns, n) | c)
-                    })
-                    .await
+                enforcer.update(|w, _| w.retain_pods(&seen)).await
             }
         },
         Change::Namespace(ev) => match ev {
@@ -212,16 +192,7 @@ async fn apply(enforcer: &Enforcer, relist: &mut Relist, change: Change) -> bool
             watcher::Event::InitDone => {
                 relist.done.insert(KINDS[2]);
                 let seen = relist.namespaces.take().unwrap_or_default();
-                enforcer
-                    .update(|w, _| {
-                        let gone: Vec<String> = w
-                            .namespaces()
-                            .map(|n| n.name.clone())
-                            .filter(|k| !seen.contains(k))
-                            .collect();
-                        gone.iter().fold(false, |c, n| w.remove_namespace(n) | c)
-                    })
-                    .await
+                enforcer.update(|w, _| w.retain_namespaces(&seen)).await
             }
         },
     }
