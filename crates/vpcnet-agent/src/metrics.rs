@@ -332,7 +332,7 @@ metrics! {
             "Whether prefix delegation falls back to secondary IPs for want of a free /28 (1) or not (0)"
             => set set_prefix_fallback;
         /// Restarts of the Kubernetes watches after an error, by resource (`Node`,
-        /// `ENIConfig`). A quiet watch is not restarted: the server ends it at its own timeout
+        /// `ENIConfig`; with network policy `NetworkPolicy`, `Pod`, `Namespace`). A quiet watch is not restarted: the server ends it at its own timeout
         /// and it resumes from the last resourceVersion without counting here.
         k8s_watch_restarts: Labelled<PlainCounter, 1> = Labelled::new(["resource"]),
             "vpcnet_k8s_watch_restarts",
@@ -446,6 +446,14 @@ metrics! {
             "vpcnet_network_policy_denied_packets",
             "Packets the node's network policy rules dropped, by direction"
             => replace set_policy_denied_packets;
+        /// Objects in the agent's model of the cluster, by kind (`namespaces`, `pods`,
+        /// `policies`): every Namespace, Pod and NetworkPolicy the watches have read, each
+        /// reduced to what the rules need; updated at each program of the rules. Follows the cluster's size;
+        /// a model that keeps growing while the cluster does not is a leak.
+        network_policy_cluster_objects: Labelled<Gauge, 1> = Labelled::new(["kind"]),
+            "vpcnet_network_policy_cluster_objects",
+            "Objects in the agent's network policy model of the cluster, by kind"
+            => replace set_policy_cluster_objects;
     }
 }
 

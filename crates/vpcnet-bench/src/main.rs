@@ -6,6 +6,8 @@
 //! - `peer` ([`peer`]): vpcnet against AWS's VPC CNI on two nodes of one lab.
 //! - `targets` ([`targets`]): vpcnet-targets against aws-load-balancer-controller.
 //! - `cni` ([`cni`]): the CNI plugin's ADD and DEL alone against ptp + host-local.
+//! - `policy` ([`policy`]): NetworkPolicy enforcement at cluster scale: the agent's memory
+//!   and the time changes take to reach the node's rules.
 
 use clap::{Parser, Subcommand};
 
@@ -13,6 +15,7 @@ mod cni;
 mod peer;
 mod pod_timing;
 mod pods;
+mod policy;
 mod report;
 mod targets;
 
@@ -42,6 +45,10 @@ enum Command {
     /// ADD and DEL latency of the vpcnet-cni binary against ptp + host-local, same namespaces,
     /// interleaved (scripts/bench-cni.sh).
     Cni(cni::Args),
+    /// NetworkPolicy at cluster scale: the agent's memory with thousands of pods and hundreds
+    /// of policies in the cluster, under churn, and the time from a policy or peer pod change
+    /// to the node's rules (scripts/bench-policy.sh).
+    Policy(policy::Args),
 }
 
 /// Runs the benchmark; an error is printed once, as its cause chain, with exit 1.
@@ -57,6 +64,7 @@ fn main() -> std::process::ExitCode {
         Command::Peer(a) => peer::run(&a),
         Command::Targets(a) => targets::run(&a),
         Command::Cni(a) => cni::run(&a),
+        Command::Policy(a) => policy::run(&a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -145,6 +145,27 @@ impl Node<'_> {
         })
     }
 
+    /// The node's agent metrics (Prometheus text from 127.0.0.1:61678 in the node's network
+    /// namespace, the lab's `VPCNET_METRICS_BIND_ADDRESS`), within 5 s.
+    pub fn agent_metrics(&self) -> Result<String> {
+        use vpcnet_introspection::client::{get, Endpoint};
+        let netns = self.record()?.netns;
+        crate::spawn::in_netns_async(&netns, move || async move {
+            let ep = Endpoint::parse("http://127.0.0.1:61678")?;
+            let r = tokio::time::timeout(Duration::from_secs(5), get(&ep, "/metrics"))
+                .await
+                .map_err(|_| {
+                    anyhow::anyhow!("GET /metrics from the agent at {ep}: no answer within 5 s")
+                })??;
+            anyhow::ensure!(
+                r.status == 200,
+                "GET /metrics from the agent: HTTP {}",
+                r.status
+            );
+            Ok(r.body)
+        })
+    }
+
     /// Starts the node's vpcnet-agent (in the node namespace) and waits (60 s) until it has
     /// written the conflist, i.e. can serve the plugin. A conflist of an earlier run stays in
     /// place meanwhile, as on a node whose agent restarts, so the runtime keeps calling the

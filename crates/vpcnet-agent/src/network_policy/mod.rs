@@ -167,6 +167,12 @@ impl Enforcer {
         why: &str,
     ) -> anyhow::Result<()> {
         let started = Instant::now();
+        let (namespaces, pods, policies) = inner.world.counts();
+        self.metrics.set_policy_cluster_objects([
+            ("namespaces", namespaces as u64),
+            ("pods", pods as u64),
+            ("policies", policies as u64),
+        ]);
         let local = self.local_pods(shared);
         let rules = vpcnet_policy::compile(&inner.world, &local, self.mode);
         let script = match &inner.applied {

@@ -6,13 +6,16 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use futures::{FutureExt, StreamExt};
+use std::time::Duration;
+
+use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::Api;
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, ResourceExt};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use super::{with_local_ip, Enforcer};
 use crate::kubernetes::eniconfig_watch::WATCH_TIMEOUT_SECS;
@@ -24,6 +27,12 @@ enum Change {
     Pod(Box<watcher::Event<Pod>>),
     Namespace(watcher::Event<Namespace>),
 }
+
+/// Shortest time from one program of the node's rules for API changes to the next. A change
+/// after a quiet spell is programmed at once; a burst (a Deployment scaled up, job churn
+/// anywhere in the cluster: every node's agent sees every pod) is applied in batches at most
+/// this often instead of one compile and nft transaction per few events.
+pub const PROGRAM_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Kinds in the order they are reported.
 const KINDS: [&str; 3] = ["NetworkPolicy", "Pod", "Namespace"];
@@ -64,31 +73,33 @@ async fn follow(shared: &Shared, enforcer: &Enforcer, client: &Client) {
     let cfg = || watcher::Config::default().timeout(WATCH_TIMEOUT_SECS);
     let policies = watcher(Api::<NetworkPolicy>::all(client.clone()), cfg())
         .default_backoff()
-        .map(|e| e.map(Change::Policy))
+        .map(|e| e.map(Change::Policy).map_err(|e| (KINDS[0], e)))
         .boxed();
     let pods = watcher(Api::<Pod>::all(client.clone()), cfg())
         .default_backoff()
-        .map(|e| e.map(|ev| Change::Pod(Box::new(ev))))
+        .map(|e| {
+            e.map(|ev| Change::Pod(Box::new(ev)))
+                .map_err(|e| (KINDS[1], e))
+        })
         .boxed();
     let namespaces = watcher(Api::<Namespace>::all(client.clone()), cfg())
         .default_backoff()
-        .map(|e| e.map(Change::Namespace))
+        .map(|e| e.map(Change::Namespace).map_err(|e| (KINDS[2], e)))
         .boxed();
     let mut events = futures::stream::select_all([policies, pods, namespaces]);
     let mut relist = Relist::default();
+    let mut programmed: Option<Instant> = None;
     while let Some(first) = events.next().await {
-        // Apply every event that is ready, then program once.
+        let until = programmed.map(|t| t + PROGRAM_INTERVAL);
         let mut changed = false;
-        let mut next = Some(first);
-        while let Some(ev) = next {
+        for ev in batch(first, &mut events, until).await {
             match ev {
                 Ok(change) => changed |= apply(enforcer, &mut relist, change).await,
-                Err(e) => {
-                    shared.metrics().inc_k8s_watch_restart("NetworkPolicy");
-                    tracing::warn!("network policy watch: {e} (retrying with backoff; the rules in force stay)");
+                Err((kind, e)) => {
+                    shared.metrics().inc_k8s_watch_restart(kind);
+                    tracing::warn!("network policy watch of {kind}s: {e} (retrying with backoff; the rules in force stay)");
                 }
             }
-            next = events.next().now_or_never().flatten();
         }
         if relist.done.len() < KINDS.len() {
             continue;
@@ -104,6 +115,30 @@ async fn follow(shared: &Shared, enforcer: &Enforcer, client: &Client) {
             if let Err(e) = enforcer.program(shared, "API change").await {
                 tracing::warn!("network policy: {e:#}");
             }
+            programmed = Some(Instant::now());
+        }
+    }
+}
+
+/// The next batch of events to apply before one program: `first`, every event already
+/// waiting, and, while `until` (the end of [`PROGRAM_INTERVAL`] after the last program) is
+/// ahead, every event arriving before it.
+async fn batch<S: Stream + Unpin>(
+    first: S::Item,
+    events: &mut S,
+    until: Option<Instant>,
+) -> Vec<S::Item> {
+    let mut out = vec![first];
+    loop {
+        while let Some(ev) = events.next().now_or_never().flatten() {
+            out.push(ev);
+        }
+        let Some(until) = until.filter(|u| Instant::now() < *u) else {
+            return out;
+        };
+        match tokio::time::timeout_at(until, events.next()).await {
+            Ok(Some(ev)) => out.push(ev),
+            Ok(None) | Err(_) => return out,
         }
     }
 }
@@ -212,4 +247,64 @@ fn with_local_ip_changed(
     let before = w.pod(ns, name).map(|p| p.ips.clone());
     with_local_ip(w, ns, name, ip);
     w.pod(ns, name).map(|p| p.ips.clone()) != before
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Events `0..n`, one every `gap` of the (paused) clock, the first at once.
+    fn spaced(n: u32, gap: Duration) -> impl Stream<Item = u32> + Unpin {
+        Box::pin(futures::stream::iter(0..n).then(move |i| async move {
+            if i > 0 {
+                tokio::time::sleep(gap).await;
+            }
+            i
+        }))
+    }
+
+    async fn first_batch(
+        mut events: impl Stream<Item = u32> + Unpin,
+        until: Option<Duration>,
+    ) -> (Vec<u32>, Duration) {
+        let t0 = Instant::now();
+        let first = events.next().await.unwrap();
+        let b = batch(first, &mut events, until.map(|d| t0 + d)).await;
+        (b, t0.elapsed())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_change_after_a_quiet_spell_is_programmed_at_once() {
+        let (b, took) = first_batch(spaced(10, Duration::from_millis(15)), None).await;
+        assert_eq!((b, took), (vec![0], Duration::ZERO));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_within_the_interval_is_one_batch() {
+        // Events at 0, 15, …, 90 ms arrive before the interval ends at 100 ms; 105 does not.
+        let (b, took) = first_batch(
+            spaced(10, Duration::from_millis(15)),
+            Some(PROGRAM_INTERVAL),
+        )
+        .await;
+        assert_eq!(b, (0..=6).collect::<Vec<_>>());
+        assert_eq!(took, PROGRAM_INTERVAL);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiting_events_join_the_batch_and_an_ended_stream_ends_it_early() {
+        let (b, took) = first_batch(
+            Box::pin(futures::stream::iter(0..5)),
+            Some(PROGRAM_INTERVAL),
+        )
+        .await;
+        assert_eq!((b, took), ((0..5).collect::<Vec<_>>(), Duration::ZERO));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_interval_already_over_holds_nothing_back() {
+        let (b, took) =
+            first_batch(spaced(3, Duration::from_millis(15)), Some(Duration::ZERO)).await;
+        assert_eq!((b, took), (vec![0], Duration::ZERO));
+    }
 }
