@@ -82,6 +82,12 @@ false (as the VPC CNI chart: without its node agent nothing enforces). */}}
 {{- if and (eq (toString .Values.enableNetworkPolicy) "true") (ne (toString $agent) "false") -}}true{{- end -}}
 {{- end -}}
 
+{{/* Whether the agent writes policy event logs: nodeAgent.enablePolicyEventLogs, with
+enforcement on (the refusals reject it without). */}}
+{{- define "vpcnet.policyEventLogs" -}}
+{{- if and (include "vpcnet.networkPolicy" .) (eq (toString (dig "enablePolicyEventLogs" "false" (default dict .Values.nodeAgent))) "true") -}}true{{- end -}}
+{{- end -}}
+
 {{/* Whether env names ANNOTATE_POD_IP true (the VPC CNI's spellings of true). */}}
 {{- define "vpcnet.annotatePodIp" -}}
 {{- $v := toString (index .Values.env "ANNOTATE_POD_IP" | default "") -}}

@@ -19,10 +19,24 @@ Rendered first by daemonset.yaml. Each message starts "vpcnet: <key>".
 {{- end -}}
 {{- with $v.nodeAgent -}}
 {{- range $key, $_ := . -}}
-{{- if ne $key "enabled" -}}
-{{- fail (printf "vpcnet: nodeAgent.%s is not supported: vpcnet enforces network policy in its own agent (no aws-eks-nodeagent container), so it would configure nothing; remove nodeAgent.%s (nodeAgent.enabled and enableNetworkPolicy are what vpcnet reads)" $key $key) -}}
+{{- if not (has $key (list "enabled" "enablePolicyEventLogs" "enableCloudWatchLogs")) -}}
+{{- fail (printf "vpcnet: nodeAgent.%s is not supported: vpcnet enforces network policy in its own agent (no aws-eks-nodeagent container), so it would configure nothing; remove nodeAgent.%s (nodeAgent.enabled, nodeAgent.enablePolicyEventLogs and enableNetworkPolicy are what vpcnet reads)" $key $key) -}}
 {{- end -}}
 {{- end -}}
+{{- if hasKey . "enablePolicyEventLogs" -}}
+{{- if not (has (toString .enablePolicyEventLogs) (list "true" "false")) -}}
+{{- fail (printf "vpcnet: nodeAgent.enablePolicyEventLogs=%v is not valid: set it to \"true\" (log policy verdicts to /var/log/aws-routed-eni/network-policy-agent.log on each node) or \"false\"" .enablePolicyEventLogs) -}}
+{{- end -}}
+{{- end -}}
+{{- if and (hasKey . "enableCloudWatchLogs") (ne (toString .enableCloudWatchLogs) "false") -}}
+{{- fail (printf "vpcnet: nodeAgent.enableCloudWatchLogs=%v is not supported: vpcnet writes policy event logs only to each node's /var/log/aws-routed-eni/network-policy-agent.log, not to CloudWatch Logs; remove it or set it to \"false\", and ship that file with a log agent (e.g. the CloudWatch agent or Fluent Bit) if you need them in CloudWatch" .enableCloudWatchLogs) -}}
+{{- end -}}
+{{- end -}}
+{{- if and (eq (toString (dig "enablePolicyEventLogs" "false" (default dict $v.nodeAgent))) "true") (not (include "vpcnet.networkPolicy" .)) -}}
+{{- fail "vpcnet: nodeAgent.enablePolicyEventLogs=true needs network policy enforcement: policy event logs report its verdicts, and enableNetworkPolicy is not true (or nodeAgent.enabled is false); set enableNetworkPolicy=true, or remove nodeAgent.enablePolicyEventLogs" -}}
+{{- end -}}
+{{- if hasKey $v.env "VPCNET_POLICY_EVENT_LOGS" -}}
+{{- fail "vpcnet: env.VPCNET_POLICY_EVENT_LOGS is not supported: the chart sets it from nodeAgent.enablePolicyEventLogs; remove it from env and set nodeAgent.enablePolicyEventLogs" -}}
 {{- end -}}
 {{- if not (has (toString $v.enableNetworkPolicy) (list "true" "false")) -}}
 {{- fail (printf "vpcnet: enableNetworkPolicy=%v is not valid: set it to \"true\" (enforce NetworkPolicy on the nodes) or \"false\"" $v.enableNetworkPolicy) -}}

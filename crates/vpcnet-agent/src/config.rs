@@ -253,6 +253,19 @@ settings! {
         /// `strict` needs `VPCNET_ENABLE_NETWORK_POLICY=true`.
         network_policy_enforcing_mode: PolicyMode =
             "NETWORK_POLICY_ENFORCING_MODE", "standard", POLICY_MODE;
+        /// Policy event logs, as the VPC CNI's node agent writes them with
+        /// `--enable-policy-event-logs` (the chart's `nodeAgent.enablePolicyEventLogs`): one
+        /// line per connection a policy allowed and per packet the rules dropped, for isolated
+        /// pods, in `VPCNET_POLICY_EVENT_LOG_FILE`. At most 100 lines a second per node
+        /// (bursts of 500). Needs `VPCNET_ENABLE_NETWORK_POLICY=true`. See
+        /// [network policy](network-policy.md#policy-event-logs).
+        policy_event_logs: bool = "VPCNET_POLICY_EVENT_LOGS", "false", Flag;
+        /// Where the policy event log is written: `stdout`, `stderr` or an absolute file path,
+        /// rotated by size as the node agent rotates its log (past 200 MiB it becomes
+        /// `<file>.1`, up to `.8`). The default is the node agent's file, inside the `aws-node`
+        /// container where the DaemonSet mounts the node's `/var/log/aws-routed-eni`.
+        policy_event_log_file: String = "VPCNET_POLICY_EVENT_LOG_FILE",
+            "/host/var/log/aws-routed-eni/network-policy-agent.log", AGENT_LOG_FILE;
 
         ["cluster"]
         /// The API server's `https://` URL, used directly instead of the `kubernetes` Service,
@@ -490,6 +503,20 @@ impl Config {
                 accepted: "set VPCNET_ENABLE_NETWORK_POLICY=true (the chart's \
                            enableNetworkPolicy=true), or set NETWORK_POLICY_ENFORCING_MODE to \
                            standard"
+                    .into(),
+                refused: true,
+            });
+        }
+        if self.policy_event_logs && !self.enable_network_policy {
+            out.push(InvalidSetting {
+                var: "VPCNET_POLICY_EVENT_LOGS",
+                value: "true".into(),
+                problem: "policy event logs report the verdicts of network policy enforcement, \
+                          and VPCNET_ENABLE_NETWORK_POLICY is false"
+                    .into(),
+                accepted: "set VPCNET_ENABLE_NETWORK_POLICY=true (the chart's \
+                           enableNetworkPolicy=true), or set VPCNET_POLICY_EVENT_LOGS=false \
+                           (the chart's nodeAgent.enablePolicyEventLogs=false)"
                     .into(),
                 refused: true,
             });

@@ -448,12 +448,31 @@ metrics! {
             => replace set_policy_denied_packets;
         /// Objects in the agent's model of the cluster, by kind (`namespaces`, `pods`,
         /// `policies`): every Namespace, Pod and NetworkPolicy the watches have read, each
-        /// reduced to what the rules need; updated at each program of the rules. Follows the cluster's size;
-        /// a model that keeps growing while the cluster does not is a leak.
+        /// reduced to what the rules need; updated at each program of the rules. Follows the
+        /// cluster's size: a model that keeps growing while the cluster does not is a leak.
         network_policy_cluster_objects: Labelled<Gauge, 1> = Labelled::new(["kind"]),
             "vpcnet_network_policy_cluster_objects",
             "Objects in the agent's network policy model of the cluster, by kind"
             => replace set_policy_cluster_objects;
+        /// Lines written to the policy event log (`VPCNET_POLICY_EVENT_LOGS=true`), by verdict
+        /// (`ACCEPT`, `DENY`).
+        network_policy_events_written: Labelled<PlainCounter, 1> = Labelled::new(["verdict"]),
+            "vpcnet_network_policy_events_written",
+            "Policy event log lines written, by verdict"
+            => inc_label inc_policy_events_written;
+        /// Policy events lost before the agent read them: the kernel's NFLOG messages dropped
+        /// because the agent's socket buffer was full (gaps in their sequence numbers). Packets
+        /// past the log rules' rate limit are not logged and not counted here.
+        network_policy_events_lost: PlainCounter = PlainCounter::default(),
+            "vpcnet_network_policy_events_lost",
+            "Policy events the kernel dropped before the agent read them"
+            => add add_policy_events_lost;
+        /// Policy event log lines that could not be written (the file's error is in the
+        /// agent's log).
+        network_policy_events_write_errors: PlainCounter = PlainCounter::default(),
+            "vpcnet_network_policy_events_write_errors",
+            "Policy event log lines that could not be written"
+            => inc inc_policy_events_write_error;
     }
 }
 

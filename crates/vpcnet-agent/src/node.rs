@@ -177,6 +177,18 @@ pub trait NodeNetwork: Send + Sync + 'static {
         })
     }
 
+    /// Opens the NFLOG group the network policy rules log to (policy event logs), in the
+    /// node's namespace, with reads waiting at most `timeout`. The default refuses: fakes have
+    /// no kernel.
+    fn open_policy_events(
+        &self,
+        group: u16,
+        timeout: std::time::Duration,
+    ) -> anyhow::Result<vpcnet_datapath::nflog::NflogSocket> {
+        let _ = (group, timeout);
+        anyhow::bail!("this node network cannot read policy events (no netfilter)")
+    }
+
     /// Removes the network policy table if present (enforcement off). `Ok`: the default.
     fn remove_policy(&self) -> BoxFuture<'_, anyhow::Result<()>> {
         Box::pin(async { Ok(()) })
@@ -320,6 +332,15 @@ impl NodeNetwork for NetlinkNode {
                 .await
                 .context("removing the network policy table inet vpcnet_policy")
         })
+    }
+
+    fn open_policy_events(
+        &self,
+        group: u16,
+        timeout: std::time::Duration,
+    ) -> anyhow::Result<vpcnet_datapath::nflog::NflogSocket> {
+        vpcnet_datapath::nflog::NflogSocket::open(self.netns.as_deref(), group, timeout)
+            .with_context(|| format!("policy event logs: NFLOG group {group}"))
     }
 
     fn policy_counters(

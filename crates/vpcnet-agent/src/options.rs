@@ -177,6 +177,10 @@ pub struct AgentOptions {
     /// agent enforces NetworkPolicy ([`crate::network_policy`]); `None` = off (the table is
     /// removed at start).
     pub network_policy: Option<vpcnet_policy::Mode>,
+    /// VPCNET_POLICY_EVENT_LOGS with VPCNET_POLICY_EVENT_LOG_FILE: where the policy event log
+    /// is written (`stdout`, `stderr` or a file), with network policy on; `None` = no events
+    /// ([`crate::network_policy::events`]).
+    pub policy_event_log: Option<String>,
     /// AWS_MANAGE_ENIS_NON_SCHEDULABLE: `false` pauses pool growth and ENI deletion while the
     /// Node is cordoned ([`crate::kubernetes::node_watch`]); `true` (and the default of these
     /// options, for tests) manages ENIs whatever the Node's state.
@@ -237,6 +241,7 @@ impl Default for AgentOptions {
             shutdown_timeout: Duration::from_secs(5),
             annotate_pod_ip: false,
             network_policy: None,
+            policy_event_log: None,
             manage_enis_non_schedulable: true,
             provisioning: Default::default(),
         }
@@ -347,6 +352,8 @@ pub fn options_from_config(c: &Config) -> anyhow::Result<AgentOptions> {
                 crate::config::PolicyMode::Standard => vpcnet_policy::Mode::Standard,
                 crate::config::PolicyMode::Strict => vpcnet_policy::Mode::Strict,
             }),
+        policy_event_log: (c.enable_network_policy && c.policy_event_logs)
+            .then(|| c.policy_event_log_file.clone()),
         manage_enis_non_schedulable: c.manage_enis_non_schedulable,
         provisioning,
         ..AgentOptions::default()

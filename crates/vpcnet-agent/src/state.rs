@@ -91,6 +91,9 @@ impl Shared {
                     opts.conflist.veth_prefix.clone(),
                     node,
                     metrics.clone(),
+                    opts.policy_event_log
+                        .as_ref()
+                        .map(|_| vpcnet_datapath::policy_events::EventLog::default()),
                 ))
             });
         Shared {

@@ -105,11 +105,19 @@ struct Agent {
 
 impl Agent {
     async fn start(kube: &FakeKube, mode: Mode) -> Agent {
+        Self::start_with(kube, mode, false).await
+    }
+
+    /// With `event_logs`, policy event logs go to `events.log` in the agent's directory.
+    async fn start_with(kube: &FakeKube, mode: Mode, event_logs: bool) -> Agent {
         let fake = FakeCloud::new("m5.large");
         let dir = tempfile::tempdir().unwrap();
         let node = Arc::new(FakeNode::default());
         let mut opts = fake_options(dir.path());
         opts.network_policy = Some(mode);
+        if event_logs {
+            opts.policy_event_log = Some(dir.path().join("events.log").display().to_string());
+        }
         let deps = fake_deps(&fake)
             .with_kube(kube.client())
             .with_node_network(node.clone());
@@ -280,6 +288,51 @@ fn checkpointed_containers(dir: &std::path::Path) -> Vec<String> {
 /// (after the full program of the first read) that adds the pod's ingress chain, its map
 /// element and the policy's allow rule with the peer set holding the client's address. The
 /// pod came through the watch, so it was not read again.
+/// With policy event logs, the pod's chain logs before its allow rule and before its drop, to
+/// the NFLOG group the reader binds, within the node-wide limit the full program declares.
+#[tokio::test(start_paused = true)]
+async fn with_event_logs_the_pods_rules_log_accepts_and_denies_to_nflog() {
+    let kube = cluster();
+    kube.put_network_policy(&web_ingress());
+    kube.put_pod(&pod("default", "pod-a", json!({"app": "web"}), None));
+    let t = Agent::start_with(&kube, Mode::Standard, true).await;
+    let veth = veth_of("a");
+    let first = t.first_program().await;
+    assert!(
+        first.contains("limit vpcnet_events { rate 100/second burst 500 packets }"),
+        "the full program does not declare the event limit:\n{first}"
+    );
+    let mut c = t.client().await;
+    let ip = add(&mut c, "a").await;
+    t.running("a", ip);
+    let updates = t.updates_since(1);
+    let s = &updates[0];
+    let rules = rules_of(s, &chain("ingress", &veth));
+    assert_eq!(
+        rules.len(),
+        5,
+        "chain in_{veth} should be: itself, the accept's log, the allow, the deny's log, the drop; got {rules:#?}"
+    );
+    assert!(
+        rules[1].ends_with(&format!(
+            "limit name \"vpcnet_events\" log group 1717 prefix \"A in {veth} default/web-ingress\""
+        )) && rules[1].contains("meta l4proto tcp th dport 80"),
+        "{rules:#?}"
+    );
+    assert!(
+        rules[2].ends_with("counter return comment \"default/web-ingress\""),
+        "{rules:#?}"
+    );
+    assert_eq!(
+        rules[3],
+        format!("limit name \"vpcnet_events\" log group 1717 prefix \"D in {veth}\"")
+    );
+    assert_eq!(rules[4], "counter drop");
+    // The reader opened its file at start (the fake node has no NFLOG to read).
+    assert!(t.dir.path().join("events.log").exists());
+    t.agent.shutdown().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_added_pod_has_its_policy_in_force_when_the_add_returns() {
     let kube = cluster();

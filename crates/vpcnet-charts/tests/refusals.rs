@@ -78,6 +78,54 @@ fn the_network_policy_agent_s_own_settings_are_refused() {
 }
 
 #[test]
+fn policy_event_logs_need_enforcement_and_cloudwatch_is_refused() {
+    node(
+        &[
+            "nodeAgent.enableCloudWatchLogs=true",
+            "enableNetworkPolicy=true",
+        ],
+        &[
+            "vpcnet: nodeAgent.enableCloudWatchLogs=true is not supported",
+            "not to CloudWatch Logs",
+            "set it to \"false\"",
+        ],
+    );
+    for args in [
+        &["nodeAgent.enablePolicyEventLogs=true"][..],
+        &[
+            "nodeAgent.enablePolicyEventLogs=true",
+            "enableNetworkPolicy=true",
+            "nodeAgent.enabled=false",
+        ],
+    ] {
+        node(
+            args,
+            &[
+                "vpcnet: nodeAgent.enablePolicyEventLogs=true needs network policy enforcement",
+                "set enableNetworkPolicy=true",
+            ],
+        );
+    }
+    node(
+        &[
+            "enableNetworkPolicy=true",
+            "nodeAgent.enablePolicyEventLogs=yes",
+        ],
+        &["vpcnet: nodeAgent.enablePolicyEventLogs=yes is not valid"],
+    );
+    node(
+        &[
+            "enableNetworkPolicy=true",
+            "env.VPCNET_POLICY_EVENT_LOGS=true",
+        ],
+        &[
+            "vpcnet: env.VPCNET_POLICY_EVENT_LOGS",
+            "set nodeAgent.enablePolicyEventLogs",
+        ],
+    );
+}
+
+#[test]
 fn windows_and_branch_eni_values_are_refused_unless_the_vpc_cni_default() {
     for (set, fix) in [
         ("enableWindowsIpam=true", "set it to false"),

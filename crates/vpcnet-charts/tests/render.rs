@@ -255,6 +255,18 @@ fn enable_network_policy_sets_the_agent_variable_and_grants_its_watches() {
         r.contains(&" pods get,list,watch,patch".to_string()),
         "{r:?}"
     );
+    // Policy event logs: the node agent's value, with enforcement; CloudWatch "false" is
+    // accepted as the VPC CNI chart's default.
+    let logs = node_docs(
+        Render::new(Chart::Vpcnet)
+            .set("enableNetworkPolicy=true")
+            .set("nodeAgent.enablePolicyEventLogs=true")
+            .set_json("nodeAgent.enableCloudWatchLogs=\"false\""),
+    );
+    assert!(agent_env(&logs).contains(&"VPCNET_POLICY_EVENT_LOGS=true".to_string()));
+    assert!(!agent_env(&on)
+        .iter()
+        .any(|e| e.starts_with("VPCNET_POLICY_EVENT_LOGS")));
     // Off by default, and off with the VPC CNI's node agent disabled (as in its chart).
     for docs in [
         node_docs(Render::new(Chart::Vpcnet)),

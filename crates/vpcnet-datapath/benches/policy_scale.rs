@@ -227,7 +227,7 @@ fn main() {
     let rules = compile(&world, &local, Mode::Standard);
     let rules_bytes = LIVE.load(Ordering::Relaxed) - before_rules;
     let full_t = Instant::now();
-    let full = vpcnet_datapath::policy::render_full(&rules).expect("render");
+    let full = vpcnet_datapath::policy::render_full(&rules, None).expect("render");
     let full_took = full_t.elapsed();
 
     // One pod elsewhere in the cluster starts (an `api` pod, a peer of many sets).
@@ -237,7 +237,7 @@ fn main() {
     next.upsert_pod(p);
     let t = Instant::now();
     let after = compile(&next, &local, Mode::Standard);
-    let update = vpcnet_datapath::policy::render_update(&rules, &after)
+    let update = vpcnet_datapath::policy::render_update(&rules, &after, None)
         .expect("render")
         .unwrap_or_default();
     let update_took = t.elapsed();

@@ -28,11 +28,13 @@ pub mod host;
 pub mod link_watch;
 pub mod names;
 pub mod netns;
+pub mod nflog;
 mod nft;
 pub mod nl;
 pub mod node;
 pub mod pod;
 pub mod policy;
+pub mod policy_events;
 pub mod prereq;
 pub mod sysctl;
 

@@ -69,6 +69,7 @@ use std::path::Path;
 
 use vpcnet_policy::{Allow, Direction, PeerMatch, PeerSet, PortMatch, Ruleset};
 
+use crate::policy_events::{EventLog, EventPrefix, Side, Verdict};
 use crate::{nft, Error, Result};
 
 /// Name of the nftables table of network policy (family `inet`).
@@ -125,6 +126,13 @@ impl Dir {
         match self {
             Dir::Egress => "ip daddr",
             Dir::Ingress => "ip saddr",
+        }
+    }
+
+    fn side(self) -> Side {
+        match self {
+            Dir::Egress => Side::Egress,
+            Dir::Ingress => Side::Ingress,
         }
     }
 }
@@ -188,10 +196,12 @@ struct Table {
     sets: BTreeMap<String, SetDef>,
     /// By chain name.
     chains: BTreeMap<String, ChainDef>,
+    /// Policy event logs: the limit object and the log rules.
+    events: Option<EventLog>,
 }
 
 impl Table {
-    fn new(rs: &Ruleset) -> Result<Table> {
+    fn new(rs: &Ruleset, events: Option<EventLog>) -> Result<Table> {
         let mut sets = BTreeMap::new();
         for (name, set) in &rs.sets {
             check_set_name(name)?;
@@ -243,12 +253,34 @@ impl Table {
                         }
                         named.insert(set.clone());
                     }
-                    rules.push(allow_rule(dir, allow).map_err(|e| {
+                    let matches = allow_match(dir, allow).map_err(|e| {
                         Error::Invalid(format!(
                             "{}: {e} (a policy compiler bug: report it)",
                             context()
                         ))
-                    })?);
+                    })?;
+                    if let Some(events) = events {
+                        let prefix = EventPrefix {
+                            verdict: Verdict::Accept,
+                            side: dir.side(),
+                            interface: interface.clone(),
+                            policy: Some(allow.policy.clone()),
+                        };
+                        rules.push(format!("{matches}{}", events.statement(&prefix)));
+                    }
+                    rules.push(format!(
+                        "{matches}counter return comment \"{}\"",
+                        comment(&allow.policy)
+                    ));
+                }
+                if let Some(events) = events {
+                    let prefix = EventPrefix {
+                        verdict: Verdict::Deny,
+                        side: dir.side(),
+                        interface: interface.clone(),
+                        policy: None,
+                    };
+                    rules.push(events.statement(&prefix));
                 }
                 rules.push("counter drop".into());
                 let name = format!("{}{interface}", dir.chain_prefix());
@@ -263,7 +295,11 @@ impl Table {
                 );
             }
         }
-        Ok(Table { sets, chains })
+        Ok(Table {
+            sets,
+            chains,
+            events,
+        })
     }
 
     fn chains_of(&self, dir: Dir) -> impl Iterator<Item = (&String, &ChainDef)> {
@@ -358,8 +394,8 @@ fn set_def(name: &str, set: &PeerSet) -> Result<SetDef> {
     })
 }
 
-/// One allow rule's text (without the table and chain).
-fn allow_rule(dir: Dir, allow: &Allow) -> std::result::Result<String, String> {
+/// The matches of one allow rule (empty, or ending in a space), which its log rule repeats.
+fn allow_match(dir: Dir, allow: &Allow) -> std::result::Result<String, String> {
     let mut rule = String::new();
     match &allow.peer {
         PeerMatch::Any => {}
@@ -398,11 +434,6 @@ fn allow_rule(dir: Dir, allow: &Allow) -> std::result::Result<String, String> {
             }
         }
     }
-    let _ = write!(
-        rule,
-        "counter return comment \"{}\"",
-        comment(&allow.policy)
-    );
     Ok(rule)
 }
 
@@ -426,16 +457,20 @@ fn comment(text: &str) -> String {
 /// Renders the transaction that makes the table exactly `rs`: create `table inet
 /// vpcnet_policy` if missing, delete it and define it completely (module docs). Applying it is
 /// atomic and idempotent; use it at start and whenever the table must be resynchronised.
+/// With `events`, the rules also log to NFLOG ([`crate::policy_events`]).
 ///
 /// Errors: [`Error::Invalid`] when `rs` cannot be expressed in nftables (an interface or set
 /// name nft cannot take, a rule naming a set the ruleset lacks or of the other kind, a range
 /// that ends before it starts); nothing is rendered then.
-pub fn render_full(rs: &Ruleset) -> Result<String> {
-    let t = Table::new(rs)?;
+pub fn render_full(rs: &Ruleset, events: Option<EventLog>) -> Result<String> {
+    let t = Table::new(rs, events)?;
     let mut out = format!(
         "table inet {POLICY_TABLE} {{}}\ndelete table inet {POLICY_TABLE}\ntable inet {POLICY_TABLE} {{\n"
     );
     let w = &mut out;
+    if let Some(events) = &t.events {
+        let _ = writeln!(w, "  {}", events.limit_declaration());
+    }
     for dir in Dir::BOTH {
         let _ = writeln!(w, "  map {} {{", dir.map());
         let _ = writeln!(w, "    type ifname : verdict;");
@@ -485,7 +520,8 @@ fn write_elements(w: &mut String, elements: &[String]) {
 }
 
 /// Renders the transaction that changes the table from `old` (what was applied last) into
-/// `new` in place (module docs), or `None` when nftables would hold the same table for both
+/// `new` in place (module docs), both with `events` (which is fixed for the agent's run; a
+/// change of it needs [`render_full`]), or `None` when nftables would hold the same table for both
 /// (e.g. only a pod's `namespace/name` differs). Unchanged chains and sets are not touched and
 /// keep their counters; the kernel switches atomically.
 ///
@@ -506,15 +542,23 @@ fn write_elements(w: &mut String, elements: &[String]) {
 /// applied), apply [`render_full`] of `new` instead.
 ///
 /// Errors: [`Error::Invalid`] as [`render_full`], for either ruleset.
-pub fn render_update(old: &Ruleset, new: &Ruleset) -> Result<Option<String>> {
-    let o = Table::new(old)?;
-    let n = Table::new(new)?;
+pub fn render_update(
+    old: &Ruleset,
+    new: &Ruleset,
+    events: Option<EventLog>,
+) -> Result<Option<String>> {
+    let o = Table::new(old, events)?;
+    let n = Table::new(new, events)?;
     if o == n {
         return Ok(None);
     }
     let t = format!("inet {POLICY_TABLE}");
     let mut out = String::new();
     let w = &mut out;
+    // The limit the log rules name (`add` keeps an existing one).
+    if let Some(events) = &n.events {
+        let _ = writeln!(w, "add limit {t} {}", events.limit_body());
+    }
 
     // Sets whose kind changes: deleted and added again, so every chain naming them is
     // flushed first (step 3) and refilled (step 5).
@@ -901,7 +945,7 @@ table inet vpcnet_policy {
   }
 }
 "#;
-        let got = render_full(&example()).unwrap();
+        let got = render_full(&example(), None).unwrap();
         assert_eq!(got, want, "\n{got}");
         // The open pod has neither a map element nor a chain.
         assert!(!got.contains("enifffffffffff"));
@@ -909,7 +953,7 @@ table inet vpcnet_policy {
 
     #[test]
     fn an_empty_ruleset_is_the_table_with_empty_maps() {
-        let got = render_full(&Ruleset::default()).unwrap();
+        let got = render_full(&Ruleset::default(), None).unwrap();
         assert!(
             got.contains("  map egress {\n    type ifname : verdict;\n  }\n"),
             "{got}"
@@ -945,7 +989,7 @@ table inet vpcnet_policy {
                 (ip("10.0.0.2"), Protocol::Sctp, 9),
             ]),
         );
-        let got = render_full(&rs).unwrap();
+        let got = render_full(&rs, None).unwrap();
         assert!(
             got.contains(
                 "  set p_x {\n    type ipv4_addr; flags interval;\n    elements = {\n      10.0.0.1-10.0.0.20,\n      255.255.255.0-255.255.255.255\n    }\n  }\n"
@@ -979,15 +1023,15 @@ table inet vpcnet_policy {
     }
 
     fn invalid(rs: &Ruleset) -> String {
-        match render_full(rs) {
+        match render_full(rs, None) {
             Err(Error::Invalid(m)) => {
                 // The update path validates the same way.
                 assert!(matches!(
-                    render_update(&Ruleset::default(), rs),
+                    render_update(&Ruleset::default(), rs, None),
                     Err(Error::Invalid(_))
                 ));
                 assert!(matches!(
-                    render_update(rs, &Ruleset::default()),
+                    render_update(rs, &Ruleset::default(), None),
                     Err(Error::Invalid(_))
                 ));
                 m
@@ -1065,17 +1109,17 @@ table inet vpcnet_policy {
         let m = invalid(&rs);
         assert!(m.contains("10.0.0.2-10.0.0.1 ends before it starts"), "{m}");
         // A valid name of each kind is accepted.
-        assert!(render_full(&isolated(set("p_a"), tcp(1, 65535))).is_ok());
+        assert!(render_full(&isolated(set("p_a"), tcp(1, 65535)), None).is_ok());
     }
 
     #[test]
     fn an_update_between_equal_tables_is_none() {
-        assert_eq!(render_update(&example(), &example()).unwrap(), None);
+        assert_eq!(render_update(&example(), &example(), None).unwrap(), None);
         let mut renamed = example();
         renamed.pods.get_mut("eni1a2b3c4d5e6").unwrap().pod = "default/web-2".into();
-        assert_eq!(render_update(&example(), &renamed).unwrap(), None);
+        assert_eq!(render_update(&example(), &renamed, None).unwrap(), None);
         assert_eq!(
-            render_update(&Ruleset::default(), &Ruleset::default()).unwrap(),
+            render_update(&Ruleset::default(), &Ruleset::default(), None).unwrap(),
             None
         );
     }
@@ -1108,7 +1152,7 @@ table inet vpcnet_policy {
         // Pod eni00000000001 leaves (its ingress chain goes, though p_0123456789ab stays).
         new.pods.remove("eni00000000001");
 
-        let got = render_update(&old, &new).unwrap().unwrap();
+        let got = render_update(&old, &new, None).unwrap().unwrap();
         let t = "inet vpcnet_policy";
         let want = [
             format!("add set {t} p_new {{ type ipv4_addr; flags interval; }}"),
@@ -1167,7 +1211,7 @@ table inet vpcnet_policy {
         );
         let t = "inet vpcnet_policy";
         assert_eq!(
-            lines(&render_update(&old, &new).unwrap().unwrap()),
+            lines(&render_update(&old, &new, None).unwrap().unwrap()),
             [
                 format!("delete element {t} p_0123456789ab {{ 10.0.0.1, 10.0.0.3 }}"),
                 format!("add element {t} p_0123456789ab {{ 10.0.0.1-10.0.0.3 }}"),
@@ -1179,7 +1223,7 @@ table inet vpcnet_policy {
             .sets
             .insert("p_0123456789ab".into(), set(&[("10.9.0.1", "10.9.0.1")]));
         assert_eq!(
-            lines(&render_update(&old, &other).unwrap().unwrap()),
+            lines(&render_update(&old, &other, None).unwrap().unwrap()),
             [
                 format!("flush set {t} p_0123456789ab"),
                 format!("add element {t} p_0123456789ab {{ 10.9.0.1 }}"),
@@ -1227,7 +1271,7 @@ table inet vpcnet_policy {
                 Direction::Open,
             ),
         );
-        let got = render_update(&old, &new).unwrap().unwrap();
+        let got = render_update(&old, &new, None).unwrap().unwrap();
         let t = "inet vpcnet_policy";
         let want = [
             format!("flush chain {t} in_eni1"),

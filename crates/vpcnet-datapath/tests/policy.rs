@@ -22,7 +22,9 @@ use std::time::Duration;
 
 use common::{run, TestNetns};
 use nix::sched::{setns, CloneFlags};
+use vpcnet_datapath::nflog::{NflogSocket, RecvError};
 use vpcnet_datapath::policy::{self, RuleCounter, POLICY_TABLE};
+use vpcnet_datapath::policy_events::{EventLog, EventPrefix, Flow, PolicyEvent, Side, Verdict};
 use vpcnet_policy::{
     AddrRange, Allow, Direction, PeerMatch, PeerSet, PodRules, PortMatch, Protocol, Ruleset,
 };
@@ -83,6 +85,8 @@ impl Host {
 
 /// The node, its three pods and the outside host.
 struct Topology {
+    /// Policy event logs in the rendered table.
+    events: Option<EventLog>,
     node: Host,
     a: Host,
     b: Host,
@@ -201,6 +205,7 @@ impl Topology {
         let b = pod(1, "pod B");
         let c = pod(2, "pod C");
         Topology {
+            events: None,
             node,
             a,
             b,
@@ -220,11 +225,11 @@ impl Topology {
     }
 
     fn apply_full(&self, rs: &Ruleset) {
-        self.apply(&policy::render_full(rs).unwrap());
+        self.apply(&policy::render_full(rs, self.events).unwrap());
     }
 
     fn update(&self, old: &Ruleset, new: &Ruleset) {
-        let script = policy::render_update(old, new)
+        let script = policy::render_update(old, new, self.events)
             .unwrap()
             .expect("the rulesets differ");
         self.apply(&script);
@@ -1005,7 +1010,7 @@ fn remove_deletes_only_our_table_and_tolerates_its_absence() {
             egress: Direction::Open,
         },
     );
-    let full = policy::render_full(&rs).unwrap();
+    let full = policy::render_full(&rs, None).unwrap();
     rt.block_on(policy::apply(Some(&path), &full)).unwrap();
     let first = json_listing(&ns).expect("table exists");
     // A full render applied again replaces the table with an equal one.
@@ -1030,7 +1035,7 @@ fn remove_deletes_only_our_table_and_tolerates_its_absence() {
     // An update against a missing table fails, naming the table and the way out.
     let mut rs2 = rs.clone();
     rs2.pods.clear();
-    let script = policy::render_update(&rs, &rs2).unwrap().unwrap();
+    let script = policy::render_update(&rs, &rs2, None).unwrap().unwrap();
     let e = rt
         .block_on(policy::apply(Some(&path), &script))
         .unwrap_err()
@@ -1277,6 +1282,15 @@ fn evolve(r: &mut Rng, prev: &Ruleset, addrs: &mut [bool; 5]) -> Ruleset {
 
 #[test]
 fn incremental_updates_converge_to_the_full_ruleset() {
+    converge(None);
+}
+
+#[test]
+fn incremental_updates_with_event_logs_converge_to_the_full_ruleset() {
+    converge(Some(EventLog::default()));
+}
+
+fn converge(events: Option<EventLog>) {
     let incremental = TestNetns::new();
     let reference = TestNetns::new();
     let (inc, refp) = (incremental.path(), reference.path());
@@ -1286,7 +1300,7 @@ fn incremental_updates_converge_to_the_full_ruleset() {
     let mut prev = Ruleset::default();
     rt.block_on(policy::apply(
         Some(&inc),
-        &policy::render_full(&prev).unwrap(),
+        &policy::render_full(&prev, events).unwrap(),
     ))
     .unwrap();
     // What the updates did, to show the sequence covers every kind of step.
@@ -1309,7 +1323,7 @@ fn incremental_updates_converge_to_the_full_ruleset() {
         } else {
             evolve(&mut r, &prev, &mut addrs)
         };
-        if let Some(script) = policy::render_update(&prev, &next).unwrap() {
+        if let Some(script) = policy::render_update(&prev, &next, events).unwrap() {
             for op in ops {
                 *seen.entry(op).or_default() += script
                     .lines()
@@ -1335,7 +1349,7 @@ fn incremental_updates_converge_to_the_full_ruleset() {
         } else {
             *seen.entry("no change").or_default() += 1;
         }
-        let full = policy::render_full(&next).unwrap();
+        let full = policy::render_full(&next, events).unwrap();
         rt.block_on(policy::apply(Some(&refp), &full))
             .unwrap_or_else(|e| panic!("step {step}: {e}\n{full}"));
         let got = normalise(&json_listing(&incremental).unwrap());
@@ -1356,4 +1370,259 @@ fn incremental_updates_converge_to_the_full_ruleset() {
             "no {op:?} in {steps} steps: {seen:?}"
         );
     }
+}
+
+/// Everything logged to NFLOG within `wait` after the last packet, decoded.
+fn read_events(log: &mut NflogSocket, wait: Duration) -> Vec<PolicyEvent> {
+    let mut events = Vec::new();
+    let deadline = std::time::Instant::now() + wait;
+    while std::time::Instant::now() < deadline {
+        match log.recv() {
+            Ok(packets) => events.extend(packets.into_iter().map(|p| {
+                PolicyEvent {
+                    prefix: EventPrefix::parse(&p.prefix)
+                        .unwrap_or_else(|| panic!("prefix {:?} is not ours", p.prefix)),
+                    flow: Flow::parse(&p.payload)
+                        .unwrap_or_else(|| panic!("payload {:?} is not IPv4", p.payload)),
+                }
+            })),
+            Err(RecvError::Timeout) => {}
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    events
+}
+
+fn has_event(
+    events: &[PolicyEvent],
+    verdict: Verdict,
+    side: Side,
+    pod: &Host,
+    policy: Option<&str>,
+    (from, to, protocol, port): (&Host, &Host, u8, u16),
+) -> bool {
+    events.iter().any(|e| {
+        e.prefix.verdict == verdict
+            && e.prefix.side == side
+            && e.prefix.interface == pod.ifname()
+            && e.prefix.policy.as_deref() == policy
+            && e.flow.src == from.ip
+            && e.flow.dst == to.ip
+            && e.flow.protocol == protocol
+            && e.flow.dst_port == port
+    })
+}
+
+#[test]
+fn event_logs_report_allowed_and_denied_flows_and_leave_verdicts_alone() {
+    let mut t = Topology::new();
+    t.events = Some(EventLog::default());
+    let _b = Servers::start(&t.b, &[8080], &[5353]);
+    let _a = Servers::start(&t.a, &[8080], &[]);
+    let mut log = NflogSocket::open(
+        Some(&t.node_path()),
+        EventLog::default().group,
+        Duration::from_millis(100),
+    )
+    .unwrap();
+    let rs = ruleset(
+        &t,
+        &[("p_a", addr_set(&[t.a.ip]))],
+        vec![pod_rules(
+            &t.b,
+            Direction::Isolated(vec![rule(
+                "test/web",
+                in_set("p_a"),
+                ports(Protocol::Tcp, 8080, 8080),
+            )]),
+            Direction::Isolated(vec![]),
+        )],
+    );
+    t.apply_full(&rs);
+    use L4::{Tcp, Udp};
+    check(
+        "pod B isolated both ways, with event logs",
+        &[
+            allowed(&t.a, Tcp, &t.b, 8080),
+            denied(&t.c, Tcp, &t.b, 8080),
+            denied(&t.a, Udp, &t.b, 5353),
+            denied(&t.b, Tcp, &t.a, 8080),
+            allowed(&t.c, Tcp, &t.a, 8080),
+        ],
+    );
+    let events = read_events(&mut log, Duration::from_millis(300));
+    const TCP: u8 = 6;
+    const UDP: u8 = 17;
+    let (a, b, c) = (&t.a, &t.b, &t.c);
+    assert!(
+        has_event(
+            &events,
+            Verdict::Accept,
+            Side::Ingress,
+            b,
+            Some("test/web"),
+            (a, b, TCP, 8080)
+        ),
+        "{events:#?}"
+    );
+    assert!(
+        has_event(
+            &events,
+            Verdict::Deny,
+            Side::Ingress,
+            b,
+            None,
+            (c, b, TCP, 8080)
+        ),
+        "{events:#?}"
+    );
+    assert!(
+        has_event(
+            &events,
+            Verdict::Deny,
+            Side::Ingress,
+            b,
+            None,
+            (a, b, UDP, 5353)
+        ),
+        "{events:#?}"
+    );
+    assert!(
+        has_event(
+            &events,
+            Verdict::Deny,
+            Side::Egress,
+            b,
+            None,
+            (b, a, TCP, 8080)
+        ),
+        "{events:#?}"
+    );
+    // Only B is isolated: C → A passes no pod chain and is not logged, and the accepted
+    // connection is logged once (its first packet), not per packet.
+    assert!(
+        !events
+            .iter()
+            .any(|e| e.flow.dst == a.ip && e.flow.src == c.ip),
+        "{events:#?}"
+    );
+    let accepts = events
+        .iter()
+        .filter(|e| e.prefix.verdict == Verdict::Accept)
+        .count();
+    assert_eq!(accepts, 1, "{events:#?}");
+    // The counters count as without event logs.
+    let chain = policy::ingress_chain(b.ifname());
+    assert_eq!(t.counted(&chain, Some("test/web")), 1, "{:?}", t.counters());
+    assert!(t.counted(&chain, None) >= 2, "{:?}", t.counters());
+
+    // In place: C joins the web policy's peers, and B may now send UDP to C.
+    let mut rs2 = rs.clone();
+    rs2.sets.insert("p_a".into(), addr_set(&[t.a.ip, t.c.ip]));
+    rs2.sets.insert("p_c".into(), addr_set(&[t.c.ip]));
+    rs2.pods.get_mut(b.ifname()).unwrap().egress = Direction::Isolated(vec![rule(
+        "test/to-c",
+        in_set("p_c"),
+        PortMatch::Protocol(Protocol::Udp),
+    )]);
+    let _c = Servers::start(&t.c, &[], &[5353]);
+    t.update(&rs, &rs2);
+    check(
+        "after the update",
+        &[
+            allowed(&t.c, Tcp, &t.b, 8080),
+            allowed(&t.b, Udp, &t.c, 5353),
+            denied(&t.b, Udp, &t.a, 5353),
+        ],
+    );
+    let events = read_events(&mut log, Duration::from_millis(300));
+    assert!(
+        has_event(
+            &events,
+            Verdict::Accept,
+            Side::Ingress,
+            b,
+            Some("test/web"),
+            (c, b, TCP, 8080)
+        ),
+        "{events:#?}"
+    );
+    assert!(
+        has_event(
+            &events,
+            Verdict::Accept,
+            Side::Egress,
+            b,
+            Some("test/to-c"),
+            (b, c, UDP, 5353)
+        ),
+        "{events:#?}"
+    );
+    assert!(
+        has_event(
+            &events,
+            Verdict::Deny,
+            Side::Egress,
+            b,
+            None,
+            (b, a, UDP, 5353)
+        ),
+        "{events:#?}"
+    );
+    assert_eq!(log.take_lost(), 0);
+}
+
+#[test]
+fn a_flood_of_denied_packets_is_logged_within_the_limit_and_still_dropped() {
+    let mut t = Topology::new();
+    t.events = Some(EventLog::default());
+    let mut log = NflogSocket::open(
+        Some(&t.node_path()),
+        EventLog::default().group,
+        Duration::from_millis(100),
+    )
+    .unwrap();
+    let rs = ruleset(
+        &t,
+        &[],
+        vec![pod_rules(
+            &t.b,
+            Direction::Isolated(vec![]),
+            Direction::Open,
+        )],
+    );
+    t.apply_full(&rs);
+    // 5,000 denied UDP datagrams as fast as one thread sends them, each from a new port, so
+    // each is the first packet of its flow.
+    let sent = 5_000u32;
+    let to = t.b.at(9);
+    let started = std::time::Instant::now();
+    in_netns(&t.a.path(), move || {
+        for _ in 0..sent {
+            let s = UdpSocket::bind("0.0.0.0:0").unwrap();
+            let _ = s.send_to(b"x", to);
+        }
+    });
+    let events = read_events(&mut log, Duration::from_millis(500));
+    let elapsed = started.elapsed().as_secs_f64();
+    let chain = policy::ingress_chain(t.b.ifname());
+    let dropped = t.counted(&chain, None);
+    let bound = f64::from(vpcnet_datapath::policy_events::BURST)
+        + f64::from(vpcnet_datapath::policy_events::RATE_PER_SECOND) * elapsed;
+    eprintln!(
+        "flood: {sent} sent, {dropped} dropped, {} logged in {elapsed:.2} s (bound {bound:.0}), {} lost",
+        events.len(),
+        log.take_lost()
+    );
+    assert_eq!(dropped, u64::from(sent), "every datagram is still dropped");
+    assert!(
+        events.len() as f64 <= bound + 1.0,
+        "{} events logged, more than the limit's {bound:.0}",
+        events.len()
+    );
+    assert!(
+        events.len() >= vpcnet_datapath::policy_events::BURST as usize,
+        "the burst is logged: {}",
+        events.len()
+    );
 }

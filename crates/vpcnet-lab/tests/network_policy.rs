@@ -83,6 +83,9 @@ fn policies_hold_from_a_pods_first_packet() {
             o.kube_proxy_mode = KubeProxyMode::DaemonSet;
             o.agent_env
                 .push(("VPCNET_ENABLE_NETWORK_POLICY".into(), "true".into()));
+            // The chart's nodeAgent.enablePolicyEventLogs=true.
+            o.agent_env
+                .push(("VPCNET_POLICY_EVENT_LOGS".into(), "true".into()));
         },
         |lab| {
             let k = lab.kube().kubectl().unwrap();
@@ -190,6 +193,42 @@ fn policies_hold_from_a_pods_first_packet() {
                 .map(|(name, .., v)| (*name, v.to_string()))
                 .collect();
             assert_eq!(got, want);
+
+            // Node a's policy event log (the node agent's file, through the chart's mount of
+            // /var/log/aws-routed-eni) has a line for an allowed and for denied connections.
+            let log = node_a.path("/var/log/aws-routed-eni/network-policy-agent.log");
+            let line = |verdict: &str, direction: &str, to: std::net::Ipv4Addr, pod: &str| {
+                let want = format!(
+                    "Dest IP: {to} Dest Port: 80 Proto TCP Verdict {verdict} Direction {direction}, Tier NETWORK_POLICY"
+                );
+                let deadline = Instant::now() + Duration::from_secs(10);
+                loop {
+                    let text = std::fs::read_to_string(&log).unwrap_or_default();
+                    let found = text.lines().find(|l| {
+                        let v: serde_json::Value = serde_json::from_str(l).unwrap_or_default();
+                        v["msg"].as_str().is_some_and(|m| m.ends_with(&want))
+                            && v["pod"].as_str().is_some_and(|p| p.starts_with(pod))
+                    });
+                    if let Some(l) = found {
+                        eprintln!("event log: {l}");
+                        return;
+                    }
+                    assert!(
+                        Instant::now() < deadline,
+                        "no {verdict} {direction} line to {to} for {pod} in {}:\n{text}",
+                        log.display()
+                    );
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+            };
+            line("ACCEPT", "ingress", guarded, "default/guarded-");
+            line("DENY", "ingress", guarded, "default/guarded-");
+            line("DENY", "egress", open, "default/locked-same");
+            let text = agent_metrics(&node_a.netns);
+            assert!(
+                text.contains("vpcnet_network_policy_events_written{verdict=\"DENY\"}"),
+                "{text}"
+            );
 
             // Deleting the egress policy opens locked pods for their first packet too.
             k.run(&["delete", "networkpolicy", "-n", "default", "locked-egress"])

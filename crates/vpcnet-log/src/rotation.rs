@@ -26,6 +26,14 @@ impl Rotation {
         max_bytes: 100 * 1024 * 1024,
         backups: 5,
     };
+
+    /// The VPC CNI node agent's policy for its log, which holds the policy event log
+    /// (`network-policy-agent.log`: `MaxSize` 200 megabytes, `MaxBackups` 8). It also gzips
+    /// rotated files and deletes them after 30 days; vpcnet keeps them uncompressed, by count.
+    pub const NODE_AGENT: Rotation = Rotation {
+        max_bytes: 200 * 1024 * 1024,
+        backups: 8,
+    };
 }
 
 /// A log file that cannot be opened.

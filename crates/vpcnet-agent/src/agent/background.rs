@@ -128,6 +128,15 @@ pub(super) fn spawn_api_client(
         let verdicts =
             crate::network_policy::export_verdicts(np.node().clone(), shared.metrics().clone());
         tasks.other_until(stop, verdicts);
+        if let Some(target) = &opts.policy_event_log {
+            let events = crate::network_policy::events::run(
+                np.node().clone(),
+                np.pod_names(),
+                target.clone(),
+                shared.metrics().clone(),
+            );
+            tasks.other_until(stop, events);
+        }
     }
     // Prefix delegation: its fallback to secondary IPs on a fragmented subnet is reported on
     // the Node.

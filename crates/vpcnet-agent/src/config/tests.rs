@@ -391,3 +391,44 @@ fn network_policy_settings_parse_and_contradictions_are_refused() {
     assert_eq!(e.first.var, "VPCNET_ENABLE_NETWORK_POLICY");
     assert!(e.first.problem.contains("nftables"), "{e}");
 }
+
+#[test]
+fn policy_event_logs_need_enforcement_and_default_to_the_node_agents_file() {
+    let c = cfg(&[]).unwrap();
+    assert!(!c.policy_event_logs);
+    assert_eq!(
+        c.policy_event_log_file,
+        "/host/var/log/aws-routed-eni/network-policy-agent.log"
+    );
+    let c = cfg(&[
+        ("VPCNET_ENABLE_NETWORK_POLICY", "true"),
+        ("VPCNET_POLICY_EVENT_LOGS", "true"),
+        ("VPCNET_POLICY_EVENT_LOG_FILE", "stdout"),
+    ])
+    .unwrap();
+    assert!(c.policy_event_logs);
+    assert_eq!(
+        crate::options_from_config(&c)
+            .unwrap()
+            .policy_event_log
+            .as_deref(),
+        Some("stdout")
+    );
+    let e = err(&[("VPCNET_POLICY_EVENT_LOGS", "true")]);
+    assert_eq!(e.first.var, "VPCNET_POLICY_EVENT_LOGS");
+    assert!(e.first.refused, "{e}");
+    assert!(
+        e.first
+            .accepted
+            .contains("VPCNET_ENABLE_NETWORK_POLICY=true")
+            && e.first
+                .accepted
+                .contains("nodeAgent.enablePolicyEventLogs=false"),
+        "{e}"
+    );
+    let e = err(&[
+        ("VPCNET_ENABLE_NETWORK_POLICY", "true"),
+        ("VPCNET_POLICY_EVENT_LOG_FILE", "relative.log"),
+    ]);
+    assert_eq!(e.first.var, "VPCNET_POLICY_EVENT_LOG_FILE");
+}

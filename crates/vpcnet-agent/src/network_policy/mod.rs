@@ -17,6 +17,7 @@
 //!   address is taken back and kubelet retries: a pod never starts with rules computed from
 //!   objects the agent has not read.
 
+pub mod events;
 pub mod watch;
 
 use std::collections::BTreeMap;
@@ -65,6 +66,11 @@ pub struct Enforcer {
     metrics: Arc<Metrics>,
     inner: Mutex<Inner>,
     synced: channel::Sender<bool>,
+    /// Policy event logs: the rules log to NFLOG ([`events`]).
+    events: Option<vpcnet_datapath::policy_events::EventLog>,
+    /// The pods of the table as last applied, by host interface (`namespace/name`), for the
+    /// event log's lines.
+    pods: events::PodNames,
 }
 
 struct Inner {
@@ -82,17 +88,25 @@ impl Enforcer {
         &self.node
     }
 
+    /// The pods of the applied table by host interface (shared with the event log reader).
+    pub fn pod_names(&self) -> events::PodNames {
+        self.pods.clone()
+    }
+
     pub fn new(
         mode: Mode,
         veth_prefix: String,
         node: Arc<dyn NodeNetwork>,
         metrics: Arc<Metrics>,
+        events: Option<vpcnet_datapath::policy_events::EventLog>,
     ) -> Self {
         Enforcer {
             mode,
             veth_prefix,
             node,
             metrics,
+            events,
+            pods: events::PodNames::default(),
             inner: Mutex::new(Inner {
                 world: World::default(),
                 applied: None,
@@ -176,11 +190,11 @@ impl Enforcer {
         let local = self.local_pods(shared);
         let rules = vpcnet_policy::compile(&inner.world, &local, self.mode);
         let script = match &inner.applied {
-            Some(old) => match vpcnet_datapath::policy::render_update(old, &rules)? {
+            Some(old) => match vpcnet_datapath::policy::render_update(old, &rules, self.events)? {
                 Some(s) => s,
                 None => return Ok(()),
             },
-            None => vpcnet_datapath::policy::render_full(&rules)?,
+            None => vpcnet_datapath::policy::render_full(&rules, self.events)?,
         };
         let full = inner.applied.is_none();
         inner.applied = None;
@@ -215,6 +229,7 @@ impl Enforcer {
             ?took,
             "network policy programmed"
         );
+        self.pods.replace(&rules);
         inner.applied = Some(rules);
         Ok(())
     }

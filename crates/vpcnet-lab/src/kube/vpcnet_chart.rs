@@ -177,19 +177,27 @@ pub(crate) fn build_lab_image(
 /// The values file the lab installs the chart with: the image `reference` (imported, never
 /// pulled) and `env` merged over the chart's default `env`. `VPCNET_ENABLE_NETWORK_POLICY`
 /// in `env` becomes the chart's `enableNetworkPolicy`, as an operator turns enforcement on
-/// (the chart then also grants the agent its watches).
+/// (the chart then also grants the agent its watches), and `VPCNET_POLICY_EVENT_LOGS` its
+/// `nodeAgent.enablePolicyEventLogs`.
 pub fn values(reference: &str, env: &BTreeMap<String, String>) -> Value {
     let image = json!({"override": reference, "pullPolicy": "Never"});
     let mut env = env.clone();
-    let policy = env
-        .remove("VPCNET_ENABLE_NETWORK_POLICY")
-        .is_some_and(|v| ["1", "t", "T", "TRUE", "true", "True"].contains(&v.as_str()));
-    json!({
+    let mut flag = |name: &str| {
+        env.remove(name)
+            .is_some_and(|v| ["1", "t", "T", "TRUE", "true", "True"].contains(&v.as_str()))
+    };
+    let policy = flag("VPCNET_ENABLE_NETWORK_POLICY");
+    let event_logs = flag("VPCNET_POLICY_EVENT_LOGS");
+    let mut values = json!({
         "image": image,
         "init": {"image": image},
         "env": env,
         "enableNetworkPolicy": policy.to_string(),
-    })
+    });
+    if event_logs {
+        values["nodeAgent"] = json!({"enablePolicyEventLogs": "true"});
+    }
+    values
 }
 
 impl VpcnetChart<'_> {
@@ -365,6 +373,22 @@ mod tests {
             v["env"].get("VPCNET_ENABLE_NETWORK_POLICY").is_none(),
             "{v}"
         );
+    }
+
+    #[test]
+    fn the_event_log_variable_becomes_the_node_agent_value() {
+        let env = BTreeMap::from([
+            (
+                "VPCNET_ENABLE_NETWORK_POLICY".to_string(),
+                "true".to_string(),
+            ),
+            ("VPCNET_POLICY_EVENT_LOGS".to_string(), "true".to_string()),
+        ]);
+        let v = values("r", &env);
+        assert_eq!(v["nodeAgent"]["enablePolicyEventLogs"], "true");
+        assert!(v["env"].get("VPCNET_POLICY_EVENT_LOGS").is_none(), "{v}");
+        let v = values("r", &BTreeMap::new());
+        assert!(v.get("nodeAgent").is_none(), "{v}");
     }
 
     #[test]
