@@ -177,6 +177,9 @@ pub struct AgentOptions {
     /// agent enforces NetworkPolicy ([`crate::network_policy`]); `None` = off (the table is
     /// removed at start).
     pub network_policy: Option<vpcnet_policy::Mode>,
+    /// VPCNET_NETWORK_POLICY_AGENT=aws-eks-nodeagent: the AWS node agent enforces
+    /// NetworkPolicy ([`crate::grpc::node_agent`]); `None` = it is not used.
+    pub node_agent: Option<NodeAgent>,
     /// AWS_MANAGE_ENIS_NON_SCHEDULABLE: `false` pauses pool growth and ENI deletion while the
     /// Node is cordoned ([`crate::kubernetes::node_watch`]); `true` (and the default of these
     /// options, for tests) manages ENIs whatever the Node's state.
@@ -237,6 +240,7 @@ impl Default for AgentOptions {
             shutdown_timeout: Duration::from_secs(5),
             annotate_pod_ip: false,
             network_policy: None,
+            node_agent: None,
             manage_enis_non_schedulable: true,
             provisioning: Default::default(),
         }
@@ -347,8 +351,24 @@ pub fn options_from_config(c: &Config) -> anyhow::Result<AgentOptions> {
                 crate::config::PolicyMode::Standard => vpcnet_policy::Mode::Standard,
                 crate::config::PolicyMode::Strict => vpcnet_policy::Mode::Strict,
             }),
+        node_agent: (c.network_policy_agent == crate::config::PolicyAgent::AwsEksNodeagent).then(
+            || NodeAgent {
+                mode: c.network_policy_enforcing_mode.to_string(),
+                ipamd_socket: c.ipamd_socket.clone(),
+            },
+        ),
         manage_enis_non_schedulable: c.manage_enis_non_schedulable,
         provisioning,
         ..AgentOptions::default()
     })
+}
+
+/// The AWS node agent's contract (VPCNET_NETWORK_POLICY_AGENT=aws-eks-nodeagent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeAgent {
+    /// NETWORK_POLICY_ENFORCING_MODE as the node agent accepts it: `standard` or `strict`
+    /// (`none` is sent as `standard`: the node agent refuses `none`).
+    pub mode: String,
+    /// Where `GetNetworkPolicyConfigs` is served (VPCNET_IPAMD_SOCKET).
+    pub ipamd_socket: PathBuf,
 }
