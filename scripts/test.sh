@@ -24,6 +24,9 @@ VPCNET_ECR_CREDENTIAL_PROVIDER=$(./scripts/build-ecr-credential-provider.sh | ta
 export VPCNET_ECR_CREDENTIAL_PROVIDER
 VPCNET_REGISTRY_BIN_DIR=$(./scripts/build-registry.sh | tail -n 1)
 export VPCNET_REGISTRY_BIN_DIR
+echo "==> npa-contract, the AWS node agent's gRPC edges from the VPC CNI's generated code, for the node agent contract tests (scripts/build-npa-contract.sh; cached per pins)" >&2
+VPCNET_NPA_CONTRACT_BIN_DIR=$(./scripts/build-npa-contract.sh | tail -n 1)
+export VPCNET_NPA_CONTRACT_BIN_DIR
 echo "==> helm for the charts' lint and template tests (scripts/build-helm.sh; cached per pins)" >&2
 VPCNET_HELM_BIN_DIR=$(./scripts/build-helm.sh | tail -n 1)
 export VPCNET_HELM_BIN_DIR

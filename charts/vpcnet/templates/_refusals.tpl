@@ -20,7 +20,7 @@ Rendered first by daemonset.yaml. Each message starts "vpcnet: <key>".
 {{- with $v.nodeAgent -}}
 {{- range $key, $_ := . -}}
 {{- if not (has $key (list "enabled" "enablePolicyEventLogs" "enableCloudWatchLogs")) -}}
-{{- fail (printf "vpcnet: nodeAgent.%s is not supported: vpcnet enforces network policy in its own agent (no aws-eks-nodeagent container), so it would configure nothing; remove nodeAgent.%s (nodeAgent.enabled, nodeAgent.enablePolicyEventLogs and enableNetworkPolicy are what vpcnet reads)" $key $key) -}}
+{{- fail (printf "vpcnet: nodeAgent.%s is not supported: vpcnet enforces network policy in its own agent (no aws-eks-nodeagent container), so it would configure nothing; remove nodeAgent.%s (nodeAgent.enabled, nodeAgent.enablePolicyEventLogs and enableNetworkPolicy are what vpcnet reads; to keep the AWS node agent instead, run it in a DaemonSet of its own and set env.VPCNET_NETWORK_POLICY_AGENT=aws-eks-nodeagent, see docs/network-policy.md)" $key $key) -}}
 {{- end -}}
 {{- end -}}
 {{- if hasKey . "enablePolicyEventLogs" -}}
@@ -40,6 +40,9 @@ Rendered first by daemonset.yaml. Each message starts "vpcnet: <key>".
 {{- end -}}
 {{- if not (has (toString $v.enableNetworkPolicy) (list "true" "false")) -}}
 {{- fail (printf "vpcnet: enableNetworkPolicy=%v is not valid: set it to \"true\" (enforce NetworkPolicy on the nodes) or \"false\"" $v.enableNetworkPolicy) -}}
+{{- end -}}
+{{- if and (eq (toString (index $v.env "VPCNET_NETWORK_POLICY_AGENT" | default "")) "aws-eks-nodeagent") (include "vpcnet.networkPolicy" .) -}}
+{{- fail "vpcnet: env.VPCNET_NETWORK_POLICY_AGENT=aws-eks-nodeagent is not supported with enableNetworkPolicy=true: the AWS node agent enforces NetworkPolicy then, and vpcnet's own enforcement beside it would drop what the node agent allows; set enableNetworkPolicy=false (the node agent runs in a DaemonSet of its own, see docs/network-policy.md), or remove env.VPCNET_NETWORK_POLICY_AGENT to have vpcnet enforce" -}}
 {{- end -}}
 {{- if hasKey $v.env "VPCNET_ENABLE_NETWORK_POLICY" -}}
 {{- fail "vpcnet: env.VPCNET_ENABLE_NETWORK_POLICY is not supported: the chart sets it from enableNetworkPolicy, together with the RBAC the agent's watches need; remove it from env and set enableNetworkPolicy" -}}

@@ -116,6 +116,18 @@ pub async fn start(opts: AgentOptions, deps: AgentDeps) -> anyhow::Result<AgentH
     let started = Instant::now();
     let (stop, stop_rx) = watch::channel(false);
     let listener = crate::grpc::bind(&opts.socket_path)?;
+    // The AWS node agent's socket, bound before anything is served so a path that cannot be
+    // bound fails the start.
+    let ipamd_listener = match &opts.node_agent {
+        Some(n) => Some(crate::grpc::bind(&n.ipamd_socket).with_context(|| {
+            format!(
+                "VPCNET_NETWORK_POLICY_AGENT=aws-eks-nodeagent: the node agent's socket {} \
+                 (VPCNET_IPAMD_SOCKET); is the VPC CNI's aws-node still running on this node?",
+                n.ipamd_socket.display()
+            )
+        })?),
+        None => None,
+    };
     let metrics = Arc::new(Metrics::new());
     metrics.set_provisioning_mode([(opts.provisioning.label(), 1)]);
     let found = discover(&opts, &deps, metrics.clone(), started).await?;
@@ -152,6 +164,14 @@ pub async fn start(opts: AgentOptions, deps: AgentDeps) -> anyhow::Result<AgentH
         &stop_rx,
         crate::grpc::serve(shared.clone(), listener, stop_rx.clone()),
     );
+    if let Some(l) = ipamd_listener {
+        tasks.essential(
+            "grpc-ipamd",
+            &shared,
+            &stop_rx,
+            crate::grpc::node_agent::serve(shared.clone(), l, stop_rx.clone()),
+        );
+    }
     // Every listener is bound before the conflist points kubelet at this agent: a port that
     // cannot be bound fails the start with no conflist written.
     let introspection_addr = serve_http(

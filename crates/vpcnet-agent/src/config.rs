@@ -35,7 +35,8 @@ pub use declare::Declaration;
 pub use error::{ConfigError, InvalidSetting};
 use kinds::{
     AbsPath, Bind, Cidrs, Flag, Int, Optional, Rate, Tags, Target, Url, AGENT_LOG_FILE, LOG_LEVEL,
-    PLUGIN_LOG_FILE, PLUGIN_LOG_LEVEL, POLICY_MODE, RANDOMIZE_SNAT, TEXT, VETH_PREFIX,
+    PLUGIN_LOG_FILE, PLUGIN_LOG_LEVEL, POLICY_AGENT, POLICY_MODE, RANDOMIZE_SNAT, TEXT,
+    VETH_PREFIX,
 };
 
 /// Port randomisation of the SNAT rule (`AWS_VPC_K8S_CNI_RANDOMIZESNAT`).
@@ -69,6 +70,23 @@ pub enum PolicyMode {
 impl fmt::Display for PolicyMode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&kinds::Kind::show(&POLICY_MODE, self))
+    }
+}
+
+/// Who enforces NetworkPolicy (`VPCNET_NETWORK_POLICY_AGENT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PolicyAgent {
+    /// vpcnet's own enforcement (`VPCNET_ENABLE_NETWORK_POLICY`).
+    Vpcnet,
+    /// The AWS node agent beside vpcnet, through the VPC CNI's contract (npa.sock,
+    /// ipamd.sock).
+    AwsEksNodeagent,
+}
+
+impl fmt::Display for PolicyAgent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&kinds::Kind::show(&POLICY_AGENT, self))
     }
 }
 
@@ -250,7 +268,8 @@ settings! {
         /// What a pod no policy selects may do: `standard` (or `none`): everything, in the
         /// directions no policy isolates; `strict`: nothing, both ways, until a policy
         /// selects it. Either way a pod's policies are in force before its ADD is answered.
-        /// `strict` needs `VPCNET_ENABLE_NETWORK_POLICY=true`.
+        /// `strict` needs `VPCNET_ENABLE_NETWORK_POLICY=true` or
+        /// `VPCNET_NETWORK_POLICY_AGENT=aws-eks-nodeagent`.
         network_policy_enforcing_mode: PolicyMode =
             "NETWORK_POLICY_ENFORCING_MODE", "standard", POLICY_MODE;
         /// Policy event logs, as the VPC CNI's node agent writes them with
@@ -266,6 +285,22 @@ settings! {
         /// container where the DaemonSet mounts the node's `/var/log/aws-routed-eni`.
         policy_event_log_file: String = "VPCNET_POLICY_EVENT_LOG_FILE",
             "/host/var/log/aws-routed-eni/network-policy-agent.log", AGENT_LOG_FILE;
+        /// Who enforces NetworkPolicy. `vpcnet`: vpcnet itself, when
+        /// `VPCNET_ENABLE_NETWORK_POLICY=true`. `aws-eks-nodeagent`: the AWS network policy
+        /// agent run beside vpcnet (the VPC CNI chart's `aws-eks-nodeagent` container), through
+        /// the VPC CNI's contract: the agent serves `GetNetworkPolicyConfigs` on
+        /// `VPCNET_IPAMD_SOCKET` and puts `NETWORK_POLICY_ENFORCING_MODE` in its answers to the
+        /// plugin, which calls the node agent on `/var/run/aws-node/npa.sock` in every ADD
+        /// (failing the ADD when it fails) and DEL. vpcnet then enforces nothing itself, so
+        /// `VPCNET_ENABLE_NETWORK_POLICY=true` is refused with it. See
+        /// [network policy](network-policy.md#the-aws-node-agent-instead).
+        network_policy_agent: PolicyAgent =
+            "VPCNET_NETWORK_POLICY_AGENT", "vpcnet", POLICY_AGENT;
+        /// With `VPCNET_NETWORK_POLICY_AGENT=aws-eks-nodeagent`: the gRPC Unix socket (mode
+        /// 0660) on which the agent answers the node agent's `GetNetworkPolicyConfigs`, the
+        /// VPC CNI ipamd's path, where the node agent looks for it.
+        ipamd_socket: PathBuf =
+            "VPCNET_IPAMD_SOCKET", "/var/run/aws-node/ipamd.sock", AbsPath;
 
         ["cluster"]
         /// The API server's `https://` URL, used directly instead of the `kubernetes` Service,
@@ -492,7 +527,26 @@ impl Config {
     /// Network policy settings that contradict another setting.
     fn policy_conflicts(&self) -> Vec<InvalidSetting> {
         let mut out = Vec::new();
-        if self.network_policy_enforcing_mode == PolicyMode::Strict && !self.enable_network_policy {
+        let node_agent = self.network_policy_agent == PolicyAgent::AwsEksNodeagent;
+        if node_agent && self.enable_network_policy {
+            out.push(InvalidSetting {
+                var: "VPCNET_ENABLE_NETWORK_POLICY",
+                value: "true".into(),
+                problem: "VPCNET_NETWORK_POLICY_AGENT=aws-eks-nodeagent hands NetworkPolicy to \
+                          the AWS node agent, and two enforcers on one node would each drop \
+                          what the other allows"
+                    .into(),
+                accepted: "set VPCNET_ENABLE_NETWORK_POLICY=false (the chart's \
+                           enableNetworkPolicy=false) to keep the node agent, or remove \
+                           VPCNET_NETWORK_POLICY_AGENT to have vpcnet enforce"
+                    .into(),
+                refused: true,
+            });
+        }
+        if self.network_policy_enforcing_mode == PolicyMode::Strict
+            && !self.enable_network_policy
+            && !node_agent
+        {
             out.push(InvalidSetting {
                 var: "NETWORK_POLICY_ENFORCING_MODE",
                 value: "strict".into(),
@@ -501,8 +555,9 @@ impl Config {
                           false"
                     .into(),
                 accepted: "set VPCNET_ENABLE_NETWORK_POLICY=true (the chart's \
-                           enableNetworkPolicy=true), or set NETWORK_POLICY_ENFORCING_MODE to \
-                           standard"
+                           enableNetworkPolicy=true), or VPCNET_NETWORK_POLICY_AGENT=\
+                           aws-eks-nodeagent with the node agent running, or set \
+                           NETWORK_POLICY_ENFORCING_MODE to standard"
                     .into(),
                 refused: true,
             });

@@ -18,6 +18,7 @@ use crate::state::Shared;
 use version::{check_plugin_version, log_unknown_call, with_agent_version};
 
 mod annotate;
+pub mod node_agent;
 mod version;
 
 /// The service.
@@ -321,6 +322,7 @@ impl CniBackend for Backend {
             eni_id: g.eni_id,
             mtu: self.shared.opts.mtu,
             extra_interfaces,
+            network_policy_mode: node_agent::mode(&self.shared.opts),
         }))
     }
 
@@ -359,8 +361,12 @@ impl CniBackend for Backend {
                 })
                 .collect()
         };
+        let network_policy_mode = node_agent::mode(&self.shared.opts);
         if released.is_empty() {
-            return Ok(Response::new(DelNetworkReply::default()));
+            return Ok(Response::new(DelNetworkReply {
+                network_policy_mode,
+                ..Default::default()
+            }));
         }
         if let Err(e) = self.shared.persist().await {
             // Keep memory and file in agreement: the pod holds the addresses again and the
@@ -421,10 +427,12 @@ impl CniBackend for Backend {
                 device_number: g.device_number,
                 route_table: Self::route_table(g.primary_eni, g.network_card, g.device_number),
                 extra_interfaces,
+                network_policy_mode,
             },
             None => DelNetworkReply {
                 released: true,
                 extra_interfaces,
+                network_policy_mode,
                 ..Default::default()
             },
         }))

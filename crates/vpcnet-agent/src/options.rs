@@ -181,6 +181,9 @@ pub struct AgentOptions {
     /// is written (`stdout`, `stderr` or a file), with network policy on; `None` = no events
     /// ([`crate::network_policy::events`]).
     pub policy_event_log: Option<String>,
+    /// VPCNET_NETWORK_POLICY_AGENT=aws-eks-nodeagent: the AWS node agent enforces
+    /// NetworkPolicy ([`crate::grpc::node_agent`]); `None` = it is not used.
+    pub node_agent: Option<NodeAgent>,
     /// AWS_MANAGE_ENIS_NON_SCHEDULABLE: `false` pauses pool growth and ENI deletion while the
     /// Node is cordoned ([`crate::kubernetes::node_watch`]); `true` (and the default of these
     /// options, for tests) manages ENIs whatever the Node's state.
@@ -242,6 +245,7 @@ impl Default for AgentOptions {
             annotate_pod_ip: false,
             network_policy: None,
             policy_event_log: None,
+            node_agent: None,
             manage_enis_non_schedulable: true,
             provisioning: Default::default(),
         }
@@ -354,8 +358,24 @@ pub fn options_from_config(c: &Config) -> anyhow::Result<AgentOptions> {
             }),
         policy_event_log: (c.enable_network_policy && c.policy_event_logs)
             .then(|| c.policy_event_log_file.clone()),
+        node_agent: (c.network_policy_agent == crate::config::PolicyAgent::AwsEksNodeagent).then(
+            || NodeAgent {
+                mode: c.network_policy_enforcing_mode.to_string(),
+                ipamd_socket: c.ipamd_socket.clone(),
+            },
+        ),
         manage_enis_non_schedulable: c.manage_enis_non_schedulable,
         provisioning,
         ..AgentOptions::default()
     })
+}
+
+/// The AWS node agent's contract (VPCNET_NETWORK_POLICY_AGENT=aws-eks-nodeagent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeAgent {
+    /// NETWORK_POLICY_ENFORCING_MODE as the node agent accepts it: `standard` or `strict`
+    /// (`none` is sent as `standard`: the node agent refuses `none`).
+    pub mode: String,
+    /// Where `GetNetworkPolicyConfigs` is served (VPCNET_IPAMD_SOCKET).
+    pub ipamd_socket: PathBuf,
 }

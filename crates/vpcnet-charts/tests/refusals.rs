@@ -126,6 +126,33 @@ fn policy_event_logs_need_enforcement_and_cloudwatch_is_refused() {
 }
 
 #[test]
+fn the_aws_node_agent_beside_vpcnet_s_own_enforcement_is_refused() {
+    node(
+        &[
+            "enableNetworkPolicy=true",
+            "env.VPCNET_NETWORK_POLICY_AGENT=aws-eks-nodeagent",
+        ],
+        &[
+            "vpcnet: env.VPCNET_NETWORK_POLICY_AGENT=aws-eks-nodeagent",
+            "set enableNetworkPolicy=false",
+        ],
+    );
+    // With enforcement off (either way) it renders, into the agent's environment.
+    for off in ["enableNetworkPolicy=false", "nodeAgent.enabled=false"] {
+        let out = Render::new(Chart::Vpcnet)
+            .set("enableNetworkPolicy=true")
+            .set(off)
+            .set("env.VPCNET_NETWORK_POLICY_AGENT=aws-eks-nodeagent")
+            .run()
+            .unwrap();
+        assert!(
+            out.contains("VPCNET_NETWORK_POLICY_AGENT") && out.contains("aws-eks-nodeagent"),
+            "{off}"
+        );
+    }
+}
+
+#[test]
 fn windows_and_branch_eni_values_are_refused_unless_the_vpc_cni_default() {
     for (set, fix) in [
         ("enableWindowsIpam=true", "set it to false"),

@@ -30,6 +30,9 @@ pub const DEFAULT_VETH_PREFIX: &str = "eni";
 pub const DEFAULT_MTU: u32 = 9001;
 /// Default agent socket path.
 pub const DEFAULT_AGENT_SOCKET: &str = "/var/run/vpcnet/agent.sock";
+/// Default path of the AWS node agent's socket (`nodeAgentSocket`), the VPC CNI plugin's fixed
+/// path.
+pub const DEFAULT_NODE_AGENT_SOCKET: &str = "/var/run/aws-node/npa.sock";
 /// Default deadline for one agent call, rendered as `agentTimeout` (a duration string).
 pub const DEFAULT_AGENT_TIMEOUT: &str = "10s";
 /// Default plugin log file (`AWS_VPC_K8S_PLUGIN_LOG_FILE` in the VPC CNI).
@@ -85,6 +88,10 @@ pub struct PluginConf {
     /// `pluginLogFile`: a path, "stderr", or "" for no log.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plugin_log_file: Option<String>,
+    /// `nodeAgentSocket`: path of the AWS node agent's socket, called when the agent's answer
+    /// carries a network policy mode (default [`DEFAULT_NODE_AGENT_SOCKET`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_agent_socket: Option<String>,
     /// `pluginLogLevel`: Debug, Info, Warn or Error.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plugin_log_level: Option<String>,
@@ -122,6 +129,9 @@ pub struct ConflistSettings {
     pub plugin_log_file: String,
     /// Plugin log level: Debug, Info, Warn or Error.
     pub plugin_log_level: String,
+    /// The AWS node agent's socket; `None` = not written (the plugin uses
+    /// [`DEFAULT_NODE_AGENT_SOCKET`]).
+    pub node_agent_socket: Option<String>,
     /// Chain the reference `portmap` plugin (hostPort support) after ours.
     pub portmap: bool,
     /// Chain the reference `bandwidth` plugin after portmap (`ENABLE_BANDWIDTH_PLUGIN`).
@@ -142,6 +152,7 @@ impl Default for ConflistSettings {
             agent_timeout: DEFAULT_AGENT_TIMEOUT.into(),
             plugin_log_file: DEFAULT_PLUGIN_LOG_FILE.into(),
             plugin_log_level: DEFAULT_PLUGIN_LOG_LEVEL.into(),
+            node_agent_socket: None,
             portmap: true,
             bandwidth: false,
             disable_pod_v6: false,
@@ -160,6 +171,7 @@ impl ConflistSettings {
             agent_timeout: Some(NumOrString::Str(self.agent_timeout.clone())),
             plugin_log_file: Some(self.plugin_log_file.clone()),
             plugin_log_level: Some(self.plugin_log_level.clone()),
+            node_agent_socket: self.node_agent_socket.clone(),
         }
     }
 }

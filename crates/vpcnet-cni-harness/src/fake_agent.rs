@@ -25,6 +25,9 @@ pub struct FakeConfig {
     pub secondary_from: u32,
     /// MTU to report.
     pub mtu: u32,
+    /// `network_policy_mode` of every Add/Del answer (the agent's with
+    /// `VPCNET_NETWORK_POLICY_AGENT=aws-eks-nodeagent`); empty: none.
+    pub network_policy_mode: String,
 }
 
 impl Default for FakeConfig {
@@ -34,6 +37,7 @@ impl Default for FakeConfig {
             count: 200,
             secondary_from: 100,
             mtu: 9001,
+            network_policy_mode: String::new(),
         }
     }
 }
@@ -116,6 +120,7 @@ impl CniBackend for Svc {
             eni_id: format!("eni-fake{device}"),
             mtu: self.cfg.mtu,
             extra_interfaces: Vec::new(),
+            network_policy_mode: self.cfg.network_policy_mode.clone(),
         }))
     }
 
@@ -135,9 +140,13 @@ impl CniBackend for Svc {
                     device_number: self.device(i),
                     route_table: self.route_table(i),
                     extra_interfaces: Vec::new(),
+                    network_policy_mode: self.cfg.network_policy_mode.clone(),
                 }))
             }
-            None => Ok(Response::new(DelNetworkReply::default())),
+            None => Ok(Response::new(DelNetworkReply {
+                network_policy_mode: self.cfg.network_policy_mode.clone(),
+                ..Default::default()
+            })),
         }
     }
 

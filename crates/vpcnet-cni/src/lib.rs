@@ -9,6 +9,7 @@ pub mod agent_client;
 pub mod cni;
 pub use vpcnet_cni_config as conflist;
 pub mod log;
+pub mod node_agent;
 pub mod verbs;
 
 use cni::args;

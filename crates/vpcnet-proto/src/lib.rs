@@ -1,4 +1,6 @@
-//! Generated gRPC types for the plugin ↔ agent API (`proto/vpcnet/cni/v1/backend.proto`).
+//! Generated gRPC types for the plugin ↔ agent API (`proto/vpcnet/cni/v1/backend.proto`), and
+//! for the part of the VPC CNI's API that the AWS node agent (`aws-eks-nodeagent`) speaks
+//! (`proto/aws/rpc/network_policy.proto`, module [`aws_rpc`]).
 //! Needs `protoc` at build time (Debian `protobuf-compiler`, installed by scripts/install-deps.sh).
 #![allow(clippy::all)]
 
@@ -8,6 +10,18 @@ pub mod v1 {
 }
 
 pub use v1::*;
+
+/// `rpc` (the VPC CNI's package name, part of each method's path): `NPBackend`, which the node
+/// agent serves on [`aws_rpc::NPA_SOCKET`], and `ConfigServerBackend`, which the IPAM daemon
+/// serves on [`aws_rpc::IPAMD_SOCKET`].
+pub mod aws_rpc {
+    tonic::include_proto!("rpc");
+
+    /// Where the node agent serves `NPBackend` (the VPC CNI plugin's fixed path).
+    pub const NPA_SOCKET: &str = "/var/run/aws-node/npa.sock";
+    /// Where the node agent asks for `GetNetworkPolicyConfigs` (its fixed path).
+    pub const IPAMD_SOCKET: &str = "/var/run/aws-node/ipamd.sock";
+}
 
 /// Default path of the agent's Unix socket.
 pub const DEFAULT_SOCKET: &str = "/var/run/vpcnet/agent.sock";

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use ipnet::Ipv4Net;
 
-use super::{BindAddress, PolicyMode, RandomizeSnat};
+use super::{BindAddress, PolicyAgent, PolicyMode, RandomizeSnat};
 
 /// How one setting's text becomes its value.
 pub trait Kind {
@@ -359,6 +359,15 @@ pub const POLICY_MODE: Choice<PolicyMode> = Choice {
         ("strict", PolicyMode::Strict),
     ],
     accepted: "standard, strict, none (as standard)",
+};
+
+/// `VPCNET_NETWORK_POLICY_AGENT`.
+pub const POLICY_AGENT: Choice<PolicyAgent> = Choice {
+    words: &[
+        ("vpcnet", PolicyAgent::Vpcnet),
+        ("aws-eks-nodeagent", PolicyAgent::AwsEksNodeagent),
+    ],
+    accepted: "vpcnet, aws-eks-nodeagent",
 };
 
 /// `AWS_VPC_K8S_CNI_RANDOMIZESNAT`.

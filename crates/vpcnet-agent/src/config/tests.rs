@@ -432,3 +432,36 @@ fn policy_event_logs_need_enforcement_and_default_to_the_node_agents_file() {
     ]);
     assert_eq!(e.first.var, "VPCNET_POLICY_EVENT_LOG_FILE");
 }
+
+#[test]
+fn the_aws_node_agent_setting_parses_and_refuses_vpcnet_enforcement_beside_it() {
+    let c = cfg(&[]).unwrap();
+    assert_eq!(c.network_policy_agent, PolicyAgent::Vpcnet);
+    assert_eq!(
+        c.ipamd_socket,
+        PathBuf::from("/var/run/aws-node/ipamd.sock")
+    );
+    let c = cfg(&[
+        ("VPCNET_NETWORK_POLICY_AGENT", "aws-eks-nodeagent"),
+        ("VPCNET_IPAMD_SOCKET", "/tmp/ipamd.sock"),
+        // Strict is enforced by the node agent: no conflict.
+        ("NETWORK_POLICY_ENFORCING_MODE", "strict"),
+    ])
+    .unwrap();
+    assert_eq!(c.network_policy_agent, PolicyAgent::AwsEksNodeagent);
+    assert_eq!(c.ipamd_socket, PathBuf::from("/tmp/ipamd.sock"));
+    let e = err(&[("VPCNET_NETWORK_POLICY_AGENT", "cilium")]);
+    assert!(e.to_string().contains("vpcnet, aws-eks-nodeagent"), "{e}");
+    let e = err(&[
+        ("VPCNET_NETWORK_POLICY_AGENT", "aws-eks-nodeagent"),
+        ("VPCNET_ENABLE_NETWORK_POLICY", "true"),
+    ]);
+    let text = e.to_string();
+    assert!(
+        text.contains("VPCNET_ENABLE_NETWORK_POLICY")
+            && text.contains("set VPCNET_ENABLE_NETWORK_POLICY=false"),
+        "{text}"
+    );
+    let e = err(&[("VPCNET_IPAMD_SOCKET", "ipamd.sock")]);
+    assert!(e.to_string().contains("VPCNET_IPAMD_SOCKET"), "{e}");
+}

@@ -56,6 +56,9 @@ pub struct NetConf {
     pub agent_timeout: Duration,
     /// `pluginLogFile`: a path, "stderr", or "" for no log.
     pub plugin_log_file: String,
+    /// The AWS node agent's socket (`nodeAgentSocket`, default `/var/run/aws-node/npa.sock`),
+    /// called only when the agent's answer carries a network policy mode.
+    pub node_agent_socket: String,
     /// `pluginLogLevel`: Debug, Info, Warn, Error.
     pub plugin_log_level: String,
     /// `prevResult` as sent (ADD in a chain, CHECK, DEL).
@@ -167,6 +170,10 @@ pub fn parse(stdin: &[u8]) -> Result<NetConf, CniError> {
             .unwrap_or_else(|| conflist::DEFAULT_AGENT_SOCKET.into()),
         agent_timeout,
         plugin_log_file: plugin.plugin_log_file.unwrap_or_default(),
+        node_agent_socket: plugin
+            .node_agent_socket
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| conflist::DEFAULT_NODE_AGENT_SOCKET.into()),
         plugin_log_level: plugin.plugin_log_level.unwrap_or_else(|| "Info".into()),
         prev_result: raw.prev_result,
         valid_attachments: raw.valid_attachments,

@@ -37,6 +37,9 @@ pub mod code {
     pub const CHECK_FAILED: u32 = 105;
     /// The agent does not know a call the plugin made: plugin and agent versions differ.
     pub const VERSION_MISMATCH: u32 = 106;
+    /// The AWS node agent (`aws-eks-nodeagent`, VPCNET_NETWORK_POLICY_AGENT) did not put the
+    /// pod's network policy in place.
+    pub const NODE_AGENT: u32 = 107;
     /// Anything else.
     pub const GENERIC: u32 = 999;
 }

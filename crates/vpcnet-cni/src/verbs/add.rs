@@ -2,7 +2,10 @@
 //! failure after the agent assigned an IP, the datapath is rolled back and the IP released.
 //! A multi-homed pod (annotated `k8s.amazonaws.com/nicConfig: multi-nic-attachment`, passed
 //! by the runtime in `runtimeConfig`) gets one more interface per further network card the
-//! agent manages, `mNicIf<n>`, built and rolled back the same way.
+//! agent manages, `mNicIf<n>`, built and rolled back the same way. When the agent's answer
+//! carries a network policy mode (`VPCNET_NETWORK_POLICY_AGENT=aws-eks-nodeagent`), the AWS
+//! node agent is asked to enforce the pod's policies once the datapath is built; its failure
+//! undoes the datapath and gives the address back too.
 
 use serde_json::Value;
 use vpcnet_datapath::{host, names::format_mac, netns, pod};
@@ -13,6 +16,7 @@ use crate::agent_client::Agent;
 use crate::cni::error::{code, CniError};
 use crate::cni::result::{self, PodResult};
 use crate::conflist::DEFAULT_MTU;
+use crate::node_agent;
 
 pub async fn add(inv: &Invocation) -> Result<Value, CniError> {
     let env = &inv.env;
@@ -80,6 +84,33 @@ pub async fn add(inv: &Invocation) -> Result<Value, CniError> {
         Ok(pod_handle) => build(&node, &pod_ns, &pod_handle, &specs).await,
         Err(e) => Err(e),
     };
+    let built = match built {
+        Ok(links) if !reply.network_policy_mode.is_empty() => {
+            // As the VPC CNI's plugin: after the datapath, before the result.
+            let pod = node_agent::Pod {
+                name: &env.pod_name,
+                namespace: &env.pod_namespace,
+            };
+            match node_agent::enforce(
+                &inv.conf.node_agent_socket,
+                inv.conf.agent_timeout,
+                &pod,
+                &reply.network_policy_mode,
+                specs.len(),
+            )
+            .await
+            {
+                Ok(()) => Ok(links),
+                Err(e) => {
+                    tracing::error!(error = %e, "the node agent failed; removing the pod network and releasing {ip}");
+                    undo(&node, &specs).await;
+                    release(&mut agent, inv, ip.to_string()).await;
+                    return Err(e);
+                }
+            }
+        }
+        other => other,
+    };
     match built {
         Ok(links) => {
             let pods: Vec<PodResult> = specs
@@ -131,23 +162,29 @@ async fn build(
         match pod::setup_with(node, pod_ns, pod_handle, spec).await {
             Ok(l) => links.push(l),
             Err(e) => {
-                for done in &specs[..links.len()] {
-                    let gone = host::remove(
-                        node,
-                        &done.host_veth,
-                        Some(done.ip),
-                        host::VethAction::Delete,
-                    )
-                    .await;
-                    if let Err(re) = gone {
-                        tracing::warn!(error = %re, veth = %done.host_veth, "rollback after failed setup");
-                    }
-                }
+                undo(node, &specs[..links.len()]).await;
                 return Err(e);
             }
         }
     }
     Ok(links)
+}
+
+/// Removes the datapath of `specs`, built by this ADD, after a later step failed (best effort:
+/// logged).
+async fn undo(node: &rtnetlink::Handle, specs: &[pod::PodSpec]) {
+    for done in specs {
+        let gone = host::remove(
+            node,
+            &done.host_veth,
+            Some(done.ip),
+            host::VethAction::Delete,
+        )
+        .await;
+        if let Err(re) = gone {
+            tracing::warn!(error = %re, veth = %done.host_veth, "rollback after failed setup");
+        }
+    }
 }
 
 /// Gives the address back after a failed ADD (best effort: the agent's reconcile reclaims it

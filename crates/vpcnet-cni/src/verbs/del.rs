@@ -8,7 +8,10 @@
 //! another IP belongs to a newer pod with the same name and is never touched. Succeeds with a
 //! missing or empty netns and with the agent unreachable (the agent reclaims the IP by
 //! reconciling after it restarts). A multi-homed pod's further interfaces (`mNicIf<n>`, from
-//! the agent's answer, else from prevResult) lose their node side the same way.
+//! the agent's answer, else from prevResult) lose their node side the same way. When the
+//! agent's answer carries a network policy mode (`VPCNET_NETWORK_POLICY_AGENT=aws-eks-nodeagent`),
+//! the AWS node agent is told the pod is gone (`DeletePodNp`); its failure is logged, never
+//! fails the DEL.
 
 use vpcnet_datapath::{host, netns, nl};
 use vpcnet_proto::DelNetworkRequest;
@@ -17,6 +20,7 @@ use super::{datapath_error, host_veth, host_veth_of, Invocation};
 use crate::agent_client::Agent;
 use crate::cni::error::CniError;
 use crate::cni::result::{read_prev, read_prev_further};
+use crate::node_agent;
 
 pub async fn del(inv: &Invocation) -> Result<(), CniError> {
     let env = &inv.env;
@@ -44,6 +48,13 @@ pub async fn del(inv: &Invocation) -> Result<(), CniError> {
     let (agent_ip, mut further) = match reply {
         Ok(r) => {
             tracing::info!(released = r.released, ip = %r.ipv4_addr, further = r.extra_interfaces.len(), "agent released address");
+            if !r.network_policy_mode.is_empty() {
+                let pod = node_agent::Pod {
+                    name: &env.pod_name,
+                    namespace: &env.pod_namespace,
+                };
+                node_agent::delete(&inv.conf.node_agent_socket, inv.conf.agent_timeout, &pod).await;
+            }
             let further: Vec<(u32, std::net::Ipv4Addr)> = r
                 .extra_interfaces
                 .iter()
