@@ -21,6 +21,7 @@ fn populated() -> Arc<Metrics> {
     m.observe_policy_program("x", Duration::ZERO);
     m.set_policy_allowed_packets([("x", 1)]);
     m.set_policy_denied_packets([("x", 1)]);
+    m.set_policy_cluster_objects([("x", 1)]);
     m.inc_policy_events_written("x");
     m.inc_checkpoint_recovery("x");
     m.inc_evidence_hold("x");
