@@ -1413,6 +1413,30 @@ fn has_event(
     })
 }
 
+/// An expected event: verdict, side, the pod whose chain logs, the allowing policy, the flow.
+type Expected<'a> = (
+    Verdict,
+    Side,
+    &'a Host,
+    Option<&'a str>,
+    (&'a Host, &'a Host, u8, u16),
+);
+
+/// Asserts that each expected event is among `events`.
+fn expect_events(events: &[PolicyEvent], expected: &[Expected]) {
+    for &(verdict, side, pod, policy, flow) in expected {
+        assert!(
+            has_event(events, verdict, side, pod, policy, flow),
+            "no {verdict:?} {side:?} event of {} ({policy:?}) for {} → {} proto {} port {}: {events:#?}",
+            pod.ifname(),
+            flow.0.ip,
+            flow.1.ip,
+            flow.2,
+            flow.3
+        );
+    }
+}
+
 #[test]
 fn event_logs_report_allowed_and_denied_flows_and_leave_verdicts_alone() {
     let mut t = Topology::new();
@@ -1454,49 +1478,20 @@ fn event_logs_report_allowed_and_denied_flows_and_leave_verdicts_alone() {
     const TCP: u8 = 6;
     const UDP: u8 = 17;
     let (a, b, c) = (&t.a, &t.b, &t.c);
-    assert!(
-        has_event(
-            &events,
-            Verdict::Accept,
-            Side::Ingress,
-            b,
-            Some("test/web"),
-            (a, b, TCP, 8080)
-        ),
-        "{events:#?}"
-    );
-    assert!(
-        has_event(
-            &events,
-            Verdict::Deny,
-            Side::Ingress,
-            b,
-            None,
-            (c, b, TCP, 8080)
-        ),
-        "{events:#?}"
-    );
-    assert!(
-        has_event(
-            &events,
-            Verdict::Deny,
-            Side::Ingress,
-            b,
-            None,
-            (a, b, UDP, 5353)
-        ),
-        "{events:#?}"
-    );
-    assert!(
-        has_event(
-            &events,
-            Verdict::Deny,
-            Side::Egress,
-            b,
-            None,
-            (b, a, TCP, 8080)
-        ),
-        "{events:#?}"
+    expect_events(
+        &events,
+        &[
+            (
+                Verdict::Accept,
+                Side::Ingress,
+                b,
+                Some("test/web"),
+                (a, b, TCP, 8080),
+            ),
+            (Verdict::Deny, Side::Ingress, b, None, (c, b, TCP, 8080)),
+            (Verdict::Deny, Side::Ingress, b, None, (a, b, UDP, 5353)),
+            (Verdict::Deny, Side::Egress, b, None, (b, a, TCP, 8080)),
+        ],
     );
     // Only B is isolated: C → A passes no pod chain and is not logged, and the accepted
     // connection is logged once (its first packet), not per packet.
@@ -1536,38 +1531,25 @@ fn event_logs_report_allowed_and_denied_flows_and_leave_verdicts_alone() {
         ],
     );
     let events = read_events(&mut log, Duration::from_millis(300));
-    assert!(
-        has_event(
-            &events,
-            Verdict::Accept,
-            Side::Ingress,
-            b,
-            Some("test/web"),
-            (c, b, TCP, 8080)
-        ),
-        "{events:#?}"
-    );
-    assert!(
-        has_event(
-            &events,
-            Verdict::Accept,
-            Side::Egress,
-            b,
-            Some("test/to-c"),
-            (b, c, UDP, 5353)
-        ),
-        "{events:#?}"
-    );
-    assert!(
-        has_event(
-            &events,
-            Verdict::Deny,
-            Side::Egress,
-            b,
-            None,
-            (b, a, UDP, 5353)
-        ),
-        "{events:#?}"
+    expect_events(
+        &events,
+        &[
+            (
+                Verdict::Accept,
+                Side::Ingress,
+                b,
+                Some("test/web"),
+                (c, b, TCP, 8080),
+            ),
+            (
+                Verdict::Accept,
+                Side::Egress,
+                b,
+                Some("test/to-c"),
+                (b, c, UDP, 5353),
+            ),
+            (Verdict::Deny, Side::Egress, b, None, (b, a, UDP, 5353)),
+        ],
     );
     assert_eq!(log.take_lost(), 0);
 }
