@@ -407,7 +407,8 @@ metrics! {
         ["network-policy"]
         /// Seconds to compile and program the node's network policy rules (0.25 ms … 33 s
         /// buckets, in milliseconds), by trigger: `ADD` (before the ADD is answered), `DEL`,
-        /// `API change` (a NetworkPolicy, Pod or Namespace changed).
+        /// `API change` (a NetworkPolicy, Pod or Namespace changed), `repair` (the table lost
+        /// chains outside the agent and was replaced whole).
         network_policy_program_ms: Labelled<Histogram, 1> =
             Labelled::with(["trigger"], action_latency_histogram),
             "vpcnet_network_policy_program_ms",

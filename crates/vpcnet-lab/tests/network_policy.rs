@@ -230,6 +230,43 @@ fn policies_hold_from_a_pods_first_packet() {
                 "{text}"
             );
 
+            // A table deleted behind the agent's back (another tool flushing nftables) is
+            // replaced whole at the agent's next audit (every 15 s), isolation included.
+            let nft_a = |args: &[&str]| {
+                std::process::Command::new("ip")
+                    .args(["netns", "exec", &node_a.netns, "nft"])
+                    .args(args)
+                    .output()
+                    .unwrap()
+            };
+            let gone = nft_a(&["delete", "table", "inet", "vpcnet_policy"]);
+            assert!(gone.status.success(), "{gone:?}");
+            let deadline = Instant::now() + Duration::from_secs(40);
+            loop {
+                let out = nft_a(&["list", "map", "inet", "vpcnet_policy", "ingress"]);
+                if String::from_utf8_lossy(&out.stdout).contains("jump in_") {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "node a's agent did not put back its deleted table within 40 s"
+                );
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            let text = agent_metrics(&node_a.netns);
+            assert!(
+                text.contains("vpcnet_network_policy_program_ms_count{trigger=\"repair\"} 1"),
+                "{text}"
+            );
+            k.apply(&probe(
+                "stranger-after-repair",
+                json!({"role": "other"}),
+                a,
+                guarded,
+            ))
+            .unwrap();
+            assert_eq!(verdict(lab, "stranger-after-repair"), "Failed");
+
             // Deleting the egress policy opens locked pods for their first packet too.
             k.run(&["delete", "networkpolicy", "-n", "default", "locked-egress"])
                 .unwrap();

@@ -125,8 +125,7 @@ pub(super) fn spawn_api_client(
         let watch =
             crate::network_policy::watch::run(shared.clone(), np.clone(), clients_rx.clone());
         tasks.other_until(stop, watch);
-        let verdicts =
-            crate::network_policy::export_verdicts(np.node().clone(), shared.metrics().clone());
+        let verdicts = crate::network_policy::export_verdicts(shared.clone(), np.clone());
         tasks.other_until(stop, verdicts);
         if let Some(target) = &opts.policy_event_log {
             let events = crate::network_policy::events::run(

@@ -341,19 +341,78 @@ pub fn verdicts(
     (allowed, denied)
 }
 
-/// Publishes the node's verdict counters as metrics every [`VERDICTS_INTERVAL`] until the
-/// agent stops (`vpcnet_network_policy_allowed_packets`, `_denied_packets`).
-pub async fn export_verdicts(node: Arc<dyn NodeNetwork>, metrics: Arc<Metrics>) {
+/// The chains of isolated pods in `applied` that the node's table (`counters`: every chain
+/// with a counting rule; each isolated pod's chains end with a counted drop) does not hold.
+pub fn missing_chains(
+    applied: &Ruleset,
+    counters: &[vpcnet_datapath::policy::RuleCounter],
+) -> Vec<String> {
+    let present: std::collections::BTreeSet<&str> =
+        counters.iter().map(|c| c.chain.as_str()).collect();
+    let mut missing = Vec::new();
+    for (interface, pod) in &applied.pods {
+        for (isolated, chain) in [
+            (
+                !matches!(pod.ingress, vpcnet_policy::Direction::Open),
+                vpcnet_datapath::policy::ingress_chain(interface),
+            ),
+            (
+                !matches!(pod.egress, vpcnet_policy::Direction::Open),
+                vpcnet_datapath::policy::egress_chain(interface),
+            ),
+        ] {
+            if isolated && !present.contains(chain.as_str()) {
+                missing.push(chain);
+            }
+        }
+    }
+    missing
+}
+
+impl Enforcer {
+    /// Reads the node's rule counters and checks them against what this agent applied: a
+    /// table deleted or flushed by someone else (`nft flush ruleset`, another tool) is
+    /// replaced whole at once (trigger `repair`), so pods do not stay open until the next
+    /// change. Holds the enforcer's lock while reading, so a program cannot come between.
+    pub async fn audit(
+        &self,
+        shared: &Shared,
+    ) -> anyhow::Result<Vec<vpcnet_datapath::policy::RuleCounter>> {
+        let mut inner = self.inner.lock().await;
+        let counters = self.node.policy_counters().await?;
+        let missing = match &inner.applied {
+            Some(applied) => missing_chains(applied, &counters),
+            None => Vec::new(),
+        };
+        if !missing.is_empty() {
+            tracing::warn!(
+                missing = %missing.join(" "),
+                "network policy: the node's table lost chains this agent programmed (changed outside the agent); replacing the whole table"
+            );
+            inner.applied = None;
+            self.program_locked(shared, &mut inner, "repair").await?;
+        }
+        Ok(counters)
+    }
+}
+
+/// Every [`VERDICTS_INTERVAL`] until the agent stops: [`Enforcer::audit`] (the table repaired
+/// when it lost chains), then the verdict counters as metrics
+/// (`vpcnet_network_policy_allowed_packets`, `_denied_packets`).
+pub async fn export_verdicts(shared: Arc<Shared>, enforcer: Arc<Enforcer>) {
+    let metrics = shared.metrics().clone();
     let mut tick = tokio::time::interval(VERDICTS_INTERVAL);
     loop {
         tick.tick().await;
-        match node.policy_counters().await {
+        match enforcer.audit(&shared).await {
             Ok(counters) => {
                 let (allowed, denied) = verdicts(&counters);
                 metrics.set_policy_allowed_packets(allowed.iter().map(|(p, n)| (p.as_str(), *n)));
                 metrics.set_policy_denied_packets(denied);
             }
-            Err(e) => tracing::debug!("network policy counters: {e:#}"),
+            Err(e) => {
+                tracing::warn!("network policy: reading or repairing the node's table: {e:#}")
+            }
         }
     }
 }
@@ -408,5 +467,44 @@ mod tests {
             BTreeMap::from([("shop/db".to_string(), 1), ("shop/web".to_string(), 7)])
         );
         assert_eq!(denied, BTreeMap::from([("egress", 3), ("ingress", 8)]));
+    }
+
+    #[test]
+    fn chains_of_isolated_pods_missing_from_the_table_are_found() {
+        use vpcnet_policy::{Direction, PodRules};
+        let pod = |ingress: Direction, egress: Direction| PodRules {
+            pod: "ns/p".into(),
+            ingress,
+            egress,
+        };
+        let applied = Ruleset {
+            sets: BTreeMap::new(),
+            pods: BTreeMap::from([
+                (
+                    "eni1".to_string(),
+                    pod(Direction::Isolated(vec![]), Direction::Open),
+                ),
+                (
+                    "eni2".to_string(),
+                    pod(Direction::Isolated(vec![]), Direction::Isolated(vec![])),
+                ),
+                ("eni3".to_string(), pod(Direction::Open, Direction::Open)),
+            ]),
+        };
+        let drop = |chain: &str| RuleCounter {
+            chain: chain.into(),
+            policy: None,
+            drop: true,
+            packets: 0,
+            bytes: 0,
+        };
+        let all = [drop("in_eni1"), drop("in_eni2"), drop("out_eni2")];
+        assert!(missing_chains(&applied, &all).is_empty());
+        // The table gone (nft lists nothing): every isolated pod's chains.
+        assert_eq!(
+            missing_chains(&applied, &[]),
+            ["in_eni1", "in_eni2", "out_eni2"]
+        );
+        assert_eq!(missing_chains(&applied, &all[..2]), ["out_eni2"]);
     }
 }
