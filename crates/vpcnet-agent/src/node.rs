@@ -194,12 +194,13 @@ pub trait NodeNetwork: Send + Sync + 'static {
         Box::pin(async { Ok(()) })
     }
 
-    /// The counters of the network policy table's rules (empty without the table). Empty:
-    /// the default.
+    /// The counters of the network policy table's rules (empty without the table). The
+    /// default has no table to read and says so (an empty answer would mean the table is
+    /// gone, and the enforcer would replace it).
     fn policy_counters(
         &self,
     ) -> BoxFuture<'_, anyhow::Result<Vec<vpcnet_datapath::policy::RuleCounter>>> {
-        Box::pin(async { Ok(Vec::new()) })
+        Box::pin(async { anyhow::bail!("this node network keeps no policy table to read") })
     }
 
     /// Links removed from the node from now on (netlink `RTM_DELLINK`), so a secondary ENI

@@ -979,3 +979,27 @@ async fn strict_mode_denies_an_unselected_pod_and_standard_mode_leaves_it_open()
     );
     t.agent.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_pod_watch_leaves_out_finished_and_host_network_pods() {
+    let kube = cluster();
+    let t = Agent::start(&kube, Mode::Standard).await;
+    t.first_program().await;
+    let pod_reads: Vec<_> = kube
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/api/v1/pods")
+        .collect();
+    assert!(!pod_reads.is_empty(), "the agent never read the pods");
+    for r in &pod_reads {
+        assert_eq!(
+            r.query.get("fieldSelector").map(String::as_str),
+            Some(vpcnet_agent::network_policy::watch::POD_FIELDS),
+            "{r:?}"
+        );
+    }
+    assert_eq!(
+        vpcnet_agent::network_policy::watch::POD_FIELDS,
+        "status.phase!=Succeeded,status.phase!=Failed,spec.hostNetwork=false"
+    );
+}

@@ -374,12 +374,19 @@ impl Enforcer {
     /// table deleted or flushed by someone else (`nft flush ruleset`, another tool) is
     /// replaced whole at once (trigger `repair`), so pods do not stay open until the next
     /// change. Holds the enforcer's lock while reading, so a program cannot come between.
+    /// `None` when the counters cannot be read (logged at debug: the next read tries again).
     pub async fn audit(
         &self,
         shared: &Shared,
-    ) -> anyhow::Result<Vec<vpcnet_datapath::policy::RuleCounter>> {
+    ) -> Option<Vec<vpcnet_datapath::policy::RuleCounter>> {
         let mut inner = self.inner.lock().await;
-        let counters = self.node.policy_counters().await?;
+        let counters = match self.node.policy_counters().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::debug!("network policy counters: {e:#}");
+                return None;
+            }
+        };
         let missing = match &inner.applied {
             Some(applied) => missing_chains(applied, &counters),
             None => Vec::new(),
@@ -390,9 +397,11 @@ impl Enforcer {
                 "network policy: the node's table lost chains this agent programmed (changed outside the agent); replacing the whole table"
             );
             inner.applied = None;
-            self.program_locked(shared, &mut inner, "repair").await?;
+            if let Err(e) = self.program_locked(shared, &mut inner, "repair").await {
+                tracing::warn!("network policy: repairing the node's table: {e:#}");
+            }
         }
-        Ok(counters)
+        Some(counters)
     }
 }
 
@@ -404,15 +413,10 @@ pub async fn export_verdicts(shared: Arc<Shared>, enforcer: Arc<Enforcer>) {
     let mut tick = tokio::time::interval(VERDICTS_INTERVAL);
     loop {
         tick.tick().await;
-        match enforcer.audit(&shared).await {
-            Ok(counters) => {
-                let (allowed, denied) = verdicts(&counters);
-                metrics.set_policy_allowed_packets(allowed.iter().map(|(p, n)| (p.as_str(), *n)));
-                metrics.set_policy_denied_packets(denied);
-            }
-            Err(e) => {
-                tracing::warn!("network policy: reading or repairing the node's table: {e:#}")
-            }
+        if let Some(counters) = enforcer.audit(&shared).await {
+            let (allowed, denied) = verdicts(&counters);
+            metrics.set_policy_allowed_packets(allowed.iter().map(|(p, n)| (p.as_str(), *n)));
+            metrics.set_policy_denied_packets(denied);
         }
     }
 }

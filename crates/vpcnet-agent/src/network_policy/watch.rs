@@ -34,6 +34,12 @@ enum Change {
 /// this often instead of one compile and nft transaction per few events.
 pub const PROGRAM_INTERVAL: Duration = Duration::from_millis(100);
 
+/// The pods the watch asks the API server for: only those that can be a peer or a local pod.
+/// A finished pod (`Succeeded`, `Failed`) has given its address back, and a host-network pod
+/// is never a peer; leaving them out keeps completed jobs out of every node's memory and
+/// events. A pod that finishes leaves the watch as a deletion.
+pub const POD_FIELDS: &str = "status.phase!=Succeeded,status.phase!=Failed,spec.hostNetwork=false";
+
 /// Kinds in the order they are reported.
 const KINDS: [&str; 3] = ["NetworkPolicy", "Pod", "Namespace"];
 
@@ -75,7 +81,7 @@ async fn follow(shared: &Shared, enforcer: &Enforcer, client: &Client) {
         .default_backoff()
         .map(|e| e.map(Change::Policy).map_err(|e| (KINDS[0], e)))
         .boxed();
-    let pods = watcher(Api::<Pod>::all(client.clone()), cfg())
+    let pods = watcher(Api::<Pod>::all(client.clone()), cfg().fields(POD_FIELDS))
         .default_backoff()
         .map(|e| {
             e.map(|ev| Change::Pod(Box::new(ev)))
