@@ -8,6 +8,8 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+
+use crate::build_cache;
 use serde_json::Value;
 
 /// Environment variable naming the directory of the binary (what the build script prints
@@ -22,7 +24,7 @@ pub const BINARY: &str = "npa-contract";
 pub fn locate() -> Result<PathBuf> {
     let dir = std::env::var_os(BIN_DIR_ENV)
         .map(PathBuf::from)
-        .or_else(newest_cached);
+        .or_else(|| build_cache::newest_complete(&build_cache::root("npa-contract")));
     let Some(dir) = dir else {
         bail!(
             "{BINARY} is not built: run scripts/build-npa-contract.sh (builds it from \
@@ -37,25 +39,6 @@ pub fn locate() -> Result<PathBuf> {
         );
     }
     Ok(bin)
-}
-
-fn newest_cached() -> Option<PathBuf> {
-    let root =
-        PathBuf::from(std::env::var("VPCNET_CACHE").unwrap_or_else(|_| "/var/cache/vpcnet".into()))
-            .join("npa-contract");
-    let mut builds: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(root)
-        .ok()?
-        .flatten()
-        .filter_map(|e| {
-            let t = std::fs::metadata(e.path().join("complete"))
-                .ok()?
-                .modified()
-                .ok()?;
-            Some((t, e.path().join("bin")))
-        })
-        .collect();
-    builds.sort();
-    builds.pop().map(|(_, p)| p)
 }
 
 /// A running stand-in of the node agent's `NPBackend`; killed on drop.

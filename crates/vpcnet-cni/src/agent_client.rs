@@ -111,7 +111,8 @@ impl Agent {
     }
 }
 
-fn source_chain(e: &dyn std::error::Error) -> String {
+/// An error with its sources, `: `-separated.
+pub(crate) fn source_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(c) = cur {

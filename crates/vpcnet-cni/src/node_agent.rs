@@ -12,6 +12,7 @@ use tonic::transport::{Channel, Endpoint, Uri};
 use vpcnet_proto::aws_rpc::np_backend_client::NpBackendClient;
 use vpcnet_proto::aws_rpc::{DeleteNpRequest, EnforceNpRequest};
 
+use crate::agent_client::source_chain;
 use crate::cni::error::{code, CniError};
 
 /// Deadline of the connection to the node agent.
@@ -37,17 +38,6 @@ async fn connect(socket: &str) -> Result<NpBackendClient<Channel>, String> {
         .map_err(|_| format!("no connection to {socket} within {CONNECT_TIMEOUT:?}"))?
         .map_err(|e| format!("cannot connect to {socket}: {}", source_chain(&e)))?;
     Ok(NpBackendClient::new(channel))
-}
-
-fn source_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 /// EnforceNpToPod: the node agent puts the pod's policies (or the mode's default) in place.

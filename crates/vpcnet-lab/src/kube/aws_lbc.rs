@@ -17,6 +17,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use vpcnet_cni_harness::build_cache;
 
 use crate::cloud::aws_env;
 use crate::lab::Lab;
@@ -35,8 +36,7 @@ pub const BIN_DIR_ENV: &str = "VPCNET_AWS_LBC_BIN_DIR";
 
 /// Root of `scripts/build-aws-lbc.sh`'s cache (`$VPCNET_CACHE/aws-lbc/<key>/bin`).
 pub fn cache_root() -> PathBuf {
-    PathBuf::from(std::env::var("VPCNET_CACHE").unwrap_or_else(|_| "/var/cache/vpcnet".into()))
-        .join("aws-lbc")
+    build_cache::root("aws-lbc")
 }
 
 /// The directory holding [`BINARY`]: `explicit`, else `$VPCNET_AWS_LBC_BIN_DIR`, else the
@@ -47,7 +47,7 @@ pub fn locate(explicit: Option<&Path>) -> Result<PathBuf> {
     let dir = explicit
         .map(Path::to_path_buf)
         .or_else(|| std::env::var_os(BIN_DIR_ENV).map(PathBuf::from))
-        .or_else(|| newest_cached(&cache_root()));
+        .or_else(|| build_cache::newest_complete(&cache_root()));
     let Some(dir) = dir else {
         bail!(
             "aws-load-balancer-controller is not built: run scripts/build-aws-lbc.sh (builds it \
@@ -61,22 +61,6 @@ pub fn locate(explicit: Option<&Path>) -> Result<PathBuf> {
         );
     }
     Ok(dir)
-}
-
-fn newest_cached(root: &Path) -> Option<PathBuf> {
-    let mut builds: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(root)
-        .ok()?
-        .flatten()
-        .filter_map(|e| {
-            let t = std::fs::metadata(e.path().join("complete"))
-                .ok()?
-                .modified()
-                .ok()?;
-            Some((t, e.path().join("bin")))
-        })
-        .collect();
-    builds.sort();
-    builds.pop().map(|(_, p)| p)
 }
 
 /// The controller's CRD manifests that the build copied from its module (`<bin>/../crds`).
@@ -257,10 +241,14 @@ mod tests {
         for key in ["a", "b", "c"] {
             std::fs::create_dir_all(root.path().join(key).join("bin")).unwrap();
         }
-        assert_eq!(newest_cached(root.path()), None, "no build is complete");
+        assert_eq!(
+            build_cache::newest_complete(root.path()),
+            None,
+            "no build is complete"
+        );
         std::fs::write(root.path().join("b").join("complete"), b"").unwrap();
         assert_eq!(
-            newest_cached(root.path()),
+            build_cache::newest_complete(root.path()),
             Some(root.path().join("b").join("bin"))
         );
     }

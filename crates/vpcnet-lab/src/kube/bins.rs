@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
+use vpcnet_cni_harness::build_cache;
 
 /// Every binary the Kubernetes lab runs.
 pub const BINARIES: &[&str] = &[
@@ -23,23 +24,12 @@ pub const BIN_DIR_ENV: &str = "VPCNET_K8S_BIN_DIR";
 
 /// Root of `scripts/build-k8s.sh`'s cache (`$VPCNET_CACHE/k8s/<key>/bin`).
 pub fn cache_root() -> PathBuf {
-    PathBuf::from(std::env::var("VPCNET_CACHE").unwrap_or_else(|_| "/var/cache/vpcnet".into()))
-        .join("k8s")
+    build_cache::root("k8s")
 }
 
 /// The newest complete build in the cache (a `<key>/complete` marker next to `<key>/bin`).
 fn newest_cached() -> Option<PathBuf> {
-    let mut builds: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(cache_root())
-        .ok()?
-        .flatten()
-        .filter_map(|e| {
-            let marker = e.path().join("complete");
-            let t = std::fs::metadata(&marker).ok()?.modified().ok()?;
-            Some((t, e.path().join("bin")))
-        })
-        .collect();
-    builds.sort();
-    builds.pop().map(|(_, p)| p)
+    build_cache::newest_complete(&cache_root())
 }
 
 /// The directory holding [`BINARIES`]: `explicit` (`--k8s-bin-dir`), else `$VPCNET_K8S_BIN_DIR`,
