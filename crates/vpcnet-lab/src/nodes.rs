@@ -145,25 +145,9 @@ impl Node<'_> {
         })
     }
 
-    /// The node's agent metrics (Prometheus text from 127.0.0.1:61678 in the node's network
-    /// namespace, the lab's `VPCNET_METRICS_BIND_ADDRESS`), within 5 s.
+    /// The node's agent metrics ([`agent_metrics_in`] its network namespace).
     pub fn agent_metrics(&self) -> Result<String> {
-        use vpcnet_introspection::client::{get, Endpoint};
-        let netns = self.record()?.netns;
-        crate::spawn::in_netns_async(&netns, move || async move {
-            let ep = Endpoint::parse("http://127.0.0.1:61678")?;
-            let r = tokio::time::timeout(Duration::from_secs(5), get(&ep, "/metrics"))
-                .await
-                .map_err(|_| {
-                    anyhow::anyhow!("GET /metrics from the agent at {ep}: no answer within 5 s")
-                })??;
-            anyhow::ensure!(
-                r.status == 200,
-                "GET /metrics from the agent: HTTP {}",
-                r.status
-            );
-            Ok(r.body)
-        })
+        agent_metrics_in(&self.record()?.netns)
     }
 
     /// Starts the node's vpcnet-agent (in the node namespace) and waits (60 s) until it has
@@ -283,4 +267,24 @@ impl Node<'_> {
             })
             .collect()
     }
+}
+
+/// The agent metrics (Prometheus text) from 127.0.0.1:61678, the lab's
+/// `VPCNET_METRICS_BIND_ADDRESS`, in the node network namespace `netns`, within 5 s.
+pub fn agent_metrics_in(netns: &str) -> Result<String> {
+    use vpcnet_introspection::client::{get, Endpoint};
+    crate::spawn::in_netns_async(netns, move || async move {
+        let ep = Endpoint::parse("http://127.0.0.1:61678")?;
+        let r = tokio::time::timeout(Duration::from_secs(5), get(&ep, "/metrics"))
+            .await
+            .map_err(|_| {
+                anyhow::anyhow!("GET /metrics from the agent at {ep}: no answer within 5 s")
+            })??;
+        anyhow::ensure!(
+            r.status == 200,
+            "GET /metrics from the agent: HTTP {}",
+            r.status
+        );
+        Ok(r.body)
+    })
 }

@@ -442,20 +442,8 @@ pub fn last_request_seq(lab: &Lab) -> u64 {
         .unwrap_or(0)
 }
 
-/// The agent's metrics (OpenMetrics text, headers included) from its endpoint 127.0.0.1:61678
-/// in the node namespace `netns`; empty when it cannot be read.
+/// The agent's metrics from its endpoint in the node namespace `netns`
+/// ([`vpcnet_lab::nodes::agent_metrics_in`]); empty when they cannot be read.
 pub fn agent_metrics(netns: &str) -> String {
-    use std::io::{Read, Write};
-    vpcnet_lab::spawn::in_netns(netns, || {
-        let mut s = std::net::TcpStream::connect_timeout(
-            &"127.0.0.1:61678".parse().unwrap(),
-            Duration::from_secs(3),
-        )?;
-        s.set_read_timeout(Some(Duration::from_secs(3)))?;
-        write!(s, "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
-        let mut t = String::new();
-        s.read_to_string(&mut t)?;
-        Ok(t)
-    })
-    .unwrap_or_default()
+    vpcnet_lab::nodes::agent_metrics_in(netns).unwrap_or_default()
 }
