@@ -20,6 +20,7 @@ mod config;
 mod model;
 mod plan;
 mod pool;
+pub mod subnet_role;
 pub mod vpc_cni;
 
 pub use checkpoint::{

@@ -21,32 +21,15 @@ use crate::cloud::Ec2Api;
 use crate::errors::chain;
 use crate::state::{NodeFacts, Shared};
 
-/// The subnet tag the VPC CNI discovers subnets by.
-pub const CNI_ROLE_TAG: &str = "kubernetes.io/role/cni";
-/// Prefix of the cluster tags that restrict a subnet to clusters.
-pub const CLUSTER_TAG_PREFIX: &str = "kubernetes.io/cluster/";
+pub use vpcnet_ipam::subnet_role::{CLUSTER_TAG_PREFIX, CNI_ROLE_TAG};
 
 fn role(s: &Subnet) -> &str {
-    s.tags.get(CNI_ROLE_TAG).map(String::as_str).unwrap_or("")
+    vpcnet_ipam::subnet_role::role(&s.tags)
 }
 
-/// Whether `s` may get ENIs: the node's subnet unless tagged `…/role/cni=0`, another one only
-/// when tagged with another value and not reserved to another cluster.
+/// Whether `s` may get ENIs ([`vpcnet_ipam::subnet_role::eligible`]).
 pub fn valid(s: &Subnet, node_subnet: &str, cluster_name: &str) -> bool {
-    match role(s) {
-        "0" => false,
-        "" => s.subnet_id == node_subnet,
-        _ => {
-            let mut clusters = s
-                .tags
-                .keys()
-                .filter_map(|k| k.strip_prefix(CLUSTER_TAG_PREFIX))
-                .peekable();
-            cluster_name.is_empty()
-                || clusters.peek().is_none()
-                || clusters.any(|c| c == cluster_name)
-        }
-    }
+    vpcnet_ipam::subnet_role::eligible(&s.tags, s.subnet_id == node_subnet, cluster_name)
 }
 
 /// The valid subnets of `subnets` (those of the node's VPC and zone), most free addresses

@@ -1,0 +1,262 @@
+//! One node's footprint: the IPAM core ([`vpcnet_ipam::Pool`]) driven from a fresh node to
+//! its steady state with `pods` pods, against a cloud that grants every request at once.
+//! What it yields is what the agent would hold and call for: the ENIs with the subnet
+//! addresses each takes, and the EC2 calls by action.
+
+use std::net::Ipv4Addr;
+
+use ipnet::Ipv4Net;
+use serde::Serialize;
+use vpcnet_ipam::{
+    Action, AssignError, EniInfo, EniObservation, Pool, PodKey, PodRef, WarmConfig,
+    IPS_PER_PREFIX,
+};
+
+use crate::calls::{self, CallCount, Placement};
+use crate::PlanError;
+
+/// One attached ENI of a settled node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EniFootprint {
+    /// The instance's primary ENI (in the node's subnet, created with the instance).
+    pub primary: bool,
+    /// Subnet addresses the ENI takes: its primary address, its secondary addresses and 16
+    /// per /28 prefix.
+    pub addresses: u32,
+    /// /28 prefixes on it.
+    pub prefixes: u32,
+}
+
+/// A node settled with its pods.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NodeFootprint {
+    /// Pods with a VPC address.
+    pub pods: u32,
+    /// The ENIs, primary first.
+    pub enis: Vec<EniFootprint>,
+    /// EC2 calls from start-up until settled, by action.
+    pub calls: CallCount,
+    /// Calls until the node could hand out its first address (start-up included).
+    pub calls_to_first_address: CallCount,
+}
+
+impl NodeFootprint {
+    /// Subnet addresses of every ENI.
+    pub fn addresses(&self) -> u32 {
+        self.enis.iter().map(|e| e.addresses).sum()
+    }
+    /// /28 prefixes of every ENI.
+    pub fn prefixes(&self) -> u32 {
+        self.enis.iter().map(|e| e.prefixes).sum()
+    }
+}
+
+/// At most this many plan rounds per pod wave; a core that never settles is a bug, reported
+/// as such rather than looping.
+const MAX_ROUNDS: usize = 1_000;
+
+/// A fixed instant: the planner models the state right after a scale-out, before any
+/// cooldown or surplus hold ends.
+const NOW_MS: u64 = 1_700_000_000_000;
+
+/// Settles a fresh node with `pods` pods arriving together once it is up: the plan runs
+/// until the warm targets are met, then pods take addresses, the plan grows the pool
+/// whenever none is free, and runs once more after the last pod.
+pub fn settle(cfg: &WarmConfig, pods: u32, placement: Placement) -> Result<NodeFootprint, PlanError> {
+    let mut sim = Sim::new(cfg.clone(), placement);
+    sim.calls.add_all(&calls::start_up(), 1);
+    sim.run_plan()?;
+    let mut first: Option<CallCount> = None;
+    for i in 0..pods {
+        let key = PodKey::new(format!("pod-{i}"), "eth0");
+        loop {
+            match sim.pool.assign(key.clone(), PodRef::default(), NOW_MS) {
+                Ok(_) => break,
+                Err(AssignError::PoolEmpty { .. }) => {
+                    if !sim.run_plan()? {
+                        return Err(sim.full(pods, i));
+                    }
+                }
+                Err(_) => return Err(sim.full(pods, i)),
+            }
+        }
+        first.get_or_insert_with(|| sim.calls.clone());
+    }
+    sim.run_plan()?;
+    let enis = sim
+        .pool
+        .enis()
+        .map(|e| EniFootprint {
+            primary: e.info.primary,
+            addresses: 1 + e.ips.len() as u32 + e.prefixes.len() as u32 * IPS_PER_PREFIX,
+            prefixes: e.prefixes.len() as u32,
+        })
+        .collect::<Vec<_>>();
+    let mut enis = enis;
+    enis.sort_by_key(|e| !e.primary);
+    let calls_to_first_address = first.unwrap_or_else(|| sim.calls.clone());
+    Ok(NodeFootprint {
+        pods,
+        enis,
+        calls: sim.calls,
+        calls_to_first_address,
+    })
+}
+
+/// The pool and a cloud that grants every request with fresh addresses.
+struct Sim {
+    pool: Pool,
+    placement: Placement,
+    calls: CallCount,
+    next_eni: u32,
+    next_ip: u32,
+    next_prefix: u32,
+}
+
+impl Sim {
+    fn new(cfg: WarmConfig, placement: Placement) -> Self {
+        let mut sim = Sim {
+            pool: Pool::new(cfg),
+            placement,
+            calls: CallCount::default(),
+            next_eni: 0,
+            next_ip: u32::from(Ipv4Addr::new(10, 0, 0, 10)),
+            next_prefix: u32::from(Ipv4Addr::new(10, 128, 0, 0)),
+        };
+        let obs = sim.observation(0, Vec::new(), Vec::new());
+        sim.pool.add_eni(obs, NOW_MS);
+        sim
+    }
+
+    fn ip(&mut self) -> Ipv4Addr {
+        self.next_ip += 1;
+        Ipv4Addr::from(self.next_ip)
+    }
+
+    fn prefix(&mut self) -> Ipv4Net {
+        let p = Ipv4Net::new(Ipv4Addr::from(self.next_prefix), 28).expect("a /28");
+        self.next_prefix += IPS_PER_PREFIX;
+        p
+    }
+
+    fn observation(&mut self, device: u32, ips: Vec<Ipv4Addr>, prefixes: Vec<Ipv4Net>) -> EniObservation {
+        let n = self.next_eni;
+        self.next_eni += 1;
+        EniObservation {
+            info: EniInfo {
+                id: format!("eni-{n:017x}"),
+                mac: format!("02:00:00:00:{:02x}:{:02x}", n >> 8 & 0xff, n & 0xff),
+                device_number: device,
+                network_card: 0,
+                subnet_id: "subnet-planned".into(),
+                subnet_cidr: "10.0.0.0/8".parse().expect("a CIDR"),
+                primary: device == 0,
+                primary_ip: self.ip(),
+            },
+            secondary_ips: ips,
+            prefixes,
+        }
+    }
+
+    /// Plans and applies until the plan is empty; whether anything was done.
+    fn run_plan(&mut self) -> Result<bool, PlanError> {
+        let mut changed = false;
+        for _ in 0..MAX_ROUNDS {
+            let actions = self.pool.plan(NOW_MS);
+            if actions.is_empty() {
+                return Ok(changed);
+            }
+            for a in &actions {
+                self.pool.begin(a);
+                self.apply(a);
+                self.calls.add_all(&calls::for_action(a, self.placement), 1);
+            }
+            changed = true;
+        }
+        Err(PlanError::NoSteadyState)
+    }
+
+    fn apply(&mut self, a: &Action) {
+        match a {
+            Action::AssignIps { eni_id, count } => {
+                let ips: Vec<_> = (0..*count).map(|_| self.ip()).collect();
+                self.pool.add_ips(eni_id, &ips, NOW_MS);
+            }
+            Action::AssignPrefixes { eni_id, count } => {
+                let ps: Vec<_> = (0..*count).map(|_| self.prefix()).collect();
+                self.pool.add_prefixes(eni_id, &ps, NOW_MS);
+            }
+            Action::CreateEni { ips, prefixes, .. } => {
+                let device = self.pool.enis().count() as u32;
+                let ips: Vec<_> = (0..*ips).map(|_| self.ip()).collect();
+                let ps: Vec<_> = (0..*prefixes).map(|_| self.prefix()).collect();
+                let obs = self.observation(device, ips, ps);
+                self.pool.add_eni(obs, NOW_MS);
+            }
+            Action::UnassignIps { eni_id, ips } => self.pool.remove_ips(eni_id, ips),
+            Action::UnassignPrefixes { eni_id, prefixes } => {
+                self.pool.remove_prefixes(eni_id, prefixes)
+            }
+            Action::DeleteEni { eni_id } => self.pool.remove_eni(eni_id),
+        }
+    }
+
+    fn full(&self, pods: u32, placed: u32) -> PlanError {
+        let cfg = self.pool.config();
+        PlanError::PodsDoNotFit {
+            pods,
+            placed,
+            max_ips: cfg.max_ips(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(t: &str) -> WarmConfig {
+        WarmConfig::for_limits(vpcnet_limits::lookup(t).unwrap())
+    }
+
+    #[test]
+    fn defaults_keep_one_spare_eni() {
+        // m5.large: 3 ENIs × 10 addresses. 5 pods fill part of the primary ENI; the warm ENI
+        // target keeps 9 more free, which needs a second ENI.
+        let f = settle(&cfg("m5.large"), 5, Placement::Subnets).unwrap();
+        assert_eq!(f.enis.len(), 2, "{f:?}");
+        assert_eq!(f.addresses(), 20);
+        assert_eq!(f.calls.get("CreateNetworkInterface"), 1);
+    }
+
+    #[test]
+    fn an_idle_node_still_fills_its_warm_pool() {
+        let f = settle(&cfg("m5.large"), 0, Placement::Subnets).unwrap();
+        assert_eq!(f.addresses(), 10, "primary ENI filled: {f:?}");
+        assert_eq!(f.calls.get("AssignPrivateIpAddresses"), 1);
+    }
+
+    #[test]
+    fn warm_ip_target_takes_only_what_it_needs() {
+        let mut c = cfg("m5.large");
+        c.warm_ip_target = Some(2);
+        let f = settle(&c, 5, Placement::Subnets).unwrap();
+        assert_eq!(f.addresses(), 1 + 5 + 2, "{f:?}");
+    }
+
+    #[test]
+    fn prefix_mode_counts_sixteen_per_prefix() {
+        let mut c = cfg("m5.large");
+        c.prefix_delegation = true;
+        let f = settle(&c, 20, Placement::Subnets).unwrap();
+        // 20 pods need 2 prefixes, the warm prefix target one more.
+        assert_eq!(f.prefixes(), 3, "{f:?}");
+        assert_eq!(f.addresses(), 1 + 3 * 16);
+    }
+
+    #[test]
+    fn more_pods_than_the_node_holds_is_an_error() {
+        let e = settle(&cfg("t3.nano"), 100, Placement::Subnets).unwrap_err();
+        assert!(e.to_string().contains("100 pods"), "{e}");
+    }
+}

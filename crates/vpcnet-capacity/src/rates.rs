@@ -1,0 +1,64 @@
+//! The time the account's EC2 request-token buckets impose on a burst of calls
+//! ([`vpcnet_limits::api_rates`]): each action has a bucket of its own that starts full, so
+//! `n` calls of one action need at least `(n − capacity) / refill` seconds, and a scale-out
+//! can finish no sooner than its slowest action allows. A floor, not a forecast: it assumes
+//! no other caller in the account and no retry, and ignores the order the calls must come
+//! in.
+
+use serde::Serialize;
+use vpcnet_limits::api_rates::{ec2_category, ec2_default};
+
+use crate::calls::CallCount;
+
+/// The floor of a set of calls and the action that sets it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Floor {
+    /// Seconds; `None` when no call is limited beyond its burst.
+    pub seconds: f64,
+    /// The action whose bucket takes longest, if any call waits at all.
+    pub limiting_action: Option<&'static str>,
+}
+
+/// The floor of `calls` made by one account as fast as its buckets allow. The agent's
+/// describes carry filters or IDs: they draw from the filtered-describe buckets.
+pub fn floor(calls: &CallCount) -> Floor {
+    let mut worst = Floor {
+        seconds: 0.0,
+        limiting_action: None,
+    };
+    for (action, n) in calls.iter() {
+        let bucket = ec2_default(ec2_category(action, true));
+        let secs = bucket
+            .time_floor(n)
+            .map_or(f64::INFINITY, |d| d.as_secs_f64());
+        if secs > worst.seconds {
+            worst = Floor {
+                seconds: secs,
+                limiting_action: Some(action),
+            };
+        }
+    }
+    worst
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_slowest_bucket_sets_the_floor() {
+        let mut c = CallCount::default();
+        // 1,000 first assigns: 100 at once, 900 more at 5 per second.
+        c.add("AssignPrivateIpAddresses", 1_000);
+        // 1,000 attaches: 50 at once, 950 more at 5 per second.
+        c.add("AttachNetworkInterface", 1_000);
+        // 1,000 filtered describes: 100 at once, 900 at 20 per second.
+        c.add("DescribeNetworkInterfaces", 1_000);
+        let f = floor(&c);
+        assert_eq!(f.seconds, 190.0);
+        assert_eq!(f.limiting_action, Some("AttachNetworkInterface"));
+        let mut small = CallCount::default();
+        small.add("AssignPrivateIpAddresses", 100);
+        assert_eq!(floor(&small).limiting_action, None);
+    }
+}
