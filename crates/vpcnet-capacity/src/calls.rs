@@ -43,31 +43,24 @@ impl CallCount {
     }
 }
 
-/// How the agent places new ENIs, which decides the describes each one costs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Placement {
-    /// Without custom networking: one `DescribeSubnets` per new ENI (the zone's subnets with
-    /// subnet discovery, the node's subnet's tag check without).
-    Subnets,
-    /// Custom networking: the ENIConfig's subnet, described once at start.
-    EniConfig,
-}
-
-/// The agent's calls at start on a fresh node: `DescribeNetworkInterfaces` of the
-/// instance (adopting its ENIs) and `DescribeSubnets` of the subnets they are in (and, with
-/// custom networking, the ENIConfig's subnet).
-pub fn start_up() -> CallCount {
+/// The agent's calls at start on a fresh node: `DescribeNetworkInterfaces` of the instance
+/// (adopting its ENIs), `DescribeNetworkInterfaces` by tag (the leaked-ENI sweep's first
+/// pass) and, with subnet discovery, `DescribeSubnets` of the node's subnet (is it tagged
+/// `kubernetes.io/role/cni=0`?).
+pub fn start_up(subnet_discovery: bool) -> CallCount {
     let mut c = CallCount::default();
-    c.add("DescribeNetworkInterfaces", 1);
-    c.add("DescribeSubnets", 1);
+    c.add("DescribeNetworkInterfaces", 2);
+    c.add("DescribeSubnets", u64::from(subnet_discovery));
     c
 }
 
 /// The calls one step of the plan costs when EC2 answers at once: an ENI is created,
 /// attached, polled until attached (one describe when the attachment completes before the
-/// first poll) and marked delete-on-termination; a surplus ENI is detached, polled until
-/// detached, and deleted.
-pub fn for_action(a: &Action, placement: Placement) -> CallCount {
+/// first poll) and marked delete-on-termination, after one `DescribeSubnets` that picks or
+/// checks its subnet (the zone's subnets with subnet discovery, the ENIConfig's under custom
+/// networking, else the node's); a surplus ENI is detached, polled until detached, and
+/// deleted.
+pub fn for_action(a: &Action) -> CallCount {
     let mut c = CallCount::default();
     match a {
         Action::AssignIps { .. } | Action::AssignPrefixes { .. } => {
@@ -77,9 +70,7 @@ pub fn for_action(a: &Action, placement: Placement) -> CallCount {
             c.add("UnassignPrivateIpAddresses", 1)
         }
         Action::CreateEni { .. } => {
-            if placement == Placement::Subnets {
-                c.add("DescribeSubnets", 1);
-            }
+            c.add("DescribeSubnets", 1);
             c.add("CreateNetworkInterface", 1);
             c.add("AttachNetworkInterface", 1);
             c.add("DescribeNetworkInterfaces", 1);

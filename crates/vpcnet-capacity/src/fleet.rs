@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use vpcnet_ipam::subnet_role;
 use vpcnet_limits::{max_pods, MaxPodsOptions};
 
-use crate::calls::{CallCount, Placement};
+use crate::calls::CallCount;
 use crate::node::{settle, NodeFootprint};
 use crate::rates::{floor, Floor};
 use crate::settings::WarmSettings;
@@ -233,11 +233,6 @@ impl<'a> Fleet<'a> {
     fn new(spec: &'a FleetSpec) -> Result<Self, PlanError> {
         let by_id = validate(spec)?;
         let s = &spec.settings;
-        let placement = if s.custom_network {
-            Placement::EniConfig
-        } else {
-            Placement::Subnets
-        };
         let mut groups = Vec::new();
         for g in &spec.node_groups {
             let in_group = |e: PlanError| PlanError::Group {
@@ -271,7 +266,7 @@ impl<'a> Fleet<'a> {
             let needs_without = s.custom_network || g.subnets.iter().any(excluded);
             let footprint = |primary: bool| -> Result<NodeFootprint, PlanError> {
                 let cfg = s.warm_config(limits, primary).map_err(in_group)?;
-                settle(&cfg, pods, placement).map_err(in_group)
+                settle(&cfg, pods, s.subnet_discovery()).map_err(in_group)
             };
             groups.push(GroupModel {
                 max_pods: mp,
@@ -312,7 +307,7 @@ impl<'a> Fleet<'a> {
             addresses: 0,
             subnets: Vec::new(),
         };
-        for eni in &fp.enis {
+        for (i, eni) in fp.enis.iter().enumerate() {
             let candidates: Vec<&str> = if eni.primary {
                 vec![node_subnet.id.as_str()]
             } else if s.custom_network {
@@ -334,10 +329,17 @@ impl<'a> Fleet<'a> {
                 vec![node_subnet.id.as_str()]
             };
             if !ledger.take(&candidates, eni, n) {
-                short.addresses += eni.addresses;
                 short.subnets.extend(candidates.iter().map(|c| c.to_string()));
+                if eni.primary {
+                    // No room for the instance's own ENI: it does not launch at all.
+                    short.addresses = fp.enis.iter().map(|e| e.addresses).sum();
+                    break;
+                }
+                short.addresses += eni.addresses;
             }
+            debug_assert!(i > 0 || eni.primary, "the primary ENI comes first");
         }
+        short.subnets.sort();
         short.subnets.dedup();
         Ok((short.addresses > 0).then_some(short))
     }

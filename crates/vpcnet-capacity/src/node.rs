@@ -12,7 +12,7 @@ use vpcnet_ipam::{
     IPS_PER_PREFIX,
 };
 
-use crate::calls::{self, CallCount, Placement};
+use crate::calls::{self, CallCount};
 use crate::PlanError;
 
 /// One attached ENI of a settled node.
@@ -59,12 +59,21 @@ const MAX_ROUNDS: usize = 1_000;
 /// cooldown or surplus hold ends.
 const NOW_MS: u64 = 1_700_000_000_000;
 
-/// Settles a fresh node with `pods` pods arriving together once it is up: the plan runs
-/// until the warm targets are met, then pods take addresses, the plan grows the pool
-/// whenever none is free, and runs once more after the last pod.
-pub fn settle(cfg: &WarmConfig, pods: u32, placement: Placement) -> Result<NodeFootprint, PlanError> {
-    let mut sim = Sim::new(cfg.clone(), placement);
-    sim.calls.add_all(&calls::start_up(), 1);
+/// Settles a fresh node with `pods` pods: the plan runs until the warm targets are met,
+/// then pods arrive one at a time and the plan runs after each (as the agent's pool filler
+/// does after every ADD), growing the pool when an ADD finds nothing free. Pods that arrive
+/// closer together than the filler runs can take fewer, larger assigns in the IP target
+/// modes: the count here is the upper bound.
+///
+/// `subnet_discovery`: `ENABLE_SUBNET_DISCOVERY` without custom networking (one more describe
+/// at start).
+pub fn settle(
+    cfg: &WarmConfig,
+    pods: u32,
+    subnet_discovery: bool,
+) -> Result<NodeFootprint, PlanError> {
+    let mut sim = Sim::new(cfg.clone());
+    sim.calls.add_all(&calls::start_up(subnet_discovery), 1);
     sim.run_plan()?;
     let mut first: Option<CallCount> = None;
     for i in 0..pods {
@@ -81,8 +90,8 @@ pub fn settle(cfg: &WarmConfig, pods: u32, placement: Placement) -> Result<NodeF
             }
         }
         first.get_or_insert_with(|| sim.calls.clone());
+        sim.run_plan()?;
     }
-    sim.run_plan()?;
     let enis = sim
         .pool
         .enis()
@@ -106,7 +115,6 @@ pub fn settle(cfg: &WarmConfig, pods: u32, placement: Placement) -> Result<NodeF
 /// The pool and a cloud that grants every request with fresh addresses.
 struct Sim {
     pool: Pool,
-    placement: Placement,
     calls: CallCount,
     next_eni: u32,
     next_ip: u32,
@@ -114,10 +122,9 @@ struct Sim {
 }
 
 impl Sim {
-    fn new(cfg: WarmConfig, placement: Placement) -> Self {
+    fn new(cfg: WarmConfig) -> Self {
         let mut sim = Sim {
             pool: Pool::new(cfg),
-            placement,
             calls: CallCount::default(),
             next_eni: 0,
             next_ip: u32::from(Ipv4Addr::new(10, 0, 0, 10)),
@@ -169,7 +176,7 @@ impl Sim {
             for a in &actions {
                 self.pool.begin(a);
                 self.apply(a);
-                self.calls.add_all(&calls::for_action(a, self.placement), 1);
+                self.calls.add_all(&calls::for_action(a), 1);
             }
             changed = true;
         }
@@ -223,7 +230,7 @@ mod tests {
     fn defaults_keep_one_spare_eni() {
         // m5.large: 3 ENIs × 10 addresses. 5 pods fill part of the primary ENI; the warm ENI
         // target keeps 9 more free, which needs a second ENI.
-        let f = settle(&cfg("m5.large"), 5, Placement::Subnets).unwrap();
+        let f = settle(&cfg("m5.large"), 5, true).unwrap();
         assert_eq!(f.enis.len(), 2, "{f:?}");
         assert_eq!(f.addresses(), 20);
         assert_eq!(f.calls.get("CreateNetworkInterface"), 1);
@@ -231,7 +238,7 @@ mod tests {
 
     #[test]
     fn an_idle_node_still_fills_its_warm_pool() {
-        let f = settle(&cfg("m5.large"), 0, Placement::Subnets).unwrap();
+        let f = settle(&cfg("m5.large"), 0, true).unwrap();
         assert_eq!(f.addresses(), 10, "primary ENI filled: {f:?}");
         assert_eq!(f.calls.get("AssignPrivateIpAddresses"), 1);
     }
@@ -240,7 +247,7 @@ mod tests {
     fn warm_ip_target_takes_only_what_it_needs() {
         let mut c = cfg("m5.large");
         c.warm_ip_target = Some(2);
-        let f = settle(&c, 5, Placement::Subnets).unwrap();
+        let f = settle(&c, 5, true).unwrap();
         assert_eq!(f.addresses(), 1 + 5 + 2, "{f:?}");
     }
 
@@ -248,7 +255,7 @@ mod tests {
     fn prefix_mode_counts_sixteen_per_prefix() {
         let mut c = cfg("m5.large");
         c.prefix_delegation = true;
-        let f = settle(&c, 20, Placement::Subnets).unwrap();
+        let f = settle(&c, 20, true).unwrap();
         // 20 pods need 2 prefixes, the warm prefix target one more.
         assert_eq!(f.prefixes(), 3, "{f:?}");
         assert_eq!(f.addresses(), 1 + 3 * 16);
@@ -256,7 +263,7 @@ mod tests {
 
     #[test]
     fn more_pods_than_the_node_holds_is_an_error() {
-        let e = settle(&cfg("t3.nano"), 100, Placement::Subnets).unwrap_err();
+        let e = settle(&cfg("t3.nano"), 100, true).unwrap_err();
         assert!(e.to_string().contains("100 pods"), "{e}");
     }
 }

@@ -1,6 +1,7 @@
 //! `vpcnet`: the operator CLI.
 //!
 //! Subcommands live in one module each: `max_pods` (kubelet max pods per instance type),
+//! `plan` (capacity planning: subnet addresses and EC2 calls of a fleet),
 //! `lab` (the local VPC lab; cargo feature `lab`, on by default, off for node builds),
 //! `inspect` (agent state as tables).
 
@@ -12,6 +13,7 @@ mod lab;
 #[cfg(feature = "lab")]
 mod lab_lb;
 mod max_pods;
+mod plan;
 
 #[derive(Parser)]
 #[command(name = "vpcnet", version, about = "vpcnet operator CLI")]
@@ -24,6 +26,9 @@ struct Cli {
 enum Command {
     /// Max pods for instance types (flags of AWS's max-pods-calculator.sh).
     MaxPods(max_pods::Args),
+    /// Capacity planning: the subnet addresses a fleet takes, each subnet's headroom and
+    /// run-out point, /28 fragmentation risk, and the EC2 calls and time floor of a scale-out.
+    Plan(plan::Args),
     /// The local VPC lab: namespaces, emulated EC2, containerd + vpcnet on one machine.
     #[cfg(feature = "lab")]
     Lab(lab::Args),
@@ -52,6 +57,7 @@ fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::MaxPods(args) => max_pods::run(args),
+        Command::Plan(args) => plan::run(args),
         #[cfg(feature = "lab")]
         Command::Lab(args) => lab::run(args),
         Command::Inspect(args) => inspect::run(args),

@@ -1,0 +1,219 @@
+//! `vpcnet plan`: capacity planning for a fleet, on the agent's own IPAM core
+//! ([`vpcnet_capacity`]). Input: a YAML or JSON file of subnets, node groups and the VPC CNI
+//! settings (`docs/capacity-planning.md` has the format); output: tables or JSON.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args as ClapArgs, ValueEnum};
+use vpcnet_capacity::fleet::Shortfall;
+use vpcnet_capacity::{plan, FleetPlan, FleetSpec};
+
+#[derive(ClapArgs, Debug)]
+pub struct Args {
+    /// The fleet: a YAML or JSON file (`-` reads standard input).
+    #[arg(long, short = 'f', value_name = "FILE")]
+    file: PathBuf,
+    /// Nodes to add, spread over the groups as the fleet is (overrides the file's
+    /// `scale_out`).
+    #[arg(long, value_name = "NODES")]
+    scale_out: Option<u32>,
+    /// Output: `table` (default) or `json`.
+    #[arg(long, short = 'o', value_enum, default_value = "table")]
+    output: Output,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Output {
+    Table,
+    Json,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let text = if args.file.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("reading the fleet from standard input")?;
+        s
+    } else {
+        std::fs::read_to_string(&args.file)
+            .with_context(|| format!("reading the fleet file {}", args.file.display()))?
+    };
+    let stdout = std::io::stdout();
+    execute(&text, args.scale_out, args.output, &mut stdout.lock())
+        .with_context(|| format!("planning the fleet of {}", args.file.display()))
+}
+
+fn execute(
+    text: &str,
+    scale_out: Option<u32>,
+    output: Output,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
+    let mut spec: FleetSpec = serde_yaml::from_str(text).context(
+        "the fleet file is not valid (see docs/capacity-planning.md for its fields)",
+    )?;
+    if scale_out.is_some() {
+        spec.scale_out = scale_out;
+    }
+    let p = plan(&spec)?;
+    match output {
+        Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&p)?)?,
+        Output::Table => render(&p, out)?,
+    }
+    Ok(())
+}
+
+fn render(p: &FleetPlan, out: &mut impl Write) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{:<16} {:<14} {:>6} {:>8} {:>9} {:>5} {:>10} {:>9} {:>10}",
+        "GROUP", "TYPE", "NODES", "MAX-PODS", "PODS/NODE", "ENIS", "ADDRESSES", "PREFIXES", "EC2-CALLS"
+    )?;
+    for g in &p.groups {
+        writeln!(
+            out,
+            "{:<16} {:<14} {:>6} {:>8} {:>9} {:>5} {:>10} {:>9} {:>10}",
+            g.name,
+            g.instance_type,
+            g.nodes,
+            g.max_pods,
+            g.pods_per_node,
+            g.per_node.enis.len(),
+            g.per_node.addresses(),
+            g.per_node.prefixes(),
+            g.per_node.calls.total()
+        )?;
+    }
+    writeln!(out, "(per node: ENIs, subnet addresses, /28 prefixes and EC2 calls from start-up to settled)")?;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "{:<26} {:<12} {:<18} {:>9} {:>9} {:>9} {:>14}  PREFIX-RISK",
+        "SUBNET", "ZONE", "CIDR", "FREE", "FLEET", "HEADROOM", "RUNS-OUT-AT"
+    )?;
+    for s in &p.subnets {
+        let runs_out = s
+            .runs_out_at_nodes
+            .map_or("-".to_string(), |n| format!("{n} nodes"));
+        let risk = s.prefix_risk.as_ref().map_or("-".to_string(), |r| {
+            format!(
+                "{:?}: {} prefixes, {}..{} free /28s",
+                r.verdict, r.needed, r.free_blocks_worst, r.free_blocks_best
+            )
+            .to_lowercase()
+        });
+        writeln!(
+            out,
+            "{:<26} {:<12} {:<18} {:>9} {:>9} {:>9} {:>14}  {}",
+            s.id, s.zone, s.cidr, s.available, s.fleet_addresses, s.headroom, runs_out, risk
+        )?;
+    }
+    shortfalls(&p.shortfalls, "of the fleet", out)?;
+    if let Some(so) = &p.scale_out {
+        writeln!(out)?;
+        writeln!(out, "SCALE-OUT of {} nodes", so.nodes)?;
+        writeln!(out, "{:<34} {:>10} {:>16}", "EC2 ACTION", "CALLS", "TO-FIRST-ADDRESS")?;
+        for (action, n) in so.calls.iter() {
+            writeln!(
+                out,
+                "{:<34} {:>10} {:>16}",
+                action,
+                n,
+                so.calls_to_first_address.get(action)
+            )?;
+        }
+        let floor = |f: &vpcnet_capacity::rates::Floor| match f.limiting_action {
+            Some(a) => format!("{:.1} s (set by {a})", f.seconds),
+            None => "0 s (every action within its burst)".into(),
+        };
+        writeln!(
+            out,
+            "time floor, every new node serving its first pod: {}",
+            floor(&so.floor_first_address)
+        )?;
+        writeln!(
+            out,
+            "time floor, every new node settled:                {}",
+            floor(&so.floor_settled)
+        )?;
+        writeln!(out, "(the account's default EC2 request-token buckets, no other caller, no retry)")?;
+        shortfalls(&so.shortfalls, "of the scale-out", out)?;
+    }
+    Ok(())
+}
+
+/// Short nodes summed up by group and subnets (`--output json` lists each one).
+fn shortfalls(v: &[Shortfall], which: &str, out: &mut impl Write) -> std::io::Result<()> {
+    let mut by: BTreeMap<(&str, String), (u64, u64, u64)> = BTreeMap::new();
+    for s in v {
+        let e = by
+            .entry((s.group.as_str(), s.subnets.join(", ")))
+            .or_insert((0, s.node, 0));
+        e.0 += 1;
+        e.2 += u64::from(s.addresses);
+    }
+    for ((group, subnets), (nodes, first, addresses)) in by {
+        writeln!(
+            out,
+            "SHORT: {nodes} nodes {which} in group {group}, the first node {first}, lack {addresses} addresses: no room in {subnets}"
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FLEET: &str = r#"
+subnets:
+  - id: subnet-a
+    cidr: 10.0.0.0/24
+    zone: us-east-1a
+settings:
+  WARM_ENI_TARGET: "1"
+node_groups:
+  - name: web
+    instance_type: m5.large
+    count: 10
+    pods_per_node: 5
+    subnets: [subnet-a]
+"#;
+
+    fn run(text: &str, scale_out: Option<u32>, o: Output) -> anyhow::Result<String> {
+        let mut out = Vec::new();
+        execute(text, scale_out, o, &mut out)?;
+        Ok(String::from_utf8(out).unwrap())
+    }
+
+    #[test]
+    fn tables_show_the_group_the_subnet_and_the_scale_out() {
+        let t = run(FLEET, Some(2), Output::Table).unwrap();
+        assert!(t.contains("web"), "{t}");
+        let subnet_row = t.lines().find(|l| l.starts_with("subnet-a")).unwrap();
+        let cols: Vec<&str> = subnet_row.split_whitespace().collect();
+        assert_eq!(&cols[3..7], ["251", "200", "51", "13"], "{subnet_row}");
+        assert!(t.contains("SCALE-OUT of 2 nodes"), "{t}");
+        assert!(t.contains("0 s (every action within its burst)"), "{t}");
+    }
+
+    #[test]
+    fn json_carries_the_same_figures() {
+        let j: serde_json::Value =
+            serde_json::from_str(&run(FLEET, None, Output::Json).unwrap()).unwrap();
+        assert_eq!(j["subnets"][0]["fleet_addresses"], 200);
+        assert_eq!(j["subnets"][0]["runs_out_at_nodes"], 13);
+        assert!(j["scale_out"].is_null());
+    }
+
+    #[test]
+    fn a_misspelt_field_is_refused_by_name() {
+        let bad = FLEET.replace("pods_per_node", "pod_per_node");
+        let e = format!("{:#}", run(&bad, None, Output::Table).unwrap_err());
+        assert!(e.contains("pod_per_node"), "{e}");
+    }
+}
