@@ -159,7 +159,8 @@ fn shortfalls(v: &[Shortfall], which: &str, out: &mut impl Write) -> std::io::Re
     for ((group, subnets), (nodes, first, addresses)) in by {
         writeln!(
             out,
-            "SHORT: {nodes} nodes {which} in group {group}, the first node {first}, lack {addresses} addresses: no room in {subnets}"
+            "SHORT: {nodes} {} {which} in group {group}, the first node {first}, lack {addresses} addresses: no room in {subnets}",
+            if nodes == 1 { "node" } else { "nodes" }
         )?;
     }
     Ok(())
