@@ -4,9 +4,17 @@
 //! (EC2 `DescribeInstanceTypes` → `NetworkInfo`, as published by amazon-vpc-cni-k8s) and
 //! compiled into the binary, so no component needs the EC2 API for a known type.
 //! Pure: no I/O.
+//!
+//! [`api_rates`] holds the account's EC2 and ELBv2 API rate limits (request-token buckets per
+//! action category) as documented by AWS.
 
+pub mod api_rates;
 mod max_pods;
 mod table;
 
 pub use max_pods::{max_pods, MaxPodsOptions, MaxPodsReport};
+pub use api_rates::{
+    ec2_category, ec2_default, elbv2_category, elbv2_default, BucketSpec, Ec2Category,
+    Elbv2Category,
+};
 pub use table::{all, lookup, Hypervisor, InstanceLimits, NetworkCard};
