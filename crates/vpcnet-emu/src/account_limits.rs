@@ -24,8 +24,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 use vpcnet_limits::api_rates::{
-    ec2_category, ec2_default, elbv2_category, elbv2_default, BucketSpec,
-    Ec2Category, Elbv2Category,
+    ec2_category, ec2_default, elbv2_category, elbv2_default, BucketSpec, Ec2Category,
+    Elbv2Category,
 };
 
 use crate::query::params::Params;
@@ -140,13 +140,11 @@ impl AccountLimits {
 
     /// Check every entry; the error names the field and the fix.
     pub fn validate(&self) -> Result<(), String> {
-        let check = |path: String, o: &BucketOverride, base: BucketSpec| match o
-            .over(base)
-            .problem()
-        {
-            Some(p) => Err(format!("{path}: {p}")),
-            None => Ok(()),
-        };
+        let check =
+            |path: String, o: &BucketOverride, base: BucketSpec| match o.over(base).problem() {
+                Some(p) => Err(format!("{path}: {p}")),
+                None => Ok(()),
+            };
         for (name, o) in &self.ec2 {
             let Some(c) = Ec2Category::from_name(name) else {
                 return Err(format!(
@@ -195,9 +193,10 @@ impl AccountLimits {
         let (category, base, action_key) = match call.api {
             Api::Elbv2 => {
                 let c = elbv2_category(call.action);
-                let base = self.elbv2.get(c.name()).map_or(elbv2_default(c), |o| {
-                    o.over(elbv2_default(c))
-                });
+                let base = self
+                    .elbv2
+                    .get(c.name())
+                    .map_or(elbv2_default(c), |o| o.over(elbv2_default(c)));
                 (c.name(), base, crate::elbv2::fault_key(call.action))
             }
             _ => {
@@ -318,7 +317,11 @@ impl AccountLimitState {
             .iter()
             .map(|((account, api, action, category), b)| BucketState {
                 account: account.clone(),
-                api: if *api == "elbv2" { Api::Elbv2 } else { Api::Ec2 },
+                api: if *api == "elbv2" {
+                    Api::Elbv2
+                } else {
+                    Api::Ec2
+                },
                 action: action.clone(),
                 category: category.to_string(),
                 capacity: b.spec.capacity,
@@ -372,9 +375,18 @@ mod tests {
             },
         );
         let spec = |a: &str, f: bool| cfg.bucket_of(&call(a, f, None)).1;
-        assert_eq!(spec("AssignPrivateIpAddresses", false), BucketSpec::new(3, 1.0));
-        assert_eq!(spec("CreateNetworkInterface", false), BucketSpec::new(7, 1.0));
-        assert_eq!(spec("AttachNetworkInterface", false), BucketSpec::new(50, 5.0));
+        assert_eq!(
+            spec("AssignPrivateIpAddresses", false),
+            BucketSpec::new(3, 1.0)
+        );
+        assert_eq!(
+            spec("CreateNetworkInterface", false),
+            BucketSpec::new(7, 1.0)
+        );
+        assert_eq!(
+            spec("AttachNetworkInterface", false),
+            BucketSpec::new(50, 5.0)
+        );
         assert_eq!(
             spec("DescribeNetworkInterfaces", true),
             BucketSpec::new(100, 20.0)
@@ -397,18 +409,28 @@ mod tests {
                 },
             );
         });
-        assert!(e.starts_with("ec2.tags: capacity must be at least 1"), "{e}");
+        assert!(
+            e.starts_with("ec2.tags: capacity must be at least 1"),
+            "{e}"
+        );
         let e = bad(|c| {
-            c.actions
-                .insert("elbv2:RegisterTargets".into(), BucketOverride::new(5, f64::NAN));
+            c.actions.insert(
+                "elbv2:RegisterTargets".into(),
+                BucketOverride::new(5, f64::NAN),
+            );
         });
-        assert!(e.starts_with("actions.elbv2:RegisterTargets: refill_per_sec"), "{e}");
+        assert!(
+            e.starts_with("actions.elbv2:RegisterTargets: refill_per_sec"),
+            "{e}"
+        );
         let e = bad(|c| {
-            c.elbv2.insert("describes".into(), BucketOverride::default());
+            c.elbv2
+                .insert("describes".into(), BucketOverride::default());
         });
         assert!(e.contains("elbv2.describes: no such ELBv2 category; use one of describe, registration, mutating"), "{e}");
         let e = bad(|c| {
-            c.actions.insert("RunInstances".into(), BucketOverride::default());
+            c.actions
+                .insert("RunInstances".into(), BucketOverride::default());
         });
         assert!(e.contains("actions.RunInstances: not an action"), "{e}");
         let e = bad(|c| {
@@ -442,7 +464,12 @@ mod tests {
         assert_eq!(v.buckets.len(), 1);
         let b = &v.buckets[0];
         assert_eq!(
-            (b.account.as_str(), b.category.as_str(), b.admitted, b.throttled),
+            (
+                b.account.as_str(),
+                b.category.as_str(),
+                b.admitted,
+                b.throttled
+            ),
             (DEFAULT_ACCOUNT, "mutating", 2, 1)
         );
         assert!((b.tokens - 1.0).abs() < 1e-9, "{}", b.tokens);

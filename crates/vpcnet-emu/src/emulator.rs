@@ -572,8 +572,7 @@ impl Emulator {
                 counts.mutating += 1;
             }
         }
-        let admitted =
-            lock(&self.inner.account_limits).admit(metered, tokio::time::Instant::now());
+        let admitted = lock(&self.inner.account_limits).admit(metered, tokio::time::Instant::now());
         let admission = if admitted {
             lock(&self.inner.faults).admit(action, Instant::now())
         } else {

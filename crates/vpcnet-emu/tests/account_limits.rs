@@ -241,7 +241,12 @@ async fn aws_defaults_apply_when_enabled_without_overrides() {
         .send()
         .await;
     assert_eq!(verdict(filtered), "ok");
-    let f = bucket(&lab.emu, "default", "DescribeInstances", "describe_filtered");
+    let f = bucket(
+        &lab.emu,
+        "default",
+        "DescribeInstances",
+        "describe_filtered",
+    );
     assert_eq!((f.capacity, f.refill_per_sec), (100, 20.0));
 }
 
@@ -265,10 +270,7 @@ async fn elbv2_answers_throttling_from_its_own_buckets() {
     assert_eq!(status(&e), 400);
     assert_eq!(e.message(), Some("Rate exceeded"));
     // another describe action has its own bucket
-    assert_eq!(
-        verdict(lab.elb.describe_target_groups().send().await),
-        "ok"
-    );
+    assert_eq!(verdict(lab.elb.describe_target_groups().send().await), "ok");
     advance(Duration::from_secs(1)).await;
     assert_eq!(
         verdict(lab.elb.describe_load_balancers().send().await),
@@ -279,7 +281,9 @@ async fn elbv2_answers_throttling_from_its_own_buckets() {
     let register = || {
         lab.elb
             .register_targets()
-            .target_group_arn("arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/none/0")
+            .target_group_arn(
+                "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/none/0",
+            )
             .targets(common::elbv2::target("10.0.1.10", Some(80), None))
             .send()
     };

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{client, control as call};
-use serde_json::{json, Value};
+use serde_json::json;
 use vpcnet_emu::Emulator;
 
 #[tokio::test]
