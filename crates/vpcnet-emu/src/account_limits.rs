@@ -140,29 +140,14 @@ impl AccountLimits {
 
     /// Check every entry; the error names the field and the fix.
     pub fn validate(&self) -> Result<(), String> {
-        let check =
-            |path: String, o: &BucketOverride, base: BucketSpec| match o.over(base).problem() {
-                Some(p) => Err(format!("{path}: {p}")),
-                None => Ok(()),
-            };
-        for (name, o) in &self.ec2 {
-            let Some(c) = Ec2Category::from_name(name) else {
-                return Err(format!(
-                    "ec2.{name}: no such EC2 category; use one of {}",
-                    names(&Ec2Category::ALL, Ec2Category::name)
-                ));
-            };
-            check(format!("ec2.{name}"), o, ec2_default(c))?;
-        }
-        for (name, o) in &self.elbv2 {
-            let Some(c) = Elbv2Category::from_name(name) else {
-                return Err(format!(
-                    "elbv2.{name}: no such ELBv2 category; use one of {}",
-                    names(&Elbv2Category::ALL, Elbv2Category::name)
-                ));
-            };
-            check(format!("elbv2.{name}"), o, elbv2_default(c))?;
-        }
+        let ec2_names = names(&Ec2Category::ALL, Ec2Category::name);
+        check_section(("ec2", "EC2", &ec2_names), &self.ec2, |n| {
+            Ec2Category::from_name(n).map(ec2_default)
+        })?;
+        let elbv2_names = names(&Elbv2Category::ALL, Elbv2Category::name);
+        check_section(("elbv2", "ELBv2", &elbv2_names), &self.elbv2, |n| {
+            Elbv2Category::from_name(n).map(elbv2_default)
+        })?;
         for (key, o) in &self.actions {
             if !served(key) {
                 return Err(format!(
@@ -170,7 +155,7 @@ impl AccountLimits {
                 ));
             }
             // the action's own entry must make a bucket whatever its category gives
-            check(format!("actions.{key}"), o, BucketSpec::new(1, 0.0))?;
+            check(&format!("actions.{key}"), o, BucketSpec::new(1, 0.0))?;
         }
         for (key, account) in &self.accounts {
             if key.is_empty() || account.is_empty() {
@@ -193,24 +178,46 @@ impl AccountLimits {
         let (category, base, action_key) = match call.api {
             Api::Elbv2 => {
                 let c = elbv2_category(call.action);
-                let base = self
-                    .elbv2
-                    .get(c.name())
-                    .map_or(elbv2_default(c), |o| o.over(elbv2_default(c)));
+                let base = sized(&self.elbv2, c.name(), elbv2_default(c));
                 (c.name(), base, crate::elbv2::fault_key(call.action))
             }
             _ => {
                 let c = ec2_category(call.action, call.filtered);
-                let base = self
-                    .ec2
-                    .get(c.name())
-                    .map_or(ec2_default(c), |o| o.over(ec2_default(c)));
+                let base = sized(&self.ec2, c.name(), ec2_default(c));
                 (c.name(), base, call.action.to_string())
             }
         };
-        let spec = self.actions.get(&action_key).map_or(base, |o| o.over(base));
-        (category, spec)
+        (category, sized(&self.actions, &action_key, base))
     }
+}
+
+/// `base` changed by the entry `key` of `entries`, if there is one.
+fn sized(entries: &BTreeMap<String, BucketOverride>, key: &str, base: BucketSpec) -> BucketSpec {
+    entries.get(key).map_or(base, |o| o.over(base))
+}
+
+/// An error naming `path` when `o` over `base` cannot be a bucket.
+fn check(path: &str, o: &BucketOverride, base: BucketSpec) -> Result<(), String> {
+    match o.over(base).problem() {
+        Some(p) => Err(format!("{path}: {p}")),
+        None => Ok(()),
+    }
+}
+
+/// Check the category entries of a section: (its key `ec2` or `elbv2`, the service's name,
+/// the known categories' names); `default_of` gives a known category's default.
+fn check_section(
+    (section, service, known): (&str, &str, &str),
+    entries: &BTreeMap<String, BucketOverride>,
+    default_of: impl Fn(&str) -> Option<BucketSpec>,
+) -> Result<(), String> {
+    for (name, o) in entries {
+        let base = default_of(name).ok_or_else(|| {
+            format!("{section}.{name}: no such {service} category; use one of {known}")
+        })?;
+        check(&format!("{section}.{name}"), o, base)?;
+    }
+    Ok(())
 }
 
 /// One live bucket, as `GET /_emu/account-limits` lists it.

@@ -33,6 +33,12 @@ fn verdict<T, E: ProvideErrorMetadata + std::fmt::Debug>(
     }
 }
 
+/// (admitted, throttled) of the live bucket of `action` in `category`.
+fn counts(emu: &Emulator, account: &str, action: &str, category: &str) -> (u64, u64) {
+    let b = bucket(emu, account, action, category);
+    (b.admitted, b.throttled)
+}
+
 /// The live bucket of `action` in `category`.
 fn bucket(emu: &Emulator, account: &str, action: &str, category: &str) -> BucketState {
     emu.account_limits()
@@ -144,10 +150,10 @@ async fn access_keys_of_one_account_share_its_buckets_and_accounts_do_not() {
     );
     // an unmapped key is in the default account, which has a full bucket
     assert_eq!(verdict(lab.ec2.describe_subnets().send().await), "ok");
-    let one = bucket(&lab.emu, "one", "DescribeSubnets", "describe_unfiltered");
-    let two = bucket(&lab.emu, "two", "DescribeSubnets", "describe_unfiltered");
-    assert_eq!((one.admitted, one.throttled), (2, 1));
-    assert_eq!((two.admitted, two.throttled), (2, 1));
+    for account in ["one", "two"] {
+        let c = counts(&lab.emu, account, "DescribeSubnets", "describe_unfiltered");
+        assert_eq!(c, (2, 1), "{account}");
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -181,10 +187,14 @@ async fn filtered_and_unfiltered_describes_draw_from_separate_buckets() {
         .await;
     assert_eq!(verdict(paged), "RequestLimitExceeded");
     let action = "DescribeNetworkInterfaces";
-    let f = bucket(&lab.emu, "default", action, "describe_filtered");
-    let u = bucket(&lab.emu, "default", action, "describe_unfiltered");
-    assert_eq!((f.admitted, f.throttled), (1, 2));
-    assert_eq!((u.admitted, u.throttled), (1, 1));
+    assert_eq!(
+        counts(&lab.emu, "default", action, "describe_filtered"),
+        (1, 2)
+    );
+    assert_eq!(
+        counts(&lab.emu, "default", action, "describe_unfiltered"),
+        (1, 1)
+    );
 }
 
 #[tokio::test(start_paused = true)]
