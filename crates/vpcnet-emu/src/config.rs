@@ -1,11 +1,12 @@
 //! The binary's setup file: VPCs with subnets, security groups and instances, extra instance
-//! types and faults. Example:
+//! types, faults and the account's rate limits. Example:
 //!
 //! ```json
 //! {
 //!   "region": "us-east-1",
 //!   "instance_types": [],
 //!   "faults": { "actions": { "AssignPrivateIpAddresses": { "throttle": { "capacity": 10, "refill_per_sec": 1.0 } } } },
+//!   "account_limits": { "enabled": true, "ec2": { "eni_mutating": { "capacity": 20 } } },
 //!   "vpcs": [{
 //!     "name": "lab", "cidr": "10.0.0.0/16", "extra_cidrs": ["100.64.0.0/16"],
 //!     "security_groups": ["nodes"],
@@ -22,6 +23,7 @@ use anyhow::{anyhow, Context};
 use ipnet::Ipv4Net;
 use serde::{Deserialize, Serialize};
 
+use crate::account_limits::AccountLimits;
 use crate::control::InstanceTypeSpec;
 use crate::emulator::{Emulator, InstanceInfo, RunInstance};
 use crate::faults::Faults;
@@ -36,6 +38,10 @@ pub struct LabConfig {
     pub instance_types: Vec<InstanceTypeSpec>,
     #[serde(default)]
     pub faults: Option<Faults>,
+    /// The account's EC2 and ELBv2 rate limits ([`crate::account_limits`]); off unless given
+    /// with `"enabled": true`.
+    #[serde(default)]
+    pub account_limits: Option<AccountLimits>,
     #[serde(default)]
     pub vpcs: Vec<VpcConfig>,
 }
@@ -102,6 +108,10 @@ pub async fn apply(emu: &Emulator, cfg: &LabConfig) -> anyhow::Result<LabIds> {
     if let Some(f) = &cfg.faults {
         emu.set_faults(f.clone())
             .map_err(|e| anyhow!("faults: {e}"))?;
+    }
+    if let Some(l) = &cfg.account_limits {
+        emu.set_account_limits(l.clone())
+            .map_err(|e| anyhow!("account_limits.{}", e.message))?;
     }
     let mut out = LabIds::default();
     for v in &cfg.vpcs {

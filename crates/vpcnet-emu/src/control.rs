@@ -16,6 +16,8 @@
 //! | `POST /_emu/enis/{id}/detach` | → `{}` (behind the agent's back) |
 //! | `GET /_emu/faults`, `PUT /_emu/faults` | [`Faults`] |
 //! | `PUT /_emu/faults/actions/{action}` | [`ActionFaults`]; `DELETE` clears |
+//! | `GET /_emu/account-limits` | → [`crate::AccountLimitsView`]: the account's rate limits and every live bucket (level, calls admitted and throttled) |
+//! | `PUT /_emu/account-limits` | [`crate::AccountLimits`] → `{}` (every account bucket restarts full); `DELETE` turns them off |
 //! | `PUT /_emu/imds-lag` | `{"instance_id"?,"ms"}` |
 //! | `PUT /_emu/empty-private-dns-names` | `{"calls"}` |
 //! | `GET /_emu/calls` | → [`crate::CallCounts`]; `DELETE` resets |
@@ -184,6 +186,12 @@ pub(crate) fn router() -> Router<Emulator> {
             "/faults/actions/{action}",
             put(put_action).delete(delete_action),
         )
+        .route(
+            "/account-limits",
+            get(get_account_limits)
+                .put(put_account_limits)
+                .delete(delete_account_limits),
+        )
         .route("/imds-lag", put(imds_lag))
         .route("/empty-private-dns-names", put(empty_dns))
         .route("/calls", get(calls).delete(reset_calls))
@@ -325,6 +333,20 @@ async fn put_action(
 
 async fn delete_action(State(emu): State<Emulator>, Path(action): Path<String>) -> ApiResult {
     emu.set_action_faults(&action, None)?;
+    ok(json!({}))
+}
+
+async fn get_account_limits(State(emu): State<Emulator>) -> ApiResult {
+    ok(emu.account_limits())
+}
+
+async fn put_account_limits(State(emu): State<Emulator>, body: Bytes) -> ApiResult {
+    emu.set_account_limits(parse(&body)?)?;
+    ok(json!({}))
+}
+
+async fn delete_account_limits(State(emu): State<Emulator>) -> ApiResult {
+    emu.set_account_limits(Default::default())?;
     ok(json!({}))
 }
 

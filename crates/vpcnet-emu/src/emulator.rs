@@ -12,6 +12,9 @@ use ipnet::Ipv4Net;
 use serde::{Deserialize, Serialize};
 use vpcnet_limits::InstanceLimits;
 
+use crate::account_limits::{
+    filtered_or_paginated, AccountLimitState, AccountLimits, AccountLimitsView, MeteredCall,
+};
 use crate::error::Ec2Error;
 use crate::faults::{ActionFaults, Admission, CallCounts, FaultState, Faults};
 use crate::hooks::{deliver, FabricEvent, FabricHooks, NoHooks};
@@ -57,6 +60,7 @@ pub(crate) struct Inner {
     seed: u64,
     cloud: Mutex<Cloud>,
     pub(crate) faults: Mutex<FaultState>,
+    pub(crate) account_limits: Mutex<AccountLimitState>,
     pub(crate) counts: Mutex<CallCounts>,
     pub(crate) requests: Mutex<crate::request_log::Log>,
     hooks: RwLock<Arc<dyn FabricHooks>>,
@@ -101,6 +105,7 @@ impl Emulator {
                 seed: o.seed,
                 cloud: Mutex::new(Cloud::new(o.seed, &o.region, &o.account_id)),
                 faults: Mutex::new(FaultState::new(o.seed)),
+                account_limits: Mutex::new(AccountLimitState::default()),
                 counts: Mutex::new(CallCounts::default()),
                 requests: Mutex::new(Default::default()),
                 hooks: RwLock::new(Arc::new(NoHooks)),
@@ -330,6 +335,19 @@ impl Emulator {
         Ok(())
     }
 
+    /// Replace the account's rate limits ([`crate::account_limits`]); every account bucket
+    /// restarts full. Errors: `InvalidParameterValue` naming the bad field and the fix.
+    pub fn set_account_limits(&self, limits: AccountLimits) -> Result<(), Ec2Error> {
+        limits.validate().map_err(Ec2Error::invalid_value)?;
+        lock(&self.inner.account_limits).set(limits);
+        Ok(())
+    }
+
+    /// The account's rate limits in force and every live bucket's level and counts.
+    pub fn account_limits(&self) -> AccountLimitsView {
+        lock(&self.inner.account_limits).view(tokio::time::Instant::now())
+    }
+
     /// IMDS lag for one instance (Some) or the default for all (None). Applies to changes made
     /// from now on.
     pub fn set_imds_lag(&self, instance_id: Option<&str>, lag: Duration) {
@@ -460,8 +478,19 @@ impl Emulator {
     }
 
     /// Answer one EC2 Query call: returns (HTTP status, XML body). `peer` attributes the call to
-    /// an instance when it is that instance's primary private IP.
+    /// an instance when it is that instance's primary private IP. The call is unsigned: the
+    /// account limits count it in the default account.
     pub async fn ec2_call(&self, params: Params, peer: Option<IpAddr>) -> (u16, String) {
+        self.ec2_call_from(params, peer, None).await
+    }
+
+    /// [`Emulator::ec2_call`] signed with `access_key`, whose account's rate limits apply.
+    pub async fn ec2_call_from(
+        &self,
+        params: Params,
+        peer: Option<IpAddr>,
+        access_key: Option<&str>,
+    ) -> (u16, String) {
         let request_id = self.next_request_id();
         let fail = |e: Ec2Error| (e.status(), error_body(&e, &request_id));
         let action = match params.required("Action") {
@@ -486,7 +515,13 @@ impl Emulator {
                 .entry(action.clone())
                 .or_default() += 1;
         }
-        let admission = self.admit_call(&action, mutating);
+        let metered = MeteredCall {
+            api: crate::request_log::Api::Ec2,
+            action: &action,
+            filtered: filtered_or_paginated(&params),
+            access_key,
+        };
+        let admission = self.admit_call(&action, mutating, &metered);
         let attach_delay = if action == "AttachNetworkInterface" {
             admission.latency
         } else {
@@ -522,8 +557,14 @@ impl Emulator {
     }
 
     /// Count one call of `action` (its key in [`CallCounts`] and [`Faults`]: the EC2 action
-    /// name, or `elbv2:` + the ELBv2 action name) and decide its faults.
-    pub(crate) fn admit_call(&self, action: &str, mutating: bool) -> Admission {
+    /// name, or `elbv2:` + the ELBv2 action name), take its account's token (`metered`), then
+    /// decide its faults. A call its account's bucket throttles takes no fault token.
+    pub(crate) fn admit_call(
+        &self,
+        action: &str,
+        mutating: bool,
+        metered: &MeteredCall,
+    ) -> Admission {
         {
             let mut counts = lock(&self.inner.counts);
             *counts.per_action.entry(action.to_string()).or_default() += 1;
@@ -531,7 +572,16 @@ impl Emulator {
                 counts.mutating += 1;
             }
         }
-        let admission = lock(&self.inner.faults).admit(action, Instant::now());
+        let admitted = lock(&self.inner.account_limits).admit(metered, tokio::time::Instant::now());
+        let admission = if admitted {
+            lock(&self.inner.faults).admit(action, Instant::now())
+        } else {
+            Admission {
+                error: Some(Ec2Error::throttled()),
+                latency: Duration::ZERO,
+                throttled: true,
+            }
+        };
         if admission.throttled {
             *lock(&self.inner.counts)
                 .throttled

@@ -11,6 +11,9 @@
 //! - Serving: [`Emulator::spawn`] (tests; 127.0.0.1 on a free port) or [`Emulator::serve`] for
 //!   EC2 + the JSON control API under `/_emu/` ([`control`]); IMDS per instance with
 //!   [`Emulator::imds_endpoint`] or shared by source address with [`Emulator::serve_imds`].
+//! - The account's EC2 and ELBv2 rate limits ([`account_limits`], off by default):
+//!   request-token buckets per account and action with AWS's documented sizes
+//!   (`set_account_limits`, `account_limits`, `/_emu/account-limits`).
 //! - [`FabricHooks`]: what the lab implements to mirror ENI attach/detach and address changes.
 //!
 //! EKS: DescribeCluster (`GET /clusters/{name}`) for the cluster records created with
@@ -30,10 +33,12 @@
 //!
 //! # Binary
 //!
-//! `vpcnet-emu --listen 127.0.0.1:8080 --seed 1 [--config lab.json] [--imds-listen ADDR]`
+//! `vpcnet-emu --listen 127.0.0.1:8080 --seed 1 [--config lab.json] [--imds-listen ADDR]
+//! [--account-limits off|aws-defaults]`
 //! builds the cloud described by the JSON file ([`config::LabConfig`]), prints the created IDs
 //! as one JSON line on stdout, and serves until killed.
 
+pub mod account_limits;
 pub mod config;
 pub mod control;
 pub mod ecr;
@@ -49,6 +54,7 @@ pub mod query;
 pub mod request_log;
 mod server;
 
+pub use account_limits::{AccountLimits, AccountLimitsView, BucketOverride, BucketState};
 pub use control::InstanceTypeSpec;
 pub use emulator::{
     AttachmentInfo, Emulator, EmulatorOptions, EniInfo, InstanceInfo, RunInstance, VpcInfo,

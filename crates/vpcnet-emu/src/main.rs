@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! vpcnet-emu --listen 127.0.0.1:8080 --seed 1 --config lab.json [--imds-listen 169.254.169.254:80]
+//!            [--account-limits off|aws-defaults]
 //! ```
 //! Prints the IDs created from the config as one JSON line on stdout, then serves until killed.
 
@@ -9,9 +10,18 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use vpcnet_emu::config::{apply, LabConfig};
-use vpcnet_emu::{Emulator, EmulatorOptions};
+use vpcnet_emu::{AccountLimits, Emulator, EmulatorOptions};
+
+/// `--account-limits`: whether the account's EC2 and ELBv2 rate limits apply.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum AccountLimitsFlag {
+    /// No account limit (the config's `account_limits` is ignored).
+    Off,
+    /// AWS's documented buckets, with the config's `account_limits` overrides if any.
+    AwsDefaults,
+}
 
 #[derive(Parser, Debug)]
 #[command(
@@ -31,6 +41,10 @@ struct Args {
     /// Also serve IMDS here, knowing callers by source address (an instance's primary IP).
     #[arg(long)]
     imds_listen: Option<SocketAddr>,
+    /// Meter calls with the account's EC2 and ELBv2 rate limits (`aws-defaults`), or not
+    /// (`off`); without the flag the config's `account_limits` decides (off by default).
+    #[arg(long, value_enum)]
+    account_limits: Option<AccountLimitsFlag>,
 }
 
 #[tokio::main]
@@ -40,7 +54,7 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
-    let cfg: LabConfig = match &args.config {
+    let mut cfg: LabConfig = match &args.config {
         Some(p) => {
             let text = std::fs::read_to_string(p)
                 .with_context(|| format!("cannot read --config {}", p.display()))?;
@@ -49,6 +63,12 @@ async fn main() -> anyhow::Result<()> {
         }
         None => LabConfig::default(),
     };
+    if let Some(flag) = args.account_limits {
+        let limits = cfg
+            .account_limits
+            .get_or_insert_with(AccountLimits::aws_defaults);
+        limits.enabled = matches!(flag, AccountLimitsFlag::AwsDefaults);
+    }
     let emu = Emulator::with_options(EmulatorOptions {
         seed: args.seed,
         region: cfg.region.clone().unwrap_or_else(|| "us-east-1".into()),

@@ -59,9 +59,10 @@ async fn ec2(State(emu): State<Emulator>, req: Request) -> Response {
         Api::Ec2
     };
     let action = params.get("Action").unwrap_or_default().to_string();
+    let access_key = authorization.as_deref().and_then(request_log::access_key);
     let (status, body) = match api {
-        Api::Elbv2 => emu.elbv2_call(params).await,
-        _ => emu.ec2_call(params, peer).await,
+        Api::Elbv2 => emu.elbv2_call_from(params, access_key.as_deref()).await,
+        _ => emu.ec2_call_from(params, peer, access_key.as_deref()).await,
     };
     emu.log_request(RequestRecord {
         seq: 0,
@@ -77,7 +78,7 @@ async fn ec2(State(emu): State<Emulator>, req: Request) -> Response {
         instance_id: emu.instance_at(peer),
         source: peer,
         user_agent,
-        access_key: authorization.as_deref().and_then(request_log::access_key),
+        access_key,
         status,
         error_code: (status >= 300)
             .then(|| request_log::error_code(&body))
@@ -114,7 +115,8 @@ impl Emulator {
     /// Answers one Query API request (EC2, or ELBv2 by `Version` or the signing service in
     /// `authorization`): `body` is the form-encoded request body and `query` the URL's query
     /// string, whose parameters count where the body lacks them. `peer` attributes an EC2
-    /// call to the instance with that primary private IP. Returns (HTTP status, XML body);
+    /// call to the instance with that primary private IP; the access key of `authorization`
+    /// picks the account whose rate limits apply ([`crate::account_limits`]). Returns (HTTP status, XML body);
     /// every input, however malformed, gets EC2's or ELBv2's error envelope, never a panic.
     /// The HTTP handler's dispatch without its request log (the fuzz target `emu_query`).
     pub async fn query_call(
@@ -128,10 +130,12 @@ impl Emulator {
         if let Some(q) = query {
             params.merge_missing(Params::parse(q));
         }
+        let access_key = authorization.and_then(request_log::access_key);
         if crate::elbv2::is_elbv2(&params, authorization) {
-            self.elbv2_call(params).await
+            self.elbv2_call_from(params, access_key.as_deref()).await
         } else {
-            self.ec2_call(params, peer).await
+            self.ec2_call_from(params, peer, access_key.as_deref())
+                .await
         }
     }
 

@@ -3,32 +3,9 @@
 
 mod common;
 
-use axum::body::Body;
-use common::client;
-use serde_json::{json, Value};
-use tower::ServiceExt;
+use common::{client, control as call};
+use serde_json::json;
 use vpcnet_emu::Emulator;
-
-async fn call(app: &axum::Router, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
-    let req = http::Request::builder()
-        .method(method)
-        .uri(path)
-        .header("content-type", "application/json")
-        .body(
-            body.map(|b| Body::from(b.to_string()))
-                .unwrap_or_else(Body::empty),
-        )
-        .unwrap();
-    let resp = app.clone().oneshot(req).await.unwrap();
-    let status = resp.status().as_u16();
-    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 24)
-        .await
-        .unwrap();
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
-}
 
 #[tokio::test]
 async fn control_api_mirrors_the_methods() {

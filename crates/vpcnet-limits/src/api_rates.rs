@@ -338,7 +338,10 @@ mod tests {
 
     #[test]
     fn problems_name_the_field() {
-        assert!(BucketSpec::new(0, 1.0).problem().unwrap().contains("capacity"));
+        assert!(BucketSpec::new(0, 1.0)
+            .problem()
+            .unwrap()
+            .contains("capacity"));
         for bad in [-1.0, f64::NAN, f64::INFINITY] {
             assert!(BucketSpec::new(5, bad)
                 .problem()

@@ -12,6 +12,10 @@ pub mod api_rates;
 mod max_pods;
 mod table;
 
+pub use api_rates::{
+    ec2_category, ec2_default, elbv2_category, elbv2_default, BucketSpec, Ec2Category,
+    Elbv2Category,
+};
 pub use max_pods::{max_pods, MaxPodsOptions, MaxPodsReport};
 pub use api_rates::{
     ec2_category, ec2_default, elbv2_category, elbv2_default, BucketSpec, Ec2Category,

@@ -218,6 +218,11 @@ impl Emulator {
 
     /// Answer one ELBv2 Query call: (HTTP status, XML body).
     pub async fn elbv2_call(&self, params: Params) -> (u16, String) {
+        self.elbv2_call_from(params, None).await
+    }
+
+    /// [`Emulator::elbv2_call`] signed with `access_key`, whose account's rate limits apply.
+    pub async fn elbv2_call_from(&self, params: Params, access_key: Option<&str>) -> (u16, String) {
         let request_id = self.next_request_id();
         let fail = |e: ElbError| (e.status(), render::error_body(&e, &request_id));
         let action = match params.required("Action") {
@@ -228,7 +233,13 @@ impl Emulator {
             return fail(error::invalid_action(&action));
         };
         let st = self.elbv2();
-        let admission = self.admit_call(&fault_key(&action), mutating);
+        let metered = crate::account_limits::MeteredCall {
+            api: crate::request_log::Api::Elbv2,
+            action: &action,
+            filtered: false,
+            access_key,
+        };
+        let admission = self.admit_call(&fault_key(&action), mutating, &metered);
         if admission.throttled {
             return fail(error::throttling());
         }

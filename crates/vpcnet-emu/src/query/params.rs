@@ -37,6 +37,11 @@ impl Params {
         }
     }
 
+    /// Every parameter name, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.map.keys().map(String::as_str)
+    }
+
     pub fn get(&self, name: &str) -> Option<&str> {
         self.map.get(name).map(String::as_str)
     }

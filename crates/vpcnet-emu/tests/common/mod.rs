@@ -33,11 +33,16 @@ pub fn credentials() -> Credentials {
 
 /// An aws-sdk-ec2 client for `endpoint`; `attempts` = 1 disables retries.
 pub fn client(endpoint: &str, attempts: u32) -> Client {
+    client_as(endpoint, attempts, credentials())
+}
+
+/// [`client`] signing with `credentials` (e.g. another access key).
+pub fn client_as(endpoint: &str, attempts: u32, credentials: Credentials) -> Client {
     let cfg = Config::builder()
         .behavior_version(BehaviorVersion::latest())
         .endpoint_url(endpoint)
         .region(Region::new("us-east-1"))
-        .credentials_provider(credentials())
+        .credentials_provider(credentials)
         .retry_config(retry(attempts, Duration::from_millis(5)))
         .build();
     Client::from_conf(cfg)
@@ -101,6 +106,35 @@ pub fn code<E: ProvideErrorMetadata + std::fmt::Debug, R: std::fmt::Debug>(
 /// HTTP status of an SDK error's raw response.
 pub fn status<E>(e: &SdkError<E, aws_sdk_ec2::config::http::HttpResponse>) -> u16 {
     e.raw_response().map(|r| r.status().as_u16()).unwrap_or(0)
+}
+
+/// One control API call (`/_emu/...`) on `app` in-process: (HTTP status, JSON answer or
+/// null).
+pub async fn control(
+    app: &axum::Router,
+    method: &str,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    use tower::ServiceExt;
+    let req = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", "application/json")
+        .body(
+            body.map(|b| axum::body::Body::from(b.to_string()))
+                .unwrap_or_else(axum::body::Body::empty),
+        )
+        .unwrap();
+    let resp = app.clone().oneshot(req).await.unwrap();
+    let status = resp.status().as_u16();
+    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 24)
+        .await
+        .unwrap();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
+    )
 }
 
 /// An EC2 filter `name` matching any of `values`.
