@@ -17,8 +17,4 @@ pub use api_rates::{
     Elbv2Category,
 };
 pub use max_pods::{max_pods, MaxPodsOptions, MaxPodsReport};
-pub use api_rates::{
-    ec2_category, ec2_default, elbv2_category, elbv2_default, BucketSpec, Ec2Category,
-    Elbv2Category,
-};
 pub use table::{all, lookup, Hypervisor, InstanceLimits, NetworkCard};
