@@ -54,33 +54,41 @@ pub fn start_up(subnet_discovery: bool) -> CallCount {
     c
 }
 
-/// The calls one step of the plan costs when EC2 answers at once: an ENI is created,
-/// attached, polled until attached (one describe when the attachment completes before the
-/// first poll) and marked delete-on-termination, after one `DescribeSubnets` that picks or
-/// checks its subnet (the zone's subnets with subnet discovery, the ENIConfig's under custom
-/// networking, else the node's); a surplus ENI is detached, polled until detached, and
-/// deleted.
+/// The calls one step of the plan costs when EC2 answers at once ([`sequence`], counted).
 pub fn for_action(a: &Action) -> CallCount {
     let mut c = CallCount::default();
-    match a {
-        Action::AssignIps { .. } | Action::AssignPrefixes { .. } => {
-            c.add("AssignPrivateIpAddresses", 1)
-        }
-        Action::UnassignIps { .. } | Action::UnassignPrefixes { .. } => {
-            c.add("UnassignPrivateIpAddresses", 1)
-        }
-        Action::CreateEni { .. } => {
-            c.add("DescribeSubnets", 1);
-            c.add("CreateNetworkInterface", 1);
-            c.add("AttachNetworkInterface", 1);
-            c.add("DescribeNetworkInterfaces", 1);
-            c.add("ModifyNetworkInterfaceAttribute", 1);
-        }
-        Action::DeleteEni { .. } => {
-            c.add("DetachNetworkInterface", 1);
-            c.add("DescribeNetworkInterfaces", 1);
-            c.add("DeleteNetworkInterface", 1);
-        }
+    for call in sequence(a) {
+        c.add(call, 1);
     }
     c
 }
+
+/// The calls of one step of the plan, in the order the agent makes them: an ENI is placed
+/// (one `DescribeSubnets` that picks or checks its subnet: the zone's subnets with subnet
+/// discovery, the ENIConfig's under custom networking, else the node's), created, attached,
+/// polled until attached (one describe when the attachment completes before the first poll:
+/// [`ATTACH_POLL`]) and marked delete-on-termination; a surplus ENI is detached, polled until
+/// detached, and deleted.
+pub fn sequence(a: &Action) -> &'static [&'static str] {
+    match a {
+        Action::AssignIps { .. } | Action::AssignPrefixes { .. } => &["AssignPrivateIpAddresses"],
+        Action::UnassignIps { .. } | Action::UnassignPrefixes { .. } => {
+            &["UnassignPrivateIpAddresses"]
+        }
+        Action::CreateEni { .. } => &[
+            "DescribeSubnets",
+            "CreateNetworkInterface",
+            "AttachNetworkInterface",
+            ATTACH_POLL,
+            "ModifyNetworkInterfaceAttribute",
+        ],
+        Action::DeleteEni { .. } => &[
+            "DetachNetworkInterface",
+            "DescribeNetworkInterfaces",
+            "DeleteNetworkInterface",
+        ],
+    }
+}
+
+/// The describe that polls a new attachment until EC2 reports it `attached`.
+pub const ATTACH_POLL: &str = "DescribeNetworkInterfaces";

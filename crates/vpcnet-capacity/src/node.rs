@@ -57,7 +57,7 @@ const MAX_ROUNDS: usize = 1_000;
 
 /// A fixed instant: the planner models the state right after a scale-out, before any
 /// cooldown or surplus hold ends.
-const NOW_MS: u64 = 1_700_000_000_000;
+pub(crate) const NOW_MS: u64 = 1_700_000_000_000;
 
 /// Settles a fresh node with `pods` pods: the plan runs until the warm targets are met,
 /// then pods arrive one at a time and the plan runs after each (as the agent's pool filler
@@ -72,7 +72,7 @@ pub fn settle(
     pods: u32,
     subnet_discovery: bool,
 ) -> Result<NodeFootprint, PlanError> {
-    let mut sim = Sim::new(cfg.clone());
+    let mut sim = NodePool::new(cfg.clone());
     sim.calls.add_all(&calls::start_up(subnet_discovery), 1);
     sim.run_plan()?;
     let mut first: Option<CallCount> = None;
@@ -112,23 +112,27 @@ pub fn settle(
     })
 }
 
-/// The pool and a cloud that grants every request with fresh addresses.
-struct Sim {
-    pool: Pool,
+/// The pool and a cloud that grants every request with fresh addresses (also the
+/// simulator's node, [`crate::sim`]).
+pub(crate) struct NodePool {
+    pub(crate) pool: Pool,
     calls: CallCount,
     next_eni: u32,
     next_ip: u32,
     next_prefix: u32,
+    /// The pool's clock (ms since the epoch).
+    pub(crate) now_ms: u64,
 }
 
-impl Sim {
-    fn new(cfg: WarmConfig) -> Self {
-        let mut sim = Sim {
+impl NodePool {
+    pub(crate) fn new(cfg: WarmConfig) -> Self {
+        let mut sim = NodePool {
             pool: Pool::new(cfg),
             calls: CallCount::default(),
             next_eni: 0,
             next_ip: u32::from(Ipv4Addr::new(10, 0, 0, 10)),
             next_prefix: u32::from(Ipv4Addr::new(10, 128, 0, 0)),
+            now_ms: NOW_MS,
         };
         let obs = sim.observation(0, Vec::new(), Vec::new());
         sim.pool.add_eni(obs, NOW_MS);
@@ -183,22 +187,23 @@ impl Sim {
         Err(PlanError::NoSteadyState)
     }
 
-    fn apply(&mut self, a: &Action) {
+    /// Feeds EC2's (granted) result of `a` into the pool.
+    pub(crate) fn apply(&mut self, a: &Action) {
         match a {
             Action::AssignIps { eni_id, count } => {
                 let ips: Vec<_> = (0..*count).map(|_| self.ip()).collect();
-                self.pool.add_ips(eni_id, &ips, NOW_MS);
+                self.pool.add_ips(eni_id, &ips, self.now_ms);
             }
             Action::AssignPrefixes { eni_id, count } => {
                 let ps: Vec<_> = (0..*count).map(|_| self.prefix()).collect();
-                self.pool.add_prefixes(eni_id, &ps, NOW_MS);
+                self.pool.add_prefixes(eni_id, &ps, self.now_ms);
             }
             Action::CreateEni { ips, prefixes, .. } => {
                 let device = self.pool.enis().count() as u32;
                 let ips: Vec<_> = (0..*ips).map(|_| self.ip()).collect();
                 let ps: Vec<_> = (0..*prefixes).map(|_| self.prefix()).collect();
                 let obs = self.observation(device, ips, ps);
-                self.pool.add_eni(obs, NOW_MS);
+                self.pool.add_eni(obs, self.now_ms);
             }
             Action::UnassignIps { eni_id, ips } => self.pool.remove_ips(eni_id, ips),
             Action::UnassignPrefixes { eni_id, prefixes } => {
