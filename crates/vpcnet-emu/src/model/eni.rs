@@ -94,6 +94,15 @@ impl Eni {
         }
     }
 
+    /// IPv6 addresses and prefixes as /128s and /80s.
+    pub fn ipv6_cidrs(&self) -> Vec<Ipv6Net> {
+        self.ipv6_addresses
+            .iter()
+            .map(|a| Ipv6Net::from(*a))
+            .chain(self.ipv6_prefixes.iter().copied())
+            .collect()
+    }
+
     /// Secondary addresses and prefixes as /32s and /28s.
     pub fn secondary_cidrs(&self) -> Vec<Ipv4Net> {
         self.secondary_ips
@@ -278,12 +287,14 @@ impl Cloud {
             attachment: None,
         };
         let secondary = eni.secondary_cidrs();
+        let ipv6 = eni.ipv6_cidrs();
         self.enis.insert(id.clone(), eni);
-        if !secondary.is_empty() {
+        if !secondary.is_empty() || !ipv6.is_empty() {
             self.push_event(FabricEvent::AddressesAssigned(AddressesChanged {
                 eni_id: id.clone(),
                 instance_id: None,
                 cidrs: secondary,
+                ipv6,
             }));
         }
         Ok(id)
@@ -427,6 +438,7 @@ impl Cloud {
             gateway: self.subnets[&eni.subnet_id].gateway(),
             primary_ip: eni.primary_ip,
             secondary: eni.secondary_cidrs(),
+            ipv6: eni.ipv6_cidrs(),
         };
         self.push_event(FabricEvent::EniAttached(ev));
         true
@@ -508,11 +520,13 @@ impl Cloud {
         }
         self.release_ipv6(&eni.subnet_id, &eni.ipv6_addresses, &eni.ipv6_prefixes);
         let secondary = eni.secondary_cidrs();
-        if !secondary.is_empty() {
+        let ipv6 = eni.ipv6_cidrs();
+        if !secondary.is_empty() || !ipv6.is_empty() {
             self.push_event(FabricEvent::AddressesUnassigned(AddressesChanged {
                 eni_id: eni.id.clone(),
                 instance_id: eni.attachment.map(|a| a.instance_id),
                 cidrs: secondary,
+                ipv6,
             }));
         }
     }

@@ -24,6 +24,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::Cloud;
 use crate::error::Ec2Error;
+use crate::hooks::{AddressesChanged, FabricEvent};
 
 /// The prefix length of a VPC's IPv6 CIDR block (Amazon-provided blocks are /56).
 pub const VPC_IPV6_PREFIX_LEN: u8 = 56;
@@ -228,6 +229,25 @@ pub fn ipv6_limit(eni_id: &str, want: u32, limit: u32) -> Ec2Error {
             "Interface {eni_id} would hold {want} IPv6 addresses and prefixes; the limit for its instance type is {limit}"
         ),
     )
+}
+
+/// The fabric event of an IPv6 change: /128s then /80s, no IPv4.
+fn ipv6_event(
+    eni_id: &str,
+    instance_id: Option<String>,
+    addrs: &[Ipv6Addr],
+    prefixes: &[Ipv6Net],
+) -> AddressesChanged {
+    AddressesChanged {
+        eni_id: eni_id.to_string(),
+        instance_id,
+        cidrs: Vec::new(),
+        ipv6: addrs
+            .iter()
+            .map(|a| Ipv6Net::from(*a))
+            .chain(prefixes.iter().copied())
+            .collect(),
+    }
 }
 
 /// What an ENI asks of its subnet's /64: explicit addresses, a count of addresses, explicit
@@ -501,6 +521,13 @@ impl Cloud {
         let eni = self.eni_mut(eni_id)?;
         eni.ipv6_addresses.extend(&addrs);
         eni.ipv6_prefixes.extend(&prefixes);
+        let instance_id = eni.attachment.as_ref().map(|a| a.instance_id.clone());
+        self.push_event(FabricEvent::AddressesAssigned(ipv6_event(
+            eni_id,
+            instance_id,
+            &addrs,
+            &prefixes,
+        )));
         Ok((addrs, prefixes))
     }
 
@@ -547,7 +574,14 @@ impl Cloud {
         let eni = self.eni_mut(eni_id)?;
         eni.ipv6_addresses.retain(|ip| !gone_addrs.contains(ip));
         eni.ipv6_prefixes.retain(|p| !gone_prefixes.contains(p));
+        let instance_id = eni.attachment.as_ref().map(|a| a.instance_id.clone());
         self.release_ipv6(&subnet_id, &gone_addrs, &gone_prefixes);
+        self.push_event(FabricEvent::AddressesUnassigned(ipv6_event(
+            eni_id,
+            instance_id,
+            &gone_addrs,
+            &gone_prefixes,
+        )));
         Ok((gone_addrs, gone_prefixes))
     }
 
