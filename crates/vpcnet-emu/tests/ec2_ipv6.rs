@@ -112,6 +112,24 @@ impl Lab {
         eni
     }
 
+    /// AssignIpv6Addresses on `eni`, to finish and send.
+    fn assign(
+        &self,
+        eni: &str,
+    ) -> aws_sdk_ec2::operation::assign_ipv6_addresses::builders::AssignIpv6AddressesFluentBuilder
+    {
+        self.ec2.assign_ipv6_addresses().network_interface_id(eni)
+    }
+
+    /// UnassignIpv6Addresses on `eni`, to finish and send.
+    fn unassign(
+        &self,
+        eni: &str,
+    ) -> aws_sdk_ec2::operation::unassign_ipv6_addresses::builders::UnassignIpv6AddressesFluentBuilder
+    {
+        self.ec2.unassign_ipv6_addresses().network_interface_id(eni)
+    }
+
     async fn described(&self, eni: &str) -> aws_sdk_ec2::types::NetworkInterface {
         self.ec2
             .describe_network_interfaces()
@@ -254,9 +272,7 @@ async fn assign_and_unassign_addresses() {
     let i = lab.instance("m5.large", &lab.dual).await;
     let eni = lab.attached_eni(&lab.dual, &i.instance_id).await;
     let r = lab
-        .ec2
-        .assign_ipv6_addresses()
-        .network_interface_id(&eni)
+        .assign(&eni)
         .ipv6_address_count(3)
         .send()
         .await
@@ -270,9 +286,7 @@ async fn assign_and_unassign_addresses() {
     }
     let explicit = "2600:1f18:1234:ab00::abcd";
     let r = lab
-        .ec2
-        .assign_ipv6_addresses()
-        .network_interface_id(&eni)
+        .assign(&eni)
         .ipv6_addresses(explicit)
         .send()
         .await
@@ -301,9 +315,7 @@ async fn assign_and_unassign_addresses() {
     assert_eq!(f.network_interfaces().len(), 1);
     // unassign two
     let r = lab
-        .ec2
-        .unassign_ipv6_addresses()
-        .network_interface_id(&eni)
+        .unassign(&eni)
         .ipv6_addresses(explicit)
         .ipv6_addresses(&got[0])
         .send()
@@ -315,9 +327,7 @@ async fn assign_and_unassign_addresses() {
     );
     assert_eq!(lab.described(&eni).await.ipv6_addresses().len(), 2);
     // the freed address can be claimed again
-    lab.ec2
-        .assign_ipv6_addresses()
-        .network_interface_id(&eni)
+    lab.assign(&eni)
         .ipv6_addresses(explicit)
         .send()
         .await
@@ -331,9 +341,7 @@ async fn assign_and_unassign_prefixes() {
     let i = lab.instance("m5.large", &lab.dual).await;
     let eni = lab.attached_eni(&lab.dual, &i.instance_id).await;
     let r = lab
-        .ec2
-        .assign_ipv6_addresses()
-        .network_interface_id(&eni)
+        .assign(&eni)
         .ipv6_prefix_count(1)
         .send()
         .await
@@ -377,18 +385,14 @@ async fn assign_and_unassign_prefixes() {
     // an address inside the prefix is in use
     let inside = Ipv6Addr::from(u128::from(p.network()) + 9).to_string();
     let e = lab
-        .ec2
-        .assign_ipv6_addresses()
-        .network_interface_id(&eni)
+        .assign(&eni)
         .ipv6_addresses(&inside)
         .send()
         .await
         .unwrap_err();
     assert_eq!(code(&e), "InvalidIPAddress.InUse");
     let r = lab
-        .ec2
-        .unassign_ipv6_addresses()
-        .network_interface_id(&eni)
+        .unassign(&eni)
         .ipv6_prefixes(p.to_string())
         .send()
         .await
@@ -397,9 +401,7 @@ async fn assign_and_unassign_prefixes() {
     assert!(lab.described(&eni).await.ipv6_prefixes().is_empty());
     // explicit prefix claim of the freed /80
     let r = lab
-        .ec2
-        .assign_ipv6_addresses()
-        .network_interface_id(&eni)
+        .assign(&eni)
         .ipv6_prefixes(p.to_string())
         .send()
         .await
@@ -414,29 +416,15 @@ async fn the_limit_is_ipv4_per_eni_and_a_prefix_takes_one_slot() {
     // m5.large: 10 IPv4 per ENI → 10 IPv6 slots
     let i = lab.instance("m5.large", &lab.dual).await;
     let eni = lab.attached_eni(&lab.dual, &i.instance_id).await;
-    let assign = |n: i32| {
-        lab.ec2
-            .assign_ipv6_addresses()
-            .network_interface_id(&eni)
-            .ipv6_address_count(n)
-            .send()
-    };
+    let assign = |n: i32| lab.assign(&eni).ipv6_address_count(n).send();
     let e = assign(11).await.unwrap_err();
     assert_eq!(code(&e), "InvalidInterface.IpAddressLimitExceeded");
     assign(9).await.unwrap();
-    lab.ec2
-        .assign_ipv6_addresses()
-        .network_interface_id(&eni)
-        .ipv6_prefix_count(1)
-        .send()
-        .await
-        .unwrap();
+    lab.assign(&eni).ipv6_prefix_count(1).send().await.unwrap();
     let e = assign(1).await.unwrap_err();
     assert_eq!(code(&e), "InvalidInterface.IpAddressLimitExceeded");
     let e = lab
-        .ec2
-        .assign_ipv6_addresses()
-        .network_interface_id(&eni)
+        .assign(&eni)
         .ipv6_prefix_count(1)
         .send()
         .await
@@ -462,9 +450,7 @@ async fn error_codes() {
     // subnet without an IPv6 block
     let v4eni = lab.attached_eni(&lab.v4only, &nitro.instance_id).await;
     let e = lab
-        .ec2
-        .assign_ipv6_addresses()
-        .network_interface_id(&v4eni)
+        .assign(&v4eni)
         .ipv6_address_count(1)
         .send()
         .await
@@ -472,18 +458,10 @@ async fn error_codes() {
     assert_eq!(code(&e), "InvalidParameterValue");
     assert!(format!("{e:?}").contains("no IPv6 CIDR block"));
     // nothing asked, both kinds asked, count and list
-    let e = lab
-        .ec2
-        .assign_ipv6_addresses()
-        .network_interface_id(&eni)
-        .send()
-        .await
-        .unwrap_err();
+    let e = lab.assign(&eni).send().await.unwrap_err();
     assert_eq!(code(&e), "MissingParameter");
     let e = lab
-        .ec2
-        .assign_ipv6_addresses()
-        .network_interface_id(&eni)
+        .assign(&eni)
         .ipv6_address_count(1)
         .ipv6_prefix_count(1)
         .send()
@@ -493,9 +471,7 @@ async fn error_codes() {
     // address outside the subnet, malformed address
     for bad in ["2600:1f18:1234:ab01::5", "not-an-address"] {
         let e = lab
-            .ec2
-            .assign_ipv6_addresses()
-            .network_interface_id(&eni)
+            .assign(&eni)
             .ipv6_addresses(bad)
             .send()
             .await
@@ -504,9 +480,7 @@ async fn error_codes() {
     }
     // in use on another ENI
     let taken = lab
-        .ec2
-        .assign_ipv6_addresses()
-        .network_interface_id(&eni)
+        .assign(&eni)
         .ipv6_address_count(1)
         .send()
         .await
@@ -526,9 +500,7 @@ async fn error_codes() {
         .unwrap()
         .to_string();
     let e = lab
-        .ec2
-        .assign_ipv6_addresses()
-        .network_interface_id(&other)
+        .assign(&other)
         .ipv6_addresses(&taken)
         .send()
         .await
@@ -536,36 +508,24 @@ async fn error_codes() {
     assert_eq!(code(&e), "InvalidIPAddress.InUse");
     // unknown address or prefix on unassign
     let e = lab
-        .ec2
-        .unassign_ipv6_addresses()
-        .network_interface_id(&other)
+        .unassign(&other)
         .ipv6_addresses(&taken)
         .send()
         .await
         .unwrap_err();
     assert_eq!(code(&e), "InvalidParameterValue");
     let e = lab
-        .ec2
-        .unassign_ipv6_addresses()
-        .network_interface_id(&eni)
+        .unassign(&eni)
         .ipv6_prefixes("2600:1f18:1234:ab00:1::/80")
         .send()
         .await
         .unwrap_err();
     assert_eq!(code(&e), "InvalidParameterValue");
-    let e = lab
-        .ec2
-        .unassign_ipv6_addresses()
-        .network_interface_id(&eni)
-        .send()
-        .await
-        .unwrap_err();
+    let e = lab.unassign(&eni).send().await.unwrap_err();
     assert_eq!(code(&e), "MissingParameter");
     // unknown ENI
     let e = lab
-        .ec2
-        .assign_ipv6_addresses()
-        .network_interface_id("eni-0000000000000000f")
+        .assign("eni-0000000000000000f")
         .ipv6_address_count(1)
         .send()
         .await
@@ -575,18 +535,14 @@ async fn error_codes() {
     let xen = lab.instance("m4.large", &lab.dual).await;
     let xen_eni = lab.attached_eni(&lab.dual, &xen.instance_id).await;
     let e = lab
-        .ec2
-        .assign_ipv6_addresses()
-        .network_interface_id(&xen_eni)
+        .assign(&xen_eni)
         .ipv6_prefix_count(1)
         .send()
         .await
         .unwrap_err();
     assert_eq!(code(&e), "InvalidParameterValue");
     assert!(format!("{e:?}").contains("Nitro"));
-    lab.ec2
-        .assign_ipv6_addresses()
-        .network_interface_id(&xen_eni)
+    lab.assign(&xen_eni)
         .ipv6_address_count(2)
         .send()
         .await
@@ -719,29 +675,23 @@ async fn attaching_checks_the_ipv6_limit_and_prefix_support() {
                 .to_string()
         }
     };
-    let many = create(3, 0).await;
-    // t2.micro: 2 per ENI
-    let e = lab
-        .ec2
-        .attach_network_interface()
-        .network_interface_id(&many)
-        .instance_id(&xen.instance_id)
-        .device_index(1)
-        .send()
-        .await
-        .unwrap_err();
-    assert_eq!(code(&e), "InvalidInterface.IpAddressLimitExceeded");
-    let prefixed = create(0, 1).await;
-    let e = lab
-        .ec2
-        .attach_network_interface()
-        .network_interface_id(&prefixed)
-        .instance_id(&xen.instance_id)
-        .device_index(1)
-        .send()
-        .await
-        .unwrap_err();
-    assert_eq!(code(&e), "InvalidParameterValue");
+    // t2.micro: 2 per ENI; no prefixes (Xen)
+    for (count, prefixes, want) in [
+        (3, 0, "InvalidInterface.IpAddressLimitExceeded"),
+        (0, 1, "InvalidParameterValue"),
+    ] {
+        let eni = create(count, prefixes).await;
+        let e = lab
+            .ec2
+            .attach_network_interface()
+            .network_interface_id(&eni)
+            .instance_id(&xen.instance_id)
+            .device_index(1)
+            .send()
+            .await
+            .unwrap_err();
+        assert_eq!(code(&e), want);
+    }
 }
 
 async fn imds_get(c: &Imds, path: &str) -> Result<String, String> {
@@ -758,9 +708,7 @@ async fn imds_serves_the_ipv6_keys_only_when_present() {
     let v4 = lab.instance("m5.large", &lab.v4only).await;
     let eni = lab.attached_eni(&lab.dual, &dual.instance_id).await;
     let p = lab
-        .ec2
-        .assign_ipv6_addresses()
-        .network_interface_id(&eni)
+        .assign(&eni)
         .ipv6_prefix_count(1)
         .send()
         .await

@@ -22,8 +22,8 @@ mod common;
 use std::net::Ipv6Addr;
 
 use aws_sdk_ec2::Client;
-use common::moto::{assert_same_trace, start_moto, Trace};
-use common::{client, code};
+use common::client;
+use common::moto::{assert_same_trace, delete_and_describe, start_moto, Trace};
 use ipnet::Ipv6Net;
 use vpcnet_emu::Emulator;
 
@@ -189,22 +189,9 @@ async fn run_sequence(ec2: &Client, setup: &Setup) -> Trace {
         (!held.contains(&explicit)).to_string(),
     ));
 
-    ec2.delete_network_interface()
-        .network_interface_id(&eni_id)
-        .send()
-        .await
-        .expect("DeleteNetworkInterface");
-    let e = ec2
-        .describe_network_interfaces()
-        .network_interface_ids(&eni_id)
-        .send()
-        .await;
     t.push((
         "delete.describe".into(),
-        match e {
-            Ok(r) => format!("ok:{}", r.network_interfaces().len()),
-            Err(e) => code(&e),
-        },
+        delete_and_describe(ec2, &eni_id).await,
     ));
     t
 }

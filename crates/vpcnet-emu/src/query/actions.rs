@@ -148,22 +148,7 @@ fn count(p: &Params, name: &str) -> Result<u32, Ec2Error> {
 }
 
 fn prefixes(p: &Params, name: &str, member: Option<&str>) -> Result<Vec<Ipv4Net>, Ec2Error> {
-    match member {
-        None => p
-            .list(name)
-            .into_iter()
-            .map(|(k, v)| parse_prefix(&k, v))
-            .collect(),
-        Some(m) => p
-            .structs(name)
-            .into_iter()
-            .map(|(k, s)| {
-                let key = format!("{k}.{m}");
-                let v = s.get(m).ok_or_else(|| Ec2Error::missing(&key))?;
-                parse_prefix(&key, v)
-            })
-            .collect(),
-    }
+    p.parsed_list(name, member, parse_prefix)
 }
 
 fn create_network_interface(p: &Params, ctx: &mut Ctx) -> Result<String, Ec2Error> {

@@ -28,30 +28,6 @@ fn prefix(key: &str, v: &str) -> Result<Ipv6Net, Ec2Error> {
     })
 }
 
-/// Members of list `name`: plain (`Name.N`) or a structure member (`Name.N.Member`).
-fn members<T>(
-    p: &Params,
-    name: &str,
-    member: Option<&str>,
-    parse: fn(&str, &str) -> Result<T, Ec2Error>,
-) -> Result<Vec<T>, Ec2Error> {
-    match member {
-        None => p
-            .list(name)
-            .into_iter()
-            .map(|(k, v)| parse(&k, v))
-            .collect(),
-        Some(m) => p
-            .structs(name)
-            .into_iter()
-            .map(|(k, s)| {
-                let key = format!("{k}.{m}");
-                parse(&key, s.required(m).map_err(|_| Ec2Error::missing(&key))?)
-            })
-            .collect(),
-    }
-}
-
 /// The IPv6 request of AssignIpv6Addresses (`nested` false: `Ipv6Addresses.N`,
 /// `Ipv6Prefix.N`) or CreateNetworkInterface (`nested` true: `Ipv6Addresses.N.Ipv6Address`,
 /// `Ipv6Prefix.N.Ipv6Prefix`); None when none of its parameters is present.
@@ -65,9 +41,9 @@ pub(super) fn request(p: &Params, nested: bool) -> Result<Option<Ipv6Request>, E
     let prefix_count = p.u32("Ipv6PrefixCount")?;
     let req = Ipv6Request {
         count: count.unwrap_or(0),
-        addresses: members(p, "Ipv6Addresses", addr_member, addr)?,
+        addresses: p.parsed_list("Ipv6Addresses", addr_member, addr)?,
         prefix_count: prefix_count.unwrap_or(0),
-        prefixes: members(p, "Ipv6Prefix", prefix_member, prefix)?,
+        prefixes: p.parsed_list("Ipv6Prefix", prefix_member, prefix)?,
     };
     let given = count.is_some() || prefix_count.is_some() || !req.is_empty();
     Ok(given.then_some(req))
@@ -79,33 +55,53 @@ pub(super) fn assign_ipv6_addresses(p: &Params, ctx: &mut Ctx) -> Result<String,
     let eni = p.required("NetworkInterfaceId")?.to_string();
     let req = request(p, false)?.unwrap_or_default();
     let (addrs, prefixes) = ctx.cloud.assign_ipv6(&eni, req)?;
-    let (mut x, root) = start("AssignIpv6Addresses", ctx);
-    x.leaf("networkInterfaceId", &eni);
-    x.set("assignedIpv6Addresses", addrs, |x, a| {
+    Ok(answer(
+        "AssignIpv6Addresses",
+        "assigned",
+        ctx,
+        &eni,
+        &addrs,
+        &prefixes,
+    ))
+}
+
+/// The answer of AssignIpv6Addresses (`verb` `assigned`) or UnassignIpv6Addresses
+/// (`unassigned`): `networkInterfaceId`, `{verb}Ipv6Addresses`, `{verb}Ipv6PrefixSet`, each a
+/// list of strings.
+fn answer(
+    action: &str,
+    verb: &str,
+    ctx: &Ctx,
+    eni: &str,
+    addrs: &[Ipv6Addr],
+    prefixes: &[Ipv6Net],
+) -> String {
+    let (mut x, root) = start(action, ctx);
+    x.leaf("networkInterfaceId", eni);
+    x.set(&format!("{verb}Ipv6Addresses"), addrs, |x, a| {
         x.text(a);
     });
-    x.set("assignedIpv6PrefixSet", prefixes, |x, p| {
+    x.set(&format!("{verb}Ipv6PrefixSet"), prefixes, |x, p| {
         x.text(p);
     });
-    Ok(x.finish(&root))
+    x.finish(&root)
 }
 
 /// UnassignIpv6Addresses (`Ipv6Addresses.N`, `Ipv6Prefix.N`) → `unassignedIpv6Addresses`,
 /// `unassignedIpv6PrefixSet`.
 pub(super) fn unassign_ipv6_addresses(p: &Params, ctx: &mut Ctx) -> Result<String, Ec2Error> {
     let eni = p.required("NetworkInterfaceId")?.to_string();
-    let addrs = members(p, "Ipv6Addresses", None, addr)?;
-    let prefixes = members(p, "Ipv6Prefix", None, prefix)?;
+    let addrs = p.parsed_list("Ipv6Addresses", None, addr)?;
+    let prefixes = p.parsed_list("Ipv6Prefix", None, prefix)?;
     let (addrs, prefixes) = ctx.cloud.unassign_ipv6(&eni, &addrs, &prefixes)?;
-    let (mut x, root) = start("UnassignIpv6Addresses", ctx);
-    x.leaf("networkInterfaceId", &eni);
-    x.set("unassignedIpv6Addresses", addrs, |x, a| {
-        x.text(a);
-    });
-    x.set("unassignedIpv6PrefixSet", prefixes, |x, p| {
-        x.text(p);
-    });
-    Ok(x.finish(&root))
+    Ok(answer(
+        "UnassignIpv6Addresses",
+        "unassigned",
+        ctx,
+        &eni,
+        &addrs,
+        &prefixes,
+    ))
 }
 
 /// An ENI's `ipv6AddressesSet` (`ipv6Address`, `isPrimaryIpv6`) and `ipv6PrefixSet`
@@ -127,27 +123,27 @@ pub(super) fn subnet_elements(x: &mut Xml, s: &Subnet) {
     )
     .leaf("ipv6Native", false);
     x.set("ipv6CidrBlockAssociationSet", &s.ipv6, |x, v| {
-        x.leaf("associationId", &v.association_id)
-            .leaf("ipv6CidrBlock", v.cidr)
-            .open("ipv6CidrBlockState")
-            .leaf("state", "associated")
-            .close("ipv6CidrBlockState")
-            .leaf("ipSource", "amazon");
+        association(x, &v.association_id, v.cidr);
     });
 }
 
 /// A VPC's `ipv6CidrBlockAssociationSet`.
 pub(super) fn vpc_elements(x: &mut Xml, cloud: &Cloud, v: &Vpc) {
     x.set("ipv6CidrBlockAssociationSet", &v.ipv6, |x, a| {
-        x.leaf("associationId", &a.association_id)
-            .leaf("ipv6CidrBlock", a.cidr)
-            .open("ipv6CidrBlockState")
-            .leaf("state", "associated")
-            .close("ipv6CidrBlockState")
-            .leaf("networkBorderGroup", cloud.region())
-            .leaf("ipv6Pool", "Amazon")
-            .leaf("ipSource", "amazon");
+        association(x, &a.association_id, a.cidr);
+        x.leaf("networkBorderGroup", cloud.region())
+            .leaf("ipv6Pool", "Amazon");
     });
+}
+
+/// The members a subnet's and a VPC's IPv6 CIDR block association share.
+fn association(x: &mut Xml, id: &str, cidr: Ipv6Net) {
+    x.leaf("associationId", id)
+        .leaf("ipv6CidrBlock", cidr)
+        .open("ipv6CidrBlockState")
+        .leaf("state", "associated")
+        .close("ipv6CidrBlockState")
+        .leaf("ipSource", "amazon");
 }
 
 /// Values of the IPv6 filters of DescribeNetworkInterfaces (`ipv6-addresses.ipv6-address`,
