@@ -9,8 +9,10 @@
 //!   "account_limits": { "enabled": true, "ec2": { "eni_mutating": { "capacity": 20 } } },
 //!   "vpcs": [{
 //!     "name": "lab", "cidr": "10.0.0.0/16", "extra_cidrs": ["100.64.0.0/16"],
+//!     "ipv6_cidr": "2600:1f18:1234:ab00::/56",
 //!     "security_groups": ["nodes"],
-//!     "subnets": [{ "name": "a", "cidr": "10.0.0.0/24", "availability_zone": "us-east-1a" }],
+//!     "subnets": [{ "name": "a", "cidr": "10.0.0.0/24", "availability_zone": "us-east-1a",
+//!                   "ipv6_cidr": "2600:1f18:1234:ab00::/64", "assign_ipv6_address_on_creation": true }],
 //!     "instances": [{ "name": "node1", "instance_type": "m5.large", "subnet": "a", "security_groups": ["nodes"] }]
 //!   }]
 //! }
@@ -20,7 +22,7 @@ use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
 use anyhow::{anyhow, Context};
-use ipnet::Ipv4Net;
+use ipnet::{Ipv4Net, Ipv6Net};
 use serde::{Deserialize, Serialize};
 
 use crate::account_limits::AccountLimits;
@@ -53,6 +55,9 @@ pub struct VpcConfig {
     pub cidr: Ipv4Net,
     #[serde(default)]
     pub extra_cidrs: Vec<Ipv4Net>,
+    /// The VPC's IPv6 CIDR block, a /56 (e.g. `2600:1f18:1234:ab00::/56`).
+    #[serde(default)]
+    pub ipv6_cidr: Option<Ipv6Net>,
     /// Security group names to create.
     #[serde(default)]
     pub security_groups: Vec<String>,
@@ -68,6 +73,13 @@ pub struct SubnetConfig {
     pub name: String,
     pub cidr: Ipv4Net,
     pub availability_zone: String,
+    /// The subnet's IPv6 CIDR block, a /64 inside the VPC's `ipv6_cidr`.
+    #[serde(default)]
+    pub ipv6_cidr: Option<Ipv6Net>,
+    /// EC2 `AssignIpv6AddressOnCreation`: ENIs created in the subnet (instances' primary ENIs
+    /// included) get one IPv6 address. Needs `ipv6_cidr`.
+    #[serde(default)]
+    pub assign_ipv6_address_on_creation: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -117,7 +129,7 @@ pub async fn apply(emu: &Emulator, cfg: &LabConfig) -> anyhow::Result<LabIds> {
     for v in &cfg.vpcs {
         let ctx = |what: &str| format!("vpcs[{}].{what}", v.name);
         let info = emu
-            .create_vpc(v.cidr, &v.extra_cidrs)
+            .create_vpc_with_ipv6(v.cidr, &v.extra_cidrs, v.ipv6_cidr)
             .map_err(|e| anyhow!("{}: {e}", ctx("cidr")))?;
         let mut ids = VpcIds {
             vpc_id: info.vpc_id.clone(),
@@ -134,7 +146,13 @@ pub async fn apply(emu: &Emulator, cfg: &LabConfig) -> anyhow::Result<LabIds> {
         }
         for s in &v.subnets {
             let id = emu
-                .create_subnet(&info.vpc_id, s.cidr, &s.availability_zone)
+                .create_subnet_with_ipv6(
+                    &info.vpc_id,
+                    s.cidr,
+                    &s.availability_zone,
+                    s.ipv6_cidr,
+                    s.assign_ipv6_address_on_creation,
+                )
                 .map_err(|e| anyhow!("{}: {e}", ctx(&format!("subnets[{}]", s.name))))?;
             ids.subnets.insert(s.name.clone(), id);
         }

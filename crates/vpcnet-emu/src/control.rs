@@ -2,8 +2,8 @@
 //!
 //! | method and path | body → answer |
 //! |---|---|
-//! | `POST /_emu/vpcs` | `{"cidr","extra_cidrs"?}` → `{"vpc_id","default_security_group_id"}` |
-//! | `POST /_emu/subnets` | `{"vpc_id","cidr","availability_zone"}` → `{"subnet_id"}` |
+//! | `POST /_emu/vpcs` | `{"cidr","extra_cidrs"?,"ipv6_cidr"?}` (IPv6: a /56) → `{"vpc_id","default_security_group_id"}` |
+//! | `POST /_emu/subnets` | `{"vpc_id","cidr","availability_zone","ipv6_cidr"?,"assign_ipv6_address_on_creation"?}` (IPv6: a /64 of the VPC's /56) → `{"subnet_id"}` |
 //! | `POST /_emu/subnets/{id}/fragment` | → `{"addresses":[..]}`: one address taken in every free aligned /28 (prefixes fail with `InsufficientCidrBlocks`); `DELETE` gives them back |
 //! | `POST /_emu/security-groups` | `{"vpc_id","name"}` → `{"group_id"}` |
 //! | `POST /_emu/instance-types` | [`InstanceTypeSpec`] → `{}` |
@@ -38,7 +38,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use http::StatusCode;
-use ipnet::Ipv4Net;
+use ipnet::{Ipv4Net, Ipv6Net};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -213,11 +213,13 @@ struct CreateVpc {
     cidr: Ipv4Net,
     #[serde(default)]
     extra_cidrs: Vec<Ipv4Net>,
+    #[serde(default)]
+    ipv6_cidr: Option<Ipv6Net>,
 }
 
 async fn create_vpc(State(emu): State<Emulator>, body: Bytes) -> ApiResult {
     let r: CreateVpc = parse(&body)?;
-    ok(emu.create_vpc(r.cidr, &r.extra_cidrs)?)
+    ok(emu.create_vpc_with_ipv6(r.cidr, &r.extra_cidrs, r.ipv6_cidr)?)
 }
 
 #[derive(Deserialize)]
@@ -226,11 +228,22 @@ struct CreateSubnet {
     vpc_id: String,
     cidr: Ipv4Net,
     availability_zone: String,
+    #[serde(default)]
+    ipv6_cidr: Option<Ipv6Net>,
+    #[serde(default)]
+    assign_ipv6_address_on_creation: bool,
 }
 
 async fn create_subnet(State(emu): State<Emulator>, body: Bytes) -> ApiResult {
     let r: CreateSubnet = parse(&body)?;
-    ok(json!({"subnet_id": emu.create_subnet(&r.vpc_id, r.cidr, &r.availability_zone)?}))
+    let id = emu.create_subnet_with_ipv6(
+        &r.vpc_id,
+        r.cidr,
+        &r.availability_zone,
+        r.ipv6_cidr,
+        r.assign_ipv6_address_on_creation,
+    )?;
+    ok(json!({ "subnet_id": id }))
 }
 
 async fn fragment_subnet(State(emu): State<Emulator>, Path(id): Path<String>) -> ApiResult {

@@ -26,6 +26,7 @@ use crate::query::render::Clock;
 use info::{eni_info, instance_info};
 
 mod info;
+mod ipv6;
 
 pub use info::{AttachmentInfo, EniInfo, InstanceInfo, RunInstance, VpcInfo};
 

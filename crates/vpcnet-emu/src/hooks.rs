@@ -11,7 +11,7 @@ use std::future::Future;
 use std::net::Ipv4Addr;
 use std::pin::Pin;
 
-use ipnet::Ipv4Net;
+use ipnet::{Ipv4Net, Ipv6Net};
 use serde::Serialize;
 
 /// The future a hook returns; hooks may await (e.g. netlink requests).
@@ -39,6 +39,9 @@ pub struct EniAttached {
     pub primary_ip: Ipv4Addr,
     /// Secondary addresses and prefixes already on the ENI at attach time, as /32s and /28s.
     pub secondary: Vec<Ipv4Net>,
+    /// IPv6 addresses (/128) and prefixes (/80) already on the ENI at attach time.
+    #[serde(default)]
+    pub ipv6: Vec<Ipv6Net>,
 }
 
 /// An ENI was detached from an instance (by the API, behind the agent's back, or by
@@ -52,8 +55,8 @@ pub struct EniDetached {
     pub network_card: u32,
 }
 
-/// Secondary private IPv4 addresses (/32) or prefixes (/28) were assigned to, or unassigned
-/// from, an ENI. Reported whether or not the ENI is attached (then `instance_id` is `None`);
+/// Secondary private IPv4 addresses (/32) or prefixes (/28), or IPv6 addresses (/128) or
+/// prefixes (/80), were assigned to, or unassigned from, an ENI. Reported whether or not the ENI is attached (then `instance_id` is `None`);
 /// deleting an ENI that still holds secondary addresses reports them unassigned.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AddressesChanged {
@@ -62,6 +65,10 @@ pub struct AddressesChanged {
     pub instance_id: Option<String>,
     /// /32 host addresses and /28 prefixes, in the order EC2 assigned them.
     pub cidrs: Vec<Ipv4Net>,
+    /// IPv6 /128 host addresses and /80 prefixes (AssignIpv6Addresses and the like), in the
+    /// order EC2 assigned them; empty for an IPv4 change.
+    #[serde(default)]
+    pub ipv6: Vec<Ipv6Net>,
 }
 
 /// One security group's ingress rules (sources are CIDRs or other groups, see

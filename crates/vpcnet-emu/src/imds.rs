@@ -148,6 +148,25 @@ fn answer_for(st: &ImdsState, req: &Request, instance: &str) -> Response {
     }
 }
 
+/// The IPv6 keys a MAC lists: each only when it has a value (IMDS answers 404 for the
+/// others, as it does on EC2 for an ENI without IPv6).
+fn ipv6_keys(n: &crate::model::ImdsInterface) -> Vec<&'static str> {
+    let mut keys = Vec::new();
+    if !n.ipv6s.is_empty() {
+        keys.push("ipv6s");
+    }
+    if !n.ipv6_prefixes.is_empty() {
+        keys.push("ipv6-prefix");
+    }
+    if n.subnet_ipv6_cidr.is_some() {
+        keys.push("subnet-ipv6-cidr-blocks");
+    }
+    if !n.vpc_ipv6_cidrs.is_empty() {
+        keys.push("vpc-ipv6-cidr-blocks");
+    }
+    keys
+}
+
 fn listing(items: &[&str]) -> String {
     items.join("\n")
 }
@@ -211,22 +230,35 @@ impl Emulator {
                 .map(|s| s.az_id.clone())
                 .unwrap_or_default();
             let dns = c.private_dns_name(i.private_ip);
+            let primary_ipv6 = net
+                .interfaces
+                .iter()
+                .find(|n| n.device_number == 0 && n.network_card == 0)
+                .and_then(|n| n.ipv6s.first().copied());
             let out = match rest {
-                "" => listing(&[
-                    "ami-id",
-                    "hostname",
-                    "instance-id",
-                    "instance-type",
-                    "local-hostname",
-                    "local-ipv4",
-                    "mac",
-                    "network/",
-                    "placement/",
-                ]),
+                "" => {
+                    let mut keys = vec![
+                        "ami-id",
+                        "hostname",
+                        "instance-id",
+                        "instance-type",
+                        "local-hostname",
+                        "local-ipv4",
+                        "mac",
+                        "network/",
+                        "placement/",
+                    ];
+                    if primary_ipv6.is_some() {
+                        keys.insert(4, "ipv6");
+                    }
+                    listing(&keys)
+                }
                 "ami-id" => i.image_id.clone(),
                 "instance-id" => i.id.clone(),
                 "instance-type" => i.instance_type.clone(),
                 "local-ipv4" => i.private_ip.to_string(),
+                // the primary ENI's first IPv6 address; 404 when it has none
+                "ipv6" => primary_ipv6?.to_string(),
                 "hostname" | "local-hostname" => dns,
                 "mac" => primary_mac,
                 "placement" => listing(&["availability-zone", "availability-zone-id", "region"]),
@@ -267,6 +299,7 @@ impl Emulator {
                             if !n.ipv4_prefixes.is_empty() {
                                 keys.push("ipv4-prefix");
                             }
+                            keys.extend(ipv6_keys(n));
                             keys.sort();
                             listing(&keys)
                         }
@@ -281,6 +314,16 @@ impl Emulator {
                         }
                         "ipv4-prefix" if !n.ipv4_prefixes.is_empty() => {
                             lines(n.ipv4_prefixes.iter().map(|p| p.to_string()).collect())
+                        }
+                        "ipv6s" if !n.ipv6s.is_empty() => {
+                            lines(n.ipv6s.iter().map(|a| a.to_string()).collect())
+                        }
+                        "ipv6-prefix" if !n.ipv6_prefixes.is_empty() => {
+                            lines(n.ipv6_prefixes.iter().map(|p| p.to_string()).collect())
+                        }
+                        "subnet-ipv6-cidr-blocks" => n.subnet_ipv6_cidr?.to_string(),
+                        "vpc-ipv6-cidr-blocks" if !n.vpc_ipv6_cidrs.is_empty() => {
+                            lines(n.vpc_ipv6_cidrs.iter().map(|c| c.to_string()).collect())
                         }
                         "security-group-ids" => lines(n.security_group_ids.clone()),
                         "security-groups" => lines(n.security_group_names.clone()),

@@ -24,7 +24,8 @@
 //! DescribeNetworkInterfaces (filters, MaxResults/NextToken), CreateNetworkInterface,
 //! AttachNetworkInterface, DetachNetworkInterface, DeleteNetworkInterface,
 //! ModifyNetworkInterfaceAttribute, AssignPrivateIpAddresses, UnassignPrivateIpAddresses,
-//! CreateTags, DeleteTags, TerminateInstances, CreateSecurityGroup, DescribeSecurityGroups,
+//! AssignIpv6Addresses, UnassignIpv6Addresses (IPv6 /56 per VPC, /64 per subnet, addresses and
+//! /80 prefixes per ENI: see `model::Ipv6Request`), CreateTags, DeleteTags, TerminateInstances, CreateSecurityGroup, DescribeSecurityGroups,
 //! AuthorizeSecurityGroupIngress, RevokeSecurityGroupIngress.
 //!
 //! ELBv2 (API 2015-12-01) on the same endpoint, dispatched by `Version` or signing service:

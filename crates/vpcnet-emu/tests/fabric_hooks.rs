@@ -78,6 +78,7 @@ async fn hooks_see_every_change_in_order() {
             gateway: "10.0.0.1".parse().unwrap(),
             primary_ip: inst.private_ip,
             secondary: vec![],
+            ipv6: vec![],
         })]
     );
 
@@ -106,7 +107,8 @@ async fn hooks_see_every_change_in_order() {
         vec![FabricEvent::AddressesAssigned(AddressesChanged {
             eni_id: eni_id.clone(),
             instance_id: None,
-            cidrs: secs.clone()
+            cidrs: secs.clone(),
+            ipv6: vec![],
         })]
     );
 
@@ -150,6 +152,7 @@ async fn hooks_see_every_change_in_order() {
             eni_id: eni_id.clone(),
             instance_id: Some(inst.instance_id.clone()),
             cidrs: vec![prefix],
+            ipv6: vec![],
         })]
     );
 
@@ -163,6 +166,7 @@ async fn hooks_see_every_change_in_order() {
             eni_id: eni_id.clone(),
             instance_id: Some(inst.instance_id.clone()),
             cidrs: vec![secs[0]],
+            ipv6: vec![],
         })]
     );
 
@@ -198,7 +202,8 @@ async fn hooks_see_every_change_in_order() {
         vec![FabricEvent::AddressesUnassigned(AddressesChanged {
             eni_id: eni_id.clone(),
             instance_id: None,
-            cidrs: vec![secs[1], prefix]
+            cidrs: vec![secs[1], prefix],
+            ipv6: vec![],
         })]
     );
 

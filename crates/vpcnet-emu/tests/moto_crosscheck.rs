@@ -22,8 +22,8 @@ use std::net::Ipv4Addr;
 
 use aws_sdk_ec2::types::{Filter, InstanceType, ResourceType, Tag, TagSpecification};
 use aws_sdk_ec2::Client;
-use common::moto::{assert_same_trace, start_moto, vpc_with_subnet, Trace};
-use common::{client, code};
+use common::client;
+use common::moto::{assert_same_trace, delete_and_describe, start_moto, vpc_with_subnet, Trace};
 use ipnet::Ipv4Net;
 use vpcnet_emu::{Emulator, RunInstance};
 
@@ -338,23 +338,7 @@ async fn run_sequence(ec2: &Client, setup: &Setup) -> Trace {
     );
 
     // delete
-    ec2.delete_network_interface()
-        .network_interface_id(&eni_id)
-        .send()
-        .await
-        .expect("DeleteNetworkInterface");
-    let e = ec2
-        .describe_network_interfaces()
-        .network_interface_ids(&eni_id)
-        .send()
-        .await;
-    put(
-        "delete.describe",
-        match e {
-            Ok(r) => format!("ok:{}", r.network_interfaces().len()),
-            Err(e) => code(&e),
-        },
-    );
+    put("delete.describe", delete_and_describe(ec2, &eni_id).await);
     t
 }
 

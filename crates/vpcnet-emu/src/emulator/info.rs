@@ -1,10 +1,10 @@
 //! What the emulator's control methods take and answer about VPCs, instances and ENIs (the
 //! JSON shapes of the control API), built from the cloud's model.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Instant;
 
-use ipnet::Ipv4Net;
+use ipnet::{Ipv4Net, Ipv6Net};
 use serde::{Deserialize, Serialize};
 
 use crate::model::{Cloud, Eni, Instance};
@@ -60,6 +60,12 @@ pub struct EniInfo {
     pub primary_ip: Ipv4Addr,
     pub secondary_ips: Vec<Ipv4Addr>,
     pub prefixes: Vec<Ipv4Net>,
+    /// IPv6 addresses from the subnet's /64.
+    #[serde(default)]
+    pub ipv6_addresses: Vec<Ipv6Addr>,
+    /// IPv6 /80 prefixes.
+    #[serde(default)]
+    pub ipv6_prefixes: Vec<Ipv6Net>,
     pub security_group_ids: Vec<String>,
     pub tags: Vec<(String, String)>,
     pub attachment: Option<AttachmentInfo>,
@@ -93,6 +99,8 @@ pub(super) fn eni_info(e: &Eni, now: Instant) -> EniInfo {
         primary_ip: e.primary_ip,
         secondary_ips: e.secondary_ips.clone(),
         prefixes: e.prefixes.clone(),
+        ipv6_addresses: e.ipv6_addresses.clone(),
+        ipv6_prefixes: e.ipv6_prefixes.clone(),
         security_group_ids: e.groups.clone(),
         tags: e.tags.0.clone(),
         attachment: e.attachment.as_ref().map(|a| AttachmentInfo {

@@ -106,6 +106,7 @@ impl Cloud {
             eni_id: eni_id.to_string(),
             instance_id,
             cidrs,
+            ipv6: Vec::new(),
         }));
         Ok((ips, prefixes))
     }
@@ -174,6 +175,7 @@ impl Cloud {
             eni_id: eni_id.to_string(),
             instance_id,
             cidrs,
+            ipv6: Vec::new(),
         }));
         Ok(())
     }

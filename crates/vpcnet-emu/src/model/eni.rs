@@ -2,13 +2,13 @@
 //! slots per ENI; each /28 takes one slot). Their secondary addresses and prefixes are in
 //! [`super::addresses`].
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use ipnet::Ipv4Net;
+use ipnet::{Ipv4Net, Ipv6Net};
 
-use super::{Cloud, InstanceState, Tags};
+use super::{Cloud, InstanceState, Ipv6Request, Tags};
 use crate::error::Ec2Error;
 use crate::hooks::{AddressesChanged, EniAttached, EniDetached, FabricEvent};
 
@@ -64,6 +64,10 @@ pub struct Eni {
     pub secondary_ips: Vec<Ipv4Addr>,
     /// Assigned /28 prefixes, in assignment order.
     pub prefixes: Vec<Ipv4Net>,
+    /// IPv6 addresses from the subnet's /64, in assignment order.
+    pub ipv6_addresses: Vec<Ipv6Addr>,
+    /// IPv6 /80 prefixes from the subnet's /64, in assignment order.
+    pub ipv6_prefixes: Vec<Ipv6Net>,
     pub groups: Vec<String>,
     pub tags: Tags,
     pub source_dest_check: bool,
@@ -76,6 +80,11 @@ impl Eni {
         1 + self.secondary_ips.len() as u32 + self.prefixes.len() as u32
     }
 
+    /// IPv6 slots in use: each address, each /80 prefix (a separate count from IPv4's).
+    pub fn ipv6_slots(&self) -> u32 {
+        (self.ipv6_addresses.len() + self.ipv6_prefixes.len()) as u32
+    }
+
     /// EC2 ENI status: `in-use` when attached (or attaching), else `available`.
     pub fn status(&self) -> &'static str {
         if self.attachment.is_some() {
@@ -83,6 +92,15 @@ impl Eni {
         } else {
             "available"
         }
+    }
+
+    /// IPv6 addresses and prefixes as /128s and /80s.
+    pub fn ipv6_cidrs(&self) -> Vec<Ipv6Net> {
+        self.ipv6_addresses
+            .iter()
+            .map(|a| Ipv6Net::from(*a))
+            .chain(self.ipv6_prefixes.iter().copied())
+            .collect()
     }
 
     /// Secondary addresses and prefixes as /32s and /28s.
@@ -108,6 +126,10 @@ pub struct CreateEniRequest {
     pub secondary_count: u32,
     pub prefix_count: u32,
     pub prefixes: Vec<Ipv4Net>,
+    /// IPv6 addresses and /80 prefixes (`Ipv6AddressCount`, `Ipv6Addresses.N`,
+    /// `Ipv6PrefixCount`, `Ipv6Prefix.N`); `None` → one address when the subnet has
+    /// `AssignIpv6AddressOnCreation`, else none.
+    pub ipv6: Option<Ipv6Request>,
 }
 
 /// Input of ModifyNetworkInterfaceAttribute (one attribute per call, as in EC2).
@@ -200,6 +222,24 @@ impl Cloud {
                 "You cannot specify both IPv4 prefixes and secondary private IPv4 addresses",
             ));
         }
+        let ipv6 = req.ipv6.clone().unwrap_or_else(|| Ipv6Request {
+            count: u32::from(subnet.ipv6.as_ref().is_some_and(|v| v.assign_on_creation)),
+            ..Default::default()
+        });
+        ipv6.check_combination()?;
+        if ipv6.slots() > max_slots_any_type() {
+            return Err(super::ipv6::ipv6_limit(
+                "(new)",
+                ipv6.slots(),
+                max_slots_any_type(),
+            ));
+        }
+        // IPv6 is taken first and stored only once the IPv4 addresses are taken too
+        let taken_ipv6 = if ipv6.is_empty() {
+            None
+        } else {
+            Some(self.take_ipv6(&req.subnet_id, &ipv6)?)
+        };
         let primary: Vec<Ipv4Addr> = req.primary_ip.into_iter().collect();
         let mut explicit = primary.clone();
         explicit.extend(&req.secondary_ips);
@@ -215,6 +255,13 @@ impl Cloud {
             ips.remove(explicit.len())
         } else {
             ips.remove(0)
+        };
+        let (ipv6_addresses, ipv6_prefixes) = match taken_ipv6 {
+            Some((space, addrs, prefixes)) => {
+                self.store_ipv6(&req.subnet_id, space);
+                (addrs, prefixes)
+            }
+            None => (Vec::new(), Vec::new()),
         };
         let id = self.new_id("eni");
         let mac = self.new_mac();
@@ -232,18 +279,22 @@ impl Cloud {
             primary_ip,
             secondary_ips: ips,
             prefixes,
+            ipv6_addresses,
+            ipv6_prefixes,
             groups,
             tags,
             source_dest_check: true,
             attachment: None,
         };
         let secondary = eni.secondary_cidrs();
+        let ipv6 = eni.ipv6_cidrs();
         self.enis.insert(id.clone(), eni);
-        if !secondary.is_empty() {
+        if !secondary.is_empty() || !ipv6.is_empty() {
             self.push_event(FabricEvent::AddressesAssigned(AddressesChanged {
                 eni_id: id.clone(),
                 instance_id: None,
                 cidrs: secondary,
+                ipv6,
             }));
         }
         Ok(id)
@@ -329,6 +380,19 @@ impl Cloud {
         if eni.slots() > inst.limits.ipv4_per_eni {
             return Err(Ec2Error::ip_limit());
         }
+        if eni.ipv6_slots() > inst.limits.ipv4_per_eni {
+            return Err(super::ipv6::ipv6_limit(
+                eni_id,
+                eni.ipv6_slots(),
+                inst.limits.ipv4_per_eni,
+            ));
+        }
+        if !eni.ipv6_prefixes.is_empty() && !inst.limits.supports_prefix_delegation() {
+            return Err(Ec2Error::invalid_value(format!(
+                "Instance type {} is not built on Nitro and does not support the IPv6 prefixes of {eni_id}",
+                inst.limits.instance_type
+            )));
+        }
         if !eni.prefixes.is_empty() && !inst.limits.supports_prefix_delegation() {
             return Err(Ec2Error::invalid_value(format!(
                 "Instance type {} does not support IPv4 prefixes on network interfaces",
@@ -374,6 +438,7 @@ impl Cloud {
             gateway: self.subnets[&eni.subnet_id].gateway(),
             primary_ip: eni.primary_ip,
             secondary: eni.secondary_cidrs(),
+            ipv6: eni.ipv6_cidrs(),
         };
         self.push_event(FabricEvent::EniAttached(ev));
         true
@@ -453,12 +518,15 @@ impl Cloud {
                 s.release_prefix(*p);
             }
         }
+        self.release_ipv6(&eni.subnet_id, &eni.ipv6_addresses, &eni.ipv6_prefixes);
         let secondary = eni.secondary_cidrs();
-        if !secondary.is_empty() {
+        let ipv6 = eni.ipv6_cidrs();
+        if !secondary.is_empty() || !ipv6.is_empty() {
             self.push_event(FabricEvent::AddressesUnassigned(AddressesChanged {
                 eni_id: eni.id.clone(),
                 instance_id: eni.attachment.map(|a| a.instance_id),
                 cidrs: secondary,
+                ipv6,
             }));
         }
     }

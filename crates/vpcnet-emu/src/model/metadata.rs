@@ -4,11 +4,11 @@
 //! becomes visible (`now + lag`, never earlier than the previous snapshot: IMDS applies changes
 //! in order). An ENI appears only once its attachment has completed.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ipnet::Ipv4Net;
+use ipnet::{Ipv4Net, Ipv6Net};
 
 use super::{Cloud, InstanceState};
 
@@ -28,6 +28,14 @@ pub struct ImdsInterface {
     /// Primary first, then secondaries in assignment order.
     pub local_ipv4s: Vec<Ipv4Addr>,
     pub ipv4_prefixes: Vec<Ipv4Net>,
+    /// IPv6 addresses (`ipv6s`), in assignment order.
+    pub ipv6s: Vec<Ipv6Addr>,
+    /// IPv6 /80 prefixes (`ipv6-prefix`).
+    pub ipv6_prefixes: Vec<Ipv6Net>,
+    /// The subnet's IPv6 /64 (`subnet-ipv6-cidr-blocks`), if it has one.
+    pub subnet_ipv6_cidr: Option<Ipv6Net>,
+    /// The VPC's IPv6 CIDR blocks (`vpc-ipv6-cidr-blocks`).
+    pub vpc_ipv6_cidrs: Vec<Ipv6Net>,
 }
 
 /// Every attached ENI of an instance, ordered by (network card, device index).
@@ -78,6 +86,10 @@ impl Cloud {
                         .chain(e.secondary_ips.iter().copied())
                         .collect(),
                     ipv4_prefixes: e.prefixes.clone(),
+                    ipv6s: e.ipv6_addresses.clone(),
+                    ipv6_prefixes: e.ipv6_prefixes.clone(),
+                    subnet_ipv6_cidr: subnet.ipv6.as_ref().map(|v| v.cidr),
+                    vpc_ipv6_cidrs: vpc.ipv6.iter().map(|v| v.cidr).collect(),
                 })
             })
             .collect();

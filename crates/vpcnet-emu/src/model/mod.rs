@@ -8,6 +8,7 @@ mod addresses;
 mod cluster;
 mod eni;
 mod instance;
+mod ipv6;
 mod metadata;
 mod security_group;
 mod subnet;
@@ -28,6 +29,10 @@ pub use addresses::AssignRequest;
 pub use cluster::{cluster_not_found, EksCluster, EksClusterSpec, CLUSTER_STATUSES};
 pub use eni::{Attachment, CreateEniRequest, Eni, ModifyEniRequest};
 pub use instance::{Instance, InstanceState, RunInstanceRequest};
+pub use ipv6::{
+    Ipv6Request, SubnetIpv6, VpcIpv6, ENI_IPV6_PREFIX_LEN, IPV6_IN_USE_CODE, IPV6_LIMIT_CODE,
+    SUBNET_IPV6_PREFIX_LEN, VPC_IPV6_PREFIX_LEN,
+};
 pub use metadata::{ImdsInterface, ImdsNetwork};
 pub use security_group::{IngressRule, Permission, Source};
 pub use subnet::{Subnet, RESERVED_PER_SUBNET};
@@ -61,6 +66,8 @@ pub struct Vpc {
     pub id: String,
     /// (association ID, CIDR); the first is the primary CIDR.
     pub cidrs: Vec<(String, Ipv4Net)>,
+    /// The IPv6 CIDR block (a /56), if one is associated.
+    pub ipv6: Option<VpcIpv6>,
     pub default_group: String,
     pub tags: Tags,
 }
@@ -245,6 +252,7 @@ impl Cloud {
             Vpc {
                 id: id.clone(),
                 cidrs,
+                ipv6: None,
                 default_group: sg.clone(),
                 tags: Tags::default(),
             },
@@ -459,8 +467,9 @@ impl Cloud {
     /// and the available count) equal what its ENIs hold (primary, secondary IPs and 16 per
     /// /28 prefix), every attached ENI is within its instance type's IPv4 slots, and every
     /// instance within its ENI limit. Errors: the first imbalance, in words. Checked by the
-    /// property and fuzz tests after any sequence of calls.
+    /// property and fuzz tests after any sequence of calls. IPv6: see [`Cloud::check_ipv6_books`].
     pub fn check_books(&self) -> Result<(), String> {
+        self.check_ipv6_books()?;
         for s in self.subnets() {
             let held: u32 = self
                 .enis()

@@ -23,6 +23,8 @@ pub struct Subnet {
     pub az: String,
     pub az_id: String,
     pub tags: Tags,
+    /// The IPv6 CIDR block (a /64) and what is taken from it, if one is associated.
+    pub ipv6: Option<super::SubnetIpv6>,
     /// Offsets from the network address that are in use (primary/secondary IPs, prefixes).
     used: BTreeSet<u32>,
     /// Offsets taken by [`Subnet::fragment`] (a subset of `used`).
@@ -38,6 +40,7 @@ impl Subnet {
             az,
             az_id,
             tags: Tags::default(),
+            ipv6: None,
             used: BTreeSet::new(),
             fragments: BTreeSet::new(),
         }

@@ -34,6 +34,8 @@ pub const ACTIONS: &[(&str, bool)] = &[
     ("ModifyNetworkInterfaceAttribute", true),
     ("AssignPrivateIpAddresses", true),
     ("UnassignPrivateIpAddresses", true),
+    ("AssignIpv6Addresses", true),
+    ("UnassignIpv6Addresses", true),
     ("CreateTags", true),
     ("DeleteTags", true),
     ("TerminateInstances", true),
@@ -100,6 +102,8 @@ pub fn handle(action: &str, p: &Params, ctx: &mut Ctx) -> Result<Done, Ec2Error>
         }
         "AssignPrivateIpAddresses" => assign_private_ip_addresses(p, ctx).map(Done::body),
         "UnassignPrivateIpAddresses" => unassign_private_ip_addresses(p, ctx).map(Done::body),
+        "AssignIpv6Addresses" => super::ipv6::assign_ipv6_addresses(p, ctx).map(Done::body),
+        "UnassignIpv6Addresses" => super::ipv6::unassign_ipv6_addresses(p, ctx).map(Done::body),
         "CreateTags" => create_tags(p, ctx).map(Done::body),
         "DeleteTags" => delete_tags(p, ctx).map(Done::body),
         "TerminateInstances" => terminate_instances(p, ctx).map(Done::body),
@@ -144,22 +148,7 @@ fn count(p: &Params, name: &str) -> Result<u32, Ec2Error> {
 }
 
 fn prefixes(p: &Params, name: &str, member: Option<&str>) -> Result<Vec<Ipv4Net>, Ec2Error> {
-    match member {
-        None => p
-            .list(name)
-            .into_iter()
-            .map(|(k, v)| parse_prefix(&k, v))
-            .collect(),
-        Some(m) => p
-            .structs(name)
-            .into_iter()
-            .map(|(k, s)| {
-                let key = format!("{k}.{m}");
-                let v = s.get(m).ok_or_else(|| Ec2Error::missing(&key))?;
-                parse_prefix(&key, v)
-            })
-            .collect(),
-    }
+    p.parsed_list(name, member, parse_prefix)
 }
 
 fn create_network_interface(p: &Params, ctx: &mut Ctx) -> Result<String, Ec2Error> {
@@ -195,6 +184,7 @@ fn create_network_interface(p: &Params, ctx: &mut Ctx) -> Result<String, Ec2Erro
         secondary_count: count(p, "SecondaryPrivateIpAddressCount")?,
         prefix_count: count(p, "Ipv4PrefixCount")?,
         prefixes: prefixes(p, "Ipv4Prefix", Some("Ipv4Prefix"))?,
+        ipv6: super::ipv6::request(p, true)?,
     };
     // ClientToken: a retry of a create whose answer was lost gets the same ENI back.
     let token = p.get("ClientToken").filter(|t| !t.is_empty());

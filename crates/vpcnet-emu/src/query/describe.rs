@@ -52,7 +52,7 @@ fn eni_filter_values(cloud: &Cloud, now: Instant, e: &Eni, name: &str) -> Option
                 .into_iter()
                 .collect(),
         ),
-        _ => None,
+        other => super::ipv6::eni_filter(e, other),
     })
 }
 
@@ -235,7 +235,10 @@ pub(super) fn describe_subnets(p: &Params, ctx: &mut Ctx) -> Result<String, Ec2E
                 "cidr-block" | "cidr" | "cidrBlock" => one(s.cidr.to_string()),
                 "state" => one("available".into()),
                 "available-ip-address-count" => one(s.available().to_string()),
-                _ => None,
+                other => super::ipv6::cidr_filter(
+                    s.ipv6.as_ref().map(|v| (v.association_id.as_str(), v.cidr)),
+                    other,
+                ),
             })
         })?;
         if ok {
@@ -275,7 +278,10 @@ pub(super) fn describe_vpcs(p: &Params, ctx: &mut Ctx) -> Result<String, Ec2Erro
                 }
                 "state" => Some(vec!["available".into()]),
                 "is-default" => Some(vec!["false".into()]),
-                _ => None,
+                other => super::ipv6::cidr_filter(
+                    v.ipv6.as_ref().map(|a| (a.association_id.as_str(), a.cidr)),
+                    other,
+                ),
             })
         })?;
         if ok {

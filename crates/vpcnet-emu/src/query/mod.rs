@@ -4,6 +4,7 @@
 pub mod actions;
 mod describe;
 pub mod filter;
+mod ipv6;
 pub mod params;
 pub mod render;
 pub mod security_groups;

@@ -143,6 +143,31 @@ impl Params {
             .collect()
     }
 
+    /// Members of list `name` parsed by `parse(key, value)`: plain (`Name.N`) or, with
+    /// `member`, one member of each structure (`Name.N.Member`, required).
+    pub fn parsed_list<T>(
+        &self,
+        name: &str,
+        member: Option<&str>,
+        parse: impl Fn(&str, &str) -> Result<T, Ec2Error>,
+    ) -> Result<Vec<T>, Ec2Error> {
+        match member {
+            None => self
+                .list(name)
+                .into_iter()
+                .map(|(k, v)| parse(&k, v))
+                .collect(),
+            Some(m) => self
+                .structs(name)
+                .into_iter()
+                .map(|(k, s)| {
+                    let key = format!("{k}.{m}");
+                    parse(&key, s.get(m).ok_or_else(|| Ec2Error::missing(&key))?)
+                })
+                .collect(),
+        }
+    }
+
     /// `Filter.N.Name` / `Filter.N.Value.M`. Error: `MissingParameter` for a filter without name.
     pub fn filters(&self) -> Result<Vec<Filter>, Ec2Error> {
         self.structs("Filter")

@@ -90,7 +90,7 @@ pub fn network_interface(x: &mut Xml, cloud: &Cloud, clock: &Clock, eni: &Eni) {
     }
     tags(x, &eni.tags);
     private_ips(x, cloud, eni);
-    x.set("ipv6AddressesSet", std::iter::empty::<()>(), |_, _| {});
+    super::ipv6::eni_sets(x, eni);
 }
 
 /// `InstanceNetworkInterface` (DescribeInstances).
@@ -118,6 +118,7 @@ fn instance_network_interface(x: &mut Xml, cloud: &Cloud, clock: &Clock, eni: &E
             .close("attachment");
     }
     private_ips(x, cloud, eni);
+    super::ipv6::eni_sets(x, eni);
 }
 
 /// `Instance` (DescribeInstances). `empty_dns` answers an empty `privateDnsName`.
@@ -192,13 +193,8 @@ pub fn subnet(x: &mut Xml, cloud: &Cloud, s: &Subnet) {
         .leaf("availabilityZoneId", &s.az_id)
         .leaf("defaultForAz", false)
         .leaf("mapPublicIpOnLaunch", false)
-        .leaf("assignIpv6AddressOnCreation", false)
         .leaf("ownerId", &cloud.account_id);
-    x.set(
-        "ipv6CidrBlockAssociationSet",
-        std::iter::empty::<()>(),
-        |_, _| {},
-    );
+    super::ipv6::subnet_elements(x, s);
     tags(x, &s.tags);
 }
 
@@ -217,6 +213,7 @@ pub fn vpc(x: &mut Xml, cloud: &Cloud, v: &Vpc) {
             .leaf("state", "associated")
             .close("cidrBlockState");
     });
+    super::ipv6::vpc_elements(x, cloud, v);
     tags(x, &v.tags);
 }
 

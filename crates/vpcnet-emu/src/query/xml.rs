@@ -77,6 +77,12 @@ impl Xml {
         self.close(tag)
     }
 
+    /// Escaped text inside the element open now (e.g. an `<item>` of a list of strings).
+    pub fn text(&mut self, value: impl Display) -> &mut Self {
+        push_escaped(&mut self.buf, &value.to_string());
+        self
+    }
+
     /// `<tag>` with `<item>` children written by `f`, then `</tag>`.
     pub fn set<T>(
         &mut self,

@@ -104,3 +104,22 @@ pub async fn vpc_with_subnet(ec2: &aws_sdk_ec2::Client, subnet_cidr: &str) -> (S
         .expect("moto CreateSubnet");
     (vpc_id, s.subnet().unwrap().subnet_id().unwrap().to_string())
 }
+
+/// DeleteNetworkInterface `eni_id`, then describe it by ID: the error code (EC2 and moto
+/// answer `InvalidNetworkInterfaceID.NotFound`) or `ok:<count>`.
+pub async fn delete_and_describe(ec2: &aws_sdk_ec2::Client, eni_id: &str) -> String {
+    ec2.delete_network_interface()
+        .network_interface_id(eni_id)
+        .send()
+        .await
+        .expect("DeleteNetworkInterface");
+    match ec2
+        .describe_network_interfaces()
+        .network_interface_ids(eni_id)
+        .send()
+        .await
+    {
+        Ok(r) => format!("ok:{}", r.network_interfaces().len()),
+        Err(e) => super::code(&e),
+    }
+}
