@@ -45,7 +45,8 @@ async fn check(case: Case) {
     let settings: WarmSettings = serde_json::from_str(case.settings).unwrap();
     let limits = vpcnet_limits::lookup(case.instance_type).unwrap();
     let cfg = settings.warm_config(limits, true).unwrap();
-    let planned = vpcnet_capacity::node::settle(&cfg, case.pods, settings.subnet_discovery()).unwrap();
+    let planned =
+        vpcnet_capacity::node::settle(&cfg, case.pods, settings.subnet_discovery()).unwrap();
 
     let enis = fake.attached_enis();
     let held: u32 = enis
@@ -57,7 +58,10 @@ async fn check(case: Case) {
         *made.entry(call.action.as_str()).or_default() += 1;
     }
     let want: BTreeMap<&str, u64> = planned.calls.iter().collect();
-    let label = format!("{} with {} pods, {}", case.instance_type, case.pods, case.settings);
+    let label = format!(
+        "{} with {} pods, {}",
+        case.instance_type, case.pods, case.settings
+    );
     assert_eq!(
         (enis.len(), held),
         (planned.enis.len(), planned.addresses()),
@@ -105,4 +109,25 @@ async fn prefix_delegation() {
         settings: r#"{"ENABLE_PREFIX_DELEGATION": "true"}"#,
     })
     .await;
+}
+
+/// The simulator's model of the agent's rate-limit behaviour (`vpcnet plan --simulate`) uses
+/// the agent's defaults: its client-side buckets and its retries on throttling.
+#[test]
+fn the_simulators_agent_policy_is_the_agents_defaults() {
+    let sim = vpcnet_capacity::sim::AgentPolicy::default();
+    let agent = vpcnet_agent::config::Config::default().ec2_call_settings();
+    let bucket = |b: vpcnet_aws::BucketConfig| (b.capacity, b.refill_per_sec);
+    let spec = |b: vpcnet_limits::api_rates::BucketSpec| (b.capacity, b.refill_per_sec);
+    assert_eq!(bucket(agent.describe_bucket), spec(sim.describe_bucket));
+    assert_eq!(bucket(agent.mutating_bucket), spec(sim.mutating_bucket));
+    assert_eq!(agent.retry.max_attempts, sim.max_attempts);
+    assert_eq!(
+        agent.retry.throttle_base_delay,
+        Duration::from_millis(sim.throttle_base_ms)
+    );
+    assert_eq!(
+        agent.retry.max_delay,
+        Duration::from_millis(sim.max_delay_ms)
+    );
 }

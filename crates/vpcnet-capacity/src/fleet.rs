@@ -14,6 +14,7 @@ use crate::calls::CallCount;
 use crate::node::{settle, NodeFootprint};
 use crate::rates::{floor, Floor};
 use crate::settings::WarmSettings;
+use crate::sim::SimNode;
 use crate::subnets::{prefix_risk, PrefixRisk, SubnetSpec};
 use crate::PlanError;
 
@@ -239,9 +240,8 @@ impl<'a> Fleet<'a> {
                 group: g.name.clone(),
                 source: Box::new(e),
             };
-            let limits = vpcnet_limits::lookup(&g.instance_type).ok_or_else(|| {
-                in_group(PlanError::UnknownInstanceType(g.instance_type.clone()))
-            })?;
+            let limits = vpcnet_limits::lookup(&g.instance_type)
+                .ok_or_else(|| in_group(PlanError::UnknownInstanceType(g.instance_type.clone())))?;
             let mp = max_pods(
                 limits,
                 MaxPodsOptions {
@@ -292,7 +292,8 @@ impl<'a> Fleet<'a> {
     ) -> Result<Option<Shortfall>, PlanError> {
         let group = &self.spec.node_groups[g];
         let s = &self.spec.settings;
-        let node_subnet = self.by_id[group.subnets[(k % group.subnets.len() as u64) as usize].as_str()];
+        let node_subnet =
+            self.by_id[group.subnets[(k % group.subnets.len() as u64) as usize].as_str()];
         let excluded = s.subnet_discovery() && subnet_role::role(&node_subnet.tags) == "0";
         let model = &self.groups[g];
         let fp = if s.custom_network || excluded {
@@ -329,7 +330,9 @@ impl<'a> Fleet<'a> {
                 vec![node_subnet.id.as_str()]
             };
             if !ledger.take(&candidates, eni, n) {
-                short.subnets.extend(candidates.iter().map(|c| c.to_string()));
+                short
+                    .subnets
+                    .extend(candidates.iter().map(|c| c.to_string()));
                 if eni.primary {
                     // No room for the instance's own ENI: it does not launch at all.
                     short.addresses = fp.enis.iter().map(|e| e.addresses).sum();
@@ -491,7 +494,8 @@ impl Ledger {
                 d.free -= need;
                 d.addresses += need;
                 d.prefixes += u64::from(eni.prefixes);
-                d.singles += need - u64::from(eni.prefixes) * u64::from(vpcnet_ipam::IPS_PER_PREFIX);
+                d.singles +=
+                    need - u64::from(eni.prefixes) * u64::from(vpcnet_ipam::IPS_PER_PREFIX);
                 d.enis += 1;
                 return true;
             }
@@ -517,7 +521,11 @@ struct Order {
 impl Order {
     fn new(spec: &FleetSpec) -> Self {
         // A group of 0 nodes takes no share; an empty fleet scales out evenly.
-        let mut counts: Vec<u64> = spec.node_groups.iter().map(|g| u64::from(g.count)).collect();
+        let mut counts: Vec<u64> = spec
+            .node_groups
+            .iter()
+            .map(|g| u64::from(g.count))
+            .collect();
         if counts.iter().all(|c| *c == 0) {
             counts.iter_mut().for_each(|c| *c = 1);
         }
@@ -548,4 +556,33 @@ fn order_after(spec: &FleetSpec, n: u64) -> Order {
         o.next();
     }
     o
+}
+
+/// The scale-out's new nodes (`extra` of them, after the fleet, in the same mix) as the
+/// simulator's nodes ([`crate::sim::simulate`]).
+pub fn scale_out_nodes(spec: &FleetSpec, extra: u32) -> Result<Vec<SimNode>, PlanError> {
+    let by_id = validate(spec)?;
+    let s = &spec.settings;
+    let total: u64 = spec.node_groups.iter().map(|g| u64::from(g.count)).sum();
+    let mut order = order_after(spec, total);
+    let mut out = Vec::with_capacity(extra as usize);
+    for _ in 0..extra {
+        let (g, k) = order.next();
+        let group = &spec.node_groups[g];
+        let limits = vpcnet_limits::lookup(&group.instance_type)
+            .ok_or_else(|| PlanError::UnknownInstanceType(group.instance_type.clone()))?;
+        let subnet = by_id[group.subnets[(k % group.subnets.len() as u64) as usize].as_str()];
+        let excluded = s.subnet_discovery() && subnet_role::role(&subnet.tags) == "0";
+        let cfg = s
+            .warm_config(limits, !s.custom_network && !excluded)
+            .map_err(|e| PlanError::Group {
+                group: group.name.clone(),
+                source: Box::new(e),
+            })?;
+        out.push(SimNode {
+            cfg,
+            subnet_discovery: s.subnet_discovery(),
+        });
+    }
+    Ok(out)
 }

@@ -10,13 +10,16 @@
 //!   subnet runs out, and in prefix mode the /28 fragmentation risk ([`fleet::plan`],
 //!   [`subnets`]);
 //! - what adding K nodes costs in EC2 calls, and the least time the account's request-token
-//!   buckets allow for it ([`rates`]).
+//!   buckets allow for it ([`rates`]);
+//! - what N nodes joining together see, in virtual time against the account's buckets, with
+//!   the agent's client-side buckets and retries ([`sim`]).
 
 pub mod calls;
 pub mod fleet;
 pub mod node;
 pub mod rates;
 pub mod settings;
+pub mod sim;
 pub mod subnets;
 
 pub use fleet::{plan, FleetPlan, FleetSpec, NodeGroup};
@@ -43,7 +46,13 @@ pub enum PlanError {
         message: String,
     },
     #[error("{pods} pods do not fit on one node: it holds {max_ips} pod addresses with these settings ({placed} placed): lower pods_per_node")]
-    PodsDoNotFit { pods: u32, placed: u32, max_ips: u32 },
-    #[error("the IPAM core did not settle: this is a bug in vpcnet, please report it with the input")]
+    PodsDoNotFit {
+        pods: u32,
+        placed: u32,
+        max_ips: u32,
+    },
+    #[error(
+        "the IPAM core did not settle: this is a bug in vpcnet, please report it with the input"
+    )]
     NoSteadyState,
 }

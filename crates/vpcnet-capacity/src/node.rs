@@ -8,8 +8,7 @@ use std::net::Ipv4Addr;
 use ipnet::Ipv4Net;
 use serde::Serialize;
 use vpcnet_ipam::{
-    Action, AssignError, EniInfo, EniObservation, Pool, PodKey, PodRef, WarmConfig,
-    IPS_PER_PREFIX,
+    Action, AssignError, EniInfo, EniObservation, PodKey, PodRef, Pool, WarmConfig, IPS_PER_PREFIX,
 };
 
 use crate::calls::{self, CallCount};
@@ -150,7 +149,12 @@ impl NodePool {
         p
     }
 
-    fn observation(&mut self, device: u32, ips: Vec<Ipv4Addr>, prefixes: Vec<Ipv4Net>) -> EniObservation {
+    fn observation(
+        &mut self,
+        device: u32,
+        ips: Vec<Ipv4Addr>,
+        prefixes: Vec<Ipv4Net>,
+    ) -> EniObservation {
         let n = self.next_eni;
         self.next_eni += 1;
         EniObservation {

@@ -22,12 +22,19 @@ pub struct Floor {
 /// The floor of `calls` made by one account as fast as its buckets allow. The agent's
 /// describes carry filters or IDs: they draw from the filtered-describe buckets.
 pub fn floor(calls: &CallCount) -> Floor {
+    floor_shared(calls, 0.0)
+}
+
+/// [`floor`] when other callers in the account use `others` (0..1) of every bucket's refill.
+pub fn floor_shared(calls: &CallCount, others: f64) -> Floor {
+    let left = (1.0 - others).clamp(0.0, 1.0);
     let mut worst = Floor {
         seconds: 0.0,
         limiting_action: None,
     };
     for (action, n) in calls.iter() {
-        let bucket = ec2_default(ec2_category(action, true));
+        let mut bucket = ec2_default(ec2_category(action, true));
+        bucket.refill_per_sec *= left;
         let secs = bucket
             .time_floor(n)
             .map_or(f64::INFINITY, |d| d.as_secs_f64());

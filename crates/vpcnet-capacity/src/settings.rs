@@ -25,7 +25,11 @@ pub struct WarmSettings {
     #[serde(rename = "WARM_PREFIX_TARGET", default, deserialize_with = "count")]
     pub warm_prefix_target: Option<u32>,
     /// `ENABLE_PREFIX_DELEGATION`: /28 prefixes instead of secondary addresses (Nitro types).
-    #[serde(rename = "ENABLE_PREFIX_DELEGATION", default, deserialize_with = "flag")]
+    #[serde(
+        rename = "ENABLE_PREFIX_DELEGATION",
+        default,
+        deserialize_with = "flag"
+    )]
     pub enable_prefix_delegation: bool,
     /// `MAX_ENI`: cap on attached ENIs, the primary included.
     #[serde(rename = "MAX_ENI", default, deserialize_with = "count")]

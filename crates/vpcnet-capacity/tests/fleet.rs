@@ -63,8 +63,16 @@ fn subnet_discovery_puts_new_enis_in_the_freest_tagged_subnet_of_the_zone() {
                          "pods_per_node": 5, "subnets": ["subnet-node"]}],
     })))
     .unwrap();
-    assert_eq!(subnet(&p, "subnet-node").fleet_addresses, 40, "primary ENIs only");
-    assert_eq!(subnet(&p, "subnet-pods").fleet_addresses, 40, "the spare ENIs");
+    assert_eq!(
+        subnet(&p, "subnet-node").fleet_addresses,
+        40,
+        "primary ENIs only"
+    );
+    assert_eq!(
+        subnet(&p, "subnet-pods").fleet_addresses,
+        40,
+        "the spare ENIs"
+    );
     assert_eq!(subnet(&p, "subnet-other-zone").fleet_addresses, 0);
     assert_eq!(subnet(&p, "subnet-other-cluster").fleet_addresses, 0);
 }
@@ -82,7 +90,11 @@ fn a_node_subnet_tagged_cni_0_serves_no_pod_from_the_primary_eni() {
                          "pods_per_node": 5, "subnets": ["subnet-node"]}],
     })))
     .unwrap();
-    assert_eq!(subnet(&p, "subnet-node").fleet_addresses, 1, "the primary address only");
+    assert_eq!(
+        subnet(&p, "subnet-node").fleet_addresses,
+        1,
+        "the primary address only"
+    );
     // 5 pods plus a spare ENI's worth of addresses, on two secondary ENIs.
     assert_eq!(subnet(&p, "subnet-pods").fleet_addresses, 20);
 }
@@ -146,7 +158,10 @@ fn a_scale_out_costs_its_nodes_calls_and_the_buckets_set_its_floor() {
         assert_eq!(s.calls.get(action), n * 1000, "{action}");
     }
     // The first address of each node: one assign each, 100 at once and 5 a second after.
-    assert_eq!(s.calls_to_first_address.get("AssignPrivateIpAddresses"), 1000);
+    assert_eq!(
+        s.calls_to_first_address.get("AssignPrivateIpAddresses"),
+        1000
+    );
     assert_eq!(s.floor_first_address.seconds, 180.0);
     assert!(s.floor_settled.seconds >= s.floor_first_address.seconds);
     assert!(s.shortfalls.is_empty());
@@ -170,18 +185,30 @@ fn groups_interleave_in_proportion() {
 #[test]
 fn bad_input_names_the_field_and_the_fix() {
     let cases = [
-        (json!({"subnets": [], "node_groups": [{"name": "g", "instance_type": "m5.large", "count": 1, "subnets": ["subnet-x"]}]}),
-         "subnet subnet-x is not among the subnets"),
-        (json!({"subnets": [{"id": "s", "cidr": "10.0.0.0/24", "zone": "z"}], "node_groups": [{"name": "g", "instance_type": "m5.huge", "count": 1, "subnets": ["s"]}]}),
-         "unknown instance type \"m5.huge\""),
-        (json!({"subnets": [{"id": "s", "cidr": "10.0.0.0/24", "zone": "z"}], "node_groups": [{"name": "g", "instance_type": "m5.large", "count": 1, "pods_per_node": 40, "subnets": ["s"]}]}),
-         "lower pods_per_node"),
-        (json!({"subnets": [{"id": "s", "cidr": "10.0.0.0/24", "zone": "z", "available": 300}], "node_groups": [{"name": "g", "instance_type": "m5.large", "count": 1, "subnets": ["s"]}]}),
-         "AvailableIpAddressCount"),
-        (json!({"subnets": [{"id": "s", "cidr": "10.0.0.0/24", "zone": "z"}, {"id": "s", "cidr": "10.0.1.0/24", "zone": "z"}], "node_groups": [{"name": "g", "instance_type": "m5.large", "count": 1, "subnets": ["s"]}]}),
-         "listed twice"),
-        (json!({"subnets": [{"id": "s", "cidr": "10.0.0.0/24", "zone": "z"}], "eni_configs": {"z": "s"}, "node_groups": [{"name": "g", "instance_type": "m5.large", "count": 1, "subnets": ["s"]}]}),
-         "set AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG"),
+        (
+            json!({"subnets": [], "node_groups": [{"name": "g", "instance_type": "m5.large", "count": 1, "subnets": ["subnet-x"]}]}),
+            "subnet subnet-x is not among the subnets",
+        ),
+        (
+            json!({"subnets": [{"id": "s", "cidr": "10.0.0.0/24", "zone": "z"}], "node_groups": [{"name": "g", "instance_type": "m5.huge", "count": 1, "subnets": ["s"]}]}),
+            "unknown instance type \"m5.huge\"",
+        ),
+        (
+            json!({"subnets": [{"id": "s", "cidr": "10.0.0.0/24", "zone": "z"}], "node_groups": [{"name": "g", "instance_type": "m5.large", "count": 1, "pods_per_node": 40, "subnets": ["s"]}]}),
+            "lower pods_per_node",
+        ),
+        (
+            json!({"subnets": [{"id": "s", "cidr": "10.0.0.0/24", "zone": "z", "available": 300}], "node_groups": [{"name": "g", "instance_type": "m5.large", "count": 1, "subnets": ["s"]}]}),
+            "AvailableIpAddressCount",
+        ),
+        (
+            json!({"subnets": [{"id": "s", "cidr": "10.0.0.0/24", "zone": "z"}, {"id": "s", "cidr": "10.0.1.0/24", "zone": "z"}], "node_groups": [{"name": "g", "instance_type": "m5.large", "count": 1, "subnets": ["s"]}]}),
+            "listed twice",
+        ),
+        (
+            json!({"subnets": [{"id": "s", "cidr": "10.0.0.0/24", "zone": "z"}], "eni_configs": {"z": "s"}, "node_groups": [{"name": "g", "instance_type": "m5.large", "count": 1, "subnets": ["s"]}]}),
+            "set AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG",
+        ),
     ];
     for (input, want) in cases {
         let e = plan(&spec(input.clone())).unwrap_err().to_string();

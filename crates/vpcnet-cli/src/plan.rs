@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args as ClapArgs, ValueEnum};
 use vpcnet_capacity::fleet::Shortfall;
+use vpcnet_capacity::sim::{SimReport, SimSettings};
 use vpcnet_capacity::{plan, FleetPlan, FleetSpec};
 
 #[derive(ClapArgs, Debug)]
@@ -20,6 +21,17 @@ pub struct Args {
     /// `scale_out`).
     #[arg(long, value_name = "NODES")]
     scale_out: Option<u32>,
+    /// Also simulate the scale-out's nodes joining at once against the account's default EC2
+    /// buckets, with the agent's client-side buckets and retries, in virtual time.
+    #[arg(long, requires = "scale_out")]
+    simulate: bool,
+    /// With `--simulate`: the share (0 to 1) of every account bucket's refill that other
+    /// tools in the account use.
+    #[arg(long, value_name = "SHARE", default_value_t = 0.0, value_parser = share)]
+    other_tools_share: f64,
+    /// With `--simulate`: nodes boot at random within this many seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+    boot_spread: u64,
     /// Output: `table` (default) or `json`.
     #[arg(long, short = 'o', value_enum, default_value = "table")]
     output: Output,
@@ -43,26 +55,123 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .with_context(|| format!("reading the fleet file {}", args.file.display()))?
     };
     let stdout = std::io::stdout();
-    execute(&text, args.scale_out, args.output, &mut stdout.lock())
-        .with_context(|| format!("planning the fleet of {}", args.file.display()))
+    let simulate = args.simulate.then_some(Simulate {
+        other_tools_share: args.other_tools_share,
+        boot_spread_s: args.boot_spread,
+    });
+    execute(
+        &text,
+        args.scale_out,
+        simulate,
+        args.output,
+        &mut stdout.lock(),
+    )
+    .with_context(|| format!("planning the fleet of {}", args.file.display()))
+}
+
+fn share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..1.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not a share from 0 up to (not including) 1, e.g. 0.3"
+        )),
+    }
+}
+
+/// What `--simulate` asks for.
+#[derive(Debug, Clone, Copy)]
+struct Simulate {
+    other_tools_share: f64,
+    boot_spread_s: u64,
 }
 
 fn execute(
     text: &str,
     scale_out: Option<u32>,
+    simulate: Option<Simulate>,
     output: Output,
     out: &mut impl Write,
 ) -> anyhow::Result<()> {
-    let mut spec: FleetSpec = serde_yaml::from_str(text).context(
-        "the fleet file is not valid (see docs/capacity-planning.md for its fields)",
-    )?;
+    let mut spec: FleetSpec = serde_yaml::from_str(text)
+        .context("the fleet file is not valid (see docs/capacity-planning.md for its fields)")?;
     if scale_out.is_some() {
         spec.scale_out = scale_out;
     }
     let p = plan(&spec)?;
+    let sim = match (simulate, spec.scale_out) {
+        (Some(how), Some(extra)) => {
+            let nodes = vpcnet_capacity::fleet::scale_out_nodes(&spec, extra)?;
+            let settings = SimSettings {
+                other_tools_share: how.other_tools_share,
+                boot_spread_ms: how.boot_spread_s * 1000,
+                ..SimSettings::default()
+            };
+            Some(vpcnet_capacity::sim::simulate(&nodes, &settings))
+        }
+        _ => None,
+    };
     match output {
-        Output::Json => writeln!(out, "{}", serde_json::to_string_pretty(&p)?)?,
-        Output::Table => render(&p, out)?,
+        Output::Json => writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "plan": p, "simulation": sim }))?
+        )?,
+        Output::Table => {
+            render(&p, out)?;
+            if let Some(r) = &sim {
+                render_sim(r, out)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn render_sim(r: &SimReport, out: &mut impl Write) -> std::io::Result<()> {
+    let s = |ms: u64| format!("{:.1} s", ms as f64 / 1000.0);
+    writeln!(out)?;
+    writeln!(out, "SIMULATED JOIN of {} nodes at once", r.nodes)?;
+    writeln!(out, "{:<24} {:>10} {:>10} {:>10}", "", "P50", "P99", "LAST")?;
+    for (what, v) in [
+        ("first pod servable", r.first_address),
+        ("warm pool full", r.warm_full),
+    ] {
+        writeln!(
+            out,
+            "{:<24} {:>10} {:>10} {:>10}",
+            what,
+            s(v.p50_ms),
+            s(v.p99_ms),
+            s(v.last_ms)
+        )?;
+    }
+    let floor = r.floor_first_address.seconds;
+    let last = r.first_address.last_ms as f64 / 1000.0;
+    if floor > 0.0 {
+        writeln!(
+            out,
+            "last node's first pod: {last:.1} s against a floor of {floor:.1} s ({:.2}×)",
+            last / floor
+        )?;
+    } else {
+        writeln!(
+            out,
+            "last node's first pod: {last:.1} s (every first address within the buckets' burst)"
+        )?;
+    }
+    writeln!(
+        out,
+        "EC2 calls {} (throttled {}, {:.1} %); nodes not settled: {}",
+        r.calls.total(),
+        r.throttled.total(),
+        100.0 * r.throttled.total() as f64 / r.calls.total().max(1) as f64,
+        r.unfinished
+    )?;
+    for (action, n) in r.calls.iter() {
+        writeln!(
+            out,
+            "  {action:<34} {n:>8} (throttled {})",
+            r.throttled.get(action)
+        )?;
     }
     Ok(())
 }
@@ -71,7 +180,15 @@ fn render(p: &FleetPlan, out: &mut impl Write) -> std::io::Result<()> {
     writeln!(
         out,
         "{:<16} {:<14} {:>6} {:>8} {:>9} {:>5} {:>10} {:>9} {:>10}",
-        "GROUP", "TYPE", "NODES", "MAX-PODS", "PODS/NODE", "ENIS", "ADDRESSES", "PREFIXES", "EC2-CALLS"
+        "GROUP",
+        "TYPE",
+        "NODES",
+        "MAX-PODS",
+        "PODS/NODE",
+        "ENIS",
+        "ADDRESSES",
+        "PREFIXES",
+        "EC2-CALLS"
     )?;
     for g in &p.groups {
         writeln!(
@@ -88,7 +205,10 @@ fn render(p: &FleetPlan, out: &mut impl Write) -> std::io::Result<()> {
             g.per_node.calls.total()
         )?;
     }
-    writeln!(out, "(per node: ENIs, subnet addresses, /28 prefixes and EC2 calls from start-up to settled)")?;
+    writeln!(
+        out,
+        "(per node: ENIs, subnet addresses, /28 prefixes and EC2 calls from start-up to settled)"
+    )?;
     writeln!(out)?;
     writeln!(
         out,
@@ -116,7 +236,11 @@ fn render(p: &FleetPlan, out: &mut impl Write) -> std::io::Result<()> {
     if let Some(so) = &p.scale_out {
         writeln!(out)?;
         writeln!(out, "SCALE-OUT of {} nodes", so.nodes)?;
-        writeln!(out, "{:<34} {:>10} {:>16}", "EC2 ACTION", "CALLS", "TO-FIRST-ADDRESS")?;
+        writeln!(
+            out,
+            "{:<34} {:>10} {:>16}",
+            "EC2 ACTION", "CALLS", "TO-FIRST-ADDRESS"
+        )?;
         for (action, n) in so.calls.iter() {
             writeln!(
                 out,
@@ -140,7 +264,10 @@ fn render(p: &FleetPlan, out: &mut impl Write) -> std::io::Result<()> {
             "time floor, every new node settled:                {}",
             floor(&so.floor_settled)
         )?;
-        writeln!(out, "(the account's default EC2 request-token buckets, no other caller, no retry)")?;
+        writeln!(
+            out,
+            "(the account's default EC2 request-token buckets, no other caller, no retry)"
+        )?;
         shortfalls(&so.shortfalls, "of the scale-out", out)?;
     }
     Ok(())
@@ -187,7 +314,7 @@ node_groups:
 
     fn run(text: &str, scale_out: Option<u32>, o: Output) -> anyhow::Result<String> {
         let mut out = Vec::new();
-        execute(text, scale_out, o, &mut out)?;
+        execute(text, scale_out, None, o, &mut out)?;
         Ok(String::from_utf8(out).unwrap())
     }
 
@@ -206,9 +333,24 @@ node_groups:
     fn json_carries_the_same_figures() {
         let j: serde_json::Value =
             serde_json::from_str(&run(FLEET, None, Output::Json).unwrap()).unwrap();
-        assert_eq!(j["subnets"][0]["fleet_addresses"], 200);
-        assert_eq!(j["subnets"][0]["runs_out_at_nodes"], 13);
-        assert!(j["scale_out"].is_null());
+        assert_eq!(j["plan"]["subnets"][0]["fleet_addresses"], 200);
+        assert_eq!(j["plan"]["subnets"][0]["runs_out_at_nodes"], 13);
+        assert!(j["plan"]["scale_out"].is_null());
+        assert!(j["simulation"].is_null());
+    }
+
+    #[test]
+    fn a_simulated_join_reports_its_spread_and_the_floor() {
+        let mut out = Vec::new();
+        let how = Simulate {
+            other_tools_share: 0.0,
+            boot_spread_s: 0,
+        };
+        execute(FLEET, Some(300), Some(how), Output::Table, &mut out).unwrap();
+        let t = String::from_utf8(out).unwrap();
+        assert!(t.contains("SIMULATED JOIN of 300 nodes at once"), "{t}");
+        // 300 first assigns: 100 at once, 200 more at 5 a second.
+        assert!(t.contains("against a floor of 40.0 s"), "{t}");
     }
 
     #[test]

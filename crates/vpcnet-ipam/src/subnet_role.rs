@@ -50,7 +50,10 @@ mod tests {
         assert!(!eligible(&tags(&[]), false, ""));
         assert!(!eligible(&tags(&[(CNI_ROLE_TAG, "0")]), true, ""));
         assert!(eligible(&tags(&[(CNI_ROLE_TAG, "1")]), false, ""));
-        let other = tags(&[(CNI_ROLE_TAG, "1"), ("kubernetes.io/cluster/blue", "shared")]);
+        let other = tags(&[
+            (CNI_ROLE_TAG, "1"),
+            ("kubernetes.io/cluster/blue", "shared"),
+        ]);
         assert!(eligible(&other, false, ""));
         assert!(eligible(&other, false, "blue"));
         assert!(!eligible(&other, false, "green"));

@@ -51,7 +51,7 @@ pub const ELBV2_SOURCE: &str =
     "https://docs.aws.amazon.com/elasticloadbalancing/latest/userguide/elb-api-throttling.html";
 
 /// One token bucket's size and refill rate.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct BucketSpec {
     /// Tokens the bucket holds when full (and at the start): the longest burst of calls.
     pub capacity: u32,

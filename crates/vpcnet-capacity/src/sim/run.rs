@@ -1,0 +1,335 @@
+//! The event loop of [`simulate`].
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use vpcnet_ipam::Action;
+use vpcnet_limits::api_rates::{ec2_category, ec2_default, is_describe};
+
+use super::bucket::VBucket;
+use super::{SimNode, SimReport, SimSettings, Spread};
+use crate::calls::{self, CallCount, ATTACH_POLL};
+use crate::node::{NodePool, NOW_MS};
+use crate::rates::floor_shared;
+
+/// Plans per pass before the filler yields, as the agent's `fill`.
+const PLANS_PER_PASS: u32 = 16;
+/// The attachment polls: 20 ms doubling to 500 ms, equal jitter (the agent's `attach_polls`).
+const POLL_BASE_MS: u64 = 20;
+const POLL_MAX_MS: u64 = 500;
+/// A run ends at this virtual time whatever is left (a day).
+const HORIZON_MS: u64 = 86_400_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    /// Start a plan pass.
+    Plan,
+    /// Send the node's current call through its client-side bucket.
+    Send,
+    /// The call reaches EC2.
+    Arrive,
+    /// EC2 answers: granted or throttled.
+    Reply { ok: bool },
+}
+
+struct Node {
+    pool: NodePool,
+    /// Calls left of the current step (start-up, or an action of the plan).
+    calls: VecDeque<&'static str>,
+    step: Option<Action>,
+    actions: VecDeque<Action>,
+    plans: u32,
+    attempt: u32,
+    pass_failures: u32,
+    polls: u32,
+    attached_at: u64,
+    first: Option<u64>,
+    full: Option<u64>,
+    describe: VBucket,
+    mutating: VBucket,
+}
+
+/// Simulates `nodes` joining the account together (see the module docs).
+pub fn simulate(nodes: &[SimNode], s: &SimSettings) -> SimReport {
+    let mut rng = ChaCha8Rng::seed_from_u64(s.seed);
+    let share = (1.0 - s.other_tools_share).clamp(0.0, 1.0);
+    let mut account: BTreeMap<(&'static str, bool), VBucket> = BTreeMap::new();
+    let mut made = CallCount::default();
+    let mut throttled = CallCount::default();
+    let mut first_calls = CallCount::default();
+    let mut queue: BinaryHeap<Reverse<(u64, u64, usize, Ev)>> = BinaryHeap::new();
+    let mut seq = 0u64;
+    let mut push = |q: &mut BinaryHeap<_>, at: u64, n: usize, ev: Ev| {
+        seq += 1;
+        q.push(Reverse((at, seq, n, ev)));
+    };
+    let mut fleet: Vec<Node> = Vec::with_capacity(nodes.len());
+    for (i, n) in nodes.iter().enumerate() {
+        let fp = crate::node::settle(&n.cfg, 0, n.subnet_discovery);
+        if let Ok(fp) = fp {
+            first_calls.add_all(&fp.calls_to_first_address, 1);
+        }
+        let boot = if s.boot_spread_ms > 0 {
+            rng.random_range(0..=s.boot_spread_ms)
+        } else {
+            0
+        };
+        let startup: Vec<&'static str> = calls::start_up(n.subnet_discovery)
+            .iter()
+            .flat_map(|(a, k)| std::iter::repeat_n(a, k as usize))
+            .collect();
+        fleet.push(Node {
+            pool: NodePool::new(n.cfg.clone()),
+            calls: startup.into(),
+            step: None,
+            actions: VecDeque::new(),
+            plans: 0,
+            attempt: 0,
+            pass_failures: 0,
+            polls: 0,
+            attached_at: 0,
+            first: None,
+            full: None,
+            describe: VBucket::new(s.agent.describe_bucket, 1.0),
+            mutating: VBucket::new(s.agent.mutating_bucket, 1.0),
+        });
+        push(&mut queue, boot, i, Ev::Send);
+    }
+
+    let jitter = |rng: &mut ChaCha8Rng, ceil: u64| ceil / 2 + rng.random_range(0..=ceil / 2);
+    while let Some(Reverse((now, _, i, ev))) = queue.pop() {
+        if now > HORIZON_MS {
+            break;
+        }
+        let node = &mut fleet[i];
+        match ev {
+            Ev::Plan => {
+                node.pool.now_ms = NOW_MS + now;
+                let actions = node.pool.pool.plan(NOW_MS + now);
+                if actions.is_empty() || node.plans >= PLANS_PER_PASS {
+                    node.plans = 0;
+                    if actions.is_empty() {
+                        node.full.get_or_insert(now);
+                    } else {
+                        push(&mut queue, now, i, Ev::Plan);
+                    }
+                    continue;
+                }
+                node.plans += 1;
+                for a in &actions {
+                    node.pool.pool.begin(a);
+                }
+                node.actions = actions.into();
+                next_step(node, now, i, &mut queue, &mut push);
+            }
+            Ev::Send => {
+                let Some(action) = node.calls.front().copied() else {
+                    continue;
+                };
+                let bucket = if is_describe(action) {
+                    &mut node.describe
+                } else {
+                    &mut node.mutating
+                };
+                let mut wait = bucket.reserve(now);
+                if wait > 0 {
+                    // The agent adds up to 10 % (at most 100 ms) so nodes throttled together
+                    // do not send in lockstep.
+                    wait += rng.random_range(0..=(wait / 10).min(100));
+                }
+                push(&mut queue, now + wait, i, Ev::Arrive);
+            }
+            Ev::Arrive => {
+                let action = *node.calls.front().expect("a call in flight");
+                made.add(action, 1);
+                let spec = ec2_default(ec2_category(action, true));
+                let ok = account
+                    .entry((action, true))
+                    .or_insert_with(|| VBucket::new(spec, share))
+                    .try_take(now);
+                if !ok {
+                    throttled.add(action, 1);
+                }
+                push(&mut queue, now + s.latency.of(action), i, Ev::Reply { ok });
+            }
+            Ev::Reply { ok: true } => {
+                let action = node.calls.front().copied().expect("a call in flight");
+                node.attempt = 0;
+                let polling = action == ATTACH_POLL
+                    && node
+                        .step
+                        .as_ref()
+                        .is_some_and(|a| matches!(a, Action::CreateEni { .. }))
+                    && node.attached_at > now;
+                if polling {
+                    let ceil = (POLL_BASE_MS << node.polls.min(10)).min(POLL_MAX_MS);
+                    node.polls += 1;
+                    let d = jitter(&mut rng, ceil);
+                    push(&mut queue, now + d, i, Ev::Send);
+                    continue;
+                }
+                node.calls.pop_front();
+                if action == "AttachNetworkInterface" {
+                    node.attached_at = now + s.latency.attach_complete_ms;
+                    node.polls = 0;
+                    let d = jitter(&mut rng, POLL_BASE_MS);
+                    push(&mut queue, now + d, i, Ev::Send);
+                    continue;
+                }
+                if !node.calls.is_empty() {
+                    push(&mut queue, now, i, Ev::Send);
+                    continue;
+                }
+                if let Some(a) = node.step.take() {
+                    node.pool.now_ms = NOW_MS + now;
+                    node.pool.apply(&a);
+                    if node.first.is_none()
+                        && node.pool.pool.summary(NOW_MS + now).available_ips > 0
+                    {
+                        node.first = Some(now);
+                    }
+                }
+                next_step(node, now, i, &mut queue, &mut push);
+            }
+            Ev::Reply { ok: false } => {
+                let action = node.calls.front().copied().expect("a call in flight");
+                if is_describe(action) {
+                    node.describe.drain(now);
+                } else {
+                    node.mutating.drain(now);
+                }
+                node.attempt += 1;
+                if node.attempt < s.agent.max_attempts {
+                    let ceil = (s.agent.throttle_base_ms << (node.attempt - 1).min(20))
+                        .min(s.agent.max_delay_ms);
+                    let d = jitter(&mut rng, ceil);
+                    push(&mut queue, now + d, i, Ev::Send);
+                    continue;
+                }
+                // Every attempt throttled: the step fails, the pass ends and the filler backs
+                // off before planning again (a start-up describe is retried the same way).
+                node.attempt = 0;
+                if let Some(a) = node.step.take() {
+                    node.pool.pool.abort(&a);
+                    for rest in node.actions.drain(..) {
+                        node.pool.pool.abort(&rest);
+                    }
+                    node.calls.clear();
+                }
+                node.plans = 0;
+                node.pass_failures += 1;
+                let ceil = (s.agent.pass_base_ms << (node.pass_failures - 1).min(20))
+                    .min(s.agent.pass_max_ms);
+                let d = jitter(&mut rng, ceil);
+                let ev = if node.calls.is_empty() {
+                    Ev::Plan
+                } else {
+                    Ev::Send
+                };
+                push(&mut queue, now + d, i, ev);
+            }
+        }
+    }
+
+    let n = fleet.len() as u64;
+    let unfinished = fleet.iter().filter(|f| f.full.is_none()).count() as u64;
+    SimReport {
+        nodes: n,
+        first_address: Spread::of(fleet.iter().filter_map(|f| f.first).collect()),
+        warm_full: Spread::of(fleet.iter().filter_map(|f| f.full).collect()),
+        unfinished,
+        calls: made,
+        throttled,
+        floor_first_address: floor_shared(&first_calls, s.other_tools_share),
+    }
+}
+
+/// Starts the node's next step: the next action of the plan, or (none left) the next plan.
+fn next_step(
+    node: &mut Node,
+    now: u64,
+    i: usize,
+    queue: &mut BinaryHeap<Reverse<(u64, u64, usize, Ev)>>,
+    push: &mut impl FnMut(&mut BinaryHeap<Reverse<(u64, u64, usize, Ev)>>, u64, usize, Ev),
+) {
+    match node.actions.pop_front() {
+        Some(a) => {
+            node.calls = calls::sequence(&a).iter().copied().collect();
+            node.step = Some(a);
+            push(queue, now, i, Ev::Send);
+        }
+        None => {
+            // The start-up calls, or a whole plan, went through.
+            node.pass_failures = 0;
+            push(queue, now, i, Ev::Plan);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::*;
+    use super::*;
+
+    fn nodes(n: usize, t: &str) -> Vec<SimNode> {
+        let cfg = WarmConfig::for_limits(vpcnet_limits::lookup(t).unwrap());
+        vec![
+            SimNode {
+                cfg,
+                subnet_discovery: true,
+            };
+            n
+        ]
+    }
+
+    #[test]
+    fn one_node_is_as_fast_as_the_latencies_allow() {
+        let r = simulate(&nodes(1, "m5.large"), &SimSettings::default());
+        // Start-up: two describes and a DescribeSubnets (100 ms each), then one assign.
+        assert_eq!(r.first_address.last_ms, 500, "{r:?}");
+        assert_eq!(r.throttled.total(), 0);
+        assert_eq!(r.unfinished, 0);
+        // The filled primary ENI is the default warm pool (9 free).
+        assert_eq!(r.warm_full.last_ms, 500, "{r:?}");
+
+        // Two warm ENIs: then a second ENI, placed (100 ms), created (300 ms), attached
+        // (100 ms, attached 2 s later, seen by the next poll) and modified (100 ms).
+        let mut two = nodes(1, "m5.large");
+        two[0].cfg.warm_eni_target = 2;
+        let r = simulate(&two, &SimSettings::default());
+        assert_eq!(r.first_address.last_ms, 500, "{r:?}");
+        let full = r.warm_full.last_ms;
+        assert!((3_100..3_800).contains(&full), "{r:?}");
+        assert_eq!(r.calls.get("CreateNetworkInterface"), 1);
+    }
+
+    #[test]
+    fn a_burst_beyond_the_buckets_waits_for_their_refill() {
+        let r = simulate(&nodes(400, "m5.large"), &SimSettings::default());
+        assert_eq!(r.unfinished, 0, "{r:?}");
+        // 400 first assigns: 100 at once, then 5 a second: at least 60 s for the last.
+        assert_eq!(r.floor_first_address.seconds, 60.0);
+        assert!(r.first_address.last_ms >= 60_000, "{r:?}");
+        assert!(r.throttled.total() > 0, "{r:?}");
+        let same = simulate(&nodes(400, "m5.large"), &SimSettings::default());
+        assert_eq!(r, same, "a run reproduces");
+    }
+
+    #[test]
+    fn other_tools_in_the_account_slow_the_fleet() {
+        let alone = simulate(&nodes(300, "m5.large"), &SimSettings::default());
+        let shared = simulate(
+            &nodes(300, "m5.large"),
+            &SimSettings {
+                other_tools_share: 0.5,
+                ..SimSettings::default()
+            },
+        );
+        assert!(
+            shared.first_address.last_ms > alone.first_address.last_ms,
+            "{alone:?} {shared:?}"
+        );
+    }
+}
