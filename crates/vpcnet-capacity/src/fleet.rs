@@ -26,6 +26,7 @@ pub const RUN_OUT_HORIZON: u64 = 100_000;
 #[serde(deny_unknown_fields)]
 pub struct FleetSpec {
     /// The VPC's subnets the fleet may use.
+    #[serde(default)]
     pub subnets: Vec<SubnetSpec>,
     /// The VPC CNI settings of the fleet (variable names).
     #[serde(default)]
@@ -401,6 +402,11 @@ fn validate(spec: &FleetSpec) -> Result<BTreeMap<&str, &SubnetSpec>, PlanError> 
                 s.cidr
             )));
         }
+    }
+    if spec.subnets.is_empty() {
+        return Err(PlanError::Input(
+            "no subnets: list the subnets the fleet may use (id, cidr, zone, available, tags), or read them from EC2 with vpcnet plan --vpc-id".into(),
+        ));
     }
     if spec.node_groups.is_empty() {
         return Err(PlanError::Input(

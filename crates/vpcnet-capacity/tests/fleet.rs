@@ -186,7 +186,11 @@ fn groups_interleave_in_proportion() {
 fn bad_input_names_the_field_and_the_fix() {
     let cases = [
         (
-            json!({"subnets": [], "node_groups": [{"name": "g", "instance_type": "m5.large", "count": 1, "subnets": ["subnet-x"]}]}),
+            json!({"node_groups": [{"name": "g", "instance_type": "m5.large", "count": 1, "subnets": ["subnet-x"]}]}),
+            "no subnets: list the subnets the fleet may use",
+        ),
+        (
+            json!({"subnets": [{"id": "s", "cidr": "10.0.0.0/24", "zone": "z"}], "node_groups": [{"name": "g", "instance_type": "m5.large", "count": 1, "subnets": ["subnet-x"]}]}),
             "subnet subnet-x is not among the subnets",
         ),
         (

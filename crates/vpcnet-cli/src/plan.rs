@@ -10,13 +10,19 @@ use anyhow::Context;
 use clap::{Args as ClapArgs, ValueEnum};
 use vpcnet_capacity::fleet::Shortfall;
 use vpcnet_capacity::sim::{SimReport, SimSettings};
-use vpcnet_capacity::{plan, FleetPlan, FleetSpec};
+use vpcnet_capacity::{plan, FleetPlan, FleetSpec, SubnetSpec};
 
 #[derive(ClapArgs, Debug)]
 pub struct Args {
     /// The fleet: a YAML or JSON file (`-` reads standard input).
     #[arg(long, short = 'f', value_name = "FILE")]
     file: PathBuf,
+    /// Read the subnets from EC2: every subnet of this VPC (`DescribeSubnets`: CIDR, zone,
+    /// free addresses, tags), in place of the file's `subnets` (which must then be absent).
+    /// Credentials, region and endpoint as for any AWS tool (`AWS_REGION`,
+    /// `AWS_ENDPOINT_URL_EC2`, ...).
+    #[arg(long, value_name = "VPC_ID")]
+    vpc_id: Option<String>,
     /// Nodes to add, spread over the groups as the fleet is (overrides the file's
     /// `scale_out`).
     #[arg(long, value_name = "NODES")]
@@ -54,19 +60,27 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         std::fs::read_to_string(&args.file)
             .with_context(|| format!("reading the fleet file {}", args.file.display()))?
     };
+    let subnets = match &args.vpc_id {
+        Some(vpc) => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            Some(rt.block_on(vpc_subnets(vpc))?)
+        }
+        None => None,
+    };
     let stdout = std::io::stdout();
     let simulate = args.simulate.then_some(Simulate {
         other_tools_share: args.other_tools_share,
         boot_spread_s: args.boot_spread,
     });
-    execute(
-        &text,
-        args.scale_out,
+    let how = How {
+        subnets,
+        scale_out: args.scale_out,
         simulate,
-        args.output,
-        &mut stdout.lock(),
-    )
-    .with_context(|| format!("planning the fleet of {}", args.file.display()))
+    };
+    execute(&text, how, args.output, &mut stdout.lock())
+        .with_context(|| format!("planning the fleet of {}", args.file.display()))
 }
 
 fn share(s: &str) -> Result<f64, String> {
@@ -85,18 +99,57 @@ struct Simulate {
     boot_spread_s: u64,
 }
 
-fn execute(
-    text: &str,
+/// Every subnet of `vpc_id`, from EC2.
+async fn vpc_subnets(vpc_id: &str) -> anyhow::Result<Vec<SubnetSpec>> {
+    let ec2 = vpcnet_ec2::Ec2::connect_unobserved(vpcnet_ec2::Ec2Options::default())
+        .await
+        .context("connecting to EC2 (set AWS_REGION and credentials as for any AWS tool)")?;
+    let found = ec2
+        .describe_vpc_subnets(vpc_id)
+        .await
+        .with_context(|| format!("listing the subnets of {vpc_id} (DescribeSubnets)"))?;
+    if found.is_empty() {
+        anyhow::bail!(
+            "EC2 lists no subnet in {vpc_id}: check the VPC ID and the region (AWS_REGION)"
+        );
+    }
+    Ok(found.into_iter().map(subnet_spec).collect())
+}
+
+fn subnet_spec(s: vpcnet_ec2::Subnet) -> SubnetSpec {
+    SubnetSpec {
+        id: s.subnet_id,
+        cidr: s.cidr_block,
+        zone: s.availability_zone,
+        available: Some(s.available_ip_address_count),
+        tags: s.tags,
+    }
+}
+
+/// What the command line adds to the file.
+#[derive(Debug, Default)]
+struct How {
+    /// The subnets from EC2 (`--vpc-id`).
+    subnets: Option<Vec<SubnetSpec>>,
     scale_out: Option<u32>,
     simulate: Option<Simulate>,
-    output: Output,
-    out: &mut impl Write,
-) -> anyhow::Result<()> {
+}
+
+fn execute(text: &str, how: How, output: Output, out: &mut impl Write) -> anyhow::Result<()> {
     let mut spec: FleetSpec = serde_yaml::from_str(text)
         .context("the fleet file is not valid (see docs/capacity-planning.md for its fields)")?;
-    if scale_out.is_some() {
-        spec.scale_out = scale_out;
+    if how.scale_out.is_some() {
+        spec.scale_out = how.scale_out;
     }
+    if let Some(subnets) = how.subnets {
+        if !spec.subnets.is_empty() {
+            anyhow::bail!(
+                "the fleet file lists subnets and --vpc-id reads them from EC2: remove the file's subnets, or drop --vpc-id"
+            );
+        }
+        spec.subnets = subnets;
+    }
+    let simulate = how.simulate;
     let p = plan(&spec)?;
     let sim = match (simulate, spec.scale_out) {
         (Some(how), Some(extra)) => {
@@ -314,7 +367,11 @@ node_groups:
 
     fn run(text: &str, scale_out: Option<u32>, o: Output) -> anyhow::Result<String> {
         let mut out = Vec::new();
-        execute(text, scale_out, None, o, &mut out)?;
+        let how = How {
+            scale_out,
+            ..How::default()
+        };
+        execute(text, how, o, &mut out)?;
         Ok(String::from_utf8(out).unwrap())
     }
 
@@ -346,7 +403,12 @@ node_groups:
             other_tools_share: 0.0,
             boot_spread_s: 0,
         };
-        execute(FLEET, Some(300), Some(how), Output::Table, &mut out).unwrap();
+        let how = How {
+            scale_out: Some(300),
+            simulate: Some(how),
+            ..How::default()
+        };
+        execute(FLEET, how, Output::Table, &mut out).unwrap();
         let t = String::from_utf8(out).unwrap();
         assert!(t.contains("SIMULATED JOIN of 300 nodes at once"), "{t}");
         // 300 first assigns: 100 at once, 200 more at 5 a second.

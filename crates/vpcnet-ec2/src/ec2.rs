@@ -144,11 +144,24 @@ impl Ec2 {
         vpc_id: &str,
         zone: &str,
     ) -> Result<Vec<Subnet>, Ec2Error> {
-        let action = Action::DescribeSubnets;
-        let filters = sdk_filters(&[
+        self.describe_subnets_where(&[
             Filter::new("vpc-id", [vpc_id]),
             Filter::new("availability-zone", [zone]),
-        ]);
+        ])
+        .await
+    }
+
+    /// `DescribeSubnets` of every subnet of `vpc_id`, every page (filter `vpc-id`; `vpcnet
+    /// plan --vpc-id`).
+    pub async fn describe_vpc_subnets(&self, vpc_id: &str) -> Result<Vec<Subnet>, Ec2Error> {
+        self.describe_subnets_where(&[Filter::new("vpc-id", [vpc_id])])
+            .await
+    }
+
+    /// `DescribeSubnets` with `filters`, every page.
+    async fn describe_subnets_where(&self, filters: &[Filter]) -> Result<Vec<Subnet>, Ec2Error> {
+        let action = Action::DescribeSubnets;
+        let filters = sdk_filters(filters);
         let filters = &filters;
         self.pages(
             action,
