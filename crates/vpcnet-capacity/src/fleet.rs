@@ -56,6 +56,10 @@ pub struct NodeGroup {
     /// The nodes' subnets (their primary ENIs), used in turn as an Auto Scaling group
     /// spreads over zones.
     pub subnets: Vec<String>,
+    /// kubelet's `maxPods` on these nodes, when not what vpcnet-bootstrap and the EKS AMI
+    /// compute (the ENI formula, uncapped in secondary-IP mode, 110/250 with prefixes).
+    #[serde(default)]
+    pub max_pods: Option<u32>,
 }
 
 /// The plan.
@@ -239,24 +243,28 @@ impl<'a> Fleet<'a> {
         for g in &spec.node_groups {
             let in_group = |e: PlanError| PlanError::Group {
                 group: g.name.clone(),
-                source: Box::new(e),
+                cause: Box::new(e),
             };
             let limits = vpcnet_limits::lookup(&g.instance_type)
                 .ok_or_else(|| in_group(PlanError::UnknownInstanceType(g.instance_type.clone())))?;
-            let mp = max_pods(
-                limits,
-                MaxPodsOptions {
-                    custom_networking: s.custom_network,
-                    prefix_delegation: s.enable_prefix_delegation,
-                    max_eni: s.max_eni.filter(|n| *n > 0),
-                    show_max_allowed: false,
-                },
-            )
-            .max_pods;
+            // What vpcnet-bootstrap and the EKS AMI give kubelet: the ENI formula uncapped in
+            // secondary-IP mode (eni-max-pods.txt), the 110/250 ceiling with prefixes.
+            let mp = g.max_pods.unwrap_or_else(|| {
+                max_pods(
+                    limits,
+                    MaxPodsOptions {
+                        custom_networking: s.custom_network,
+                        prefix_delegation: s.enable_prefix_delegation,
+                        max_eni: s.max_eni.filter(|n| *n > 0),
+                        show_max_allowed: !s.enable_prefix_delegation,
+                    },
+                )
+                .max_pods
+            });
             let pods = g.pods_per_node.unwrap_or(mp.saturating_sub(2));
             if pods > mp {
                 return Err(in_group(PlanError::Input(format!(
-                    "pods_per_node {pods} is more than the {mp} pods kubelet allows on {} with these settings: lower pods_per_node",
+                    "pods_per_node {pods} is more than kubelet's max pods {mp} on {} with these settings (vpcnet-bootstrap's and the EKS AMI's value): lower pods_per_node, or set the group's max_pods to what your nodes use",
                     g.instance_type
                 ))));
             }
@@ -387,6 +395,14 @@ fn validate(spec: &FleetSpec) -> Result<BTreeMap<&str, &SubnetSpec>, PlanError> 
                 s.id
             )));
         }
+        if s.cidr.trunc() != s.cidr {
+            return Err(PlanError::Input(format!(
+                "subnet {}: {} has host bits set: write the network, {}",
+                s.id,
+                s.cidr,
+                s.cidr.trunc()
+            )));
+        }
         if s.cidr.prefix_len() > 28 || s.cidr.prefix_len() < 16 {
             return Err(PlanError::Input(format!(
                 "subnet {}: {} is not a subnet size EC2 allows (/16 to /28)",
@@ -438,6 +454,14 @@ fn validate(spec: &FleetSpec) -> Result<BTreeMap<&str, &SubnetSpec>, PlanError> 
                     Some(pod) if !by_id.contains_key(pod.as_str()) => {
                         return Err(PlanError::Input(format!(
                             "eni_configs: subnet {pod} for zone {} is not among the subnets: add it to subnets",
+                            s.zone
+                        )))
+                    }
+                    Some(pod) if by_id[pod.as_str()].zone != s.zone => {
+                        return Err(PlanError::Input(format!(
+                            "eni_configs: subnet {pod} for zone {} is in zone {} (an ENI attaches only to instances in its subnet's zone): give zone {} a subnet of that zone",
+                            s.zone,
+                            by_id[pod.as_str()].zone,
                             s.zone
                         )))
                     }
@@ -583,7 +607,7 @@ pub fn scale_out_nodes(spec: &FleetSpec, extra: u32) -> Result<Vec<SimNode>, Pla
             .warm_config(limits, !s.custom_network && !excluded)
             .map_err(|e| PlanError::Group {
                 group: group.name.clone(),
-                source: Box::new(e),
+                cause: Box::new(e),
             })?;
         out.push(SimNode {
             cfg,

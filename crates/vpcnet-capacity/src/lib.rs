@@ -32,11 +32,10 @@ pub enum PlanError {
     /// The input is inconsistent; the message names the field and the fix.
     #[error("{0}")]
     Input(String),
-    #[error("node group {group}: {source}")]
+    #[error("node group {group}: {cause}")]
     Group {
         group: String,
-        #[source]
-        source: Box<PlanError>,
+        cause: Box<PlanError>,
     },
     #[error("unknown instance type {0:?}: use an EC2 instance type name such as m5.large (`vpcnet max-pods --instance-type TYPE` knows the same table)")]
     UnknownInstanceType(String),

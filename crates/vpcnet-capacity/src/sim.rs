@@ -155,6 +155,8 @@ impl Spread {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SimReport {
     pub nodes: u64,
+    /// Nodes booted at random within this many milliseconds.
+    pub boot_spread_ms: u64,
     /// From t = 0 until each node can serve its first pod.
     pub first_address: Spread,
     /// From t = 0 until each node's warm pool is full (its plan empty).

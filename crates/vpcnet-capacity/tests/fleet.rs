@@ -214,7 +214,23 @@ fn bad_input_names_the_field_and_the_fix() {
             "set AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG",
         ),
     ];
-    for (input, want) in cases {
+    let more = [
+        (
+            json!({"subnets": [{"id": "s", "cidr": "10.0.0.1/24", "zone": "z"}], "node_groups": [{"name": "g", "instance_type": "m5.large", "count": 1, "subnets": ["s"]}]}),
+            "has host bits set: write the network, 10.0.0.0/24",
+        ),
+        (
+            json!({"subnets": [{"id": "n", "cidr": "10.0.0.0/24", "zone": "a"}, {"id": "p", "cidr": "10.0.1.0/24", "zone": "b"}],
+                "settings": {"AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG": true}, "eni_configs": {"a": "p"},
+                "node_groups": [{"name": "g", "instance_type": "m5.large", "count": 1, "subnets": ["n"]}]}),
+            "eni_configs: subnet p for zone a is in zone b",
+        ),
+        (
+            json!({"subnets": [{"id": "s", "cidr": "10.0.0.0/24", "zone": "z"}], "node_groups": [{"name": "g", "instance_type": "m5.huge", "count": 1, "subnets": ["s"]}]}),
+            "node group g: unknown instance type \"m5.huge\": use",
+        ),
+    ];
+    for (input, want) in cases.into_iter().chain(more) {
         let e = plan(&spec(input.clone())).unwrap_err().to_string();
         assert!(e.contains(want), "{input}: {e}");
     }
@@ -235,4 +251,34 @@ fn an_empty_group_takes_no_share_of_a_scale_out() {
     let web = &p.groups[1].per_node.calls;
     assert_eq!(s.calls.total(), 3 * web.total());
     assert_eq!(subnet(&p, "subnet-a").fleet_addresses, 40);
+}
+
+#[test]
+fn max_pods_is_kubelets_as_bootstrap_sets_it_unless_the_group_says() {
+    let group = |extra: serde_json::Value| {
+        let mut g =
+            json!({"name": "g", "instance_type": "c5.4xlarge", "count": 1, "subnets": ["s"]});
+        g.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        spec(
+            json!({"subnets": [{"id": "s", "cidr": "10.0.0.0/20", "zone": "z"}], "node_groups": [g]}),
+        )
+    };
+    // c5.4xlarge: 8 ENIs × 30 addresses: 8 × 29 + 2 = 234, uncapped in secondary-IP mode.
+    let p = plan(&group(json!({}))).unwrap();
+    assert_eq!(
+        (p.groups[0].max_pods, p.groups[0].pods_per_node),
+        (234, 232)
+    );
+    assert!(plan(&group(json!({"pods_per_node": 200}))).is_ok());
+    let p = plan(&group(json!({"max_pods": 110}))).unwrap();
+    assert_eq!(
+        (p.groups[0].max_pods, p.groups[0].pods_per_node),
+        (110, 108)
+    );
+    let e = plan(&group(json!({"max_pods": 110, "pods_per_node": 200})))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("more than kubelet's max pods 110"), "{e}");
 }

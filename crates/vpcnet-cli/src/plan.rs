@@ -27,17 +27,23 @@ pub struct Args {
     /// `scale_out`).
     #[arg(long, value_name = "NODES")]
     scale_out: Option<u32>,
-    /// Also simulate the scale-out's nodes joining at once against the account's default EC2
-    /// buckets, with the agent's client-side buckets and retries, in virtual time.
-    #[arg(long, requires = "scale_out")]
+    /// Also simulate the scale-out's nodes (`--scale-out` or the file's `scale_out`) joining,
+    /// empty, against the account's default EC2 buckets, with the agent's client-side buckets
+    /// and retries, in virtual time.
+    #[arg(long)]
     simulate: bool,
     /// With `--simulate`: the share (0 to 1) of every account bucket's refill that other
     /// tools in the account use.
-    #[arg(long, value_name = "SHARE", default_value_t = 0.0, value_parser = share)]
-    other_tools_share: f64,
+    #[arg(long, value_name = "SHARE", requires = "simulate", allow_negative_numbers = true, value_parser = share)]
+    other_tools_share: Option<f64>,
     /// With `--simulate`: nodes boot at random within this many seconds.
-    #[arg(long, value_name = "SECONDS", default_value_t = 0)]
-    boot_spread: u64,
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        requires = "simulate",
+        allow_negative_numbers = true
+    )]
+    boot_spread: Option<u64>,
     /// Output: `table` (default) or `json`.
     #[arg(long, short = 'o', value_enum, default_value = "table")]
     output: Output,
@@ -71,8 +77,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let stdout = std::io::stdout();
     let simulate = args.simulate.then_some(Simulate {
-        other_tools_share: args.other_tools_share,
-        boot_spread_s: args.boot_spread,
+        other_tools_share: args.other_tools_share.unwrap_or(0.0),
+        boot_spread_s: args.boot_spread.unwrap_or(0),
     });
     let how = How {
         subnets,
@@ -152,6 +158,9 @@ fn execute(text: &str, how: How, output: Output, out: &mut impl Write) -> anyhow
     let simulate = how.simulate;
     let p = plan(&spec)?;
     let sim = match (simulate, spec.scale_out) {
+        (Some(_), None) => anyhow::bail!(
+            "--simulate plays a scale-out: give its size with --scale-out N or scale_out in the file"
+        ),
         (Some(how), Some(extra)) => {
             let nodes = vpcnet_capacity::fleet::scale_out_nodes(&spec, extra)?;
             let settings = SimSettings {
@@ -182,7 +191,16 @@ fn execute(text: &str, how: How, output: Output, out: &mut impl Write) -> anyhow
 fn render_sim(r: &SimReport, out: &mut impl Write) -> std::io::Result<()> {
     let s = |ms: u64| format!("{:.1} s", ms as f64 / 1000.0);
     writeln!(out)?;
-    writeln!(out, "SIMULATED JOIN of {} nodes at once", r.nodes)?;
+    writeln!(
+        out,
+        "SIMULATED JOIN of {} empty nodes (no pods), {}",
+        r.nodes,
+        if r.boot_spread_ms == 0 {
+            "booting at once".to_string()
+        } else {
+            format!("booting within {} s", r.boot_spread_ms / 1000)
+        }
+    )?;
     writeln!(out, "{:<24} {:>10} {:>10} {:>10}", "", "P50", "P99", "LAST")?;
     for (what, v) in [
         ("first pod servable", r.first_address),
@@ -202,7 +220,7 @@ fn render_sim(r: &SimReport, out: &mut impl Write) -> std::io::Result<()> {
     if floor > 0.0 {
         writeln!(
             out,
-            "last node's first pod: {last:.1} s against a floor of {floor:.1} s ({:.2}×)",
+            "last node's first pod: {last:.1} s against a floor of {floor:.1} s ({:.2}×; the floor of empty nodes' first addresses, not the plan's settled floor)",
             last / floor
         )?;
     } else {
@@ -410,7 +428,10 @@ node_groups:
         };
         execute(FLEET, how, Output::Table, &mut out).unwrap();
         let t = String::from_utf8(out).unwrap();
-        assert!(t.contains("SIMULATED JOIN of 300 nodes at once"), "{t}");
+        assert!(
+            t.contains("SIMULATED JOIN of 300 empty nodes (no pods), booting at once"),
+            "{t}"
+        );
         // 300 first assigns: 100 at once, 200 more at 5 a second.
         assert!(t.contains("against a floor of 40.0 s"), "{t}");
     }

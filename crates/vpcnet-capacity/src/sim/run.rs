@@ -39,6 +39,8 @@ struct Node {
     /// Calls left of the current step (start-up, or an action of the plan).
     calls: VecDeque<&'static str>,
     step: Option<Action>,
+    /// Calls of the current step already answered.
+    done: usize,
     actions: VecDeque<Action>,
     plans: u32,
     attempt: u32,
@@ -84,6 +86,7 @@ pub fn simulate(nodes: &[SimNode], s: &SimSettings) -> SimReport {
             pool: NodePool::new(n.cfg.clone()),
             calls: startup.into(),
             step: None,
+            done: 0,
             actions: VecDeque::new(),
             plans: 0,
             attempt: 0,
@@ -171,6 +174,7 @@ pub fn simulate(nodes: &[SimNode], s: &SimSettings) -> SimReport {
                     continue;
                 }
                 node.calls.pop_front();
+                node.done += 1;
                 if action == "AttachNetworkInterface" {
                     node.attached_at = now + s.latency.attach_complete_ms;
                     node.polls = 0;
@@ -216,7 +220,19 @@ pub fn simulate(nodes: &[SimNode], s: &SimSettings) -> SimReport {
                     for rest in node.actions.drain(..) {
                         node.pool.pool.abort(&rest);
                     }
-                    node.calls.clear();
+                    // An ENI created but not set up is deleted, as the agent does (detached
+                    // first once attached); those calls go before the next plan.
+                    let cleanup: &[&'static str] = match (&a, node.done) {
+                        (Action::CreateEni { .. }, 2) => &["DeleteNetworkInterface"],
+                        (Action::CreateEni { .. }, d) if d > 2 => &[
+                            "DetachNetworkInterface",
+                            "DescribeNetworkInterfaces",
+                            "DeleteNetworkInterface",
+                        ],
+                        _ => &[],
+                    };
+                    node.calls = cleanup.iter().copied().collect();
+                    node.done = 0;
                 }
                 node.plans = 0;
                 node.pass_failures += 1;
@@ -237,6 +253,7 @@ pub fn simulate(nodes: &[SimNode], s: &SimSettings) -> SimReport {
     let unfinished = fleet.iter().filter(|f| f.full.is_none()).count() as u64;
     SimReport {
         nodes: n,
+        boot_spread_ms: s.boot_spread_ms,
         first_address: Spread::of(fleet.iter().filter_map(|f| f.first).collect()),
         warm_full: Spread::of(fleet.iter().filter_map(|f| f.full).collect()),
         unfinished,
@@ -257,6 +274,7 @@ fn next_step(
     match node.actions.pop_front() {
         Some(a) => {
             node.calls = calls::sequence(&a).iter().copied().collect();
+            node.done = 0;
             node.step = Some(a);
             push(queue, now, i, Ev::Send);
         }
@@ -315,6 +333,25 @@ mod tests {
         assert!(r.throttled.total() > 0, "{r:?}");
         let same = simulate(&nodes(400, "m5.large"), &SimSettings::default());
         assert_eq!(r, same, "a run reproduces");
+    }
+
+    #[test]
+    fn an_eni_whose_set_up_fails_is_deleted_not_forgotten() {
+        // Two warm ENIs each: 300 attaches against a burst of 50 and 5 a second; some fail
+        // every attempt.
+        let mut v = nodes(300, "m5.large");
+        v.iter_mut().for_each(|n| n.cfg.warm_eni_target = 2);
+        let r = simulate(&v, &SimSettings::default());
+        let ok = |a: &str| r.calls.get(a) - r.throttled.get(a);
+        assert!(
+            ok("DeleteNetworkInterface") > 0,
+            "some set-up failed: {r:?}"
+        );
+        assert_eq!(
+            ok("CreateNetworkInterface"),
+            ok("ModifyNetworkInterfaceAttribute") + ok("DeleteNetworkInterface"),
+            "every ENI created is set up or deleted: {r:?}"
+        );
     }
 
     #[test]
