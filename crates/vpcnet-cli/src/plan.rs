@@ -85,8 +85,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         scale_out: args.scale_out,
         simulate,
     };
+    let source = if args.file.as_os_str() == "-" {
+        "standard input".to_string()
+    } else {
+        args.file.display().to_string()
+    };
     execute(&text, how, args.output, &mut stdout.lock())
-        .with_context(|| format!("planning the fleet of {}", args.file.display()))
+        .with_context(|| format!("planning the fleet of {source}"))
 }
 
 fn share(s: &str) -> Result<f64, String> {
