@@ -282,3 +282,47 @@ fn max_pods_is_kubelets_as_bootstrap_sets_it_unless_the_group_says() {
         .to_string();
     assert!(e.contains("more than kubelet's max pods 110"), "{e}");
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Whatever the fleet: no subnet gives more than it has, headroom is what is left,
+        /// and a subnet that runs out within the fleet leaves a short node behind.
+        #[test]
+        fn the_books_balance(
+            free in proptest::collection::vec(0u32..400, 1..4),
+            counts in proptest::collection::vec(0u32..30, 1..3),
+            pods in 0u32..27,
+            discovery in any::<bool>(),
+        ) {
+            let subnets: Vec<_> = free.iter().enumerate().map(|(i, f)| json!({
+                "id": format!("s{i}"), "cidr": format!("10.{i}.0.0/23"), "zone": "z",
+                "available": f, "tags": {"kubernetes.io/role/cni": "1"}
+            })).collect();
+            let groups: Vec<_> = counts.iter().enumerate().map(|(i, c)| json!({
+                "name": format!("g{i}"), "instance_type": "m5.large", "count": c,
+                "pods_per_node": pods, "subnets": ["s0"]
+            })).collect();
+            let p = plan(&spec(json!({
+                "subnets": subnets, "node_groups": groups,
+                "settings": {"ENABLE_SUBNET_DISCOVERY": discovery},
+            }))).unwrap();
+            let total: u64 = counts.iter().map(|c| u64::from(*c)).sum();
+            for s in &p.subnets {
+                prop_assert!(s.fleet_addresses <= u64::from(s.available), "{s:?}");
+                prop_assert_eq!(s.headroom, i64::from(s.available) - s.fleet_addresses as i64);
+                if s.runs_out_at_nodes.is_some_and(|n| n <= total) {
+                    prop_assert!(!p.shortfalls.is_empty(), "{s:?} ran out but no node is short");
+                }
+            }
+            let placed: u64 = p.subnets.iter().map(|s| s.fleet_addresses).sum();
+            let wanted = total * u64::from(p.groups[0].per_node.addresses());
+            let lacked: u64 = p.shortfalls.iter().map(|s| u64::from(s.addresses)).sum();
+            prop_assert_eq!(placed + lacked, wanted);
+        }
+    }
+}
