@@ -339,6 +339,12 @@ impl<'a> Fleet<'a> {
                 vec![node_subnet.id.as_str()]
             };
             if !ledger.take(&candidates, eni, n) {
+                if candidates.is_empty() {
+                    short.subnets.push(format!(
+                        "(no subnet of {} may get ENIs: tag one kubernetes.io/role/cni=1)",
+                        node_subnet.zone
+                    ));
+                }
                 short
                     .subnets
                     .extend(candidates.iter().map(|c| c.to_string()));

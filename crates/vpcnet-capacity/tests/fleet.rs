@@ -326,3 +326,20 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn a_zone_without_a_subnet_for_new_enis_is_said_so() {
+    let p = plan(&spec(json!({
+        "subnets": [{"id": "subnet-node", "cidr": "10.0.0.0/24", "zone": "us-east-1a",
+                     "tags": {"kubernetes.io/role/cni": "0"}}],
+        "node_groups": [{"name": "web", "instance_type": "m5.large", "count": 1,
+                         "pods_per_node": 5, "subnets": ["subnet-node"]}],
+    })))
+    .unwrap();
+    assert_eq!(p.shortfalls.len(), 1);
+    assert!(
+        p.shortfalls[0].subnets[0].contains("no subnet of us-east-1a may get ENIs"),
+        "{:?}",
+        p.shortfalls
+    );
+}
