@@ -30,6 +30,7 @@ use vpcnet_limits::api_rates::{
 
 use crate::query::params::Params;
 use crate::request_log::Api;
+use crate::token_bucket::TokenBucket;
 
 /// The account of access keys that `accounts` does not name, and of unsigned requests.
 pub const DEFAULT_ACCOUNT: &str = "default";
@@ -257,9 +258,7 @@ type Key = (String, &'static str, String, &'static str);
 
 #[derive(Debug)]
 struct Live {
-    spec: BucketSpec,
-    tokens: f64,
-    last: Instant,
+    bucket: TokenBucket,
     admitted: u64,
     throttled: u64,
 }
@@ -299,20 +298,15 @@ impl AccountLimitState {
             call.action.to_string(),
             category,
         );
-        let b = self.buckets.entry(key).or_insert(Live {
-            spec,
-            tokens: f64::from(spec.capacity),
-            last: now,
+        let b = self.buckets.entry(key).or_insert_with(|| Live {
+            bucket: TokenBucket::full(spec, now.into_std()),
             admitted: 0,
             throttled: 0,
         });
-        b.tokens = spec.refilled(b.tokens, now.saturating_duration_since(b.last));
-        b.last = now;
-        if b.tokens < 1.0 {
+        if !b.bucket.try_take(now.into_std()) {
             b.throttled += 1;
             return false;
         }
-        b.tokens -= 1.0;
         b.admitted += 1;
         true
     }
@@ -331,11 +325,9 @@ impl AccountLimitState {
                 },
                 action: action.clone(),
                 category: category.to_string(),
-                capacity: b.spec.capacity,
-                refill_per_sec: b.spec.refill_per_sec,
-                tokens: b
-                    .spec
-                    .refilled(b.tokens, now.saturating_duration_since(b.last)),
+                capacity: b.bucket.spec.capacity,
+                refill_per_sec: b.bucket.spec.refill_per_sec,
+                tokens: b.bucket.level(now.into_std()),
                 admitted: b.admitted,
                 throttled: b.throttled,
             })

@@ -9,7 +9,10 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
+use vpcnet_limits::api_rates::BucketSpec;
+
 use crate::error::Ec2Error;
+use crate::token_bucket::TokenBucket;
 
 /// The longest latency or IMDS lag accepted (one day), so no deadline can overflow.
 pub const MAX_DELAY_MS: u64 = 24 * 3600 * 1000;
@@ -167,13 +170,6 @@ impl Faults {
     }
 }
 
-#[derive(Debug)]
-struct Bucket {
-    spec: TokenBucketSpec,
-    tokens: f64,
-    last: Instant,
-}
-
 /// What the faults decide for one call.
 #[derive(Debug, Default)]
 pub struct Admission {
@@ -189,7 +185,7 @@ pub struct Admission {
 #[derive(Debug)]
 pub struct FaultState {
     config: Faults,
-    buckets: HashMap<String, Bucket>,
+    buckets: HashMap<String, TokenBucket>,
     rng: ChaCha8Rng,
     dns_empty_left: u32,
 }
@@ -262,30 +258,22 @@ impl FaultState {
         let Some(f) = self.config.for_action(action).cloned() else {
             return Admission::default();
         };
-        if let Some(spec) = f.throttle {
-            let b = self.buckets.entry(action.to_string()).or_insert(Bucket {
-                spec,
-                tokens: f64::from(spec.capacity),
-                last: now,
-            });
+        if let Some(t) = f.throttle {
+            let spec = BucketSpec::new(t.capacity, t.refill_per_sec);
+            let b = self
+                .buckets
+                .entry(action.to_string())
+                .or_insert_with(|| TokenBucket::full(spec, now));
             if b.spec != spec {
-                *b = Bucket {
-                    spec,
-                    tokens: f64::from(spec.capacity),
-                    last: now,
-                };
+                *b = TokenBucket::full(spec, now);
             }
-            let elapsed = now.saturating_duration_since(b.last).as_secs_f64();
-            b.tokens = (b.tokens + elapsed * spec.refill_per_sec).min(f64::from(spec.capacity));
-            b.last = now;
-            if b.tokens < 1.0 {
+            if !b.try_take(now) {
                 return Admission {
                     error: Some(Ec2Error::throttled()),
                     latency: Duration::ZERO,
                     throttled: true,
                 };
             }
-            b.tokens -= 1.0;
         }
         let latency = match f.latency {
             Some(l) if l.max_ms > l.min_ms => {

@@ -54,6 +54,7 @@ pub mod model;
 pub mod query;
 pub mod request_log;
 mod server;
+mod token_bucket;
 
 pub use account_limits::{AccountLimits, AccountLimitsView, BucketOverride, BucketState};
 pub use control::InstanceTypeSpec;
