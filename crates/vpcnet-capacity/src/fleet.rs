@@ -62,6 +62,13 @@ pub struct NodeGroup {
     pub max_pods: Option<u32>,
 }
 
+impl NodeGroup {
+    /// The subnet of the group's node `k` (0-based): its subnets in turn.
+    pub fn subnet_of(&self, k: u64) -> &str {
+        &self.subnets[(k % self.subnets.len() as u64) as usize]
+    }
+}
+
 /// The plan.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FleetPlan {
@@ -268,11 +275,9 @@ impl<'a> Fleet<'a> {
                     g.instance_type
                 ))));
             }
-            let excluded = |id: &String| {
-                s.subnet_discovery() && subnet_role::role(&by_id[id.as_str()].tags) == "0"
-            };
-            let needs_with = !s.custom_network && g.subnets.iter().any(|id| !excluded(id));
-            let needs_without = s.custom_network || g.subnets.iter().any(excluded);
+            let primary = |id: &String| s.primary_for_pods(by_id[id.as_str()]);
+            let needs_with = g.subnets.iter().any(primary);
+            let needs_without = !g.subnets.iter().all(primary);
             let footprint = |primary: bool| -> Result<NodeFootprint, PlanError> {
                 let cfg = s.warm_config(limits, primary).map_err(in_group)?;
                 settle(&cfg, pods, s.subnet_discovery()).map_err(in_group)
@@ -301,14 +306,12 @@ impl<'a> Fleet<'a> {
     ) -> Result<Option<Shortfall>, PlanError> {
         let group = &self.spec.node_groups[g];
         let s = &self.spec.settings;
-        let node_subnet =
-            self.by_id[group.subnets[(k % group.subnets.len() as u64) as usize].as_str()];
-        let excluded = s.subnet_discovery() && subnet_role::role(&node_subnet.tags) == "0";
+        let node_subnet = self.by_id[group.subnet_of(k)];
         let model = &self.groups[g];
-        let fp = if s.custom_network || excluded {
-            model.without_primary.as_ref()
-        } else {
+        let fp = if s.primary_for_pods(node_subnet) {
             model.with_primary.as_ref()
+        } else {
+            model.without_primary.as_ref()
         }
         .expect("footprint computed for every subnet of the group");
         let mut short = Shortfall {
@@ -607,10 +610,8 @@ pub fn scale_out_nodes(spec: &FleetSpec, extra: u32) -> Result<Vec<SimNode>, Pla
         let group = &spec.node_groups[g];
         let limits = vpcnet_limits::lookup(&group.instance_type)
             .ok_or_else(|| PlanError::UnknownInstanceType(group.instance_type.clone()))?;
-        let subnet = by_id[group.subnets[(k % group.subnets.len() as u64) as usize].as_str()];
-        let excluded = s.subnet_discovery() && subnet_role::role(&subnet.tags) == "0";
         let cfg = s
-            .warm_config(limits, !s.custom_network && !excluded)
+            .warm_config(limits, s.primary_for_pods(by_id[group.subnet_of(k)]))
             .map_err(|e| PlanError::Group {
                 group: group.name.clone(),
                 cause: Box::new(e),

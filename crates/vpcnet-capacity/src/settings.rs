@@ -2,9 +2,10 @@
 //! (as in the chart's `env:` values: numbers and booleans may be written as strings).
 
 use serde::{Deserialize, Deserializer, Serialize};
-use vpcnet_ipam::WarmConfig;
+use vpcnet_ipam::{subnet_role, WarmConfig};
 use vpcnet_limits::InstanceLimits;
 
+use crate::subnets::SubnetSpec;
 use crate::PlanError;
 
 /// The warm-pool settings of the fleet. Every field is a VPC CNI variable; a variable the
@@ -59,6 +60,14 @@ impl WarmSettings {
     /// Whether subnet discovery is on (its default is true).
     pub fn subnet_discovery(&self) -> bool {
         self.enable_subnet_discovery.unwrap_or(true) && !self.custom_network
+    }
+
+    /// Whether pods get addresses of a node's primary ENI in `node_subnet`: not under custom
+    /// networking, nor with subnet discovery when the subnet is tagged
+    /// `kubernetes.io/role/cni=0` (as the agent decides at start).
+    pub fn primary_for_pods(&self, node_subnet: &SubnetSpec) -> bool {
+        let excluded = self.subnet_discovery() && subnet_role::role(&node_subnet.tags) == "0";
+        !self.custom_network && !excluded
     }
 
     /// The IPAM core's settings for one instance type, as the agent derives them.

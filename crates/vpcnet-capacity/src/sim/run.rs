@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use vpcnet_ipam::Action;
+use vpcnet_ipam::{Action, WarmConfig};
 use vpcnet_limits::api_rates::{ec2_category, ec2_default, is_describe};
 
 use super::bucket::VBucket;
@@ -61,6 +61,7 @@ pub fn simulate(nodes: &[SimNode], s: &SimSettings) -> SimReport {
     let mut made = CallCount::default();
     let mut throttled = CallCount::default();
     let mut first_calls = CallCount::default();
+    let mut settled: Vec<(WarmConfig, bool, CallCount)> = Vec::new();
     let mut queue: BinaryHeap<Reverse<(u64, u64, usize, Ev)>> = BinaryHeap::new();
     let mut seq = 0u64;
     let mut push = |q: &mut BinaryHeap<_>, at: u64, n: usize, ev: Ev| {
@@ -69,10 +70,21 @@ pub fn simulate(nodes: &[SimNode], s: &SimSettings) -> SimReport {
     };
     let mut fleet: Vec<Node> = Vec::with_capacity(nodes.len());
     for (i, n) in nodes.iter().enumerate() {
-        let fp = crate::node::settle(&n.cfg, 0, n.subnet_discovery);
-        if let Ok(fp) = fp {
-            first_calls.add_all(&fp.calls_to_first_address, 1);
-        }
+        // One settle per distinct node (a fleet has few): its calls to a first address.
+        let first = match settled
+            .iter()
+            .find(|(c, d, _)| *c == n.cfg && *d == n.subnet_discovery)
+        {
+            Some((_, _, calls)) => calls.clone(),
+            None => {
+                let calls = crate::node::settle(&n.cfg, 0, n.subnet_discovery)
+                    .map(|fp| fp.calls_to_first_address)
+                    .unwrap_or_default();
+                settled.push((n.cfg.clone(), n.subnet_discovery, calls.clone()));
+                calls
+            }
+        };
+        first_calls.add_all(&first, 1);
         let boot = if s.boot_spread_ms > 0 {
             rng.random_range(0..=s.boot_spread_ms)
         } else {
