@@ -6,7 +6,7 @@
 //! in.
 
 use serde::Serialize;
-use vpcnet_limits::api_rates::{ec2_category, ec2_default};
+use vpcnet_limits::api_rates::{ec2_category, ec2_default, BucketSpec};
 
 use crate::calls::CallCount;
 
@@ -27,22 +27,47 @@ pub fn floor(calls: &CallCount) -> Floor {
 
 /// [`floor`] when other callers in the account use `others` (0..1) of every bucket's refill.
 pub fn floor_shared(calls: &CallCount, others: f64) -> Floor {
+    let (seconds, limiting_action) = slowest(calls.iter(), others, documented_bucket);
+    Floor {
+        seconds,
+        limiting_action,
+    }
+}
+
+/// The account's documented bucket of an EC2 action's calls (describes as the agent makes
+/// them: filtered).
+pub fn documented_bucket(action: &str) -> BucketSpec {
+    ec2_default(ec2_category(action, true))
+}
+
+/// [`floor_shared`] of calls whose action names are only known at run time (counted in a
+/// request log, say), against the buckets `bucket_of` gives each action (e.g.
+/// [`documented_bucket`], or an emulator's configured ones): seconds, and the action whose
+/// bucket takes longest.
+pub fn floor_named<'a>(
+    calls: impl IntoIterator<Item = (&'a str, u64)>,
+    others: f64,
+    bucket_of: impl Fn(&str) -> BucketSpec,
+) -> (f64, Option<String>) {
+    let (seconds, action) = slowest(calls, others, bucket_of);
+    (seconds, action.map(str::to_string))
+}
+
+fn slowest<A: AsRef<str>>(
+    calls: impl IntoIterator<Item = (A, u64)>,
+    others: f64,
+    bucket_of: impl Fn(&str) -> BucketSpec,
+) -> (f64, Option<A>) {
     let left = (1.0 - others).clamp(0.0, 1.0);
-    let mut worst = Floor {
-        seconds: 0.0,
-        limiting_action: None,
-    };
-    for (action, n) in calls.iter() {
-        let mut bucket = ec2_default(ec2_category(action, true));
+    let mut worst = (0.0, None);
+    for (action, n) in calls {
+        let mut bucket = bucket_of(action.as_ref());
         bucket.refill_per_sec *= left;
         let secs = bucket
             .time_floor(n)
             .map_or(f64::INFINITY, |d| d.as_secs_f64());
-        if secs > worst.seconds {
-            worst = Floor {
-                seconds: secs,
-                limiting_action: Some(action),
-            };
+        if secs > worst.0 {
+            worst = (secs, Some(action));
         }
     }
     worst
@@ -64,6 +89,15 @@ mod tests {
         let f = floor(&c);
         assert_eq!(f.seconds, 190.0);
         assert_eq!(f.limiting_action, Some("AttachNetworkInterface"));
+        let named = [
+            ("AssignPrivateIpAddresses", 1_000),
+            ("AttachNetworkInterface", 1_000),
+        ];
+        assert_eq!(
+            floor_named(named, 0.5, documented_bucket),
+            (380.0, Some("AttachNetworkInterface".to_string())),
+            "half the refill left: twice the wait"
+        );
         let mut small = CallCount::default();
         small.add("AssignPrivateIpAddresses", 100);
         assert_eq!(floor(&small).limiting_action, None);

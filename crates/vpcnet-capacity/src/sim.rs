@@ -137,7 +137,8 @@ pub struct Spread {
 }
 
 impl Spread {
-    pub(crate) fn of(mut v: Vec<u64>) -> Spread {
+    /// p50, p99 and the largest of `v` (all zero when empty).
+    pub fn of(mut v: Vec<u64>) -> Spread {
         if v.is_empty() {
             return Spread::default();
         }

@@ -4,6 +4,7 @@
 
 mod conformance;
 mod demo;
+mod fleet;
 mod requests;
 
 use std::net::Ipv4Addr;
@@ -166,6 +167,10 @@ enum LabCommand {
         #[arg(long, default_value_t = 12)]
         count: usize,
     },
+    /// A fleet: N agent-only nodes (vpcnet or the VPC CNI) join at once against one lab cloud
+    /// with the account's EC2 rate limits; prints time to each node's first pod and full warm
+    /// pool, EC2 calls by action, throttles and the buckets' floor; always tears down.
+    Fleet(fleet::Args),
     /// Kubernetes' own network end-to-end tests (lab/e2e/selection.toml) on a lab installed as
     /// on EKS, per CNI, with a table of results (docs/conformance.md).
     Conformance(conformance::Args),
@@ -327,6 +332,7 @@ pub fn run(args: Args) -> Result<()> {
         LabCommand::Lb(args) => crate::lab_lb::run(args),
         LabCommand::Requests(a) => requests::run(&a),
         LabCommand::Conformance(a) => conformance::run(&a),
+        LabCommand::Fleet(a) => fleet::run(&a),
         LabCommand::Demo { up, count } => {
             if up.no_kubernetes {
                 demo(&up, count)

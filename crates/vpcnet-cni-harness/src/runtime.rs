@@ -9,7 +9,8 @@
 //!   skipped for these two, as it cannot speak them;
 //! - every plugin gets the list's `name` and `cniVersion`, and `runtimeConfig` for the
 //!   capabilities it declares;
-//! - plugins run inside `netns` (the "node") when given, entered between fork and exec.
+//! - plugins run inside `netns` (the "node") when given, entered between fork and exec, or
+//!   through a launcher command (e.g. `nsenter` into a lab node's namespaces) when given.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -90,6 +91,8 @@ pub struct Runtime {
     cni_path: Vec<PathBuf>,
     netns: Option<PathBuf>,
     cache: Mutex<HashMap<(String, String), Value>>,
+    /// Program and arguments that run each plugin (the plugin's path is appended).
+    launcher: Vec<std::ffi::OsString>,
     /// Every plugin run, in order (for assertions on what each plugin received).
     pub trace: Mutex<Vec<Exec>>,
 }
@@ -109,8 +112,18 @@ impl Runtime {
             cni_path,
             netns,
             cache: Mutex::new(HashMap::new()),
+            launcher: Vec::new(),
             trace: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Runs every plugin through `launcher` (program and arguments; the plugin's path is
+    /// appended, the CNI environment kept), e.g. `nsenter --mount=… --net=… --`, so plugins
+    /// run in namespaces a plain fork cannot enter (a mount namespace, from a threaded
+    /// process).
+    pub fn with_launcher(mut self, launcher: Vec<std::ffi::OsString>) -> Self {
+        self.launcher = launcher;
+        self
     }
 
     fn version(&self) -> &str {
@@ -161,7 +174,14 @@ impl Runtime {
     ) -> anyhow::Result<Exec> {
         let bin = self.find(kind)?;
         let ns = self.netns.as_ref().map(File::open).transpose()?;
-        let mut cmd = Command::new(&bin);
+        let mut cmd = match self.launcher.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(&bin);
+                c
+            }
+            None => Command::new(&bin),
+        };
         cmd.env_clear()
             .env("CNI_COMMAND", command)
             .env("CNI_PATH", std::env::join_paths(&self.cni_path)?)

@@ -174,6 +174,18 @@ impl AccountLimits {
             .map_or(DEFAULT_ACCOUNT, String::as_str)
     }
 
+    /// The bucket an EC2 action's calls draw from with these settings (`filtered`: a
+    /// filtered or paginated describe), whether or not metering is enabled.
+    pub fn ec2_bucket(&self, action: &str, filtered: bool) -> BucketSpec {
+        self.bucket_of(&MeteredCall {
+            api: Api::Ec2,
+            action,
+            filtered,
+            access_key: None,
+        })
+        .1
+    }
+
     /// The bucket of one call: its category's name and its size.
     fn bucket_of(&self, call: &MeteredCall) -> (&'static str, BucketSpec) {
         let (category, base, action_key) = match call.api {

@@ -20,7 +20,7 @@ use crate::kube::control_plane::{self, ControlPlaneRecord};
 use crate::kube::pki::Ca;
 use crate::lab::{
     progress, KubeProxyMode, Lab, LabSubnet, UpOptions, VpcLayout, CONTROL_PLANE_NAME,
-    OUTSIDE_CIDR, OUTSIDE_HOST, SECONDARY_CIDR, TIMED_PLUGINS, VPC_CIDR,
+    MAX_FLEET_NODES, OUTSIDE_CIDR, OUTSIDE_HOST, SECONDARY_CIDR, TIMED_PLUGINS, VPC_CIDR,
 };
 use crate::netns;
 use crate::procs;
@@ -61,7 +61,17 @@ impl Lab {
     /// failed to start (the error quotes its log).
     pub fn up(opts: &UpOptions) -> Result<Lab> {
         state::check_name(&opts.name)?;
-        if !(1..=8).contains(&opts.nodes) {
+        if opts.fleet {
+            if !(1..=MAX_FLEET_NODES).contains(&opts.nodes) {
+                bail!(
+                    "a fleet has between 1 and {MAX_FLEET_NODES} nodes (got {})",
+                    opts.nodes
+                );
+            }
+            if opts.kubernetes || opts.layout != VpcLayout::Fleet || opts.cni_timing {
+                bail!("a fleet lab's nodes run agents only: no Kubernetes, the fleet layout, no timing shim (UpOptions::fleet)");
+            }
+        } else if !(1..=8).contains(&opts.nodes) {
             bail!("--nodes must be between 1 and 8 (got {})", opts.nodes);
         }
         if vpcnet_limits::lookup(&opts.instance_type).is_none() {
@@ -181,6 +191,10 @@ impl Build<'_> {
             self.create_netns(&cp_ns)?;
         }
         let ready = self.start_cloud(&vpc, &nodes, &cp_ns)?;
+        if opts.fleet {
+            // Agent-only nodes: the fleet starts their agents itself, all at once.
+            return Ok(());
+        }
         let images = self.build_images(k8s_bin_dir, coredns_bin_dir)?;
         let k8s = match k8s_bin_dir {
             Some(bins) => Some(self.start_control_plane(&ready, &cp_ns, bins)?),
@@ -272,6 +286,9 @@ impl Build<'_> {
             fs::create_dir_all(node.dir.join("bin"))?;
             node.mntns = crate::machine::create(dir, &node.name, &node.root())?;
             install_plugins(&node, opts)?;
+            if opts.fleet && (i % 50 == 0 || i == opts.nodes) {
+                progress(&format!("{i} of {} nodes' namespaces created", opts.nodes));
+            }
             nodes.push(node);
         }
         Ok(nodes)
@@ -319,7 +336,7 @@ impl Build<'_> {
             nodes: specs,
             seed: rand::random(),
             extra_cidrs: match opts.layout {
-                VpcLayout::Basic => Vec::new(),
+                VpcLayout::Basic | VpcLayout::Fleet => Vec::new(),
                 VpcLayout::TwoZones => vec![SECONDARY_CIDR.parse().expect("constant")],
             },
             zones: vpc.layout.iter().map(|(_, _, z)| z.to_string()).collect(),
@@ -534,27 +551,36 @@ impl Build<'_> {
 /// ones when asked.
 fn install_plugins(node: &NodeRecord, opts: &UpOptions) -> Result<()> {
     let bin = node.cni_bin_dir();
+    // A fleet's hundreds of nodes link the binaries instead of copying them (a node's
+    // processes see the host's files outside the node's own directories).
+    let copy = |from: &Path, to: &Path| -> std::io::Result<()> {
+        if opts.fleet {
+            std::os::unix::fs::symlink(from, to)
+        } else {
+            fs::copy(from, to).map(|_| ())
+        }
+    };
     // With the chart, the agent pod's init container installs vpcnet-cni (and its own copies of
     // the reference plugins the conflist chains); the lab's copies of the reference plugins are
     // the ones an EKS AMI ships in /opt/cni/bin (containerd needs `loopback` for every pod).
     if !(node.cni == NodeCni::Vpcnet && opts.agent_install == AgentInstall::Chart) {
-        fs::copy(opts.bin_dir.join("vpcnet-cni"), bin.join("vpcnet-cni"))
+        copy(&opts.bin_dir.join("vpcnet-cni"), &bin.join("vpcnet-cni"))
             .context("copying vpcnet-cni into the node's CNI bin dir")?;
     }
     if node.cni == NodeCni::VpcCni {
         let peer = crate::kube::bins::locate_peer(opts.k8s_bin_dir.as_deref())?;
         for b in ["aws-cni", "egress-cni"] {
-            fs::copy(peer.join(b), bin.join(b))
+            copy(&peer.join(b), &bin.join(b))
                 .with_context(|| format!("copying {b} into the node's CNI bin dir"))?;
         }
-        fs::copy(
-            peer.join("aws-k8s-agent"),
-            node.dir.join("bin/aws-k8s-agent"),
+        copy(
+            &peer.join("aws-k8s-agent"),
+            &node.dir.join("bin/aws-k8s-agent"),
         )
         .context("copying aws-k8s-agent into the node's bin dir")?;
     }
     for p in REFERENCE_PLUGINS {
-        fs::copy(format!("/usr/lib/cni/{p}"), bin.join(p)).with_context(|| {
+        copy(Path::new(&format!("/usr/lib/cni/{p}")), &bin.join(p)).with_context(|| {
             format!(
                 "/usr/lib/cni/{p} missing: install containernetworking-plugins \
                  (scripts/install-deps.sh)"

@@ -122,6 +122,22 @@ impl Cloud<'_> {
         api::control_get(&daemon::api_socket(&self.lab.dir), "requests")
     }
 
+    /// Sets the account's rate limits ([`vpcnet_emu::account_limits`]; off unless enabled).
+    pub fn set_account_limits(&self, limits: &vpcnet_emu::AccountLimits) -> Result<()> {
+        let body = serde_json::to_vec(limits)?;
+        let (status, text) = api::request(
+            &daemon::api_socket(&self.lab.dir),
+            "PUT",
+            "/_emu/account-limits",
+            "application/json",
+            &body,
+        )?;
+        if !(200..300).contains(&status) {
+            anyhow::bail!("setting the lab cloud's account limits: HTTP {status}: {text}");
+        }
+        Ok(())
+    }
+
     /// One EC2 Query API call against the lab cloud; returns the response XML.
     pub fn ec2(&self, action: &str, params: &[(&str, &str)]) -> Result<String> {
         api::ec2_query(&daemon::api_socket(&self.lab.dir), action, params)

@@ -303,28 +303,46 @@ pub fn configure_primary(node: &str, ip: Ipv4Addr, subnet: Ipv4Net) -> Result<()
     Ok(())
 }
 
-/// Routes `cidr` (a /32 or /28 owned by the ENI with `mac` behind bridge port `port`) through
-/// `bridge`: a route for the CIDR, a permanent neighbour entry for each of its addresses, and
-/// each address in the source/destination check's `owned` set for `port`.
-pub fn route(vpc: &str, bridge: &str, port: &str, cidr: Ipv4Net, mac: &str) -> Result<()> {
-    let mut lines = vec![format!("route replace {cidr} dev {bridge}")];
-    lines.extend(
-        addresses(cidr)
-            .into_iter()
-            .map(|a| format!("neigh replace {a} lladdr {mac} dev {bridge} nud permanent")),
-    );
+/// Routes `cidrs` (each a /32 or /28 owned by the ENI with `mac` behind bridge port `port`)
+/// through `bridge`: a route for each CIDR, a permanent neighbour entry for each of its
+/// addresses, and each address in the source/destination check's `owned` set for `port`. One
+/// `ip -batch` and one nft transaction for all of them, however many (an attachment or an
+/// assignment of a whole pool is one event, and a fleet of nodes makes thousands).
+pub fn route(vpc: &str, bridge: &str, port: &str, cidrs: &[Ipv4Net], mac: &str) -> Result<()> {
+    if cidrs.is_empty() {
+        return Ok(());
+    }
+    let mut lines = Vec::new();
+    for cidr in cidrs {
+        lines.push(format!("route replace {cidr} dev {bridge}"));
+        lines.extend(
+            addresses(*cidr)
+                .into_iter()
+                .map(|a| format!("neigh replace {a} lladdr {mac} dev {bridge} nud permanent")),
+        );
+    }
+    let what = cidr_list(cidrs);
     let (ok, err) = cmd::ip_batch(vpc, &lines)?;
     if !ok {
-        anyhow::bail!("routing {cidr} to {mac} on {bridge}: {}", err.trim());
+        anyhow::bail!("routing {what} to {mac} on {bridge}: {}", err.trim());
     }
-    cmd::nft_in(vpc, &owned_elements("add", port, cidr))
-        .with_context(|| format!("allowing {cidr} as a source on {port}"))?;
+    cmd::nft_in(vpc, &owned_elements("add", port, cidrs))
+        .with_context(|| format!("allowing {what} as a source on {port}"))?;
     Ok(())
 }
 
-fn owned_elements(verb: &str, port: &str, cidr: Ipv4Net) -> String {
-    let elems: Vec<String> = addresses(cidr)
-        .into_iter()
+fn cidr_list(cidrs: &[Ipv4Net]) -> String {
+    cidrs
+        .iter()
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn owned_elements(verb: &str, port: &str, cidrs: &[Ipv4Net]) -> String {
+    let elems: Vec<String> = cidrs
+        .iter()
+        .flat_map(|c| addresses(*c))
         .map(|a| format!("\"{port}\" . {a}"))
         .collect();
     format!(
@@ -333,17 +351,23 @@ fn owned_elements(verb: &str, port: &str, cidr: Ipv4Net) -> String {
     )
 }
 
-/// Removes what [`route`] added for `cidr`. Idempotent (missing entries are fine).
-pub fn unroute(vpc: &str, bridge: &str, port: &str, cidr: Ipv4Net) {
-    let mut lines = vec![format!("route del {cidr} dev {bridge}")];
-    lines.extend(
-        addresses(cidr)
-            .into_iter()
-            .map(|a| format!("neigh del {a} dev {bridge}")),
-    );
+/// Removes what [`route`] added for `cidrs`. Idempotent (missing entries are fine).
+pub fn unroute(vpc: &str, bridge: &str, port: &str, cidrs: &[Ipv4Net]) {
+    if cidrs.is_empty() {
+        return;
+    }
+    let mut lines = Vec::new();
+    for cidr in cidrs {
+        lines.push(format!("route del {cidr} dev {bridge}"));
+        lines.extend(
+            addresses(*cidr)
+                .into_iter()
+                .map(|a| format!("neigh del {a} dev {bridge}")),
+        );
+    }
     let _ = cmd::ip_batch(vpc, &lines);
     // Adding first makes the delete succeed whether or not the elements were there.
-    let batch = owned_elements("add", port, cidr) + &owned_elements("delete", port, cidr);
+    let batch = owned_elements("add", port, cidrs) + &owned_elements("delete", port, cidrs);
     let _ = cmd::nft_in(vpc, &batch);
 }
 

@@ -122,11 +122,9 @@ impl LabHooks {
             if ev.device_index == 0 && ev.network_card == 0 {
                 fabric::configure_primary(&netns, ev.primary_ip, ev.subnet_cidr)?;
             }
-            let primary = Ipv4Net::new(ev.primary_ip, 32).expect("/32");
-            for c in std::iter::once(&primary).chain(&ev.secondary) {
-                fabric::route(&self.vpc, &port.bridge, &port_name, *c, &ev.mac)?;
-            }
-            Ok(())
+            let mut cidrs = vec![Ipv4Net::new(ev.primary_ip, 32).expect("/32")];
+            cidrs.extend(&ev.secondary);
+            fabric::route(&self.vpc, &port.bridge, &port_name, &cidrs, &ev.mac)
         });
         if let Err(e) = r {
             self.fail(format!("attaching {}: {e:#}", ev.eni_id));
@@ -147,15 +145,9 @@ impl LabHooks {
         let Some(p) = self.lock().enis.remove(&ev.eni_id) else {
             return;
         };
-        fabric::unroute(
-            &self.vpc,
-            &p.bridge,
-            &p.port,
-            Ipv4Net::new(p.primary, 32).expect("/32"),
-        );
-        for c in &p.cidrs {
-            fabric::unroute(&self.vpc, &p.bridge, &p.port, *c);
-        }
+        let mut cidrs = vec![Ipv4Net::new(p.primary, 32).expect("/32")];
+        cidrs.extend(&p.cidrs);
+        fabric::unroute(&self.vpc, &p.bridge, &p.port, &cidrs);
         fabric::unplug(&self.vpc, &ev.eni_id);
     }
 
@@ -169,10 +161,8 @@ impl LabHooks {
             p.cidrs.extend(ev.cidrs.iter().copied());
             p.clone()
         };
-        for c in &ev.cidrs {
-            if let Err(e) = fabric::route(&self.vpc, &p.bridge, &p.port, *c, &p.mac) {
-                self.fail(format!("{}: {e:#}", ev.eni_id));
-            }
+        if let Err(e) = fabric::route(&self.vpc, &p.bridge, &p.port, &ev.cidrs, &p.mac) {
+            self.fail(format!("{}: {e:#}", ev.eni_id));
         }
     }
 
@@ -185,9 +175,7 @@ impl LabHooks {
             p.cidrs.retain(|c| !ev.cidrs.contains(c));
             p.clone()
         };
-        for c in &ev.cidrs {
-            fabric::unroute(&self.vpc, &p.bridge, &p.port, *c);
-        }
+        fabric::unroute(&self.vpc, &p.bridge, &p.port, &ev.cidrs);
     }
 }
 

@@ -48,6 +48,10 @@ pub enum VpcLayout {
     /// [`OUTSIDE_CIDR`], its own namespace) routed through the VPC router, standing in for an
     /// on-premises network over a VPN.
     TwoZones,
+    /// A fleet of agent-only nodes ([`UpOptions::fleet`]): 10.0.0.0/16 as the four /18s of
+    /// [`FLEET_SUBNETS`] in us-east-1a, node `n<i>` in subnet `(i − 1) mod 4`. Four bridges,
+    /// because a Linux bridge takes at most 1,024 ports (one per attached ENI).
+    Fleet,
 }
 
 /// A subnet of a lab layout: `Name` tag, CIDR, availability zone.
@@ -64,6 +68,19 @@ pub const TWO_ZONE_SUBNETS: &[LabSubnet] = &[
     ("pods-a3", "100.64.3.0/24", "us-east-1a"),
 ];
 
+/// The subnets of [`VpcLayout::Fleet`], in bridge order: 16,379 usable addresses each.
+pub const FLEET_SUBNETS: &[LabSubnet] = &[
+    ("fleet-0", "10.0.0.0/18", "us-east-1a"),
+    ("fleet-1", "10.0.64.0/18", "us-east-1a"),
+    ("fleet-2", "10.0.128.0/18", "us-east-1a"),
+    ("fleet-3", "10.0.192.0/18", "us-east-1a"),
+];
+
+/// Most nodes a fleet lab takes ([`UpOptions::fleet`]): the four bridges' 4,096 ports hold
+/// 1,000 nodes of up to four ENIs. What one machine holds is usually less: see
+/// `docs/lab.md#a-fleet`.
+pub const MAX_FLEET_NODES: usize = 1_000;
+
 /// File name of the conflist the agent writes in the node's CNI directory.
 pub const CONFLIST: &str = "10-vpcnet.conflist";
 
@@ -79,7 +96,7 @@ pub struct UpOptions {
     pub name: String,
     /// EC2 instance type of every node, e.g. "m5.large".
     pub instance_type: String,
-    /// Number of nodes (1 to 8).
+    /// Number of nodes (1 to 8; with [`Self::fleet`] up to [`MAX_FLEET_NODES`]).
     pub nodes: usize,
     /// Directory holding the `vpcnet`, `vpcnet-agent` and `vpcnet-cni` binaries.
     pub bin_dir: PathBuf,
@@ -120,6 +137,11 @@ pub struct UpOptions {
     /// invocation the runtime makes is logged with its wall time and peak RSS to the node's
     /// [`CNI_TIMING_LOG`] ([`crate::nodes::Node::cni_timings`]). Conflists are not touched.
     pub cni_timing: bool,
+    /// A fleet of agent-only nodes, as `lab fleet` runs them: each node is its network and
+    /// mount namespace with its ENIs as interfaces and its CNI's plugins, but no containerd, no
+    /// images, and no agent: `lab up` leaves the agents for the caller to start (all at once,
+    /// [`crate::fleet`]). Needs no Kubernetes and the [`VpcLayout::Fleet`] layout.
+    pub fleet: bool,
 }
 
 /// Node path of the timing shim's log (one JSON line per plugin invocation, see
@@ -174,6 +196,7 @@ impl UpOptions {
             cni: Vec::new(),
             layout: VpcLayout::Basic,
             cni_timing: false,
+            fleet: false,
         }
     }
 
@@ -191,6 +214,21 @@ impl UpOptions {
                 TWO_ZONE_SUBNETS.to_vec(),
                 Box::new(|i| if i % 2 == 1 { 0 } else { 2 }),
             ),
+            VpcLayout::Fleet => (
+                FLEET_SUBNETS.to_vec(),
+                Box::new(|i| (i - 1) % FLEET_SUBNETS.len()),
+            ),
+        }
+    }
+
+    /// A fleet of `nodes` agent-only nodes ([`Self::fleet`]).
+    pub fn fleet(name: &str, nodes: usize) -> Self {
+        UpOptions {
+            kubernetes: false,
+            fleet: true,
+            layout: VpcLayout::Fleet,
+            nodes,
+            ..Self::new(name)
         }
     }
 

@@ -247,7 +247,7 @@ impl Shared {
                 &self.vpc,
                 &bridge,
                 &fabric::port_name(&a.eni_id),
-                host,
+                &[host],
                 &a.mac,
             )?;
         }
@@ -291,7 +291,7 @@ impl Shared {
         }
         for (bridge, eni, ip) in &lb.ports {
             let host = Ipv4Net::new(*ip, 32).expect("/32");
-            fabric::unroute(&self.vpc, bridge, &fabric::port_name(eni), host);
+            fabric::unroute(&self.vpc, bridge, &fabric::port_name(eni), &[host]);
             fabric::unplug(&self.vpc, eni);
         }
         for pid in netns::pids_in(&lb.netns) {

@@ -15,6 +15,7 @@ pub mod containerd;
 pub mod containers;
 pub mod daemon;
 pub mod fabric;
+pub mod fleet;
 pub mod haproxy;
 pub mod hooks;
 pub mod image;

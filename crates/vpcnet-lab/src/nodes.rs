@@ -35,7 +35,7 @@ impl Lab {
     }
 }
 
-impl Node<'_> {
+impl<'a> Node<'a> {
     /// The node's name in the lab (`n1`, ...).
     pub fn name(&self) -> &str {
         &self.name
@@ -157,9 +157,16 @@ impl Node<'_> {
     /// agent renames over it.
     /// On a node running the VPC CNI, starts its ipamd instead ([`Self::start_vpc_cni`]).
     pub fn start_agent(&self) -> Result<()> {
+        self.launch_agent()?.wait()
+    }
+
+    /// Starts the node's agent (vpcnet-agent, or the VPC CNI's ipamd on a VPC CNI node)
+    /// without waiting: [`Starting::serving`] says when it serves, [`Starting::wait`] waits
+    /// for it. A fleet starts all its agents this way, at once.
+    pub fn launch_agent(&self) -> Result<Starting<'a>> {
         let node = self.record()?;
         if node.cni == NodeCni::VpcCni {
-            return self.start_vpc_cni();
+            return self.launch_vpc_cni();
         }
         if self.lab.state()?.agent_install == AgentInstall::Chart {
             bail!(
@@ -171,33 +178,21 @@ impl Node<'_> {
         }
         let bin_dir = self.lab.bin_dir();
         let conflist = node.cni_conf_dir().join(CONFLIST);
-        let inode = |p: &Path| {
-            use std::os::unix::fs::MetadataExt;
-            fs::metadata(p).ok().map(|m| m.ino())
-        };
         let old = inode(&conflist);
         let mut c = Command::new(bin_dir.join("vpcnet-agent"));
         c.envs(self.agent_env()?);
         let role = format!("agent {}", node.name);
         let log = self.lab.processes().log(&role);
-        let p = self.lab.processes().start(&role, c, &node.place())?;
-        wait_for(
-            &format!(
-                "vpcnet-agent on {} to write {}",
-                node.name,
-                conflist.display()
-            ),
-            Duration::from_secs(60),
-            || {
-                if inode(&conflist).is_some_and(|i| Some(i) != old) {
-                    return Ok(Some(()));
-                }
-                if !p.alive() {
-                    bail!("vpcnet-agent on {} exited:\n{}", node.name, log_tail(&log));
-                }
-                Ok(None)
+        let proc = self.lab.processes().start(&role, c, &node.place())?;
+        Ok(Starting {
+            node: self.clone(),
+            proc,
+            log,
+            probe: Probe::Conflist {
+                path: conflist,
+                old,
             },
-        )
+        })
     }
 
     /// Kills the node's vpcnet-agent with SIGKILL (a crash: no shutdown path runs) and waits
@@ -287,4 +282,99 @@ pub fn agent_metrics_in(netns: &str) -> Result<String> {
         );
         Ok(r.body)
     })
+}
+
+/// The inode of `p`, if it exists.
+fn inode(p: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata(p).ok().map(|m| m.ino())
+}
+
+/// A node agent started but perhaps not yet serving ([`Node::launch_agent`]).
+#[derive(Debug)]
+pub struct Starting<'a> {
+    node: Node<'a>,
+    proc: ProcRecord,
+    log: PathBuf,
+    probe: Probe,
+}
+
+/// How a [`Starting`] agent shows that it serves.
+#[derive(Debug)]
+pub(crate) enum Probe {
+    /// vpcnet-agent: it has renamed a new conflist over the one at `path` (inode `old`).
+    Conflist { path: PathBuf, old: Option<u64> },
+    /// The VPC CNI's ipamd: its introspection lists ENIs; then the lab writes `conflist` as
+    /// the `aws-node` entrypoint does once ipamd answers.
+    VpcCni { conflist: PathBuf },
+}
+
+impl<'a> Starting<'a> {
+    pub(crate) fn new(node: Node<'a>, proc: ProcRecord, log: PathBuf, probe: Probe) -> Self {
+        Starting {
+            node,
+            proc,
+            log,
+            probe,
+        }
+    }
+
+    /// The node.
+    pub fn node(&self) -> &Node<'a> {
+        &self.node
+    }
+
+    /// Whether the agent serves the plugin now (vpcnet-agent: its conflist is written; the
+    /// VPC CNI: ipamd answers, and the lab has written its conflist). Errors: the agent
+    /// exited (with the end of its log).
+    pub fn serving(&self) -> Result<bool> {
+        let serving = match &self.probe {
+            Probe::Conflist { path, old } => inode(path).is_some_and(|i| Some(i) != *old),
+            Probe::VpcCni { conflist } => {
+                if conflist.exists() {
+                    true
+                } else if let Ok((200, _)) = self.node.agent_get("/v1/enis") {
+                    fs::write(conflist, crate::vpc_cni::vpc_cni_conflist())?;
+                    true
+                } else {
+                    false
+                }
+            }
+        };
+        if !serving && !self.proc.alive() {
+            bail!(
+                "{} on {} exited:\n{}",
+                self.agent_name(),
+                self.node.name,
+                log_tail(&self.log)
+            );
+        }
+        Ok(serving)
+    }
+
+    fn agent_name(&self) -> &'static str {
+        match self.probe {
+            Probe::Conflist { .. } => "vpcnet-agent",
+            Probe::VpcCni { .. } => "the VPC CNI's ipamd (aws-k8s-agent)",
+        }
+    }
+
+    /// Waits until the agent serves: 60 s for vpcnet-agent, 120 s for the VPC CNI's ipamd.
+    pub fn wait(self) -> Result<()> {
+        let (timeout, what) = match &self.probe {
+            Probe::Conflist { path, .. } => (
+                Duration::from_secs(60),
+                format!(
+                    "vpcnet-agent on {} to write {}",
+                    self.node.name,
+                    path.display()
+                ),
+            ),
+            Probe::VpcCni { .. } => (
+                Duration::from_secs(120),
+                format!("the VPC CNI's ipamd on {} to serve", self.node.name),
+            ),
+        };
+        wait_for(&what, timeout, || Ok(self.serving()?.then_some(())))
+    }
 }

@@ -48,30 +48,12 @@ impl Place {
     /// group) is set after this call. `env_clear` is not kept: start the program with `env -i`
     /// for that. Errors: a namespace does not exist.
     pub fn apply(&self, cmd: &mut Command) -> Result<()> {
-        if let Some(name) = &self.netns {
-            if !netns::path(name).exists() {
-                bail!("network namespace {name} does not exist");
-            }
-        }
-        if let Some(p) = &self.mntns {
-            if !p.exists() {
-                bail!("mount namespace {} does not exist", p.display());
-            }
-        }
-        if self.netns.is_none() && self.mntns.is_none() {
+        let launcher = self.launcher()?;
+        let Some((program, args)) = launcher.split_first() else {
             return Ok(());
-        }
-        let mut w = Command::new("nsenter");
-        if let Some(p) = &self.mntns {
-            w.arg(arg_with("--mount=", p)).arg("--wd=/");
-        }
-        if let Some(p) = self.utsns.as_ref().filter(|p| p.exists()) {
-            w.arg(arg_with("--uts=", p));
-        }
-        if let Some(name) = &self.netns {
-            w.arg(arg_with("--net=", &netns::path(name)));
-        }
-        w.arg("--");
+        };
+        let mut w = Command::new(program);
+        w.args(args);
         w.arg(cmd.get_program()).args(cmd.get_args());
         for (k, v) in cmd.get_envs() {
             match v {
@@ -84,6 +66,38 @@ impl Place {
         }
         *cmd = w;
         Ok(())
+    }
+
+    /// The `nsenter` command line (ending in `--`) that starts a program in this place, to
+    /// which the program and its arguments are appended; empty when the place is the caller's
+    /// own. Errors: a namespace does not exist.
+    pub fn launcher(&self) -> Result<Vec<OsString>> {
+        if let Some(name) = &self.netns {
+            if !netns::path(name).exists() {
+                bail!("network namespace {name} does not exist");
+            }
+        }
+        if let Some(p) = &self.mntns {
+            if !p.exists() {
+                bail!("mount namespace {} does not exist", p.display());
+            }
+        }
+        if self.netns.is_none() && self.mntns.is_none() {
+            return Ok(Vec::new());
+        }
+        let mut w = vec![OsString::from("nsenter")];
+        if let Some(p) = &self.mntns {
+            w.push(arg_with("--mount=", p));
+            w.push("--wd=/".into());
+        }
+        if let Some(p) = self.utsns.as_ref().filter(|p| p.exists()) {
+            w.push(arg_with("--uts=", p));
+        }
+        if let Some(name) = &self.netns {
+            w.push(arg_with("--net=", &netns::path(name)));
+        }
+        w.push("--".into());
+        Ok(w)
     }
 }
 

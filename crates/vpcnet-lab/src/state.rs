@@ -52,6 +52,15 @@ pub enum NodeCni {
     VpcCni,
 }
 
+impl std::fmt::Display for NodeCni {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            NodeCni::Vpcnet => "vpcnet",
+            NodeCni::VpcCni => "vpc-cni",
+        })
+    }
+}
+
 /// How vpcnet's agent runs on the nodes of a lab with Kubernetes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

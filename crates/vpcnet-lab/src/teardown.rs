@@ -93,7 +93,15 @@ pub fn teardown(dir: &Path) -> Vec<String> {
 /// Kills every container task (SIGKILL) so each background `ctr run` performs its CNI DEL and
 /// exits, waits for them (10 s in all), then deletes the containers.
 fn stop_containers(state: &LabState) {
-    for node in &state.nodes {
+    // Only nodes whose containerd runs (a fleet's nodes have none, and `ctr` would wait for a
+    // socket that never answers).
+    let with_containerd = |name: &str| {
+        state
+            .processes
+            .iter()
+            .any(|p| p.role == format!("containerd {name}") && p.alive())
+    };
+    for node in state.nodes.iter().filter(|n| with_containerd(&n.name)) {
         let Ok(tasks) = containerd::tasks(node) else {
             continue;
         };

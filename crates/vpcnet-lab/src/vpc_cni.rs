@@ -5,14 +5,12 @@
 
 use std::fs;
 use std::process::Command;
-use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 
 use crate::lab::{progress, UpOptions, CONFLIST};
-use crate::nodes::Node;
+use crate::nodes::{Node, Probe, Starting};
 use crate::state::NodeRecord;
-use crate::wait::{log_tail, wait_for};
 
 /// The `aws-node` container's environment in the VPC CNI v1.23.2 manifest
 /// (`config/master/aws-k8s-cni.yaml`), except its log file (the lab logs ipamd to stdout) and
@@ -85,7 +83,7 @@ pub fn vpc_cni_conflist() -> String {
     .to_string()
 }
 
-impl Node<'_> {
+impl<'a> Node<'a> {
     /// [`Self::start_vpc_cni`] as `lab up` does: with the extra environment of `opts` recorded
     /// first.
     pub(crate) fn start_vpc_cni_with(&self, opts: &UpOptions) -> Result<()> {
@@ -150,6 +148,11 @@ impl Node<'_> {
     /// defaults for an IPv4 cluster). Errors: ipamd exited (with the end of its log) or timed
     /// out.
     pub fn start_vpc_cni(&self) -> Result<()> {
+        self.launch_vpc_cni()?.wait()
+    }
+
+    /// [`Self::start_vpc_cni`] without the wait ([`Starting`]).
+    pub(crate) fn launch_vpc_cni(&self) -> Result<Starting<'a>> {
         let node = self.record()?;
         let extra = self.saved_agent_env();
         let conflist = node.cni_conf_dir().join(VPC_CNI_CONFLIST);
@@ -167,20 +170,11 @@ impl Node<'_> {
         let role = format!("agent {}", node.name);
         let log = self.lab().processes().log(&role);
         let p = self.lab().processes().start(&role, c, &node.place())?;
-        wait_for(
-            &format!("the VPC CNI's ipamd on {} to serve", node.name),
-            Duration::from_secs(120),
-            || {
-                if let Ok((200, _)) = self.agent_get("/v1/enis") {
-                    return Ok(Some(()));
-                }
-                if !p.alive() {
-                    bail!("aws-k8s-agent on {} exited:\n{}", node.name, log_tail(&log));
-                }
-                Ok(None)
-            },
-        )?;
-        fs::write(&conflist, vpc_cni_conflist())?;
-        Ok(())
+        Ok(Starting::new(
+            self.clone(),
+            p,
+            log,
+            Probe::VpcCni { conflist },
+        ))
     }
 }

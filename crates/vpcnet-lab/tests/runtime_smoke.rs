@@ -72,7 +72,7 @@ fn run(dir: &std::path::Path, prefix: &str, node: &NodeRecord) {
         &vpc,
         &fabric::bridge_name(0),
         &fabric::port_name("eni-00000000000000001"),
-        "10.0.1.10/32".parse().unwrap(),
+        &["10.0.1.10/32".parse().unwrap()],
         "02:00:00:00:00:01",
     )
     .unwrap();

@@ -1,0 +1,237 @@
+//! `vpcnet lab fleet`: N agent-only nodes join at once against one lab cloud with the
+//! account's EC2 rate limits on ([`vpcnet_lab::fleet`]); prints the figures and the invariants,
+//! and tears the fleet down (always).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args as ClapArgs, ValueEnum};
+use vpcnet_introspection::text::table;
+use vpcnet_lab::fleet::{FleetOptions, FleetReport};
+use vpcnet_lab::state::NodeCni;
+
+#[derive(ClapArgs)]
+pub struct Args {
+    /// Lab name (state in /run/vpcnet-lab/<name>).
+    #[arg(long, default_value = "fleet")]
+    name: String,
+    /// How many nodes join (see docs/lab.md, "A fleet", for what bounds it).
+    #[arg(long)]
+    nodes: usize,
+    /// Every node's CNI: `vpcnet` or `vpc-cni` (AWS's VPC CNI, built by scripts/build-k8s.sh).
+    #[arg(long, default_value = "vpcnet", value_name = "vpcnet|vpc-cni")]
+    cni: String,
+    /// EC2 instance type of the nodes.
+    #[arg(long, default_value = "m5.large")]
+    instance_type: String,
+    /// Extra agent environment, KEY=VALUE (e.g. WARM_IP_TARGET=5); repeatable.
+    #[arg(long = "agent-env", value_name = "KEY=VALUE")]
+    agent_env: Vec<String>,
+    /// The account's rate limits: `aws-defaults` (AWS's documented buckets), `off`, or a JSON
+    /// file in the shape of the emulator's `PUT /_emu/account-limits` (docs/emulator.md).
+    #[arg(
+        long,
+        default_value = "aws-defaults",
+        value_name = "aws-defaults|off|FILE"
+    )]
+    account_limits: String,
+    /// Seconds without any change to ENIs or addresses after which the fleet has settled.
+    #[arg(long, default_value_t = 20)]
+    quiet: u64,
+    /// Seconds after which an unsettled fleet is an error.
+    #[arg(long, default_value_t = 900)]
+    timeout: u64,
+    /// Skip the final check that adds and deletes one pod on every node through its CNI.
+    #[arg(long)]
+    no_pod_check: bool,
+    /// Directory of the Kubernetes and VPC CNI binaries (default: the newest build of
+    /// scripts/build-k8s.sh in /var/cache/vpcnet).
+    #[arg(long, env = "VPCNET_K8S_BIN_DIR", value_name = "DIR")]
+    k8s_bin_dir: Option<PathBuf>,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value = "text")]
+    output: Output,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Output {
+    Text,
+    Json,
+}
+
+pub fn run(a: &Args) -> Result<()> {
+    let cni = match a.cni.as_str() {
+        "vpcnet" => NodeCni::Vpcnet,
+        "vpc-cni" => NodeCni::VpcCni,
+        other => bail!("--cni {other:?}: use vpcnet or vpc-cni"),
+    };
+    let mut o = FleetOptions::new(&a.name, a.nodes, cni);
+    o.instance_type = a.instance_type.clone();
+    o.agent_env = vpcnet_lab::lab::parse_agent_env(&a.agent_env)?;
+    o.k8s_bin_dir = a.k8s_bin_dir.clone();
+    o.account_limits = account_limits(&a.account_limits)?;
+    o.quiet = Duration::from_secs(a.quiet);
+    o.timeout = Duration::from_secs(a.timeout);
+    o.pod_check = !a.no_pod_check;
+    let report = vpcnet_lab::fleet::join(&o)?;
+    match a.output {
+        Output::Text => print!("{}", report_text(&report)),
+        Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+    }
+    if !report.invariants.hold() {
+        bail!("the fleet broke an invariant (see above)");
+    }
+    Ok(())
+}
+
+fn account_limits(arg: &str) -> Result<vpcnet_lab::fleet::AccountLimits> {
+    match arg {
+        "aws-defaults" => Ok(vpcnet_lab::fleet::AccountLimits {
+            enabled: true,
+            ..Default::default()
+        }),
+        "off" => Ok(vpcnet_lab::fleet::AccountLimits::default()),
+        file => {
+            let text = std::fs::read_to_string(file).with_context(|| {
+                format!("--account-limits {file}: use aws-defaults, off or a JSON file")
+            })?;
+            serde_json::from_str(&text).with_context(|| format!("--account-limits {file}"))
+        }
+    }
+}
+
+fn secs(ms: u64) -> String {
+    format!("{:.1}", ms as f64 / 1000.0)
+}
+
+/// The report as text: the join's spread, the floors, calls by action, invariants, memory.
+pub fn report_text(r: &FleetReport) -> String {
+    let f = &r.figures;
+    let n = f.nodes as f64;
+    let mut out = format!(
+        "{} nodes of {} ({}) joined at once (agents started within {:.1} s)\n\n",
+        f.nodes,
+        r.cni,
+        r.instance_type,
+        r.launch_ms as f64 / 1000.0
+    );
+    let floor = |fl: &vpcnet_lab::fleet::Floor| match &fl.limiting_action {
+        Some(a) => format!("{:.1} ({a})", fl.seconds),
+        None => "0 (within the burst)".into(),
+    };
+    out += &table(&[
+        vec![
+            "from the start to".into(),
+            "p50 s".into(),
+            "p99 s".into(),
+            "last s".into(),
+            "floor s".into(),
+        ],
+        vec![
+            "first pod".into(),
+            secs(f.first_pod.p50_ms),
+            secs(f.first_pod.p99_ms),
+            secs(f.first_pod.last_ms),
+            floor(&f.floor_first_pod),
+        ],
+        vec![
+            "warm pool full".into(),
+            secs(f.warm_full.p50_ms),
+            secs(f.warm_full.p99_ms),
+            secs(f.warm_full.last_ms),
+            floor(&f.floor_all),
+        ],
+    ]);
+    if let Some(x) = f.last_over_floor() {
+        out += &format!("last first pod / floor: {x:.2}\n");
+    }
+    out += "\n";
+    let mut rows = vec![vec![
+        "EC2 action".to_string(),
+        "calls".into(),
+        "per node".into(),
+        "throttled".into(),
+        "other errors".into(),
+    ]];
+    for (action, c) in &f.calls {
+        rows.push(vec![
+            action.clone(),
+            c.to_string(),
+            format!("{:.2}", *c as f64 / n),
+            f.throttled.get(action).copied().unwrap_or(0).to_string(),
+            f.failed.get(action).copied().unwrap_or(0).to_string(),
+        ]);
+    }
+    rows.push(vec![
+        "all".into(),
+        f.total_calls().to_string(),
+        format!("{:.2}", f.total_calls() as f64 / n),
+        format!(
+            "{} ({:.1} %)",
+            f.total_throttled(),
+            100.0 * f.throttled_share()
+        ),
+        f.failed.values().sum::<u64>().to_string(),
+    ]);
+    out += &table(&rows);
+    out += &format!(
+        "\nat the end: {} ENIs, {} pod addresses ({:.1} per node); agents' memory {:.0} MiB ({:.1} MiB the largest)\n",
+        f.enis,
+        f.addresses,
+        f.addresses as f64 / n,
+        r.agents_rss_mib,
+        r.largest_agent_rss_mib
+    );
+    let inv = &r.invariants;
+    out += &format!(
+        "invariants: {} (addresses on two ENIs: {}, unattached ENIs: {}, {})\n",
+        if inv.hold() { "hold" } else { "BROKEN" },
+        inv.duplicate_addresses.len(),
+        inv.unattached_enis.len(),
+        if inv.pods_checked {
+            format!(
+                "nodes failing a pod: {}, pods with another node's address: {}",
+                inv.nodes_not_serving.len(),
+                inv.foreign_pod_addresses.len()
+            )
+        } else {
+            "pods not checked".into()
+        }
+    );
+    for (node, why) in inv.nodes_not_serving.iter().take(5) {
+        out += &format!("  {node}: {why}\n");
+    }
+    if let Some(p) = &r.prediction {
+        let off = |predicted: u64, measured: usize| {
+            if predicted == 0 {
+                String::new()
+            } else {
+                format!(
+                    " ({:+.1} %)",
+                    100.0 * (measured as f64 - predicted as f64) / predicted as f64
+                )
+            }
+        };
+        let sim = &p.simulation;
+        out += &format!(
+            "\nvpcnet plan predicted {} ENIs, {} pod addresses; measured {}{}, {}{}\n\
+             simulated join: first pod p50 / p99 / last {} / {} / {} s, {} calls ({} throttled)\n",
+            p.enis,
+            p.addresses,
+            f.enis,
+            off(p.enis, f.enis),
+            f.addresses,
+            off(p.addresses, f.addresses),
+            secs(sim.first_address.p50_ms),
+            secs(sim.first_address.p99_ms),
+            secs(sim.first_address.last_ms),
+            sim.calls.total(),
+            sim.throttled.total()
+        );
+    }
+    if let Some(why) = &r.no_prediction {
+        out += &format!("\nno prediction: {why}\n");
+    }
+    out
+}
