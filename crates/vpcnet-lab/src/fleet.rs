@@ -15,6 +15,7 @@
 //! agents' memory, which, with the cores, bounds how many nodes one machine holds.
 
 pub mod figures;
+pub mod other_tools;
 pub mod pods;
 pub mod predict;
 pub mod timeline;
@@ -68,6 +69,9 @@ pub struct FleetOptions {
     pub timeout: Duration,
     /// At the end, add and delete one pod on every node through the CNI (default true).
     pub pod_check: bool,
+    /// Share (0 to 1) of every bucket's refill another tool in the account uses while the
+    /// fleet joins ([`other_tools`]; default 0).
+    pub other_tools_share: f64,
 }
 
 impl FleetOptions {
@@ -87,6 +91,7 @@ impl FleetOptions {
             quiet: Duration::from_secs(20),
             timeout: Duration::from_secs(15 * 60),
             pod_check: true,
+            other_tools_share: 0.0,
         }
     }
 
@@ -135,6 +140,8 @@ pub struct FleetReport {
     pub invariants: Invariants,
     /// How long starting every agent took (the join is "at once" within this).
     pub launch_ms: u64,
+    /// Calls the other tool in the account made meanwhile ([`FleetOptions::other_tools_share`]).
+    pub other_tool_calls: u64,
     /// The agents' resident memory at the end: total and the largest, MiB.
     pub agents_rss_mib: f64,
     pub largest_agent_rss_mib: f64,
@@ -149,6 +156,13 @@ pub struct FleetReport {
 /// lacks the memory for `opts.nodes` agents, the lab cannot be built, or the fleet did not
 /// settle within the timeout (naming the nodes still waiting).
 pub fn join(opts: &FleetOptions) -> Result<FleetReport> {
+    if !(0.0..1.0).contains(&opts.other_tools_share) {
+        bail!(
+            "other tools' share {} is not in [0, 1): it is the share of every bucket's refill \
+             another tool uses",
+            opts.other_tools_share
+        );
+    }
     check_memory(opts.nodes, opts.cni)?;
     with_lab(&opts.up_options(), |lab| Fleet { lab }.join(opts))
 }
@@ -217,12 +231,16 @@ impl Fleet<'_> {
                 "off"
             }
         ));
+        let other =
+            other_tools::OtherTool::start(self.lab, &opts.account_limits, opts.other_tools_share);
         let t0 = Instant::now();
         let start_ms = emu_base + t0.duration_since(emu_t0).as_millis() as u64;
         let names: Vec<String> = state.nodes.iter().map(|n| n.name.clone()).collect();
         let starting = launch_all(self.lab, &names)?;
         let launch_ms = t0.elapsed().as_millis() as u64;
         let timeline = self.observe(opts, &starting, &node_of, t0)?;
+        let other_tool_calls = other.calls();
+        drop(other);
         let records = cloud.requests()?.records;
         let figures = figures::figures(
             &timeline,
@@ -230,7 +248,7 @@ impl Fleet<'_> {
             start_ms,
             &node_of,
             &opts.account_limits,
-            0.0,
+            opts.other_tools_share,
         );
         let (agents_rss_mib, largest_agent_rss_mib) = agents_rss(self.lab)?;
         let mut invariants = self.cloud_invariants()?;
@@ -238,7 +256,7 @@ impl Fleet<'_> {
             self.pod_check(&mut invariants)?;
         }
         let (prediction, no_prediction) = match opts.cni {
-            NodeCni::Vpcnet => match self.predict(opts) {
+            NodeCni::Vpcnet => match self.predict(opts, figures.first_call.last_ms) {
                 Ok(p) => (Some(p), None),
                 Err(e) => (None, Some(format!("{e:#}"))),
             },
@@ -250,6 +268,7 @@ impl Fleet<'_> {
             figures,
             invariants,
             launch_ms,
+            other_tool_calls,
             agents_rss_mib,
             largest_agent_rss_mib,
             prediction,
@@ -258,7 +277,7 @@ impl Fleet<'_> {
     }
 
     /// The planner's and the simulator's prediction for this fleet.
-    fn predict(&self, opts: &FleetOptions) -> Result<predict::Prediction> {
+    fn predict(&self, opts: &FleetOptions, boot_spread_ms: u64) -> Result<predict::Prediction> {
         let ready: crate::daemon::Ready =
             serde_json::from_slice(&std::fs::read(crate::daemon::ready_path(&self.lab.dir))?)?;
         let spec = predict::fleet_spec(
@@ -267,7 +286,7 @@ impl Fleet<'_> {
             opts.nodes as u32,
             &opts.agent_env,
         )?;
-        predict::predict(&spec)
+        predict::predict(&spec, opts.other_tools_share, boot_spread_ms)
     }
 
     /// Polls the cloud and the agents every 250 ms until the fleet settles.

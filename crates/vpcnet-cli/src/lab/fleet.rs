@@ -36,6 +36,10 @@ pub struct Args {
         value_name = "aws-defaults|off|FILE"
     )]
     account_limits: String,
+    /// Share (0 to 1) of every account bucket's refill another tool in the account uses while
+    /// the fleet joins (its calls are metered, then refused: they change nothing).
+    #[arg(long, default_value_t = 0.0, value_name = "SHARE")]
+    other_tools_share: f64,
     /// Seconds without any change to ENIs or addresses after which the fleet has settled.
     #[arg(long, default_value_t = 20)]
     quiet: u64,
@@ -74,6 +78,7 @@ pub fn run(a: &Args) -> Result<()> {
     o.quiet = Duration::from_secs(a.quiet);
     o.timeout = Duration::from_secs(a.timeout);
     o.pod_check = !a.no_pod_check;
+    o.other_tools_share = a.other_tools_share;
     let report = vpcnet_lab::fleet::join(&o)?;
     match a.output {
         Output::Text => print!("{}", report_text(&report)),
@@ -110,12 +115,20 @@ pub fn report_text(r: &FleetReport) -> String {
     let f = &r.figures;
     let n = f.nodes as f64;
     let mut out = format!(
-        "{} nodes of {} ({}) joined at once (agents started within {:.1} s)\n\n",
+        "{} nodes of {} ({}) joined at once (agents started within {:.1} s)\n",
         f.nodes,
         r.cni,
         r.instance_type,
         r.launch_ms as f64 / 1000.0
     );
+    if f.other_tools_share > 0.0 {
+        out += &format!(
+            "another tool used {:.0} % of every bucket's refill ({} calls)\n",
+            100.0 * f.other_tools_share,
+            r.other_tool_calls
+        );
+    }
+    out += "\n";
     let floor = |fl: &vpcnet_lab::fleet::Floor| match &fl.limiting_action {
         Some(a) => format!("{:.1} ({a})", fl.seconds),
         None => "0 (within the burst)".into(),
@@ -127,6 +140,13 @@ pub fn report_text(r: &FleetReport) -> String {
             "p99 s".into(),
             "last s".into(),
             "floor s".into(),
+        ],
+        vec![
+            "first EC2 call".into(),
+            secs(f.first_call.p50_ms),
+            secs(f.first_call.p99_ms),
+            secs(f.first_call.last_ms),
+            String::new(),
         ],
         vec![
             "first pod".into(),
@@ -216,13 +236,14 @@ pub fn report_text(r: &FleetReport) -> String {
         let sim = &p.simulation;
         out += &format!(
             "\nvpcnet plan predicted {} ENIs, {} pod addresses; measured {}{}, {}{}\n\
-             simulated join: first pod p50 / p99 / last {} / {} / {} s, {} calls ({} throttled)\n",
+             simulated join (boot spread {} s): first pod p50 / p99 / last {} / {} / {} s, {} calls ({} throttled)\n",
             p.enis,
             p.addresses,
             f.enis,
             off(p.enis, f.enis),
             f.addresses,
             off(p.addresses, f.addresses),
+            secs(sim.boot_spread_ms),
             secs(sim.first_address.p50_ms),
             secs(sim.first_address.p99_ms),
             secs(sim.first_address.last_ms),

@@ -26,6 +26,9 @@ pub struct Floor {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FleetFigures {
     pub nodes: usize,
+    /// From the start until each node's agent made its first EC2 request (how much at once
+    /// "at once" was: process start-up, IMDS).
+    pub first_call: Spread,
     /// From the start until each node could serve its first pod (agent serving and an address).
     pub first_pod: Spread,
     /// From the start until each node's ENIs and addresses stopped changing.
@@ -92,6 +95,7 @@ pub fn figures(
     let mut failed = BTreeMap::<String, u64>::new();
     let mut before_first = BTreeMap::<&str, u64>::new();
     let mut succeeded = BTreeMap::<&str, u64>::new();
+    let mut first_call = BTreeMap::<&str, u64>::new();
     for r in records {
         if r.api != Api::Ec2 || r.at_ms < start_ms {
             continue;
@@ -100,6 +104,7 @@ pub fn figures(
             continue;
         };
         *calls.entry(r.action.clone()).or_default() += 1;
+        first_call.entry(node).or_insert(r.at_ms - start_ms);
         if r.ok() {
             *succeeded.entry(&r.action).or_default() += 1;
             let first = timeline.nodes.get(node).and_then(|t| t.first_pod_ms());
@@ -130,6 +135,7 @@ pub fn figures(
     let t = timeline.nodes.values();
     FleetFigures {
         nodes: timeline.nodes.len(),
+        first_call: Spread::of(first_call.into_values().collect()),
         first_pod: Spread::of(t.clone().filter_map(|t| t.first_pod_ms()).collect()),
         warm_full: Spread::of(
             t.clone()
@@ -240,6 +246,7 @@ mod tests {
         ];
         let f = figures(&t, &records, 10_000, &node_of, &on(), 0.0);
         assert_eq!(f.nodes, 2);
+        assert_eq!((f.first_call.p50_ms, f.first_call.last_ms), (100, 200));
         assert_eq!(f.first_pod.last_ms, 3_000);
         assert_eq!(f.first_pod.p50_ms, 1_000);
         assert_eq!(f.warm_full.last_ms, 3_000);

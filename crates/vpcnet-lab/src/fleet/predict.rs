@@ -66,8 +66,14 @@ pub fn fleet_spec(
     })
 }
 
-/// The planner's and the simulator's answers for `spec` (from [`fleet_spec`]).
-pub fn predict(spec: &FleetSpec) -> Result<Prediction> {
+/// The planner's and the simulator's answers for `spec` (from [`fleet_spec`]), other tools
+/// using `other_tools_share` of every bucket's refill, the simulated nodes booting within
+/// `boot_spread_ms` (the fleet's measured spread of first calls).
+pub fn predict(
+    spec: &FleetSpec,
+    other_tools_share: f64,
+    boot_spread_ms: u64,
+) -> Result<Prediction> {
     let plan = vpcnet_capacity::plan(spec)?;
     let nodes: u32 = spec.node_groups.iter().map(|g| g.count).sum();
     let enis = plan.subnets.iter().map(|s| s.fleet_enis).sum::<u64>();
@@ -88,7 +94,14 @@ pub fn predict(spec: &FleetSpec) -> Result<Prediction> {
     Ok(Prediction {
         enis,
         addresses,
-        simulation: vpcnet_capacity::sim::simulate(&sim_nodes, &SimSettings::default()),
+        simulation: vpcnet_capacity::sim::simulate(
+            &sim_nodes,
+            &SimSettings {
+                other_tools_share,
+                boot_spread_ms,
+                ..SimSettings::default()
+            },
+        ),
     })
 }
 
@@ -103,7 +116,7 @@ mod tests {
     #[test]
     fn an_empty_m5_large_fleet_holds_one_eni_of_nine_addresses_per_node() {
         let spec = fleet_spec(&ids(), "m5.large", 20, &[]).unwrap();
-        let p = predict(&spec).unwrap();
+        let p = predict(&spec, 0.0, 0).unwrap();
         assert_eq!((p.enis, p.addresses), (20, 180));
         assert_eq!(p.simulation.nodes, 20);
         assert_eq!(p.simulation.calls.get("DescribeNetworkInterfaces"), 40);
@@ -112,7 +125,7 @@ mod tests {
     #[test]
     fn warm_settings_carry_over_and_other_variables_are_refused() {
         let env = [("WARM_IP_TARGET".to_string(), "3".to_string())];
-        let p = predict(&fleet_spec(&ids(), "m5.large", 4, &env).unwrap()).unwrap();
+        let p = predict(&fleet_spec(&ids(), "m5.large", 4, &env).unwrap(), 0.0, 0).unwrap();
         assert_eq!(p.addresses, 12);
         let bad = [("AWS_VPC_K8S_CNI_LOGLEVEL".to_string(), "DEBUG".to_string())];
         let e = fleet_spec(&ids(), "m5.large", 4, &bad).unwrap_err();
