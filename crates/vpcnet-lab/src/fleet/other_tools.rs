@@ -14,9 +14,11 @@ use vpcnet_emu::AccountLimits;
 
 use crate::lab::Lab;
 
-/// The actions the agents of either CNI call while a fleet joins, with the parameters of a
-/// call that the cloud meters and then refuses.
-const ACTIONS: &[(&str, &[(&str, &str)])] = &[
+/// An EC2 action and the parameters of a call of it that the cloud meters and then refuses.
+type Call = (&'static str, &'static [(&'static str, &'static str)]);
+
+/// The actions the agents of either CNI call while a fleet joins.
+const ACTIONS: &[Call] = &[
     (
         "DescribeNetworkInterfaces",
         &[("NetworkInterfaceId.1", "eni-0000000000other")],
@@ -86,11 +88,7 @@ impl OtherTool {
     pub fn start(lab: &Lab, limits: &AccountLimits, share: f64) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let calls = Arc::new(AtomicU64::new(0));
-        let schedule: Vec<(
-            &'static str,
-            &'static [(&'static str, &'static str)],
-            Duration,
-        )> = ACTIONS
+        let schedule: Vec<(Call, Duration)> = ACTIONS
             .iter()
             .filter_map(|(action, params)| {
                 let rate = limits.ec2_bucket(action, true).refill_per_sec * share;
@@ -108,7 +106,7 @@ impl OtherTool {
         let (lab, s, c) = (lab.clone(), stop.clone(), calls.clone());
         let thread = std::thread::spawn(move || {
             let t0 = Instant::now();
-            let mut next: Vec<Duration> = schedule.iter().map(|(_, _, every)| *every).collect();
+            let mut next: Vec<Duration> = schedule.iter().map(|(_, every)| *every).collect();
             while !s.load(Ordering::Relaxed) {
                 let (i, due) = next
                     .iter()
@@ -120,7 +118,7 @@ impl OtherTool {
                     std::thread::sleep(wait.min(Duration::from_millis(100)));
                     continue;
                 }
-                let (action, params, every) = schedule[i];
+                let ((action, params), every) = schedule[i];
                 // Refused by design (nothing it names exists); metered all the same.
                 let _ = lab.cloud().ec2(action, params);
                 c.fetch_add(1, Ordering::Relaxed);
