@@ -90,10 +90,10 @@ impl OtherTool {
         let calls = Arc::new(AtomicU64::new(0));
         let schedule: Vec<(Call, Duration)> = ACTIONS
             .iter()
-            .filter_map(|(action, params)| {
-                let rate = limits.ec2_bucket(action, true).refill_per_sec * share;
+            .filter_map(|call| {
+                let rate = limits.ec2_bucket(call.0, true).refill_per_sec * share;
                 (rate > 0.0 && rate.is_finite())
-                    .then(|| (*action, *params, Duration::from_secs_f64(1.0 / rate)))
+                    .then(|| (*call, Duration::from_secs_f64(1.0 / rate)))
             })
             .collect();
         if schedule.is_empty() {
