@@ -122,6 +122,13 @@ impl Cloud<'_> {
         api::control_get(&daemon::api_socket(&self.lab.dir), "requests")
     }
 
+    /// The request log's records answered after `at_ms` on the emulator's clock.
+    pub fn requests_since_ms(&self, at_ms: u64) -> Result<Vec<RequestRecord>> {
+        let mut records = self.requests()?.records;
+        records.retain(|r| r.at_ms > at_ms);
+        Ok(records)
+    }
+
     /// Sets the account's rate limits ([`vpcnet_emu::account_limits`]; off unless enabled).
     pub fn set_account_limits(&self, limits: &vpcnet_emu::AccountLimits) -> Result<()> {
         let body = serde_json::to_vec(limits)?;

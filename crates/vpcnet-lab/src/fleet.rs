@@ -14,6 +14,7 @@
 //! left unattached, every node serving: one pod per node through the CNI, [`pods`]) and the
 //! agents' memory, which, with the cores, bounds how many nodes one machine holds.
 
+pub mod churn;
 pub mod figures;
 pub mod other_tools;
 pub mod pods;
@@ -72,6 +73,8 @@ pub struct FleetOptions {
     /// Share (0 to 1) of every bucket's refill another tool in the account uses while the
     /// fleet joins ([`other_tools`]; default 0).
     pub other_tools_share: f64,
+    /// After the join, steady churn of pods on every node ([`churn`]; default none).
+    pub churn: Option<churn::ChurnOptions>,
 }
 
 impl FleetOptions {
@@ -92,6 +95,7 @@ impl FleetOptions {
             timeout: Duration::from_secs(15 * 60),
             pod_check: true,
             other_tools_share: 0.0,
+            churn: None,
         }
     }
 
@@ -150,6 +154,8 @@ pub struct FleetReport {
     pub prediction: Option<predict::Prediction>,
     /// Why there is no prediction for a vpcnet fleet.
     pub no_prediction: Option<String>,
+    /// The churn after the join, when asked for.
+    pub churn: Option<churn::ChurnReport>,
 }
 
 /// Runs the join scenario on a new fleet lab and tears it down (always). Errors: the machine
@@ -255,6 +261,10 @@ impl Fleet<'_> {
         if opts.pod_check {
             self.pod_check(&mut invariants)?;
         }
+        let churn = match &opts.churn {
+            Some(c) => Some(self.churn(c, &node_of)?),
+            None => None,
+        };
         let (prediction, no_prediction) = match opts.cni {
             NodeCni::Vpcnet => match self.predict(opts, figures.first_call.last_ms) {
                 Ok(p) => (Some(p), None),
@@ -273,6 +283,41 @@ impl Fleet<'_> {
             largest_agent_rss_mib,
             prediction,
             no_prediction,
+            churn,
+        })
+    }
+
+    /// Steady churn on the settled fleet; calls counted from the request log by node.
+    fn churn(
+        &self,
+        o: &churn::ChurnOptions,
+        node_of: &BTreeMap<String, String>,
+    ) -> Result<churn::ChurnReport> {
+        let names: Vec<String> = node_of.values().cloned().collect();
+        let cloud = self.lab.cloud();
+        churn::run(self.lab, &names, o, |mark| {
+            let records = match mark {
+                None => {
+                    cloud.ec2("DescribeAvailabilityZones", &[])?;
+                    let at = cloud.requests()?.records.last().map_or(0, |r| r.at_ms);
+                    return Ok((at, BTreeMap::new(), BTreeMap::new()));
+                }
+                Some(m) => cloud.requests_since_ms(m)?,
+            };
+            let mut calls = BTreeMap::<String, u64>::new();
+            let mut throttled = BTreeMap::<String, u64>::new();
+            for r in records.iter().filter(|r| {
+                r.api == vpcnet_emu::Api::Ec2
+                    && r.instance_id
+                        .as_ref()
+                        .is_some_and(|i| node_of.contains_key(i))
+            }) {
+                *calls.entry(r.action.clone()).or_default() += 1;
+                if r.error_code.as_deref() == Some("RequestLimitExceeded") {
+                    *throttled.entry(r.action.clone()).or_default() += 1;
+                }
+            }
+            Ok((mark.unwrap_or(0), calls, throttled))
         })
     }
 

@@ -40,6 +40,16 @@ pub struct Args {
     /// the fleet joins (its calls are metered, then refused: they change nothing).
     #[arg(long, default_value_t = 0.0, value_name = "SHARE")]
     other_tools_share: f64,
+    /// After the join, steady churn: each node replaces this many pods a minute (through its
+    /// CNI, the oldest deleted, a new one added).
+    #[arg(long, value_name = "K")]
+    churn: Option<u32>,
+    /// With --churn: pods each node keeps.
+    #[arg(long, default_value_t = 5, requires = "churn")]
+    churn_population: usize,
+    /// With --churn: minutes the churn runs.
+    #[arg(long, default_value_t = 2.0, requires = "churn")]
+    churn_minutes: f64,
     /// Seconds without any change to ENIs or addresses after which the fleet has settled.
     #[arg(long, default_value_t = 20)]
     quiet: u64,
@@ -79,6 +89,16 @@ pub fn run(a: &Args) -> Result<()> {
     o.timeout = Duration::from_secs(a.timeout);
     o.pod_check = !a.no_pod_check;
     o.other_tools_share = a.other_tools_share;
+    if let Some(k) = a.churn {
+        if k == 0 || a.churn_population == 0 || !(a.churn_minutes > 0.0) {
+            bail!("--churn, --churn-population and --churn-minutes must be above 0");
+        }
+        o.churn = Some(vpcnet_lab::fleet::churn::ChurnOptions {
+            population: a.churn_population,
+            per_minute: k,
+            duration: Duration::from_secs_f64(a.churn_minutes * 60.0),
+        });
+    }
     let report = vpcnet_lab::fleet::join(&o)?;
     match a.output {
         Output::Text => print!("{}", report_text(&report)),
@@ -86,6 +106,9 @@ pub fn run(a: &Args) -> Result<()> {
     }
     if !report.invariants.hold() {
         bail!("the fleet broke an invariant (see above)");
+    }
+    if report.churn.as_ref().is_some_and(|c| !c.held()) {
+        bail!("the churn broke an invariant (see above)");
     }
     Ok(())
 }
@@ -250,6 +273,54 @@ pub fn report_text(r: &FleetReport) -> String {
             sim.calls.total(),
             sim.throttled.total()
         );
+    }
+    if let Some(c) = &r.churn {
+        out += &format!(
+            "\nchurn: {} pods per node, {} replaced per node per minute, {:.0} s: {} added, {} deleted, \
+             ADD p50 / p99 {} / {} ms\n",
+            c.population,
+            c.per_minute,
+            c.seconds,
+            c.added,
+            c.deleted,
+            c.add_ms.p50_ms,
+            c.add_ms.p99_ms
+        );
+        let mut rows = vec![vec![
+            "EC2 action".to_string(),
+            "calls".into(),
+            "per minute".into(),
+            "per node per minute".into(),
+            "throttled".into(),
+        ]];
+        let per_min = |c2: u64| c2 as f64 * 60.0 / c.seconds.max(1e-9);
+        for (action, n2) in &c.calls {
+            rows.push(vec![
+                action.clone(),
+                n2.to_string(),
+                format!("{:.1}", per_min(*n2)),
+                format!("{:.3}", per_min(*n2) / n),
+                c.throttled.get(action).copied().unwrap_or(0).to_string(),
+            ]);
+        }
+        rows.push(vec![
+            "all".into(),
+            c.calls.values().sum::<u64>().to_string(),
+            format!("{:.1}", c.calls_per_minute()),
+            format!("{:.3}", c.calls_per_minute() / n),
+            c.throttled.values().sum::<u64>().to_string(),
+        ]);
+        out += &table(&rows);
+        out += &format!(
+            "churn invariants: {} (failed ADD/DEL: {}, addresses on two live pods: {}, pods with another node's address: {})\n",
+            if c.held() { "hold" } else { "BROKEN" },
+            c.failure_count,
+            c.duplicate_pod_addresses.len(),
+            c.foreign_pod_addresses.len()
+        );
+        for (node, pod, why) in c.failures.iter().take(5) {
+            out += &format!("  {node} {pod}: {why}\n");
+        }
     }
     if let Some(why) = &r.no_prediction {
         out += &format!("\nno prediction: {why}\n");
