@@ -90,7 +90,7 @@ pub fn run(a: &Args) -> Result<()> {
     o.pod_check = !a.no_pod_check;
     o.other_tools_share = a.other_tools_share;
     if let Some(k) = a.churn {
-        if k == 0 || a.churn_population == 0 || !(a.churn_minutes > 0.0) {
+        if k == 0 || a.churn_population == 0 || a.churn_minutes.is_nan() || a.churn_minutes <= 0.0 {
             bail!("--churn, --churn-population and --churn-minutes must be above 0");
         }
         o.churn = Some(vpcnet_lab::fleet::churn::ChurnOptions {
