@@ -4,12 +4,14 @@
 //! deletes a pod through its CNI with an address its instance holds); at a size the account's
 //! buckets absorb, the fleet holds exactly what `vpcnet plan` predicts and makes exactly the
 //! calls the simulator's agents make; with a tight account bucket the fleet is throttled, still
-//! settles, and its last node serves no sooner than that bucket allows. Needs root and the
+//! settles, and its last node serves no sooner than that bucket allows; steady churn of pods
+//! through each node's CNI never gives one address to two live pods. Needs root and the
 //! workspace binaries; fails when not root.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use vpcnet_lab::fleet::churn::ChurnOptions;
 use vpcnet_lab::fleet::{self, AccountLimits, FleetOptions, FleetReport};
 use vpcnet_lab::state::NodeCni;
 
@@ -43,7 +45,13 @@ fn join(tag: &str, nodes: usize, tweak: impl FnOnce(&mut FleetOptions)) -> Fleet
 
 #[test]
 fn twenty_nodes_join_and_hold_what_the_planner_and_the_simulator_predict() {
-    let r = join("fleet", 20, |_| {});
+    let r = join("fleet", 20, |o| {
+        o.churn = Some(ChurnOptions {
+            population: 3,
+            per_minute: 12,
+            duration: Duration::from_secs(20),
+        })
+    });
     let inv = &r.invariants;
     assert!(inv.pods_checked && inv.hold(), "{inv:?}");
     let f = &r.figures;
@@ -69,6 +77,15 @@ fn twenty_nodes_join_and_hold_what_the_planner_and_the_simulator_predict() {
         "EC2 calls by action: fleet vs simulator"
     );
     assert_eq!(p.simulation.throttled.total(), 0);
+    // Then each node replaces 12 of its 3 pods a minute for 20 s: about 80 ADDs and DELs.
+    let c = r.churn.as_ref().expect("the churn ran");
+    assert!(c.held(), "{c:?}");
+    assert!(
+        (60..=100).contains(&c.added) && c.deleted == c.added,
+        "{} added, {} deleted",
+        c.added,
+        c.deleted
+    );
 }
 
 #[test]
