@@ -276,7 +276,7 @@ async fn the_task_opens_the_gates_of_a_rollout_on_an_unused_group() {
     let arn = c.group("web", false).await;
     let sink = Recorded::default();
     let settings = GroupSettings {
-        gate_recheck: Duration::from_millis(50),
+        gate_recheck: Some(Duration::from_millis(50)),
         ..GroupSettings::default()
     };
     let (tx, rx) = watch::channel(Some(Arc::new(gated_input(&[1, 2]))));
