@@ -181,6 +181,9 @@ pub struct Memory {
     timing: Option<(HealthTiming, Instant)>,
     /// The last failed read of the health check.
     timing_failed: Option<Instant>,
+    /// Whether a load balancer uses the group, as last seen (`DescribeTargetGroups`, or a
+    /// described target only a used group reports).
+    in_use: Option<bool>,
 }
 
 /// Why a reconcile failed.
@@ -450,6 +453,9 @@ async fn reconcile_in<S: Sink>(
     if let Some(e) = first_error {
         return Err(fail(e));
     }
+    if out.in_use.is_some() {
+        memory.in_use = out.in_use;
+    }
     memory.known = Some(current);
     for o in &input.owners {
         sink.observed(o).await;
@@ -468,6 +474,7 @@ async fn describe_group(
     let r = elb.target_group(arn).await;
     metrics.call("DescribeTargetGroups", r.as_ref().err().map(|e| e.code()));
     let tg = r?;
+    memory.in_use = Some(!tg.load_balancer_arns.is_empty());
     if let Some(h) =
         HealthTiming::from_seconds(tg.health.interval_seconds, tg.health.healthy_threshold)
     {
@@ -480,7 +487,10 @@ async fn describe_group(
 /// How the gates of `arn` are re-checked now: the operator's fixed interval, else the group's
 /// health check (read with `DescribeTargetGroups` when unknown or older than
 /// `health_check_cache`; a failed read is retried after a resync, meanwhile
-/// [`FALLBACK_RECHECK`]).
+/// [`FALLBACK_RECHECK`]). A group no load balancer uses is not health-checked: its new targets
+/// are `unused` at once and their gates open on the first describe
+/// ([`crate::core::usage`]), so it is re-checked every [`FALLBACK_RECHECK`], the first right
+/// after the registration.
 async fn cadence(
     elb: &Elbv2,
     arn: &str,
@@ -521,8 +531,8 @@ async fn cadence(
         }
     }
     match memory.timing {
-        Some((h, _)) => Cadence::HealthCheck(h),
-        None => Cadence::Fixed(FALLBACK_RECHECK),
+        Some((h, _)) if memory.in_use != Some(false) => Cadence::HealthCheck(h),
+        _ => Cadence::Fixed(FALLBACK_RECHECK),
     }
 }
 

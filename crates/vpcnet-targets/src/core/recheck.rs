@@ -23,9 +23,10 @@
 //! listen, failing checks) is asked about again every interval, never more often: the group
 //! makes at most one gate call per health-check interval. No waiting target, no call.
 //!
-//! With an operator's fixed re-check (`--gate-recheck-ms`), or while the health check is
-//! unknown (`DescribeTargetGroups` failed), a waiting gate is asked about every
-//! `fixed` after the last check, whatever the registration time.
+//! With an operator's fixed re-check (`--gate-recheck-ms`), while the health check is unknown
+//! (`DescribeTargetGroups` failed), or for a group no load balancer uses (not health-checked:
+//! its targets are `unused` at once), a waiting gate is asked about every `fixed` after the
+//! last check, whatever the registration time.
 
 use std::time::Duration;
 
