@@ -223,7 +223,7 @@ mod tests {
     }
 
     proptest! {
-        /// With ELBv2 keeping to its bound, every gate opens at its first due moment: SETTLE
+        /// With ELBv2 keeping to its bound, every gate opens by its first due moment: SETTLE
         /// after the latest moment its target can turn healthy, or, when the group's previous
         /// check was less than an interval before that, one interval after that check (so less
         /// than one interval later); checks are at least one interval apart, and each check
@@ -252,7 +252,8 @@ mod tests {
                 let earliest = r + h.to_healthy() + SETTLE;
                 let before = checks.iter().copied().filter(|c| *c < earliest).max();
                 let due = before.map_or(earliest, |c| earliest.max(c + h.interval));
-                prop_assert_eq!(o, due, "gate {} registered {:?}, checks {:?}", i, r, checks);
+                // A check made for another gate may find it healthy sooner.
+                prop_assert!(o <= due, "gate {} at {:?}, registered {:?}, checks {:?}", i, o, r, checks);
                 prop_assert!(o < earliest + h.interval);
             }
             prop_assert!(checks.len() <= ts.len(), "{} checks for {} gates", checks.len(), ts.len());
