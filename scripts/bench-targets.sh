@@ -4,8 +4,9 @@
 # Each gets its own network load balancer and the same gated httpd Deployment + Service +
 # TargetGroupBinding; under constant load through the load balancer the Deployment rolls to a
 # new version, then scales up. Prints both rows and the ratios: failed requests (and requests
-# sent), rollout time, pod created → serving p50/p90, ELBv2 calls per rollout (all, and writes;
-# from the lab cloud's request log, by the access key each controller signs with), controller
+# sent), rollout time, pod created → serving and app listening → serving p50/p90, ELBv2 calls
+# per rollout (all, and writes; from the lab cloud's request log, by the access key each
+# controller signs with), controller
 # RSS (peak and at the end). Needs root. Honours CARGO_TARGET_DIR.
 #   scripts/bench-targets.sh [--replicas N] [--scale-to N] [--connections N] [--max-load-secs S]
 #                            [--logs DIR]   (both controllers' logs, copied before teardown)

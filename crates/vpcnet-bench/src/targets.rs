@@ -72,6 +72,9 @@ struct Figures {
     rollout: Duration,
     /// Pod created → its target healthy, every new pod of the rollout and the scale-up, sorted.
     serving: Vec<Duration>,
+    /// The same pods' app listening (its container started: httpd listens at once) → its
+    /// target healthy, sorted.
+    listening: Vec<Duration>,
     /// ELBv2 calls from the rollout's start until it settled: (action, count).
     calls: BTreeMap<String, usize>,
     rss_peak_kib: u64,
@@ -159,11 +162,13 @@ fn rss_kib(pid: i32) -> Result<(u64, u64)> {
     Ok((field("VmRSS:")?, field("VmHWM:")?))
 }
 
-/// A pod of the app: name, IP, creation time, Ready, deleting.
+/// A pod of the app: name, IP, creation time, its container's start, Ready, deleting.
 struct Pod {
     name: String,
     ip: Option<Ipv4Addr>,
     created: chrono::DateTime<chrono::Utc>,
+    /// `status.containerStatuses[0].state.running.startedAt` (whole seconds, as `created`).
+    started: Option<chrono::DateTime<chrono::Utc>>,
     ready: bool,
     deleting: bool,
 }
@@ -188,6 +193,9 @@ fn pods(lab: &Lab, app: &str) -> Result<Vec<Pod>> {
                     .as_str()
                     .context("a pod without creationTimestamp")?
                     .parse()?,
+                started: p["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
+                    .as_str()
+                    .and_then(|s| s.parse().ok()),
                 ready: p["status"]["conditions"].as_array().is_some_and(|cs| {
                     cs.iter()
                         .any(|c| c["type"] == "Ready" && c["status"] == "True")
@@ -208,16 +216,28 @@ fn targets(lab: &Lab, app: &str) -> Result<Vec<(Ipv4Addr, HealthState)>> {
         .collect())
 }
 
+/// Created → healthy and listening → healthy of each pod, by name.
+type Serving = BTreeMap<String, (Duration, Option<Duration>)>;
+
+/// Records `p`'s times in `serving` the first time its target is seen healthy at `now`.
+fn record(p: &Pod, now: chrono::DateTime<chrono::Utc>, serving: &mut Serving) {
+    if !serving.contains_key(&p.name) {
+        let since = |t: chrono::DateTime<chrono::Utc>| (now - t).to_std().unwrap_or_default();
+        serving.insert(p.name.clone(), (since(p.created), p.started.map(since)));
+    }
+}
+
 /// Polls until `n` live pods, none of them in `old`, are Ready with exactly their IPs healthy
-/// and no other target left but draining ones; records each new pod's created → healthy time
-/// into `serving` and samples the controller's RSS. Returns when done or errs after `timeout`.
+/// and no other target left but draining ones; records each new pod's created → healthy and
+/// listening → healthy times into `serving` and samples the controller's RSS. Returns when
+/// done or errs after `timeout`.
 fn watch(
     lab: &Lab,
     app: &str,
     old: &BTreeSet<String>,
     n: usize,
     pid: i32,
-    serving: &mut BTreeMap<String, Duration>,
+    serving: &mut Serving,
     timeout: Duration,
 ) -> Result<()> {
     let t0 = Instant::now();
@@ -232,9 +252,8 @@ fn watch(
             .collect();
         let now = chrono::Utc::now();
         for p in ps.iter().filter(|p| !old.contains(&p.name)) {
-            if p.ip.is_some_and(|ip| healthy.contains(&ip)) && !serving.contains_key(&p.name) {
-                let d = (now - p.created).to_std().unwrap_or_default();
-                serving.insert(p.name.clone(), d);
+            if p.ip.is_some_and(|ip| healthy.contains(&ip)) {
+                record(p, now, serving);
             }
         }
         let live: Vec<&Pod> = ps.iter().filter(|p| !p.deleting).collect();
@@ -277,7 +296,7 @@ fn measure(lab: &Lab, a: &Args, lbc: &std::path::Path, tag: &str, key: &str) -> 
         1,
         &l.target_group.arn,
     ))?;
-    let mut serving = BTreeMap::new();
+    let mut serving = Serving::new();
     watch(
         lab,
         &app,
@@ -348,7 +367,7 @@ fn measure(lab: &Lab, a: &Args, lbc: &std::path::Path, tag: &str, key: &str) -> 
             "default",
             &format!("--replicas={}", a.scale_to),
         ])?;
-        let mut up = BTreeMap::new();
+        let mut up = Serving::new();
         // `watch` wants every live pod new; the old ones stay, so wait for the count instead.
         let t0 = Instant::now();
         loop {
@@ -361,11 +380,8 @@ fn measure(lab: &Lab, a: &Args, lbc: &std::path::Path, tag: &str, key: &str) -> 
                 .collect();
             let now = chrono::Utc::now();
             for p in ps.iter().filter(|p| !old.contains(&p.name)) {
-                if p.ip.is_some_and(|ip| healthy.contains(&ip)) && !up.contains_key(&p.name) {
-                    up.insert(
-                        p.name.clone(),
-                        (now - p.created).to_std().unwrap_or_default(),
-                    );
+                if p.ip.is_some_and(|ip| healthy.contains(&ip)) {
+                    record(p, now, &mut up);
                 }
             }
             if up.len() + old.len() >= a.scale_to as usize {
@@ -399,8 +415,10 @@ fn measure(lab: &Lab, a: &Args, lbc: &std::path::Path, tag: &str, key: &str) -> 
     f.errors = report.errors;
     f.error_kinds = report.error_kinds;
     f.p99_ms = report.latency.p99_ms;
-    f.serving = serving.into_values().collect();
+    f.serving = serving.values().map(|(c, _)| *c).collect();
     f.serving.sort();
+    f.listening = serving.values().filter_map(|(_, l)| *l).collect();
+    f.listening.sort();
 
     // Leave the lab to the next controller: stop this one, remove its workload (its
     // finalizer on the binding, if any, goes with it: nobody serves it any more).
@@ -492,6 +510,23 @@ fn render(a: &Args, figs: &[(&'static str, Figures)]) -> String {
         "pod created → serving p90, s".into(),
         q(theirs, 0.9),
         q(ours, 0.9),
+        1,
+    );
+    let l = |f: &Figures, p: f64| quantile(&f.listening, p).unwrap_or_default().as_secs_f64();
+    row(
+        format!(
+            "pod app listening → serving p50 ({} / {} pods), s",
+            theirs.listening.len(),
+            ours.listening.len()
+        ),
+        l(theirs, 0.5),
+        l(ours, 0.5),
+        1,
+    );
+    row(
+        "pod app listening → serving p90, s".into(),
+        l(theirs, 0.9),
+        l(ours, 0.9),
         1,
     );
     row(

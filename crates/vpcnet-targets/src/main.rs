@@ -23,9 +23,19 @@ struct Args {
     #[arg(long, env = "VPCNET_TARGETS_RESYNC_SECONDS", default_value_t = 60)]
     resync_seconds: u64,
     /// While a pod's readiness gate waits for its target to turn healthy, re-check target
-    /// health this often (milliseconds; a fixed interval, never growing).
-    #[arg(long, env = "VPCNET_TARGETS_GATE_RECHECK_MS", default_value_t = 2000)]
+    /// health this often (milliseconds, a fixed interval; at least 100). 0 (default): follow
+    /// the target group's health check: first when the target can be healthy (registration +
+    /// healthy threshold × interval + 1 s), then every health-check interval.
+    #[arg(long, env = "VPCNET_TARGETS_GATE_RECHECK_MS", default_value_t = 0)]
     gate_recheck_ms: u64,
+    /// Re-read a target group's health check (DescribeTargetGroups) when older than this
+    /// (seconds); it paces the readiness-gate re-checks.
+    #[arg(
+        long,
+        env = "VPCNET_TARGETS_HEALTH_CHECK_CACHE_SECONDS",
+        default_value_t = 600
+    )]
+    health_check_cache_seconds: u64,
     /// CIDR of the VPC (repeatable): IP targets outside every one are registered with
     /// AvailabilityZone all. Without any, no zone is sent.
     #[arg(
@@ -189,7 +199,9 @@ async fn main() -> Result<()> {
     let settings = Settings {
         group: GroupSettings {
             resync: Duration::from_secs(args.resync_seconds.max(1)),
-            gate_recheck: Duration::from_millis(args.gate_recheck_ms.max(100)),
+            gate_recheck: (args.gate_recheck_ms > 0)
+                .then(|| Duration::from_millis(args.gate_recheck_ms.max(100))),
+            health_check_cache: Duration::from_secs(args.health_check_cache_seconds.max(1)),
             vpc_cidrs: args.vpc_cidrs.clone(),
             ..GroupSettings::default()
         },

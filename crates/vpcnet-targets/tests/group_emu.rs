@@ -1,8 +1,9 @@
 //! The target-group tasks against vpcnet-emu's ELBv2 through the real SDK: registration and
 //! deregistration, a second reconcile writing nothing, a draining target wanted again,
 //! deregistrations applied when registrations hit the quota, zone `all` outside the VPC,
-//! readiness gates opened only for healthy targets, and two groups converging under 50 %
-//! `Throttling`.
+//! readiness gates opened only for healthy targets, two groups converging under 50 %
+//! `Throttling`, and the task's ELBv2 budget (input changes cost only their writes, gates are
+//! re-checked on the group's health check or a fixed interval, and not at all when none waits).
 
 // std's clocks (banned by the workspace clippy.toml): the emulator serves over HTTP on the wall clock.
 #![allow(clippy::disallowed_methods)]
@@ -291,4 +292,113 @@ async fn target_groups_are_found_by_all_their_tags_across_pages_and_tag_calls() 
         msg.contains("team=nobody") && msg.contains("of 25 target groups"),
         "{msg}"
     );
+}
+
+/// Polls `f` every 20 ms until it holds; fails after 10 s naming `what`.
+async fn until(what: &str, f: impl Fn() -> bool) {
+    let t0 = std::time::Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "never: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn gated(wanted: &[u8], gate: u8) -> group::GroupInput {
+    let mut i = input(wanted);
+    i.gated = vec![Gated {
+        namespace: "default".into(),
+        pod: format!("p{gate}"),
+        condition: "target-health.elbv2.k8s.aws/web".into(),
+        target: key(gate),
+    }];
+    i
+}
+
+/// The ELBv2 budget (`src/core/recheck.rs`): after the first describe, pods that come and go
+/// cost only their writes, and a gate on a target registered just now is not asked about
+/// before the group's health check could turn it healthy (threshold × interval, at least
+/// 10 s): one `DescribeTargetGroups` reads that health check. Before, every input change
+/// described the group and a waiting gate re-checked every 2 s.
+#[tokio::test]
+async fn input_changes_cost_only_their_writes_and_a_new_gate_waits_for_its_health_check() {
+    let c = cloud(46).await;
+    let arn = c.group("web", true).await;
+    let sink = Recorded::default();
+    let (tx, rx) = watch::channel(Some(Arc::new(input(&[1]))));
+    let task = tokio::spawn(group::run(
+        c.elb.clone(),
+        arn.clone(),
+        rx,
+        GroupSettings::default(),
+        sink.clone(),
+        Metrics::new(),
+    ));
+    until("1 registered", || c.calls("RegisterTargets") == 1).await;
+    // A gated pod comes.
+    tx.send(Some(Arc::new(gated(&[1, 2], 2)))).unwrap();
+    until("2 registered", || c.calls("RegisterTargets") == 2).await;
+    until("the health check read", || {
+        c.calls("DescribeTargetGroups") == 1
+    })
+    .await;
+    // The old pod goes.
+    tx.send(Some(Arc::new(gated(&[2], 2)))).unwrap();
+    until("1 deregistered", || c.calls("DeregisterTargets") == 1).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        c.calls("DescribeTargetHealth"),
+        1,
+        "only the first reconcile describes"
+    );
+    assert_eq!(c.calls("DescribeTargetGroups"), 1);
+    assert!(sink.gates.lock().unwrap().is_empty());
+    let ids_now: Vec<String> = c
+        .registered(&arn)
+        .await
+        .into_iter()
+        .filter(|(_, s)| *s != HealthState::Draining)
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(ids_now, vec!["10.0.1.2"]);
+    drop(tx);
+    task.await.unwrap();
+}
+
+/// `--gate-recheck-ms` set: a waiting gate is re-checked at that fixed interval whatever the
+/// health check; once no gate waits, the group is not described again before the resync.
+#[tokio::test]
+async fn a_fixed_recheck_asks_while_a_gate_waits_and_stops_when_none_does() {
+    let c = cloud(47).await;
+    let arn = c.group("web", true).await;
+    let settings = GroupSettings {
+        gate_recheck: Some(Duration::from_millis(100)),
+        ..GroupSettings::default()
+    };
+    let (tx, rx) = watch::channel(Some(Arc::new(gated(&[1], 1))));
+    let task = tokio::spawn(group::run(
+        c.elb.clone(),
+        arn.clone(),
+        rx,
+        settings,
+        Recorded::default(),
+        Metrics::new(),
+    ));
+    until("5 re-checks", || c.calls("DescribeTargetHealth") >= 5).await;
+    assert_eq!(
+        c.calls("DescribeTargetGroups"),
+        0,
+        "a fixed re-check needs no health check"
+    );
+    // The gate goes (the pod turned Ready another way): no gate waits.
+    tx.send(Some(Arc::new(input(&[1])))).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let settled = c.calls("DescribeTargetHealth");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(
+        c.calls("DescribeTargetHealth"),
+        settled,
+        "no gate waits, no re-check"
+    );
+    drop(tx);
+    task.await.unwrap();
 }

@@ -272,13 +272,25 @@ async fn a_failed_describe_target_groups_keeps_gates_shut_and_says_why() {
 /// within a few re-checks, and the old ones are deregistered (no drain: nothing to drain).
 #[tokio::test]
 async fn the_task_opens_the_gates_of_a_rollout_on_an_unused_group() {
+    rollout_on_an_unused_group(GroupSettings {
+        gate_recheck: Some(Duration::from_millis(50)),
+        ..GroupSettings::default()
+    })
+    .await;
+}
+
+/// The same with the default re-check, which follows the group's health check: a group no load
+/// balancer uses is not health-checked, so its gates are not held for threshold × interval
+/// (the emulator's default health check: longer than the 10 s this test allows).
+#[tokio::test]
+async fn the_default_recheck_does_not_wait_out_a_health_check_on_an_unused_group() {
+    rollout_on_an_unused_group(GroupSettings::default()).await;
+}
+
+async fn rollout_on_an_unused_group(settings: GroupSettings) {
     let c = cloud(45).await;
     let arn = c.group("web", false).await;
     let sink = Recorded::default();
-    let settings = GroupSettings {
-        gate_recheck: Duration::from_millis(50),
-        ..GroupSettings::default()
-    };
     let (tx, rx) = watch::channel(Some(Arc::new(gated_input(&[1, 2]))));
     let task = tokio::spawn(group::run(
         c.elb.clone(),
