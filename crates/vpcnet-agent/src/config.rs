@@ -138,6 +138,16 @@ settings! {
         mutating_bucket_size: u32 = "VPCNET_EC2_MUTATING_BUCKET_SIZE", "20", Int::range(1, 10_000);
         /// Mutating calls per second after the burst.
         mutating_refill_per_sec: f64 = "VPCNET_EC2_MUTATING_REFILL_RATE", "5", Rate;
+        /// Throttle pacing, the agent's share of a fleet-aware EC2 budget: a throttled answer
+        /// (`RequestLimitExceeded`) holds every call of its bucket (Describe or mutating), not
+        /// only its own retry, for a wait of half to all of this many milliseconds, doubled
+        /// per further throttle and halved back per granted call, up to
+        /// `VPCNET_EC2_THROTTLE_PACE_MAX_MS`. `0` turns it off: each call retries on its own
+        /// from 500 ms, as before.
+        throttle_pace_base_ms: u64 = "VPCNET_EC2_THROTTLE_PACE_BASE_MS", "1000", Int::range(0, 60_000);
+        /// Longest throttle hold in milliseconds (at least `VPCNET_EC2_THROTTLE_PACE_BASE_MS`),
+        /// capped at half of `VPCNET_EC2_CALL_TIMEOUT` so a held call still has time to be sent.
+        throttle_pace_max_ms: u64 = "VPCNET_EC2_THROTTLE_PACE_MAX_MS", "5000", Int::range(1, 600_000);
         /// Deadline of one EC2 call in seconds, token-bucket wait, retries and backoff included.
         call_timeout_secs: u64 = "VPCNET_EC2_CALL_TIMEOUT", "30", Int::range(1, 3_600);
         /// Deadline of one HTTP attempt of an EC2 call in seconds (VPC CNI: its AWS SDK HTTP
@@ -484,6 +494,19 @@ impl Config {
     /// agent creates (custom networking's subnet and security groups, extra tags) are refused.
     pub fn conflicts(&self) -> Vec<InvalidSetting> {
         let mut out = self.policy_conflicts();
+        if self.ec2.throttle_pace_max_ms < self.ec2.throttle_pace_base_ms {
+            out.push(InvalidSetting {
+                var: "VPCNET_EC2_THROTTLE_PACE_MAX_MS",
+                value: self.ec2.throttle_pace_max_ms.to_string(),
+                problem: format!(
+                    "the longest throttle hold is shorter than the first, \
+                     VPCNET_EC2_THROTTLE_PACE_BASE_MS={}",
+                    self.ec2.throttle_pace_base_ms
+                ),
+                accepted: "a value of at least VPCNET_EC2_THROTTLE_PACE_BASE_MS".into(),
+                refused: false,
+            });
+        }
         let off = if self.enable_imds_only_mode {
             "ENABLE_IMDS_ONLY_MODE=true"
         } else if self.disable_network_resource_provisioning {
@@ -613,7 +636,7 @@ impl Config {
         self.warm_ip_target.is_some() || self.minimum_ip_target.is_some()
     }
 
-    /// The EC2 client's call settings: token buckets and deadline from [`Ec2Settings`],
+    /// The EC2 client's call settings: token buckets, throttle pacing and deadline from [`Ec2Settings`],
     /// retry policy and attempt timeout at their defaults (attempt timeout capped by the call
     /// deadline).
     pub fn ec2_call_settings(&self) -> vpcnet_ec2::CallSettings {
@@ -631,6 +654,11 @@ impl Config {
             mutating_bucket: vpcnet_ec2::BucketConfig {
                 capacity: self.ec2.mutating_bucket_size,
                 refill_per_sec: self.ec2.mutating_refill_per_sec,
+            },
+            pace: vpcnet_ec2::PaceConfig {
+                base: Duration::from_millis(self.ec2.throttle_pace_base_ms),
+                max: Duration::from_millis(self.ec2.throttle_pace_max_ms)
+                    .min(operation_timeout / 2),
             },
         }
     }

@@ -140,9 +140,14 @@ pub struct AgentOptions {
     pub env_settings: Vec<(String, String)>,
     /// ADDITIONAL_ENI_TAGS: extra tags on created ENIs.
     pub additional_eni_tags: std::collections::BTreeMap<String, String>,
-    /// Delete this instance's detached ENIs (leaks) at start and then every
+    /// Delete this instance's detached ENIs (leaks) soon after start and then every
     /// `leaked_eni_sweep_interval`; DISABLE_LEAKED_ENI_CLEANUP turns it off.
     pub sweep_leaked_enis: bool,
+    /// The first sweep comes at a random time within this much of the start (the
+    /// configuration's: [`crate::reconciler::FIRST_SWEEP_SPREAD`], capped by the interval), so
+    /// a fleet booting together does not spend the account's describe burst on it. Zero (the
+    /// default of these options, which tests use): at start.
+    pub leaked_eni_first_sweep_spread: Duration,
     /// Period of the leaked-ENI sweep (VPCNET_LEAKED_ENI_SWEEP_INTERVAL, default 1 h), each
     /// wait stretched by a random 0–10 %.
     pub leaked_eni_sweep_interval: Duration,
@@ -232,6 +237,7 @@ impl Default for AgentOptions {
             env_settings: Vec::new(),
             additional_eni_tags: Default::default(),
             sweep_leaked_enis: true,
+            leaked_eni_first_sweep_spread: Duration::ZERO,
             leaked_eni_sweep_interval: Duration::from_secs(3600),
             leaked_eni_min_age: Duration::from_secs(300),
             pod_reclaim_grace: Duration::from_secs(60),
@@ -333,6 +339,8 @@ pub fn options_from_config(c: &Config) -> anyhow::Result<AgentOptions> {
         // Without provisioning the agent deletes nothing, leaked ENIs included (as the VPC CNI).
         sweep_leaked_enis: !c.disable_leaked_eni_cleanup && provisioning.provisions(),
         leaked_eni_sweep_interval: Duration::from_secs(c.leaked_eni_sweep_interval_secs),
+        leaked_eni_first_sweep_spread: crate::reconciler::FIRST_SWEEP_SPREAD
+            .min(Duration::from_secs(c.leaked_eni_sweep_interval_secs)),
         pod_reclaim_grace: Duration::from_secs(c.pod_reclaim_grace_secs),
         shutdown_timeout: Duration::from_secs(c.shutdown_timeout_secs),
         api: crate::kubernetes::ApiSettings {

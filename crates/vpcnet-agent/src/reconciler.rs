@@ -25,5 +25,6 @@ pub use execute::fill;
 pub use node_setup::{setup_node_enis, setup_node_firewall};
 pub use run_loop::run;
 pub use sweep::{
-    pods_present, reclaim_unrouted, sweep_leaked, sweep_leaked_periodically, POD_RECLAIM_MISSES,
+    pods_present, reclaim_unrouted, sweep_leaked, sweep_leaked_periodically, FIRST_SWEEP_SPREAD,
+    POD_RECLAIM_MISSES,
 };

@@ -30,6 +30,9 @@ async fn check(case: Case) {
     opts.targets = case.targets;
     // The chart's default (ENABLE_SUBNET_DISCOVERY=true), as the planner assumes.
     opts.subnet_discovery = true;
+    // The planner counts the join's calls; the leaked-ENI sweep's first describe comes at a
+    // random time within FIRST_SWEEP_SPREAD of the start, not in the join.
+    opts.sweep_leaked_enis = false;
     let socket = opts.socket_path.clone();
     let agent = vpcnet_agent::start(opts, fake_deps(&fake)).await.unwrap();
     let mut c = client(&socket).await;
@@ -112,7 +115,8 @@ async fn prefix_delegation() {
 }
 
 /// The simulator's model of the agent's rate-limit behaviour (`vpcnet plan --simulate`) uses
-/// the agent's defaults: its client-side buckets and its retries on throttling.
+/// the agent's defaults: its client-side buckets, its retries on throttling, its throttle
+/// pacing and when its first leaked-ENI sweep comes.
 #[test]
 fn the_simulators_agent_policy_is_the_agents_defaults() {
     let sim = vpcnet_capacity::sim::AgentPolicy::default();
@@ -123,11 +127,31 @@ fn the_simulators_agent_policy_is_the_agents_defaults() {
     assert_eq!(bucket(agent.mutating_bucket), spec(sim.mutating_bucket));
     assert_eq!(agent.retry.max_attempts, sim.max_attempts);
     assert_eq!(
+        agent.operation_timeout,
+        Duration::from_millis(sim.operation_timeout_ms)
+    );
+    assert_eq!(
         agent.retry.throttle_base_delay,
         Duration::from_millis(sim.throttle_base_ms)
     );
     assert_eq!(
         agent.retry.max_delay,
         Duration::from_millis(sim.max_delay_ms)
+    );
+    let pace = sim
+        .pace
+        .expect("the simulator's agent paces throttles, as the agent");
+    assert_eq!(
+        agent.pace,
+        vpcnet_ec2::PaceConfig {
+            base: Duration::from_millis(pace.base_ms),
+            max: Duration::from_millis(pace.max_ms),
+        }
+    );
+    let opts = vpcnet_agent::options_from_config(&vpcnet_agent::config::Config::default()).unwrap();
+    assert!(!sim.sweep_at_start);
+    assert_eq!(
+        opts.leaked_eni_first_sweep_spread,
+        Duration::from_millis(vpcnet_capacity::sim::FIRST_SWEEP_SPREAD_MS)
     );
 }

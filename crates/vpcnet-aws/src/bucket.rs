@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::pace::{Pace, PaceConfig};
+
 /// Which client-side token bucket an action draws from, mirroring EC2's request-token
 /// model (non-mutating "Describe" actions and mutating actions have separate buckets).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -109,23 +111,43 @@ impl TokenBucket {
     }
 }
 
-/// The two buckets of one client (a [`crate::Caller`]), shared by all its calls.
+/// One class's bucket and its throttle pacing.
+#[derive(Debug)]
+struct Metered {
+    bucket: TokenBucket,
+    pace: Pace,
+}
+
+/// The two buckets of one client (a [`crate::Caller`]), shared by all its calls, each with
+/// its throttle pacing ([`crate::pace`]).
 #[derive(Debug)]
 pub struct RateLimiter {
-    describe: std::sync::Mutex<TokenBucket>,
-    mutating: std::sync::Mutex<TokenBucket>,
+    describe: std::sync::Mutex<Metered>,
+    mutating: std::sync::Mutex<Metered>,
 }
 
 impl RateLimiter {
+    /// Buckets without throttle pacing.
     pub fn new(describe: BucketConfig, mutating: BucketConfig) -> Self {
+        RateLimiter::paced(describe, mutating, PaceConfig::OFF)
+    }
+
+    /// Buckets whose throttled answers hold every call of their class ([`Pace`]).
+    pub fn paced(describe: BucketConfig, mutating: BucketConfig, pace: PaceConfig) -> Self {
         let now = Instant::now();
+        let metered = |b| {
+            std::sync::Mutex::new(Metered {
+                bucket: TokenBucket::new(b, now),
+                pace: Pace::new(pace),
+            })
+        };
         RateLimiter {
-            describe: std::sync::Mutex::new(TokenBucket::new(describe, now)),
-            mutating: std::sync::Mutex::new(TokenBucket::new(mutating, now)),
+            describe: metered(describe),
+            mutating: metered(mutating),
         }
     }
 
-    fn bucket(&self, class: ActionClass) -> std::sync::MutexGuard<'_, TokenBucket> {
+    fn bucket(&self, class: ActionClass) -> std::sync::MutexGuard<'_, Metered> {
         let bucket = match class {
             ActionClass::Describe => &self.describe,
             ActionClass::Mutating => &self.mutating,
@@ -136,8 +158,13 @@ impl RateLimiter {
     /// Wait until a token of `class` is available; returns the time waited. A wait gets up to
     /// 10 % (at most 100 ms) of random jitter, so nodes that were throttled together do not
     /// send in lockstep.
+    /// The class's throttle hold, if one runs, is waited too.
     pub async fn acquire(&self, class: ActionClass) -> Duration {
-        let wait = self.bucket(class).reserve(Instant::now());
+        let wait = {
+            let now = Instant::now();
+            let mut m = self.bucket(class);
+            m.bucket.reserve(now).max(m.pace.hold(now))
+        };
         if wait.is_zero() {
             return wait;
         }
@@ -148,9 +175,23 @@ impl RateLimiter {
     }
 
     /// Drain the saved-up tokens of `class` after the service throttled a call (see
-    /// [`TokenBucket::drain`]).
-    pub fn penalize(&self, class: ActionClass) {
-        self.bucket(class).drain(Instant::now());
+    /// [`TokenBucket::drain`]) and, paced, hold the class ([`Pace::throttled`]). Returns the
+    /// hold (zero unpaced).
+    pub fn penalize(&self, class: ActionClass) -> Duration {
+        let now = Instant::now();
+        let mut m = self.bucket(class);
+        m.bucket.drain(now);
+        m.pace.throttled(now, rand::Rng::random(&mut rand::rng()))
+    }
+
+    /// The service granted a call of `class`: its pacing level falls ([`Pace::granted`]).
+    pub fn granted(&self, class: ActionClass) {
+        self.bucket(class).pace.granted();
+    }
+
+    /// Whether throttled answers hold the class ([`PaceConfig::is_on`]).
+    pub fn is_paced(&self, class: ActionClass) -> bool {
+        self.bucket(class).pace.is_on()
     }
 }
 

@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{error_chain, ActionClass, BucketConfig, CallError, RateLimiter, RetryPolicy};
+use crate::{
+    error_chain, ActionClass, BucketConfig, CallError, PaceConfig, RateLimiter, RetryPolicy,
+};
 
 /// Deadlines, retry policy and rate limits of one client (EC2, ELBv2, EKS).
 #[derive(Debug, Clone, PartialEq)]
@@ -27,6 +29,10 @@ pub struct CallSettings {
     /// Page size (`MaxResults`) of paginated Describe calls; each adapter caps it at its
     /// service's range (EC2 5..=1000, ELBv2 1..=400). Default 1000.
     pub describe_page_size: u32,
+    /// Throttle pacing of both buckets ([`crate::pace`]); a throttled call's retry then
+    /// waits for its class's hold instead of its own backoff. Default [`PaceConfig::OFF`]
+    /// (the agent turns it on for EC2).
+    pub pace: PaceConfig,
 }
 
 impl Default for CallSettings {
@@ -38,6 +44,7 @@ impl Default for CallSettings {
             describe_bucket: BucketConfig::DESCRIBE,
             mutating_bucket: BucketConfig::MUTATING,
             describe_page_size: 1000,
+            pace: PaceConfig::OFF,
         }
     }
 }
@@ -114,9 +121,10 @@ impl<A: AwsAction, E: CallError<A>> Caller<A, E> {
         settings: CallSettings,
         observer: Arc<dyn Observer<A, E>>,
     ) -> Self {
-        let limiter = Arc::new(RateLimiter::new(
+        let limiter = Arc::new(RateLimiter::paced(
             settings.describe_bucket,
             settings.mutating_bucket,
+            settings.pace,
         ));
         Caller {
             service,
@@ -134,7 +142,10 @@ impl<A: AwsAction, E: CallError<A>> Caller<A, E> {
     /// Run `attempt` until it succeeds, fails with a non-retryable error, runs out of
     /// attempts, or the operation deadline passes. Each attempt first takes a token of the
     /// action's bucket; a throttled attempt drains that bucket; the delay between attempts
-    /// is [`RetryPolicy::backoff`] from [`RetryPolicy::initial`].
+    /// is [`RetryPolicy::backoff`] from [`RetryPolicy::initial`], except after a throttle
+    /// with pacing on ([`CallSettings::pace`]): then the next attempt waits for the class's
+    /// hold, and a hold that would outlast the operation deadline ends the call at once with
+    /// the throttle.
     pub async fn run<T, F, Fut>(&self, action: A, mut attempt: F) -> Result<T, E>
     where
         F: FnMut() -> Fut,
@@ -158,16 +169,32 @@ impl<A: AwsAction, E: CallError<A>> Caller<A, E> {
                 };
                 self.observer
                     .on_attempt(action, sent.elapsed(), result.as_ref().err());
-                if result.as_ref().is_err_and(E::is_throttle) {
-                    self.limiter.penalize(action.class());
-                }
+                let held = if result.as_ref().is_err_and(E::is_throttle) {
+                    self.limiter.penalize(action.class())
+                } else {
+                    if result.is_ok() {
+                        self.limiter.granted(action.class());
+                    }
+                    Duration::ZERO
+                };
                 match result {
                     Ok(v) => return Ok(v),
                     Err(e) if e.is_retryable() => {
-                        let Some(delay) = backoff.next_delay_from(s.retry.initial(e.is_throttle()))
+                        let Some(mut delay) =
+                            backoff.next_delay_from(s.retry.initial(e.is_throttle()))
                         else {
                             return Err(e);
                         };
+                        if e.is_throttle() && self.limiter.is_paced(action.class()) {
+                            // The next attempt's token waits for the class's hold; a hold
+                            // beyond the call's deadline ends the call now, with the throttle
+                            // (a definitive answer: nothing was applied), not a timeout later.
+                            if started.elapsed() + held >= s.operation_timeout {
+                                return Err(e);
+                            }
+                            delay = Duration::ZERO;
+                            tracing::debug!(action = %action, attempt = n, ?held, "{} throttled; its calls held", self.service);
+                        }
                         tracing::debug!(action = %action, attempt = n, error = %error_chain(&e), ?delay, "retrying {} call", self.service);
                         tokio::time::sleep(delay).await;
                     }

@@ -89,6 +89,7 @@ fn fast() -> CallSettings {
         describe_bucket: BucketConfig::DESCRIBE,
         mutating_bucket: BucketConfig::MUTATING,
         describe_page_size: 1000,
+        pace: PaceConfig::OFF,
     }
 }
 
@@ -320,4 +321,88 @@ fn actions_named_describe_draw_from_the_describe_bucket() {
     );
     assert_eq!(AwsAction::class("DescribeCluster"), ActionClass::Describe);
     assert_eq!(AwsAction::class("RegisterTargets"), ActionClass::Mutating);
+}
+
+/// Paced: a throttled answer holds every later call of its class (not only the call's own
+/// retry), doubling per throttle; a granted call lowers the level, and the other class is
+/// untouched.
+#[tokio::test(start_paused = true)]
+async fn paced_throttles_hold_every_call_of_the_class() {
+    let rec = Arc::new(Recorder::default());
+    let mut s = fast();
+    s.pace = PaceConfig {
+        base: ms(1000),
+        max: ms(4000),
+    };
+    // A large bucket, so that its refill after the drain never outlasts the hold.
+    s.mutating_bucket = BucketConfig {
+        capacity: 100,
+        refill_per_sec: 1000.0,
+    };
+    let caller = caller(s, &rec);
+    let n = AtomicU32::new(0);
+    let t0 = Instant::now();
+    // Throttled twice, then granted: holds of 0.5..=1 s and 1..=2 s.
+    let r = caller
+        .run(A, || async {
+            match n.fetch_add(1, Ordering::SeqCst) {
+                0 | 1 => Err(TestError::api("RequestLimitExceeded", 503)),
+                _ => Ok(1),
+            }
+        })
+        .await;
+    assert_eq!(r.unwrap(), 1);
+    let first = t0.elapsed();
+    assert!(first >= ms(1500) && first <= ms(3300), "{first:?}");
+
+    // Another call of the class, throttled once: the level is 1 (2 throttles, 1 grant), so
+    // its hold is 2 s at most (level 2), at least 1 s; its own backoff would be 20..=40 ms.
+    let t1 = Instant::now();
+    let m = AtomicU32::new(0);
+    let r = caller
+        .run("ModifyNetworkInterfaceAttribute", || async {
+            match m.fetch_add(1, Ordering::SeqCst) {
+                0 => Err(TestError::api("RequestLimitExceeded", 503)),
+                _ => Ok(2),
+            }
+        })
+        .await;
+    assert_eq!(r.unwrap(), 2);
+    let second = t1.elapsed();
+    assert!(second >= ms(1000) && second <= ms(2300), "{second:?}");
+
+    // A describe meanwhile is not held.
+    let t2 = Instant::now();
+    caller
+        .run("DescribeNetworkInterfaces", || async {
+            Ok::<_, TestError>(3)
+        })
+        .await
+        .unwrap();
+    assert!(t2.elapsed() < ms(2), "{:?}", t2.elapsed());
+}
+
+/// Paced: a throttle whose hold outlasts the call's deadline ends the call at once with the
+/// throttle (nothing applied), instead of a timeout after waiting.
+#[tokio::test(start_paused = true)]
+async fn a_hold_beyond_the_deadline_ends_the_call_with_the_throttle() {
+    let rec = Arc::new(Recorder::default());
+    let mut s = fast();
+    s.operation_timeout = ms(1500);
+    s.pace = PaceConfig {
+        base: ms(4000),
+        max: ms(4000),
+    };
+    let caller = caller(s, &rec);
+    let t0 = Instant::now();
+    let r = caller
+        .run(A, || async {
+            Err::<u32, _>(TestError::api("RequestLimitExceeded", 503))
+        })
+        .await;
+    assert_eq!(r.unwrap_err().code(), "RequestLimitExceeded");
+    assert!(t0.elapsed() < ms(2), "{:?}", t0.elapsed());
+    assert_eq!(rec.attempts.lock().unwrap().len(), 1);
+    // The hold stays for the class's next calls.
+    assert!(caller.limiter.is_paced(ActionClass::of_name(A)));
 }

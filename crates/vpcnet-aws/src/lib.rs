@@ -11,6 +11,8 @@
 //!   [`BucketConfig`]s.
 //! - [`RateLimiter`]: two client-side [`TokenBucket`]s per client, one per [`ActionClass`],
 //!   on tokio's clock, so tests run them on a paused clock.
+//! - [`pace`]: throttle pacing per bucket ([`PaceConfig`]): a throttled answer holds every
+//!   call of its class, doubling per throttle, lowered by granted calls.
 //! - [`Caller`]: the one call loop (bucket, attempt deadline, retries on throttling, 5xx and
 //!   transport faults only, operation deadline, an [`Observer`] for metrics) and
 //!   [`Caller::pages`], the loop over the pages of a token-paginated Describe. An adapter
@@ -22,6 +24,7 @@ mod bucket;
 mod call;
 mod config;
 mod error;
+pub mod pace;
 mod retry;
 
 pub use aws_types::SdkConfig;
@@ -29,4 +32,5 @@ pub use bucket::{ActionClass, BucketConfig, RateLimiter, TokenBucket};
 pub use call::{AwsAction, CallSettings, Caller, NoObserver, Observer};
 pub use config::{region_of, sdk_config, RegionLookup, SdkOptions, StaticCredentials};
 pub use error::{classify, error_chain, CallError, Cause, ConfigError, Retry};
+pub use pace::PaceConfig;
 pub use retry::RetryPolicy;

@@ -44,12 +44,13 @@ impl CallCount {
 }
 
 /// The agent's calls at start on a fresh node: `DescribeNetworkInterfaces` of the instance
-/// (adopting its ENIs), `DescribeNetworkInterfaces` by tag (the leaked-ENI sweep's first
-/// pass) and, with subnet discovery, `DescribeSubnets` of the node's subnet (is it tagged
-/// `kubernetes.io/role/cni=0`?).
+/// (adopting its ENIs) and, with subnet discovery, `DescribeSubnets` of the node's subnet (is
+/// it tagged `kubernetes.io/role/cni=0`?). The leaked-ENI sweep's first describe
+/// ([`SWEEP`]) comes later, at a random time within 15 minutes of the start, so a fleet
+/// booting together does not spend its describe burst on it.
 pub fn start_up(subnet_discovery: bool) -> CallCount {
     let mut c = CallCount::default();
-    c.add("DescribeNetworkInterfaces", 2);
+    c.add("DescribeNetworkInterfaces", 1);
     c.add("DescribeSubnets", u64::from(subnet_discovery));
     c
 }
@@ -89,6 +90,9 @@ pub fn sequence(a: &Action) -> &'static [&'static str] {
         ],
     }
 }
+
+/// The leaked-ENI sweep's describe (by the instance's tag, `status=available`).
+pub const SWEEP: &str = "DescribeNetworkInterfaces";
 
 /// The describe that polls a new attachment until EC2 reports it `attached`.
 pub const ATTACH_POLL: &str = "DescribeNetworkInterfaces";

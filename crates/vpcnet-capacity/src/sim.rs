@@ -73,6 +73,10 @@ pub struct AgentPolicy {
     pub mutating_bucket: BucketSpec,
     /// Attempts per call, the first included.
     pub max_attempts: u32,
+    /// A call's deadline, bucket waits, throttle holds and retries included
+    /// (`VPCNET_EC2_CALL_TIMEOUT`): a throttled call whose retry would come after it fails at
+    /// once, as one that ran out of attempts.
+    pub operation_timeout_ms: u64,
     /// First retry ceiling after throttling (equal jitter, doubling).
     pub throttle_base_ms: u64,
     /// Largest retry ceiling.
@@ -80,6 +84,37 @@ pub struct AgentPolicy {
     /// The pool filler's backoff after a failed pass: first ceiling and largest.
     pub pass_base_ms: u64,
     pub pass_max_ms: u64,
+    /// The fleet budget's throttle pacing (`VPCNET_EC2_THROTTLE_PACE_*`), `None` for the agent
+    /// before it: each call's retries start again from `throttle_base_ms`.
+    pub pace: Option<ThrottlePace>,
+    /// Whether the leaked-ENI sweep's first describe is made at start (the agent before the
+    /// fleet budget) or at a random time within [`FIRST_SWEEP_SPREAD_MS`] of it.
+    pub sweep_at_start: bool,
+}
+
+/// The agent's throttle pacing, one per client-side bucket and node: every throttled answer
+/// raises the bucket's level and holds all its calls for an equal-jitter wait of
+/// `min(max, base × 2^(level−1))`, whatever call or pass they belong to; a granted call lowers
+/// the level by one.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ThrottlePace {
+    pub base_ms: u64,
+    pub max_ms: u64,
+}
+
+/// The leaked-ENI sweep's first pass comes at a random time within this many milliseconds of
+/// the agent's start (the agent's `FIRST_SWEEP_SPREAD`).
+pub const FIRST_SWEEP_SPREAD_MS: u64 = 900_000;
+
+impl AgentPolicy {
+    /// The agent before the fleet budget (`docs/benchmarks.md`' figures of 2026-12-07).
+    pub fn unpaced() -> Self {
+        AgentPolicy {
+            pace: None,
+            sweep_at_start: true,
+            ..AgentPolicy::default()
+        }
+    }
 }
 
 impl Default for AgentPolicy {
@@ -88,10 +123,16 @@ impl Default for AgentPolicy {
             describe_bucket: BucketSpec::new(100, 20.0),
             mutating_bucket: BucketSpec::new(20, 5.0),
             max_attempts: 8,
+            operation_timeout_ms: 30_000,
             throttle_base_ms: 500,
             max_delay_ms: 10_000,
             pass_base_ms: 100,
             pass_max_ms: 10_000,
+            pace: Some(ThrottlePace {
+                base_ms: 1_000,
+                max_ms: 5_000,
+            }),
+            sweep_at_start: false,
         }
     }
 }
@@ -107,6 +148,11 @@ pub struct SimSettings {
     pub other_tools_share: f64,
     /// Seed of every random draw (jitter, boot times): a run reproduces.
     pub seed: u64,
+    /// A cluster-wide coordinator (not built; the figure of what one would give): it hands
+    /// each joining node, in boot order, a slot of the account's ENI-action bucket from the
+    /// bucket's documented size and refill (less `other_tools_share`), and the node sends no
+    /// mutating call before its slot.
+    pub slots: bool,
 }
 
 impl Default for SimSettings {
@@ -117,6 +163,7 @@ impl Default for SimSettings {
             boot_spread_ms: 0,
             other_tools_share: 0.0,
             seed: 1,
+            slots: false,
         }
     }
 }

@@ -93,6 +93,7 @@ mod tests {
             describe_bucket: BucketConfig::DESCRIBE,
             mutating_bucket: BucketConfig::MUTATING,
             describe_page_size: 1000,
+            pace: crate::PaceConfig::OFF,
         }
     }
 

@@ -33,4 +33,6 @@ pub use model::{
     NetworkInterface, Subnet, Tags,
 };
 pub use observer::{Ec2Observer, NoopObserver};
-pub use vpcnet_aws::{BucketConfig, CallSettings, Cause, RetryPolicy, StaticCredentials};
+pub use vpcnet_aws::{
+    BucketConfig, CallSettings, Cause, PaceConfig, RetryPolicy, StaticCredentials,
+};

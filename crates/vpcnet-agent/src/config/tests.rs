@@ -76,6 +76,13 @@ fn defaults_match_the_vpc_cni() {
         (20.0, 5.0)
     );
     assert_eq!(c.ec2.call_timeout_secs, 30);
+    assert_eq!(
+        c.ec2_call_settings().pace,
+        vpcnet_ec2::PaceConfig {
+            base: Duration::from_secs(1),
+            max: Duration::from_secs(5),
+        }
+    );
     assert!(!c.uses_ip_targets());
     assert_eq!(Config::default(), c);
 }
@@ -301,6 +308,8 @@ fn every_invalid_value_names_variable_value_and_accepted_values() {
         ("VPCNET_EC2_DESCRIBE_REFILL_RATE", "0", "> 0"),
         ("VPCNET_EC2_MUTATING_REFILL_RATE", "fast", "> 0"),
         ("VPCNET_EC2_CALL_TIMEOUT", "0", "1 to 3600"),
+        ("VPCNET_EC2_THROTTLE_PACE_BASE_MS", "90000", "0 to 60000"),
+        ("VPCNET_EC2_THROTTLE_PACE_MAX_MS", "1s", "integer"),
         ("AWS_EC2_ENDPOINT", "ec2.local", "URL"),
     ];
     for (var, value, accepted) in cases {
@@ -464,4 +473,22 @@ fn the_aws_node_agent_setting_parses_and_refuses_vpcnet_enforcement_beside_it() 
     );
     let e = err(&[("VPCNET_IPAMD_SOCKET", "ipamd.sock")]);
     assert!(e.to_string().contains("VPCNET_IPAMD_SOCKET"), "{e}");
+}
+
+#[test]
+fn a_throttle_pace_max_below_its_base_is_refused_capped_by_the_call_deadline_and_zero_is_off() {
+    let e = err(&[
+        ("VPCNET_EC2_THROTTLE_PACE_BASE_MS", "5000"),
+        ("VPCNET_EC2_THROTTLE_PACE_MAX_MS", "2000"),
+    ]);
+    assert_eq!(e.var, "VPCNET_EC2_THROTTLE_PACE_MAX_MS", "{e}");
+    assert!(
+        e.to_string()
+            .contains("VPCNET_EC2_THROTTLE_PACE_BASE_MS=5000"),
+        "{e}"
+    );
+    let short = cfg(&[("VPCNET_EC2_CALL_TIMEOUT", "4")]).unwrap();
+    assert_eq!(short.ec2_call_settings().pace.max, Duration::from_secs(2));
+    let off = cfg(&[("VPCNET_EC2_THROTTLE_PACE_BASE_MS", "0")]).unwrap();
+    assert!(!off.ec2_call_settings().pace.is_on());
 }

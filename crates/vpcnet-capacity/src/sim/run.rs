@@ -32,6 +32,16 @@ enum Ev {
     Arrive,
     /// EC2 answers: granted or throttled.
     Reply { ok: bool },
+    /// The leaked-ENI sweep's describe, beside the node's other calls (it draws on the
+    /// describe bucket, and is retried on throttling as a call is).
+    Sweep { attempt: u32 },
+}
+
+/// A client-side bucket's throttle pacing ([`super::ThrottlePace`]).
+#[derive(Debug, Clone, Copy, Default)]
+struct Pace {
+    level: u32,
+    hold_until: u64,
 }
 
 struct Node {
@@ -51,6 +61,10 @@ struct Node {
     full: Option<u64>,
     describe: VBucket,
     mutating: VBucket,
+    describe_pace: Pace,
+    mutating_pace: Pace,
+    /// When the current call was first sent (its deadline counts from there).
+    call_started: u64,
 }
 
 /// Simulates `nodes` joining the account together (see the module docs).
@@ -69,6 +83,37 @@ pub fn simulate(nodes: &[SimNode], s: &SimSettings) -> SimReport {
         q.push(Reverse((at, seq, n, ev)));
     };
     let mut fleet: Vec<Node> = Vec::with_capacity(nodes.len());
+    let boots: Vec<u64> = (0..nodes.len())
+        .map(|_| {
+            if s.boot_spread_ms > 0 {
+                rng.random_range(0..=s.boot_spread_ms)
+            } else {
+                0
+            }
+        })
+        .collect();
+    // The coordinator's slots (`slots`): by boot order, `burst` at once, then one per refill.
+    // A node's describes (start-up) and its mutating calls each get a slot.
+    let mut slot_of = vec![(0u64, 0u64); nodes.len()];
+    if s.slots {
+        let slot = |action: &str, rank: usize| {
+            let b = ec2_default(ec2_category(action, true));
+            let beyond = (rank as f64 + 1.0 - f64::from(b.capacity)).max(0.0);
+            (beyond * 1000.0 / (b.refill_per_sec * share)).ceil() as u64
+        };
+        let mut order: Vec<usize> = (0..nodes.len()).collect();
+        order.sort_by_key(|&i| (boots[i], i));
+        let mut last = (0u64, 0u64);
+        for (rank, &i) in order.iter().enumerate() {
+            let describe = slot("DescribeNetworkInterfaces", rank);
+            let mutating = slot("AssignPrivateIpAddresses", rank);
+            last = (
+                last.0.max(describe).max(boots[i]),
+                last.1.max(mutating).max(boots[i]),
+            );
+            slot_of[i] = last;
+        }
+    }
     for (i, n) in nodes.iter().enumerate() {
         // One settle per distinct node (a fleet has few): its calls to a first address.
         let first = match settled
@@ -85,15 +130,20 @@ pub fn simulate(nodes: &[SimNode], s: &SimSettings) -> SimReport {
             }
         };
         first_calls.add_all(&first, 1);
-        let boot = if s.boot_spread_ms > 0 {
-            rng.random_range(0..=s.boot_spread_ms)
-        } else {
-            0
-        };
-        let startup: Vec<&'static str> = calls::start_up(n.subnet_discovery)
+        if s.agent.sweep_at_start {
+            first_calls.add(calls::SWEEP, 1);
+        }
+        let boot = boots[i];
+        let mut startup: Vec<&'static str> = calls::start_up(n.subnet_discovery)
             .iter()
             .flat_map(|(a, k)| std::iter::repeat_n(a, k as usize))
             .collect();
+        if s.agent.sweep_at_start {
+            startup.insert(1, calls::SWEEP);
+        } else {
+            let at = boot + rng.random_range(0..=super::FIRST_SWEEP_SPREAD_MS);
+            push(&mut queue, at, i, Ev::Sweep { attempt: 0 });
+        }
         fleet.push(Node {
             pool: NodePool::new(n.cfg.clone()),
             calls: startup.into(),
@@ -109,6 +159,15 @@ pub fn simulate(nodes: &[SimNode], s: &SimSettings) -> SimReport {
             full: None,
             describe: VBucket::new(s.agent.describe_bucket, 1.0),
             mutating: VBucket::new(s.agent.mutating_bucket, 1.0),
+            describe_pace: Pace {
+                level: 0,
+                hold_until: slot_of[i].0,
+            },
+            mutating_pace: Pace {
+                level: 0,
+                hold_until: slot_of[i].1,
+            },
+            call_started: 0,
         });
         push(&mut queue, boot, i, Ev::Send);
     }
@@ -143,12 +202,15 @@ pub fn simulate(nodes: &[SimNode], s: &SimSettings) -> SimReport {
                 let Some(action) = node.calls.front().copied() else {
                     continue;
                 };
-                let bucket = if is_describe(action) {
-                    &mut node.describe
+                if node.attempt == 0 {
+                    node.call_started = now;
+                }
+                let (bucket, pace) = if is_describe(action) {
+                    (&mut node.describe, node.describe_pace)
                 } else {
-                    &mut node.mutating
+                    (&mut node.mutating, node.mutating_pace)
                 };
-                let mut wait = bucket.reserve(now);
+                let mut wait = bucket.reserve(now).max(pace.hold_until.saturating_sub(now));
                 if wait > 0 {
                     // The agent adds up to 10 % (at most 100 ms) so nodes throttled together
                     // do not send in lockstep.
@@ -169,9 +231,39 @@ pub fn simulate(nodes: &[SimNode], s: &SimSettings) -> SimReport {
                 }
                 push(&mut queue, now + s.latency.of(action), i, Ev::Reply { ok });
             }
+            Ev::Sweep { attempt } => {
+                made.add(calls::SWEEP, 1);
+                let spec = ec2_default(ec2_category(calls::SWEEP, true));
+                let ok = account
+                    .entry((calls::SWEEP, true))
+                    .or_insert_with(|| VBucket::new(spec, share))
+                    .try_take(now);
+                if !ok {
+                    throttled.add(calls::SWEEP, 1);
+                    if attempt + 1 < s.agent.max_attempts {
+                        let ceil =
+                            (s.agent.throttle_base_ms << attempt.min(20)).min(s.agent.max_delay_ms);
+                        let d = jitter(&mut rng, ceil);
+                        push(
+                            &mut queue,
+                            now + d,
+                            i,
+                            Ev::Sweep {
+                                attempt: attempt + 1,
+                            },
+                        );
+                    }
+                }
+            }
             Ev::Reply { ok: true } => {
                 let action = node.calls.front().copied().expect("a call in flight");
                 node.attempt = 0;
+                let pace = if is_describe(action) {
+                    &mut node.describe_pace
+                } else {
+                    &mut node.mutating_pace
+                };
+                pace.level = pace.level.saturating_sub(1);
                 let polling = action == ATTACH_POLL
                     && node
                         .step
@@ -217,14 +309,39 @@ pub fn simulate(nodes: &[SimNode], s: &SimSettings) -> SimReport {
                     node.mutating.drain(now);
                 }
                 node.attempt += 1;
-                if node.attempt < s.agent.max_attempts {
+                if let Some(p) = s.agent.pace {
+                    let pace = if is_describe(action) {
+                        &mut node.describe_pace
+                    } else {
+                        &mut node.mutating_pace
+                    };
+                    pace.level += 1;
+                    let ceil = (p.base_ms << (pace.level - 1).min(20)).min(p.max_ms);
+                    pace.hold_until = pace.hold_until.max(now + jitter(&mut rng, ceil));
+                }
+                // Paced: the retry waits for the bucket's hold; else for its own backoff.
+                let retry_at = if s.agent.pace.is_some() {
+                    let pace = if is_describe(action) {
+                        node.describe_pace
+                    } else {
+                        node.mutating_pace
+                    };
+                    pace.hold_until.max(now)
+                } else if node.attempt < s.agent.max_attempts {
                     let ceil = (s.agent.throttle_base_ms << (node.attempt - 1).min(20))
                         .min(s.agent.max_delay_ms);
-                    let d = jitter(&mut rng, ceil);
-                    push(&mut queue, now + d, i, Ev::Send);
+                    now + jitter(&mut rng, ceil)
+                } else {
+                    now
+                };
+                let deadline = node.call_started + s.agent.operation_timeout_ms;
+                let in_time = s.agent.pace.is_none() || retry_at < deadline;
+                if node.attempt < s.agent.max_attempts && in_time {
+                    push(&mut queue, retry_at, i, Ev::Send);
                     continue;
                 }
-                // Every attempt throttled: the step fails, the pass ends and the filler backs
+                // Every attempt throttled, or (paced) the hold outlasts the call's deadline: the
+                // call fails with the throttle at once, the step fails, the pass ends and the filler backs
                 // off before planning again (a start-up describe is retried the same way).
                 node.attempt = 0;
                 if let Some(a) = node.step.take() {
@@ -317,21 +434,27 @@ mod tests {
     #[test]
     fn one_node_is_as_fast_as_the_latencies_allow() {
         let r = simulate(&nodes(1, "m5.large"), &SimSettings::default());
-        // Start-up: two describes and a DescribeSubnets (100 ms each), then one assign.
-        assert_eq!(r.first_address.last_ms, 500, "{r:?}");
+        // Start-up: a describe and a DescribeSubnets (100 ms each), then one assign; the
+        // leaked-ENI sweep's describe comes later.
+        assert_eq!(r.first_address.last_ms, 400, "{r:?}");
         assert_eq!(r.throttled.total(), 0);
         assert_eq!(r.unfinished, 0);
         // The filled primary ENI is the default warm pool (9 free).
-        assert_eq!(r.warm_full.last_ms, 500, "{r:?}");
+        assert_eq!(r.warm_full.last_ms, 400, "{r:?}");
+        assert_eq!(
+            r.calls.get("DescribeNetworkInterfaces"),
+            2,
+            "the sweep's too"
+        );
 
         // Two warm ENIs: then a second ENI, placed (100 ms), created (300 ms), attached
         // (100 ms, attached 2 s later, seen by the next poll) and modified (100 ms).
         let mut two = nodes(1, "m5.large");
         two[0].cfg.warm_eni_target = 2;
         let r = simulate(&two, &SimSettings::default());
-        assert_eq!(r.first_address.last_ms, 500, "{r:?}");
+        assert_eq!(r.first_address.last_ms, 400, "{r:?}");
         let full = r.warm_full.last_ms;
-        assert!((3_100..3_800).contains(&full), "{r:?}");
+        assert!((3_000..3_700).contains(&full), "{r:?}");
         assert_eq!(r.calls.get("CreateNetworkInterface"), 1);
     }
 
@@ -363,6 +486,58 @@ mod tests {
             ok("CreateNetworkInterface"),
             ok("ModifyNetworkInterfaceAttribute") + ok("DeleteNetworkInterface"),
             "every ENI created is set up or deleted: {r:?}"
+        );
+    }
+
+    #[test]
+    fn the_fleet_budget_throttles_less_than_the_agent_before_it_and_keeps_the_pace() {
+        let share = |r: &SimReport| r.throttled.total() as f64 / r.calls.total() as f64;
+        for n in [100, 200, 1_000] {
+            let before = simulate(
+                &nodes(n, "m5.large"),
+                &SimSettings {
+                    agent: AgentPolicy::unpaced(),
+                    ..SimSettings::default()
+                },
+            );
+            let now = simulate(&nodes(n, "m5.large"), &SimSettings::default());
+            assert!(
+                share(&now) < share(&before) && now.calls.total() < before.calls.total(),
+                "{n}: throttled {} vs {}, calls {} vs {}",
+                share(&now),
+                share(&before),
+                now.calls.total(),
+                before.calls.total()
+            );
+            if n == 100 {
+                // Every call fits the account's bursts: the describes no longer overflow.
+                assert_eq!(now.throttled.total(), 0, "{now:?}");
+                assert!(share(&before) > 0.3, "{before:?}");
+                continue;
+            }
+            let floor = now.floor_first_address.seconds * 1000.0;
+            assert!(
+                (now.first_address.last_ms as f64) < 1.2 * floor,
+                "{n}: last {} ms vs floor {floor} ms",
+                now.first_address.last_ms
+            );
+            assert_eq!(now.unfinished, 0);
+        }
+    }
+
+    #[test]
+    fn a_coordinators_slots_leave_next_to_no_throttle() {
+        let r = simulate(
+            &nodes(300, "m5.large"),
+            &SimSettings {
+                slots: true,
+                ..SimSettings::default()
+            },
+        );
+        assert!(r.throttled.total() * 100 < r.calls.total() * 5, "{r:?}");
+        assert!(
+            (r.first_address.last_ms as f64) < 1.1 * r.floor_first_address.seconds * 1000.0 + 500.0,
+            "{r:?}"
         );
     }
 
