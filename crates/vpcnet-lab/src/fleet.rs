@@ -144,6 +144,8 @@ pub struct FleetReport {
     pub invariants: Invariants,
     /// How long starting every agent took (the join is "at once" within this).
     pub launch_ms: u64,
+    /// Agents that exited during the join and were started again.
+    pub restarts: Restarts,
     /// Calls the other tool in the account made meanwhile ([`FleetOptions::other_tools_share`]).
     pub other_tool_calls: u64,
     /// The agents' resident memory at the end: total and the largest, MiB.
@@ -197,12 +199,42 @@ fn mem_available_mib() -> Result<u64> {
         .context("/proc/meminfo has no MemAvailable")
 }
 
+/// Agents that exited while the fleet joined.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Restarts {
+    /// Restarts per node (nodes whose agent never exited are not listed).
+    pub by_node: BTreeMap<String, u32>,
+    /// The first agent that exited, with the last line of its log.
+    pub first_exit: Option<(String, String)>,
+}
+
+impl Restarts {
+    pub fn total(&self) -> u32 {
+        self.by_node.values().sum()
+    }
+}
+
+/// kubelet's crash-loop back-off before starting a pod's container again after its
+/// `restarts`-th exit: 10 s, doubling, at most 5 minutes.
+pub fn crash_loop_backoff(restarts: u32) -> Duration {
+    let secs = 10u64.saturating_mul(1 << restarts.saturating_sub(1).min(5));
+    Duration::from_secs(secs.min(300))
+}
+
+/// One node's agent while the fleet joins: running, or waiting to be started again.
+struct Agent<'a> {
+    name: String,
+    starting: Option<Starting<'a>>,
+    restarts: u32,
+    restart_at_ms: Option<u64>,
+}
+
 /// A fleet lab being driven.
 struct Fleet<'a> {
     lab: &'a Lab,
 }
 
-impl Fleet<'_> {
+impl<'l> Fleet<'l> {
     fn join(&self, opts: &FleetOptions) -> Result<FleetReport> {
         let state = self.lab.state()?;
         let node_of: BTreeMap<String, String> = state
@@ -244,7 +276,7 @@ impl Fleet<'_> {
         let names: Vec<String> = state.nodes.iter().map(|n| n.name.clone()).collect();
         let starting = launch_all(self.lab, &names)?;
         let launch_ms = t0.elapsed().as_millis() as u64;
-        let timeline = self.observe(opts, &starting, &node_of, t0)?;
+        let (timeline, restarts) = self.observe(opts, starting, &node_of, t0)?;
         let other_tool_calls = other.calls();
         drop(other);
         let records = cloud.requests()?.records;
@@ -278,6 +310,7 @@ impl Fleet<'_> {
             figures,
             invariants,
             launch_ms,
+            restarts,
             other_tool_calls,
             agents_rss_mib,
             largest_agent_rss_mib,
@@ -325,49 +358,88 @@ impl Fleet<'_> {
     fn predict(&self, opts: &FleetOptions, boot_spread_ms: u64) -> Result<predict::Prediction> {
         let ready: crate::daemon::Ready =
             serde_json::from_slice(&std::fs::read(crate::daemon::ready_path(&self.lab.dir))?)?;
-        let spec = predict::fleet_spec(
+        let (spec, unmodelled) = predict::fleet_spec(
             &ready.subnet_ids,
             &opts.instance_type,
             opts.nodes as u32,
             &opts.agent_env,
         )?;
-        predict::predict(&spec, opts.other_tools_share, boot_spread_ms)
+        predict::predict(&spec, unmodelled, opts.other_tools_share, boot_spread_ms)
     }
 
-    /// Polls the cloud and the agents every 250 ms until the fleet settles.
+    /// Polls the cloud and the agents every 250 ms until the fleet settles. An agent that
+    /// exits is started again after kubelet's crash-loop back-off ([`crash_loop_backoff`]),
+    /// as its DaemonSet pod would be; the fleet has not settled while one waits for it.
     fn observe(
         &self,
         opts: &FleetOptions,
-        starting: &[Starting<'_>],
+        starting: Vec<Starting<'l>>,
         node_of: &BTreeMap<String, String>,
         t0: Instant,
-    ) -> Result<Timeline> {
-        let mut timeline = Timeline::new(starting.iter().map(|s| s.node().name()));
+    ) -> Result<(Timeline, Restarts)> {
+        let mut agents: Vec<Agent<'l>> = starting
+            .into_iter()
+            .map(|s| Agent {
+                name: s.node().name().to_string(),
+                starting: Some(s),
+                restarts: 0,
+                restart_at_ms: None,
+            })
+            .collect();
+        let mut timeline = Timeline::new(agents.iter().map(|a| a.name.as_str()));
+        let mut restarts = Restarts::default();
         let quiet_ms = opts.quiet.as_millis() as u64;
         let mut last_progress = 0;
         loop {
             let now_ms = t0.elapsed().as_millis() as u64;
             timeline.observe_cloud(now_ms, &self.holdings(node_of)?);
-            let waiting: BTreeSet<String> = timeline.not_serving().map(str::to_string).collect();
-            for s in starting
-                .iter()
-                .filter(|s| waiting.contains(s.node().name()))
-            {
-                if s.serving()? {
-                    timeline.observe_serving(s.node().name(), t0.elapsed().as_millis() as u64);
+            for a in &mut agents {
+                if let Some(at) = a.restart_at_ms {
+                    if now_ms >= at {
+                        a.starting = Some(self.lab.node(&a.name).launch_agent()?);
+                        a.restart_at_ms = None;
+                    }
+                    continue;
+                }
+                let Some(s) = &a.starting else { continue };
+                if s.exited() {
+                    a.restarts += 1;
+                    let wait = crash_loop_backoff(a.restarts);
+                    if restarts.first_exit.is_none() {
+                        restarts.first_exit = Some((a.name.clone(), s.last_log_line()));
+                    }
+                    *restarts.by_node.entry(a.name.clone()).or_default() += 1;
+                    a.restart_at_ms = Some(now_ms + wait.as_millis() as u64);
+                    a.starting = None;
+                    continue;
+                }
+                if timeline.nodes[&a.name].serving_ms.is_some() {
+                    continue;
+                }
+                match s.serving() {
+                    Ok(true) => timeline.observe_serving(&a.name, t0.elapsed().as_millis() as u64),
+                    Ok(false) => {}
+                    // It exited meanwhile: the next round restarts it.
+                    Err(_) if s.exited() => {}
+                    Err(e) => return Err(e),
                 }
             }
-            if timeline.settled(now_ms, quiet_ms) {
-                return Ok(timeline);
+            let restarting = agents.iter().filter(|a| a.restart_at_ms.is_some()).count();
+            if restarting == 0 && timeline.settled(now_ms, quiet_ms) {
+                return Ok((timeline, restarts));
             }
             let still = timeline.waiting();
             if now_ms >= last_progress + 5_000 {
                 last_progress = now_ms;
                 progress(&format!(
-                    "{:.1} s: {} of {} nodes can serve a pod",
+                    "{:.1} s: {} of {} nodes can serve a pod{}",
                     now_ms as f64 / 1000.0,
                     timeline.nodes.len() - still.len(),
-                    timeline.nodes.len()
+                    timeline.nodes.len(),
+                    match (restarts.total(), restarting) {
+                        (0, _) => String::new(),
+                        (n, r) => format!("; agents restarted {n} times, {r} waiting to restart"),
+                    }
                 ));
             }
             if t0.elapsed() > opts.timeout {
@@ -500,4 +572,16 @@ fn agents_rss(lab: &Lab) -> Result<(f64, f64)> {
         largest = largest.max(kb / 1024.0);
     }
     Ok((total, largest))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crash_loop_backoff_doubles_from_ten_seconds_to_five_minutes() {
+        let secs: Vec<u64> = (1..=8).map(|n| crash_loop_backoff(n).as_secs()).collect();
+        assert_eq!(secs, [10, 20, 40, 80, 160, 300, 300, 300]);
+        assert_eq!(crash_loop_backoff(u32::MAX).as_secs(), 300);
+    }
 }

@@ -324,6 +324,20 @@ impl<'a> Starting<'a> {
         &self.node
     }
 
+    /// Whether the agent's process has exited.
+    pub fn exited(&self) -> bool {
+        !self.proc.alive()
+    }
+
+    /// The last line of the agent's log (why it exited, usually).
+    pub fn last_log_line(&self) -> String {
+        log_tail(&self.log)
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .to_string()
+    }
+
     /// Whether the agent serves the plugin now (vpcnet-agent: its conflist is written; the
     /// VPC CNI: ipamd answers, and the lab has written its conflist). Errors: the agent
     /// exited (with the end of its log).

@@ -54,6 +54,25 @@ impl ProcRecord {
     }
 }
 
+/// [`ProcRecord::stop`] for many at once: SIGTERM to all, one grace for all, then SIGKILL to
+/// those left. Returns those still running after all that.
+pub fn stop_all<'a>(procs: &[&'a ProcRecord], grace: Duration) -> Vec<&'a ProcRecord> {
+    for p in procs {
+        p.signal(Signal::SIGTERM);
+    }
+    let t0 = Instant::now();
+    while t0.elapsed() < grace && procs.iter().any(|p| p.alive()) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let left: Vec<&ProcRecord> = procs.iter().copied().filter(|p| p.alive()).collect();
+    for p in &left {
+        p.signal(Signal::SIGKILL);
+    }
+    left.into_iter()
+        .filter(|p| !wait_gone(p, Duration::from_secs(5)))
+        .collect()
+}
+
 fn wait_gone(p: &ProcRecord, timeout: Duration) -> bool {
     let t0 = Instant::now();
     while t0.elapsed() < timeout {

@@ -47,8 +47,16 @@ pub fn teardown(dir: &Path) -> Vec<String> {
         }
     };
     stop_containers(&state);
-    // Recorded processes, newest first (ctr runs, agents, containerds, emulator).
-    for p in state.processes.iter().rev() {
+    // The node agents all at once (a fleet has hundreds, each given the same grace), then the
+    // other recorded processes, newest first (ctr runs, containerds, emulator).
+    let (agents, others): (Vec<&ProcRecord>, Vec<&ProcRecord>) = state
+        .processes
+        .iter()
+        .partition(|p| p.role.starts_with("agent "));
+    for p in procs::stop_all(&agents, Duration::from_secs(5)) {
+        problems.push(format!("{} (pid {}) did not stop", p.role, p.pid));
+    }
+    for p in others.iter().rev() {
         if !p.stop(Duration::from_secs(5)) {
             problems.push(format!("{} (pid {}) did not stop", p.role, p.pid));
         }

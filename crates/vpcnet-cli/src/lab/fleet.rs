@@ -144,6 +144,17 @@ pub fn report_text(r: &FleetReport) -> String {
         r.instance_type,
         r.launch_ms as f64 / 1000.0
     );
+    if r.restarts.total() > 0 {
+        out += &format!(
+            "agents exited and were started again after kubelet's back-off: {} times on {} nodes{}\n",
+            r.restarts.total(),
+            r.restarts.by_node.len(),
+            match &r.restarts.first_exit {
+                Some((node, line)) => format!(" (first {node}: {line})"),
+                None => String::new(),
+            }
+        );
+    }
     if f.other_tools_share > 0.0 {
         out += &format!(
             "another tool used {:.0} % of every bucket's refill ({} calls)\n",
@@ -257,6 +268,12 @@ pub fn report_text(r: &FleetReport) -> String {
             }
         };
         let sim = &p.simulation;
+        if !p.unmodelled.is_empty() {
+            out += &format!(
+                "\n(vpcnet plan does not model {}: predicted as if unset)",
+                p.unmodelled.join(", ")
+            );
+        }
         out += &format!(
             "\nvpcnet plan predicted {} ENIs, {} pod addresses; measured {}{}, {}{}\n\
              simulated join (boot spread {} s): first pod p50 / p99 / last {} / {} / {} s, {} calls ({} throttled)\n",

@@ -13,9 +13,24 @@ use vpcnet_capacity::{FleetSpec, NodeGroup, SubnetSpec, WarmSettings};
 
 use crate::lab::FLEET_SUBNETS;
 
+/// The agent variables `vpcnet plan` models ([`WarmSettings`]' fields).
+pub const MODELLED: &[&str] = &[
+    "WARM_ENI_TARGET",
+    "WARM_IP_TARGET",
+    "MINIMUM_IP_TARGET",
+    "WARM_PREFIX_TARGET",
+    "ENABLE_PREFIX_DELEGATION",
+    "MAX_ENI",
+    "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG",
+    "ENABLE_SUBNET_DISCOVERY",
+    "CLUSTER_NAME",
+];
+
 /// The planner's and the simulator's answers for a fleet.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Prediction {
+    /// Agent variables of the fleet the planner does not model (it predicts as if unset).
+    pub unmodelled: Vec<String>,
     /// ENIs and pod addresses the planner says the fleet holds once settled (no pods).
     pub enis: u64,
     pub addresses: u64,
@@ -24,20 +39,28 @@ pub struct Prediction {
 }
 
 /// The planner's input for `nodes` empty nodes of `instance_type` in the fleet lab's subnets
-/// (`subnet_ids` in [`FLEET_SUBNETS`] order), with the agents' environment `agent_env`. Errors:
-/// a variable the planner does not model (say which), an unknown instance type.
+/// (`subnet_ids` in [`FLEET_SUBNETS`] order), with the agents' environment `agent_env` (the
+/// [`MODELLED`] variables; the others are returned, to be reported). Errors: a modelled
+/// variable's value the planner refuses, an unknown instance type.
 pub fn fleet_spec(
     subnet_ids: &[String],
     instance_type: &str,
     nodes: u32,
     agent_env: &[(String, String)],
-) -> Result<FleetSpec> {
-    let vars: BTreeMap<&str, &str> = agent_env
+) -> Result<(FleetSpec, Vec<String>)> {
+    let (modelled, unmodelled): (Vec<_>, Vec<_>) = agent_env
+        .iter()
+        .partition(|(k, _)| MODELLED.contains(&k.as_str()));
+    let vars: BTreeMap<&str, &str> = modelled
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
-    let settings: WarmSettings = serde_json::from_value(serde_json::to_value(&vars)?)
-        .context("the planner cannot predict this fleet's agent environment")?;
+    // One variable at a time first, so a refused value is named.
+    for (k, v) in &vars {
+        warm_settings(&[(*k, *v)].into_iter().collect())
+            .with_context(|| format!("the planner cannot predict {k}={v:?}"))?;
+    }
+    let settings = warm_settings(&vars)?;
     let subnets: Vec<SubnetSpec> = FLEET_SUBNETS
         .iter()
         .zip(subnet_ids)
@@ -49,7 +72,7 @@ pub fn fleet_spec(
             tags: BTreeMap::new(),
         })
         .collect();
-    Ok(FleetSpec {
+    let spec = FleetSpec {
         node_groups: vec![NodeGroup {
             name: "fleet".into(),
             instance_type: instance_type.into(),
@@ -63,14 +86,24 @@ pub fn fleet_spec(
         settings,
         eni_configs: BTreeMap::new(),
         scale_out: None,
-    })
+    };
+    Ok((
+        spec,
+        unmodelled.into_iter().map(|(k, _)| k.clone()).collect(),
+    ))
 }
 
-/// The planner's and the simulator's answers for `spec` (from [`fleet_spec`]), other tools
-/// using `other_tools_share` of every bucket's refill, the simulated nodes booting within
-/// `boot_spread_ms` (the fleet's measured spread of first calls).
+fn warm_settings(vars: &BTreeMap<&str, &str>) -> Result<WarmSettings> {
+    Ok(serde_json::from_value(serde_json::to_value(vars)?)?)
+}
+
+/// The planner's and the simulator's answers for `spec` (from [`fleet_spec`], with the
+/// variables it did not model), other tools using `other_tools_share` of every bucket's
+/// refill, the simulated nodes booting within `boot_spread_ms` (the fleet's measured spread
+/// of first calls).
 pub fn predict(
     spec: &FleetSpec,
+    unmodelled: Vec<String>,
     other_tools_share: f64,
     boot_spread_ms: u64,
 ) -> Result<Prediction> {
@@ -92,6 +125,7 @@ pub fn predict(
     };
     let sim_nodes = vpcnet_capacity::fleet::scale_out_nodes(&empty, nodes)?;
     Ok(Prediction {
+        unmodelled,
         enis,
         addresses,
         simulation: vpcnet_capacity::sim::simulate(
@@ -115,23 +149,47 @@ mod tests {
 
     #[test]
     fn an_empty_m5_large_fleet_holds_one_eni_of_nine_addresses_per_node() {
-        let spec = fleet_spec(&ids(), "m5.large", 20, &[]).unwrap();
-        let p = predict(&spec, 0.0, 0).unwrap();
+        let (spec, unmodelled) = fleet_spec(&ids(), "m5.large", 20, &[]).unwrap();
+        let p = predict(&spec, unmodelled, 0.0, 0).unwrap();
         assert_eq!((p.enis, p.addresses), (20, 180));
         assert_eq!(p.simulation.nodes, 20);
         assert_eq!(p.simulation.calls.get("DescribeNetworkInterfaces"), 40);
     }
 
     #[test]
-    fn warm_settings_carry_over_and_other_variables_are_refused() {
-        let env = [("WARM_IP_TARGET".to_string(), "3".to_string())];
-        let p = predict(&fleet_spec(&ids(), "m5.large", 4, &env).unwrap(), 0.0, 0).unwrap();
+    fn warm_settings_carry_over_and_other_variables_are_named() {
+        let env = [
+            ("WARM_IP_TARGET".to_string(), "3".to_string()),
+            ("DISABLE_LEAKED_ENI_CLEANUP".to_string(), "true".to_string()),
+        ];
+        let (spec, unmodelled) = fleet_spec(&ids(), "m5.large", 4, &env).unwrap();
+        assert_eq!(unmodelled, ["DISABLE_LEAKED_ENI_CLEANUP"]);
+        let p = predict(&spec, unmodelled, 0.0, 0).unwrap();
         assert_eq!(p.addresses, 12);
-        let bad = [("AWS_VPC_K8S_CNI_LOGLEVEL".to_string(), "DEBUG".to_string())];
+        assert_eq!(p.unmodelled, ["DISABLE_LEAKED_ENI_CLEANUP"]);
+        let bad = [("WARM_IP_TARGET".to_string(), "many".to_string())];
         let e = fleet_spec(&ids(), "m5.large", 4, &bad).unwrap_err();
-        assert!(
-            format!("{e:#}").contains("AWS_VPC_K8S_CNI_LOGLEVEL"),
-            "{e:#}"
-        );
+        assert!(format!("{e:#}").contains("WARM_IP_TARGET"), "{e:#}");
+    }
+
+    #[test]
+    fn every_modelled_variable_is_a_planner_setting() {
+        for v in MODELLED {
+            let value = match *v {
+                "CLUSTER_NAME" => "c",
+                "ENABLE_PREFIX_DELEGATION" | "AWS_VPC_K8S_CNI_CUSTOM_NETWORK_CFG" => "true",
+                "ENABLE_SUBNET_DISCOVERY" => "false",
+                _ => "1",
+            };
+            let one: BTreeMap<&str, &str> = [(*v, value)].into_iter().collect();
+            let parsed: Result<WarmSettings, _> =
+                serde_json::from_value(serde_json::to_value(one).unwrap());
+            assert!(parsed.is_ok(), "{v}: {parsed:?}");
+            assert_ne!(
+                parsed.unwrap(),
+                WarmSettings::default(),
+                "{v} changed nothing"
+            );
+        }
     }
 }
