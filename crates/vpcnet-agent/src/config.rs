@@ -326,8 +326,9 @@ settings! {
         /// Extra tags on created ENIs.
         additional_eni_tags: BTreeMap<String, String> = "ADDITIONAL_ENI_TAGS", "{}", Tags;
         /// Skip the sweep of detached ENIs this node created (leaked by a crash between
-        /// create and attach, or a delete whose outcome was lost). The sweep runs at start and
-        /// every `VPCNET_LEAKED_ENI_SWEEP_INTERVAL`, and skips ENIs whose
+        /// create and attach, or a delete whose outcome was lost). The first sweep comes at a
+        /// random time within 15 minutes of the start (at most the interval), then one every
+        /// `VPCNET_LEAKED_ENI_SWEEP_INTERVAL`; it skips ENIs whose
         /// `node.k8s.amazonaws.com/createdAt` tag is less than 5 minutes old (an ENI without
         /// the tag is tagged now and swept later), as the VPC CNI does.
         disable_leaked_eni_cleanup: bool = "DISABLE_LEAKED_ENI_CLEANUP", "false", Flag;
