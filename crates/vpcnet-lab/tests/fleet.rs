@@ -8,7 +8,6 @@
 //! through each node's CNI never gives one address to two live pods. Needs root and the
 //! workspace binaries; fails when not root.
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use vpcnet_lab::fleet::churn::ChurnOptions;
@@ -21,14 +20,7 @@ use common::*;
 /// Runs the join of `nodes` vpcnet nodes with `tweak` applied, then checks the root namespace
 /// is unchanged and nothing of the lab is left.
 fn join(tag: &str, nodes: usize, tweak: impl FnOnce(&mut FleetOptions)) -> FleetReport {
-    vpcnet_cni_harness::netns::require_root();
-    remove_stale_test_labs();
-    let before = root_snapshot();
-    let name = format!(
-        "e2e-{tag}-{}-{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    );
+    let (name, before) = prepare_test_lab(tag);
     let mut o = FleetOptions::new(&name, nodes, NodeCni::Vpcnet);
     o.bin_dir = bin_dir();
     // The leaked-ENI sweep's first describe comes at a random moment within 15 minutes of a

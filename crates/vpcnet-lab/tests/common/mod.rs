@@ -84,7 +84,10 @@ pub fn with_kube_lab(tag: &str, tweak: impl FnOnce(&mut UpOptions), f: impl FnOn
     run_lab(tag, true, tweak, f)
 }
 
-fn run_lab(tag: &str, kubernetes: bool, tweak: impl FnOnce(&mut UpOptions), f: impl FnOnce(&Lab)) {
+/// Before a test builds a lab: root is required, labs of dead test runs are removed, and
+/// the name for this test's lab (`e2e-<tag>-<pid>-<n>`, so a later run can tell it is stale)
+/// is returned with the root namespace's snapshot to compare with afterwards.
+pub fn prepare_test_lab(tag: &str) -> (String, String) {
     vpcnet_cni_harness::netns::require_root();
     remove_stale_test_labs();
     let before = root_snapshot();
@@ -93,6 +96,11 @@ fn run_lab(tag: &str, kubernetes: bool, tweak: impl FnOnce(&mut UpOptions), f: i
         std::process::id(),
         SEQ.fetch_add(1, Ordering::Relaxed)
     );
+    (name, before)
+}
+
+fn run_lab(tag: &str, kubernetes: bool, tweak: impl FnOnce(&mut UpOptions), f: impl FnOnce(&Lab)) {
+    let (name, before) = prepare_test_lab(tag);
     let mut opts = if kubernetes {
         UpOptions::new(&name)
     } else {
