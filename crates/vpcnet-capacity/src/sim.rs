@@ -90,6 +90,9 @@ pub struct AgentPolicy {
     /// Whether the leaked-ENI sweep's first describe is made at start (the agent before the
     /// fleet budget) or at a random time within [`FIRST_SWEEP_SPREAD_MS`] of it.
     pub sweep_at_start: bool,
+    /// Whether the leaked-ENI sweep runs at all (`DISABLE_LEAKED_ENI_CLEANUP=false`, the
+    /// default).
+    pub sweep: bool,
 }
 
 /// The agent's throttle pacing, one per client-side bucket and node: every throttled answer
@@ -133,6 +136,7 @@ impl Default for AgentPolicy {
                 max_ms: 5_000,
             }),
             sweep_at_start: false,
+            sweep: true,
         }
     }
 }

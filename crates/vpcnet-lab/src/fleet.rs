@@ -364,7 +364,13 @@ impl<'l> Fleet<'l> {
             opts.nodes as u32,
             &opts.agent_env,
         )?;
-        predict::predict(&spec, unmodelled, opts.other_tools_share, boot_spread_ms)
+        predict::predict(
+            &spec,
+            unmodelled,
+            &opts.agent_env,
+            opts.other_tools_share,
+            boot_spread_ms,
+        )
     }
 
     /// Polls the cloud and the agents every 250 ms until the fleet settles. An agent that

@@ -130,7 +130,7 @@ pub fn simulate(nodes: &[SimNode], s: &SimSettings) -> SimReport {
             }
         };
         first_calls.add_all(&first, 1);
-        if s.agent.sweep_at_start {
+        if s.agent.sweep && s.agent.sweep_at_start {
             first_calls.add(calls::SWEEP, 1);
         }
         let boot = boots[i];
@@ -138,7 +138,9 @@ pub fn simulate(nodes: &[SimNode], s: &SimSettings) -> SimReport {
             .iter()
             .flat_map(|(a, k)| std::iter::repeat_n(a, k as usize))
             .collect();
-        if s.agent.sweep_at_start {
+        if !s.agent.sweep {
+            // DISABLE_LEAKED_ENI_CLEANUP: no sweep's describe at all.
+        } else if s.agent.sweep_at_start {
             startup.insert(1, calls::SWEEP);
         } else {
             let at = boot + rng.random_range(0..=super::FIRST_SWEEP_SPREAD_MS);
@@ -446,6 +448,12 @@ mod tests {
             2,
             "the sweep's too"
         );
+        // DISABLE_LEAKED_ENI_CLEANUP: the start-up describe alone.
+        let mut no_sweep = SimSettings::default();
+        no_sweep.agent.sweep = false;
+        let r = simulate(&nodes(1, "m5.large"), &no_sweep);
+        assert_eq!(r.calls.get("DescribeNetworkInterfaces"), 1, "{r:?}");
+        assert_eq!(r.first_address.last_ms, 400, "{r:?}");
 
         // Two warm ENIs: then a second ENI, placed (100 ms), created (300 ms), attached
         // (100 ms, attached 2 s later, seen by the next poll) and modified (100 ms).

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use anyhow::{Context, Result};
 use serde::Serialize;
-use vpcnet_capacity::sim::{SimReport, SimSettings};
+use vpcnet_capacity::sim::{AgentPolicy, SimReport, SimSettings};
 use vpcnet_capacity::{FleetSpec, NodeGroup, SubnetSpec, WarmSettings};
 
 use crate::lab::FLEET_SUBNETS;
@@ -26,10 +26,15 @@ pub const MODELLED: &[&str] = &[
     "CLUSTER_NAME",
 ];
 
+/// The agent variables the simulator models besides the planner's: the leaked-ENI sweep's
+/// switch (whether each node makes the sweep's describe).
+pub const SIMULATED: &[&str] = &["DISABLE_LEAKED_ENI_CLEANUP"];
+
 /// The planner's and the simulator's answers for a fleet.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Prediction {
-    /// Agent variables of the fleet the planner does not model (it predicts as if unset).
+    /// Agent variables of the fleet the planner and the simulator do not model (they predict
+    /// as if unset).
     pub unmodelled: Vec<String>,
     /// ENIs and pod addresses the planner says the fleet holds once settled (no pods).
     pub enis: u64,
@@ -50,6 +55,7 @@ pub fn fleet_spec(
 ) -> Result<(FleetSpec, Vec<String>)> {
     let (modelled, unmodelled): (Vec<_>, Vec<_>) = agent_env
         .iter()
+        .filter(|(k, _)| !SIMULATED.contains(&k.as_str()))
         .partition(|(k, _)| MODELLED.contains(&k.as_str()));
     let vars: BTreeMap<&str, &str> = modelled
         .iter()
@@ -104,9 +110,24 @@ fn warm_settings(vars: &BTreeMap<&str, &str>) -> Result<WarmSettings> {
 pub fn predict(
     spec: &FleetSpec,
     unmodelled: Vec<String>,
+    agent_env: &[(String, String)],
     other_tools_share: f64,
     boot_spread_ms: u64,
 ) -> Result<Prediction> {
+    let mut agent = AgentPolicy::default();
+    if let Some((_, v)) = agent_env
+        .iter()
+        .find(|(k, _)| k == "DISABLE_LEAKED_ENI_CLEANUP")
+    {
+        // The agent's flag syntax (`true`/`false`, as the VPC CNI reads it).
+        agent.sweep = match v.as_str() {
+            "true" => false,
+            "false" => true,
+            other => anyhow::bail!(
+                "DISABLE_LEAKED_ENI_CLEANUP={other:?}: the simulator takes true or false"
+            ),
+        };
+    }
     let plan = vpcnet_capacity::plan(spec)?;
     let nodes: u32 = spec.node_groups.iter().map(|g| g.count).sum();
     let enis = plan.subnets.iter().map(|s| s.fleet_enis).sum::<u64>();
@@ -131,6 +152,7 @@ pub fn predict(
         simulation: vpcnet_capacity::sim::simulate(
             &sim_nodes,
             &SimSettings {
+                agent,
                 other_tools_share,
                 boot_spread_ms,
                 ..SimSettings::default()
@@ -150,9 +172,10 @@ mod tests {
     #[test]
     fn an_empty_m5_large_fleet_holds_one_eni_of_nine_addresses_per_node() {
         let (spec, unmodelled) = fleet_spec(&ids(), "m5.large", 20, &[]).unwrap();
-        let p = predict(&spec, unmodelled, 0.0, 0).unwrap();
+        let p = predict(&spec, unmodelled, &[], 0.0, 0).unwrap();
         assert_eq!((p.enis, p.addresses), (20, 180));
         assert_eq!(p.simulation.nodes, 20);
+        // A start-up describe and the leaked-ENI sweep's, each node.
         assert_eq!(p.simulation.calls.get("DescribeNetworkInterfaces"), 40);
     }
 
@@ -163,10 +186,14 @@ mod tests {
             ("DISABLE_LEAKED_ENI_CLEANUP".to_string(), "true".to_string()),
         ];
         let (spec, unmodelled) = fleet_spec(&ids(), "m5.large", 4, &env).unwrap();
-        assert_eq!(unmodelled, ["DISABLE_LEAKED_ENI_CLEANUP"]);
-        let p = predict(&spec, unmodelled, 0.0, 0).unwrap();
+        assert!(unmodelled.is_empty(), "{unmodelled:?}");
+        let p = predict(&spec, unmodelled, &env, 0.0, 0).unwrap();
         assert_eq!(p.addresses, 12);
-        assert_eq!(p.unmodelled, ["DISABLE_LEAKED_ENI_CLEANUP"]);
+        // No sweep: each node's start-up describe alone.
+        assert_eq!(p.simulation.calls.get("DescribeNetworkInterfaces"), 4);
+        let other = [("AWS_VPC_K8S_CNI_LOGLEVEL".to_string(), "INFO".to_string())];
+        let (_, unmodelled) = fleet_spec(&ids(), "m5.large", 4, &other).unwrap();
+        assert_eq!(unmodelled, ["AWS_VPC_K8S_CNI_LOGLEVEL"]);
         let bad = [("WARM_IP_TARGET".to_string(), "many".to_string())];
         let e = fleet_spec(&ids(), "m5.large", 4, &bad).unwrap_err();
         assert!(format!("{e:#}").contains("WARM_IP_TARGET"), "{e:#}");
