@@ -344,3 +344,86 @@ pub fn report_text(r: &FleetReport) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use vpcnet_lab::fleet::{figures, Holdings, Invariants, Restarts, Timeline};
+
+    use super::*;
+
+    fn report(invariants: Invariants, restarts: Restarts) -> FleetReport {
+        let mut t = Timeline::new(["n1", "n2"]);
+        t.observe_serving("n1", 100);
+        t.observe_serving("n2", 100);
+        let held: BTreeMap<String, Holdings> = ["n1", "n2"]
+            .map(|n| {
+                (
+                    n.to_string(),
+                    Holdings {
+                        enis: 1,
+                        addresses: 9,
+                    },
+                )
+            })
+            .into_iter()
+            .collect();
+        t.observe_cloud(1_500, &held);
+        let limits = vpcnet_lab::fleet::AccountLimits {
+            enabled: true,
+            ..Default::default()
+        };
+        FleetReport {
+            cni: NodeCni::Vpcnet,
+            instance_type: "m5.large".into(),
+            figures: figures::figures(&t, &[], 0, &BTreeMap::new(), &limits, 0.0),
+            invariants,
+            launch_ms: 40,
+            restarts,
+            other_tool_calls: 0,
+            agents_rss_mib: 44.0,
+            largest_agent_rss_mib: 22.0,
+            prediction: None,
+            no_prediction: None,
+            churn: None,
+        }
+    }
+
+    #[test]
+    fn the_report_gives_the_spread_and_the_invariants() {
+        let text = report_text(&report(
+            Invariants {
+                pods_checked: true,
+                ..Default::default()
+            },
+            Restarts::default(),
+        ));
+        assert!(text.contains("2 nodes of vpcnet (m5.large)"), "{text}");
+        assert!(text.contains("first pod          1.5"), "{text}");
+        assert!(text.contains("0 (within the burst)"), "{text}");
+        assert!(text.contains("invariants: hold"), "{text}");
+        assert!(!text.contains("exited"), "{text}");
+    }
+
+    #[test]
+    fn a_broken_invariant_and_a_restart_are_said() {
+        let mut restarts = Restarts::default();
+        restarts.by_node.insert("n2".into(), 1);
+        restarts.first_exit = Some(("n2".into(), "Initialization failure".into()));
+        let text = report_text(&report(
+            Invariants {
+                pods_checked: true,
+                nodes_not_serving: vec![("n2".into(), "CNI ADD failed".into())],
+                ..Default::default()
+            },
+            restarts,
+        ));
+        assert!(text.contains("invariants: BROKEN"), "{text}");
+        assert!(text.contains("n2: CNI ADD failed"), "{text}");
+        assert!(
+            text.contains("1 times on 1 nodes (first n2: Initialization failure)"),
+            "{text}"
+        );
+    }
+}
