@@ -122,11 +122,20 @@ impl Cloud<'_> {
         api::control_get(&daemon::api_socket(&self.lab.dir), "requests")
     }
 
-    /// The request log's records answered after `at_ms` on the emulator's clock.
-    pub fn requests_since_ms(&self, at_ms: u64) -> Result<Vec<RequestRecord>> {
-        let mut records = self.requests()?.records;
-        records.retain(|r| r.at_ms > at_ms);
-        Ok(records)
+    /// The emulator's clock (milliseconds since it started, as its request log's `at_ms`) and
+    /// the local instant of that reading, taken by making one EC2 call of the lab's own
+    /// (`DescribeAvailabilityZones`; no instance makes it, so no node's figures count it): the
+    /// time it was logged at, and the moment its answer arrived.
+    pub fn clock(&self) -> Result<(u64, std::time::Instant)> {
+        self.ec2("DescribeAvailabilityZones", &[])?;
+        let at = std::time::Instant::now();
+        let ms = self
+            .requests()?
+            .records
+            .last()
+            .map(|r| r.at_ms)
+            .context("the lab cloud logged no request for the clock reading")?;
+        Ok((ms, at))
     }
 
     /// Sets the account's rate limits ([`vpcnet_emu::account_limits`]; off unless enabled).

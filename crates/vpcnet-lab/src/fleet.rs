@@ -246,18 +246,10 @@ impl<'l> Fleet<'l> {
         for n in &state.nodes {
             self.lab.node(&n.name).save_agent_env(&up)?;
         }
-        // The fleet's clock starts now; the emulator's request log counts from its own start:
-        // one call of the lab's own (no instance, so in no node's figures) marks the moment
-        // on the emulator's clock, before the account limits would meter it.
+        // The fleet's clock starts now; the emulator's request log counts from its own start
+        // (read before the account limits would meter the reading).
         let cloud = self.lab.cloud();
-        cloud.ec2("DescribeAvailabilityZones", &[])?;
-        let emu_t0 = Instant::now();
-        let emu_base = cloud
-            .requests()?
-            .records
-            .last()
-            .map(|r| r.at_ms)
-            .context("the lab cloud logged no request for the fleet's start marker")?;
+        let (emu_base, emu_t0) = cloud.clock()?;
         cloud.set_account_limits(&opts.account_limits)?;
         progress(&format!(
             "starting {} agents at once ({}), account limits {}",
@@ -329,28 +321,20 @@ impl<'l> Fleet<'l> {
         let names: Vec<String> = node_of.values().cloned().collect();
         let cloud = self.lab.cloud();
         churn::run(self.lab, &names, o, |mark| {
-            let records = match mark {
-                None => {
-                    cloud.ec2("DescribeAvailabilityZones", &[])?;
-                    let at = cloud.requests()?.records.last().map_or(0, |r| r.at_ms);
-                    return Ok((at, BTreeMap::new(), BTreeMap::new()));
-                }
-                Some(m) => cloud.requests_since_ms(m)?,
+            let Some(start_ms) = mark else {
+                return Ok((cloud.clock()?.0, BTreeMap::new(), BTreeMap::new()));
             };
             let mut calls = BTreeMap::<String, u64>::new();
             let mut throttled = BTreeMap::<String, u64>::new();
-            for r in records.iter().filter(|r| {
-                r.api == vpcnet_emu::Api::Ec2
-                    && r.instance_id
-                        .as_ref()
-                        .is_some_and(|i| node_of.contains_key(i))
+            for r in cloud.requests()?.records.iter().filter(|r| {
+                r.at_ms > start_ms && figures::fleet_caller(r, start_ms, node_of).is_some()
             }) {
                 *calls.entry(r.action.clone()).or_default() += 1;
-                if r.error_code.as_deref() == Some("RequestLimitExceeded") {
+                if figures::is_throttled(r) {
                     *throttled.entry(r.action.clone()).or_default() += 1;
                 }
             }
-            Ok((mark.unwrap_or(0), calls, throttled))
+            Ok((start_ms, calls, throttled))
         })
     }
 

@@ -78,6 +78,24 @@ impl FleetFigures {
     }
 }
 
+/// The fleet node that made `r`, when `r` is an EC2 request made at or after `start_ms` (on
+/// the emulator's clock) by one of the fleet's instances (`node_of`: instance ID → node).
+pub fn fleet_caller<'a>(
+    r: &RequestRecord,
+    start_ms: u64,
+    node_of: &'a BTreeMap<String, String>,
+) -> Option<&'a String> {
+    if r.api != Api::Ec2 || r.at_ms < start_ms {
+        return None;
+    }
+    r.instance_id.as_ref().and_then(|i| node_of.get(i))
+}
+
+/// Whether EC2 answered `r` with `RequestLimitExceeded`.
+pub fn is_throttled(r: &RequestRecord) -> bool {
+    r.error_code.as_deref() == Some("RequestLimitExceeded")
+}
+
 /// The figures of a run: `timeline` in milliseconds since the start, `records` the lab cloud's
 /// request log (its `at_ms` on the emulator's clock, `start_ms` being the start on it), and
 /// `node_of` each node's instance ID → node name. Requests of other callers (no instance, or
@@ -97,10 +115,7 @@ pub fn figures(
     let mut succeeded = BTreeMap::<&str, u64>::new();
     let mut first_call = BTreeMap::<&str, u64>::new();
     for r in records {
-        if r.api != Api::Ec2 || r.at_ms < start_ms {
-            continue;
-        }
-        let Some(node) = r.instance_id.as_ref().and_then(|i| node_of.get(i)) else {
+        let Some(node) = fleet_caller(r, start_ms, node_of) else {
             continue;
         };
         *calls.entry(r.action.clone()).or_default() += 1;
@@ -111,7 +126,7 @@ pub fn figures(
             if first.is_none_or(|f| r.at_ms - start_ms <= f) {
                 *before_first.entry(&r.action).or_default() += 1;
             }
-        } else if r.error_code.as_deref() == Some("RequestLimitExceeded") {
+        } else if is_throttled(r) {
             *throttled.entry(r.action.clone()).or_default() += 1;
         } else {
             *failed.entry(r.action.clone()).or_default() += 1;
