@@ -174,12 +174,7 @@ fn agent_rss_kib(lab: &Lab, node: &str) -> Result<u64> {
         .into_iter()
         .find(|p| p.role == role)
         .with_context(|| format!("no {role} process"))?;
-    let status = std::fs::read_to_string(format!("/proc/{}/status", p.pid))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .context("no VmRSS")
+    Ok(vpcnet_lab::procs::memory_kib(p.pid)?.0)
 }
 
 /// The newest request-log sequence number.

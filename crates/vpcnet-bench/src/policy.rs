@@ -194,19 +194,6 @@ fn agent_pid(lab: &Lab, node: &str) -> Result<i32> {
         .with_context(|| format!("no vpcnet-agent process in {node}'s network namespace"))
 }
 
-/// (`VmRSS`, `VmHWM`) of `pid`, KiB.
-fn memory_kib(pid: i32) -> Result<(u64, u64)> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let field = |f: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(f))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .with_context(|| format!("no {f} in /proc/{pid}/status"))
-    };
-    Ok((field("VmRSS:")?, field("VmHWM:")?))
-}
-
 /// Waits until the agent's model holds `pods` pods and `policies` policies
 /// (`vpcnet_network_policy_cluster_objects`); how long that took.
 fn wait_model(lab: &Lab, node: &str, pods: usize, policies: usize) -> Result<Duration> {
@@ -322,7 +309,7 @@ fn measure(lab: &Lab, a: &Args) -> Result<Figures> {
     };
     let pid = agent_pid(lab, &node)?;
     std::thread::sleep(Duration::from_secs(5));
-    f.rss_idle = memory_kib(pid)?.0;
+    f.rss_idle = vpcnet_lab::procs::memory_kib(pid)?.0;
     let (pods0, policies0) = (base("pods")?, base("policies")?);
     let programs = |m: &str| {
         let g = |n: &str| gauge(m, n, "trigger=\"API change\"").unwrap_or(0.0);
@@ -362,7 +349,7 @@ fn measure(lab: &Lab, a: &Args) -> Result<Figures> {
     let after = programs(&lab.node(&node).agent_metrics()?);
     f.fill_programs = (after.0 - before.0, after.1 - before.1);
     std::thread::sleep(Duration::from_secs(10));
-    f.rss_full = memory_kib(pid)?.0;
+    f.rss_full = vpcnet_lab::procs::memory_kib(pid)?.0;
     progress(&format!(
         "the agent's model holds the cluster ({} after the last pod was created); RSS {} MiB",
         fmt_ms(f.model_sync),
@@ -398,7 +385,7 @@ fn measure(lab: &Lab, a: &Args) -> Result<Figures> {
         ])?;
         wait_model(lab, &node, pods, policies)?;
         std::thread::sleep(Duration::from_secs(5));
-        let rss = memory_kib(pid)?.0;
+        let rss = vpcnet_lab::procs::memory_kib(pid)?.0;
         progress(&format!("{what}: RSS {} MiB", rss / 1024));
         f.rss_churn.push(rss);
     }
@@ -469,7 +456,7 @@ fn measure(lab: &Lab, a: &Args) -> Result<Figures> {
         ("peer pod created → its address in the set", add_peer),
         ("peer pod deleted → its address gone", del_peer),
     ];
-    f.hwm = memory_kib(pid)?.1;
+    f.hwm = vpcnet_lab::procs::memory_kib(pid)?.1;
     Ok(f)
 }
 

@@ -150,16 +150,8 @@ fn start(lab: &Lab, lbc: &std::path::Path, tag: &str, key: &str) -> Result<ProcR
 
 /// `VmRSS` and `VmHWM` (peak) of `pid`, kB.
 fn rss_kib(pid: i32) -> Result<(u64, u64)> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .with_context(|| format!("the controller (pid {pid}) is gone"))?;
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .with_context(|| format!("no {name} in /proc/{pid}/status"))
-    };
-    Ok((field("VmRSS:")?, field("VmHWM:")?))
+    vpcnet_lab::procs::memory_kib(pid)
+        .with_context(|| format!("the controller (pid {pid}) is gone"))
 }
 
 /// A pod of the app: name, IP, creation time, its container's start, Ready, deleting.

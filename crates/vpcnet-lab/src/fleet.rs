@@ -552,12 +552,8 @@ fn agents_rss(lab: &Lab) -> Result<(f64, f64)> {
         if !p.role.starts_with("agent ") || !p.alive() {
             continue;
         }
-        let status = std::fs::read_to_string(format!("/proc/{}/status", p.pid)).unwrap_or_default();
-        let kb: f64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .unwrap_or(0.0);
+        // An agent gone meanwhile counts for nothing.
+        let kb = crate::procs::memory_kib(p.pid).map_or(0, |(rss, _)| rss) as f64;
         total += kb / 1024.0;
         largest = largest.max(kb / 1024.0);
     }

@@ -84,6 +84,21 @@ fn wait_gone(p: &ProcRecord, timeout: Duration) -> bool {
     !p.alive()
 }
 
+/// A process's memory from `/proc/<pid>/status`: resident set (`VmRSS`) and its peak
+/// (`VmHWM`), KiB. Errors: the process is gone, or a field is missing.
+pub fn memory_kib(pid: i32) -> Result<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("reading /proc/{pid}/status (the process is gone?)"))?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .with_context(|| format!("no {name} in /proc/{pid}/status"))
+    };
+    Ok((field("VmRSS:")?, field("VmHWM:")?))
+}
+
 /// Collects `pid`'s exit status if it is our child (no effect otherwise), so it does not
 /// linger as a zombie.
 pub fn reap(pid: i32) {
@@ -123,4 +138,15 @@ pub fn spawn(role: &str, mut cmd: Command, place: &Place, log: &Path) -> Result<
         pid,
         start_time,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn memory_of_this_process_and_of_none() {
+        let (rss, hwm) = super::memory_kib(std::process::id() as i32).unwrap();
+        assert!(rss > 0 && hwm >= rss, "{rss} {hwm}");
+        let e = super::memory_kib(i32::MAX).unwrap_err();
+        assert!(format!("{e:#}").contains("is gone"), "{e:#}");
+    }
 }
